@@ -1,0 +1,35 @@
+//! The `dyncc` command line: parse, dispatch, print errors, exit.
+
+use clap::{Parser, Subcommand};
+
+/// dyncc compiles NCCL sweep measurements into a decision table that the
+/// dyncc tuner plugin answers from in nanoseconds.
+#[derive(Parser)]
+#[command(name = "dyncc", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Read sweep logs and summarise what they hold.
+    Inspect(dyncc::ingest::cli::InspectArgs),
+    /// Write realistic sweeps from a hardware profile.
+    Simulate(dyncc::simulate::cli::SimulateArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Inspect(a) => dyncc::ingest::cli::run(a),
+        Command::Simulate(a) => dyncc::simulate::cli::run(a),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

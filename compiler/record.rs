@@ -1,0 +1,212 @@
+//! The normalised data model every input format is read into: one
+//! [`Record`] per measurement, and [`Cell`]s, the robust aggregate of the
+//! repeats of one (collective, size, shape, configuration).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use dyncc_tables::{Algo, Coll, Proto};
+use serde::Serialize;
+
+/// Every collective nccl-tests can measure. Only the first five reach a
+/// tuner ([`Collective::tunable`]); the others are read and reported.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Collective {
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+    AllReduce,
+    AllToAll,
+    SendRecv,
+    Gather,
+    Scatter,
+    HyperCube,
+}
+
+impl Collective {
+    /// The collective as NCCL's tuner sees it, if NCCL asks a tuner about it.
+    pub fn tunable(self) -> Option<Coll> {
+        Some(match self {
+            Collective::Broadcast => Coll::Broadcast,
+            Collective::Reduce => Coll::Reduce,
+            Collective::AllGather => Coll::AllGather,
+            Collective::ReduceScatter => Coll::ReduceScatter,
+            Collective::AllReduce => Coll::AllReduce,
+            _ => return None,
+        })
+    }
+
+    pub fn from_coll(c: Coll) -> Collective {
+        match c {
+            Coll::Broadcast => Collective::Broadcast,
+            Coll::Reduce => Collective::Reduce,
+            Coll::AllGather => Collective::AllGather,
+            Coll::ReduceScatter => Collective::ReduceScatter,
+            Coll::AllReduce => Collective::AllReduce,
+        }
+    }
+
+    /// Lower-case name (`allreduce`, `alltoall`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllToAll => "alltoall",
+            Collective::SendRecv => "sendrecv",
+            Collective::Gather => "gather",
+            Collective::Scatter => "scatter",
+            Collective::HyperCube => "hypercube",
+            c => c.tunable().map(Coll::name).unwrap_or("?"),
+        }
+    }
+
+    /// Parses `allreduce`, `all_reduce_perf`, `AllToAll`, ...
+    pub fn parse(s: &str) -> Option<Collective> {
+        if let Some(c) = Coll::parse(s) {
+            return Some(Collective::from_coll(c));
+        }
+        let k: String = s
+            .trim()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        let k = k.strip_suffix("perf").unwrap_or(&k);
+        Some(match k {
+            "alltoall" => Collective::AllToAll,
+            "sendrecv" => Collective::SendRecv,
+            "gather" => Collective::Gather,
+            "scatter" => Collective::Scatter,
+            "hypercube" => Collective::HyperCube,
+            _ => return None,
+        })
+    }
+}
+
+/// Where a measurement came from.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Source {
+    pub file: Arc<PathBuf>,
+    /// 1-based line (row number for CSV/JSON).
+    pub line: u32,
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// Record flags.
+pub mod flags {
+    /// Orders of magnitude off its neighbours: kept, reported, not fitted.
+    pub const WARMUP_OUTLIER: u8 = 1;
+    /// nccl-tests reported wrong elements (#wrong > 0).
+    pub const WRONG_DATA: u8 = 2;
+    /// The log shows NCCL did not run the forced knob (e.g. NVLS ran as Ring).
+    pub const KNOB_IGNORED: u8 = 4;
+}
+
+/// One measurement, normalised.
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub collective: Collective,
+    /// nccl-tests `size`: for AllGather/ReduceScatter the total buffer, the
+    /// same `nBytes` NCCL passes a tuner.
+    pub nbytes: u64,
+    pub nranks: u32,
+    pub nnodes: u32,
+    /// GPU model as printed in the rank lines, e.g. `NVIDIA H100 80GB HBM3`.
+    pub gpu: Option<Arc<str>>,
+    /// NCCL version code (major*10000 + minor*100 + patch), e.g. 22902.
+    pub nccl_version: Option<u32>,
+    /// `None`: NCCL chose (not forced).
+    pub algo: Option<Algo>,
+    /// `None`: NCCL chose (not forced).
+    pub proto: Option<Proto>,
+    /// `None`: NCCL chose (not forced).
+    pub channels: Option<u32>,
+    /// Average time per operation in microseconds.
+    pub time_us: f64,
+    pub in_place: bool,
+    /// Data type name (`float`, `double`, ...), when known.
+    pub dtype: Option<Arc<str>>,
+    pub pipe_ops: u32,
+    pub reg_buff: bool,
+    pub source: Source,
+    /// Bit set of [`flags`].
+    pub flags: u8,
+}
+
+impl Record {
+    /// True when nothing was forced: NCCL's own choice.
+    pub fn is_default(&self) -> bool {
+        self.algo.is_none() && self.proto.is_none() && self.channels.is_none()
+    }
+
+    pub fn key(&self) -> CellKey {
+        CellKey {
+            collective: self.collective,
+            nbytes: self.nbytes,
+            nranks: self.nranks,
+            nnodes: self.nnodes,
+            config: Config { algo: self.algo, proto: self.proto, channels: self.channels },
+        }
+    }
+}
+
+/// A configuration a run was made under; all `None` is NCCL's default.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct Config {
+    pub algo: Option<Algo>,
+    pub proto: Option<Proto>,
+    pub channels: Option<u32>,
+}
+
+impl Config {
+    pub const DEFAULT: Config = Config { algo: None, proto: None, channels: None };
+
+    pub fn is_default(&self) -> bool {
+        *self == Config::DEFAULT
+    }
+}
+
+impl std::fmt::Display for Config {
+    /// `default`, `ring/ll128`, `tree/simple/8ch`, `ring/*` (protocol left to NCCL).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_default() {
+            return f.write_str("default");
+        }
+        let a = self.algo.map(Algo::name).unwrap_or("*");
+        let p = self.proto.map(Proto::name).unwrap_or("*");
+        write!(f, "{a}/{p}")?;
+        if let Some(c) = self.channels {
+            write!(f, "/{c}ch")?;
+        }
+        Ok(())
+    }
+}
+
+/// What identifies one cell of a sweep.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct CellKey {
+    pub collective: Collective,
+    pub nbytes: u64,
+    pub nranks: u32,
+    pub nnodes: u32,
+    pub config: Config,
+}
+
+/// The robust aggregate of every trusted repeat of one cell.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    pub key: CellKey,
+    /// Median time over the trusted samples (both placements count).
+    pub time_us: f64,
+    /// Number of trusted samples.
+    pub n: u32,
+    /// Relative spread of the samples: (max - min) / median; 0 for one sample.
+    pub spread: f64,
+    /// One source of the cell, for evidence.
+    pub source: Source,
+}

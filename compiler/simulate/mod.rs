@@ -1,0 +1,3 @@
+//! The simulator: realistic nccl-tests sweeps from hardware profiles.
+
+pub mod cli;

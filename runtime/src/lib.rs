@@ -1,0 +1,1 @@
+//! The dyncc NCCL tuner plugin.

@@ -1,0 +1,1 @@
+//! Integration tests of the `dyncc` binary and the built plugin.
