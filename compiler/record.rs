@@ -120,6 +120,9 @@ pub struct Record {
     pub gpu: Option<Arc<str>>,
     /// NCCL version code (major*10000 + minor*100 + patch), e.g. 22902.
     pub nccl_version: Option<u32>,
+    /// Cluster or platform label, when the input names one (the CSV
+    /// `platform` column, `# dyncc: platform=...`), e.g. `DGX-1V`.
+    pub platform: Option<Arc<str>>,
     /// `None`: NCCL chose (not forced).
     pub algo: Option<Algo>,
     /// `None`: NCCL chose (not forced).
