@@ -9,3 +9,11 @@
 pub mod record;
 pub mod ingest;
 pub mod simulate;
+pub mod tree;
+pub mod features;
+pub mod fit;
+pub mod decide;
+pub mod distil;
+pub mod atomic;
+pub mod emit;
+pub mod units;
