@@ -17,3 +17,5 @@ pub mod distil;
 pub mod atomic;
 pub mod emit;
 pub mod units;
+pub mod compile;
+pub mod eval;

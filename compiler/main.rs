@@ -15,6 +15,10 @@ struct Cli {
 enum Command {
     /// Read sweep logs and summarise what they hold.
     Inspect(dyncc::ingest::cli::InspectArgs),
+    /// Compile sweep measurements into a decision table.
+    Compile(dyncc::compile::CompileArgs),
+    /// Score a table on measurements, or cross-validate by node count.
+    Eval(dyncc::eval::EvalArgs),
     /// Write realistic sweeps from a hardware profile.
     Simulate(dyncc::simulate::cli::SimulateArgs),
 }
@@ -24,6 +28,8 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(a) => dyncc::ingest::cli::run(a),
         Command::Simulate(a) => dyncc::simulate::cli::run(a),
+        Command::Compile(a) => dyncc::compile::run(a),
+        Command::Eval(a) => dyncc::eval::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
