@@ -85,7 +85,10 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
         if !cfg.is_default() && (cfg.algo.is_none() || cfg.proto.is_none()) {
             continue;
         }
-        groups.entry((c.key.collective, c.key.nnodes, c.key.nranks, c.key.nbytes)).or_default().insert(cfg, c.time_us);
+        groups
+            .entry((c.key.collective, c.key.nnodes, c.key.nranks, c.key.nbytes))
+            .or_default()
+            .insert(cfg, c.time_us);
     }
     let mut score = Score::default();
     let mut out = Vec::new();
@@ -95,12 +98,20 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
             continue;
         };
         let Some(nccl) = coll.tunable() else { continue };
-        let d = table.lookup(nccl as u32, nranks as u64, nnodes as u64, nbytes, 1, 0).decision;
+        let d = table
+            .lookup(nccl as u32, nranks as u64, nnodes as u64, nbytes, 1, 0)
+            .decision;
         let cfg = match d {
             Decision::Default => Config::DEFAULT,
-            Decision::Force { algo, proto, channels } => {
-                Config { algo: Some(algo), proto: Some(proto), channels: (channels > 0).then_some(channels as u32) }
-            }
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            } => Config {
+                algo: Some(algo),
+                proto: Some(proto),
+                channels: (channels > 0).then_some(channels as u32),
+            },
         };
         let Some(&t) = m.get(&cfg) else {
             score.unscorable += 1;
@@ -130,7 +141,11 @@ pub fn summarise(score: &mut Score, cells: &[Scored]) {
     score.captured = captured(cells.iter());
     score.forced = cells.iter().filter(|c| c.choice != "default").count();
     score.regressions = cells.iter().filter(|c| c.vs_default > REGRESSION).count();
-    score.regression_share = if cells.is_empty() { 0.0 } else { score.regressions as f64 / cells.len() as f64 };
+    score.regression_share = if cells.is_empty() {
+        0.0
+    } else {
+        score.regressions as f64 / cells.len() as f64
+    };
     let mut by: BTreeMap<u32, Vec<&Scored>> = BTreeMap::new();
     for c in cells {
         by.entry(c.nnodes).or_default().push(c);
@@ -173,12 +188,19 @@ fn stats(v: impl Iterator<Item = f64>) -> Stats {
     v.sort_by(f64::total_cmp);
     let geomean = (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
     let p95 = v[((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len()) - 1];
-    Stats { geomean, p95, max: *v.last().unwrap_or(&1.0) }
+    Stats {
+        geomean,
+        p95,
+        max: *v.last().unwrap_or(&1.0),
+    }
 }
 
 /// Leave-one-node-count-out: for every interior node count, compile on the
 /// others and score the held-out one.
-pub fn cross_validate_nodes(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<(Score, Vec<Scored>, Vec<u32>)> {
+pub fn cross_validate_nodes(
+    ds: &Dataset,
+    opts: &CompileOptions,
+) -> anyhow::Result<(Score, Vec<Scored>, Vec<u32>)> {
     let mut nodes: Vec<u32> = ds.records.iter().map(|r| r.nnodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
@@ -191,9 +213,23 @@ pub fn cross_validate_nodes(ds: &Dataset, opts: &CompileOptions) -> anyhow::Resu
     let interior = nodes[1..nodes.len() - 1].to_vec();
     let mut all = Vec::new();
     for &k in &interior {
-        let train = Dataset { records: ds.records.iter().filter(|r| r.nnodes != k).cloned().collect(), ..Default::default() };
-        let test: Vec<_> = ds.records.iter().filter(|r| r.nnodes == k).cloned().collect();
-        let c = compile_dataset(&train, opts).with_context(|| format!("compiling without {k} nodes"))?;
+        let train = Dataset {
+            records: ds
+                .records
+                .iter()
+                .filter(|r| r.nnodes != k)
+                .cloned()
+                .collect(),
+            ..Default::default()
+        };
+        let test: Vec<_> = ds
+            .records
+            .iter()
+            .filter(|r| r.nnodes == k)
+            .cloned()
+            .collect();
+        let c = compile_dataset(&train, opts)
+            .with_context(|| format!("compiling without {k} nodes"))?;
         let table = Table::from_bytes(&c.bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (_, scored) = score_cells(&table, &ingest::aggregate(&test));
         all.extend(scored);
@@ -245,33 +281,56 @@ pub struct EvalArgs {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
-    let ingest_opts = IngestOptions { lenient: a.lenient, assume: parse_assume(&a.assume)?, progress: !a.json };
+    let ingest_opts = IngestOptions {
+        lenient: a.lenient,
+        assume: parse_assume(&a.assume)?,
+        progress: !a.json,
+    };
     let (score, scored, title) = if a.cv.is_some() {
         let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
         let opts = CompileOptions {
-            decide: DecideOptions { margin: a.margin, z: a.noise_z, extrapolate: false },
+            decide: DecideOptions {
+                margin: a.margin,
+                z: a.noise_z,
+                extrapolate: false,
+            },
             platform: a.platform.clone(),
             command: String::new(),
         };
         let (s, c, held) = cross_validate_nodes(&ds, &opts)?;
         let held: Vec<String> = held.iter().map(|n| n.to_string()).collect();
-        (s, c, format!("leave-one-node-count-out cross-validation (held out: {})", held.join(", ")))
+        (
+            s,
+            c,
+            format!(
+                "leave-one-node-count-out cross-validation (held out: {})",
+                held.join(", ")
+            ),
+        )
     } else {
         if a.paths.len() < 2 {
             bail!("dyncc eval TABLE PATH...: give the table and at least one measurement file or directory");
         }
-        let bytes = std::fs::read(&a.paths[0]).with_context(|| format!("reading table {}", a.paths[0].display()))?;
-        let table = Table::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
+        let bytes = std::fs::read(&a.paths[0])
+            .with_context(|| format!("reading table {}", a.paths[0].display()))?;
+        let table = Table::from_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
         let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
         let mut records = ds.records;
         if let Some(p) = &a.platform {
             records.retain(|r| {
-                r.platform.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(p))
+                r.platform
+                    .as_deref()
+                    .is_some_and(|x| x.eq_ignore_ascii_case(p))
                     || r.gpu.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(p))
             });
         }
         let (s, c) = score_cells(&table, &ingest::aggregate(&records));
-        (s, c, format!("{} on the given measurements", a.paths[0].display()))
+        (
+            s,
+            c,
+            format!("{} on the given measurements", a.paths[0].display()),
+        )
     };
     if score.cells == 0 {
         bail!(
@@ -290,7 +349,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     println!("{title}\n");
-    println!("{:<14} {:>6} {:>9} {:>7} {:>7} {:>9} {:>13}", "", "cells", "geomean", "p95", "max", "captured", "regressions");
+    println!(
+        "{:<14} {:>6} {:>9} {:>7} {:>7} {:>9} {:>13}",
+        "", "cells", "geomean", "p95", "max", "captured", "regressions"
+    );
     println!(
         "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>8.1}% {:>6} ({:.1}%)",
         "dyncc table",
@@ -304,10 +366,19 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
     );
     println!(
         "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>9} {:>13}",
-        "NCCL default", score.cells, score.default.geomean, score.default.p95, score.default.max, "-", "-"
+        "NCCL default",
+        score.cells,
+        score.default.geomean,
+        score.default.p95,
+        score.default.max,
+        "-",
+        "-"
     );
     println!("\n(times over the best measured setting per cell; regressions: > 5 % slower than the default)");
-    println!("\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}", "nodes", "cells", "table", "default", "captured", "regressions");
+    println!(
+        "\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}",
+        "nodes", "cells", "table", "default", "captured", "regressions"
+    );
     for (n, s) in &score.by_nodes {
         println!(
             "{:>6} {:>6} {:>9.4} {:>9.4} {:>8.1}% {:>11}",

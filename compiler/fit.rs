@@ -67,13 +67,22 @@ pub fn fit(grid: &Grid) -> Fitted {
             continue;
         }
         let forest = boost(&x, &y, &w);
-        let r = (x.iter().zip(&y).map(|(xi, yi)| (forest.predict(xi) - yi).powi(2)).sum::<f64>()
+        let r = (x
+            .iter()
+            .zip(&y)
+            .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
+            .sum::<f64>()
             / y.len() as f64)
             .sqrt();
         advantage.push(Some(forest));
         resid.push(r);
     }
-    Fitted { advantage, resid, sigma, n_sizes: grid.sizes.len() }
+    Fitted {
+        advantage,
+        resid,
+        sigma,
+        n_sizes: grid.sizes.len(),
+    }
 }
 
 /// Gradient-boosted trees on (x, y, w), converted to the flat IR.
@@ -92,11 +101,13 @@ fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
         .set_iterations(60)
         .set_learning_rate(0.15)
         .set_max_depth(3)
-        .set_min_leaf_weight(0.0)
+        .set_min_leaf_weight(3.0)
         .set_l2(1.0)
         .set_parallel(false)
         .set_seed(0);
-    // Weights are relative; normalise so l2 means the same for any noise level.
+    // Weights are relative; normalise them to mean 1 so that l2 and the
+    // minimum leaf weight (about three cells: no leaf may isolate a single,
+    // possibly noisy, measurement) mean the same at any noise level.
     let mean_w = w.iter().sum::<f64>() / n as f64;
     let w: Vec<f64> = w.iter().map(|v| v / mean_w).collect();
     match b.fit(&m, y, &w, None) {
@@ -104,7 +115,10 @@ fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
         Err(_) => {
             // Degenerate data (e.g. one distinct feature row): the mean.
             let mean = y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() / w.iter().sum::<f64>();
-            Forest { base: mean, trees: Vec::new() }
+            Forest {
+                base: mean,
+                trees: Vec::new(),
+            }
         }
     }
 }
@@ -126,7 +140,9 @@ fn noise(grid: &Grid) -> Vec<f64> {
         let mut est: Vec<Vec<f64>> = vec![Vec::new(); ns];
         for c in 0..nc {
             for si in 0..ns {
-                let Some(m) = grid.get(ni, si, c) else { continue };
+                let Some(m) = grid.get(ni, si, c) else {
+                    continue;
+                };
                 if m.n >= 2 {
                     let s = (1.0 + m.spread.max(0.0)).ln() / range_factor(m.n);
                     est[si].push(s * s);
@@ -145,7 +161,11 @@ fn noise(grid: &Grid) -> Vec<f64> {
             let lo = si.saturating_sub(2);
             let hi = (si + 2).min(ns - 1);
             let mut v: Vec<f64> = est[lo..=hi].iter().flatten().copied().collect();
-            let s = if v.is_empty() { 0.05 } else { median(&mut v).sqrt() };
+            let s = if v.is_empty() {
+                0.05
+            } else {
+                median(&mut v).sqrt()
+            };
             out[ni * ns + si] = s.clamp(MIN_SIGMA, MAX_SIGMA);
         }
     }
@@ -192,10 +212,24 @@ mod tests {
             for k in 3..30 {
                 let b = 1u64 << k;
                 let base = 10.0 + b as f64 / 1e4;
-                cells.push(cell(Collective::AllReduce, nodes, 8, b, Config::DEFAULT, base));
+                cells.push(cell(
+                    Collective::AllReduce,
+                    nodes,
+                    8,
+                    b,
+                    Config::DEFAULT,
+                    base,
+                ));
                 // Tree/LL is 20 % faster below 64 KiB, 30 % slower above.
                 let t = if b < 65536 { base * 0.8 } else { base * 1.3 };
-                cells.push(cell(Collective::AllReduce, nodes, 8, b, cfg(Algo::Tree, Proto::LL), t));
+                cells.push(cell(
+                    Collective::AllReduce,
+                    nodes,
+                    8,
+                    b,
+                    cfg(Algo::Tree, Proto::LL),
+                    t,
+                ));
             }
         }
         let (grids, _) = build_grids(&cells);

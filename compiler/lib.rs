@@ -6,16 +6,16 @@
 //! writes the table through `dyncc-tables`. [`simulate`] produces sweeps
 //! without a cluster; [`audit`] answers questions about a table.
 
-pub mod record;
-pub mod ingest;
-pub mod simulate;
-pub mod tree;
-pub mod features;
-pub mod fit;
+pub mod atomic;
+pub mod compile;
 pub mod decide;
 pub mod distil;
-pub mod atomic;
 pub mod emit;
-pub mod units;
-pub mod compile;
 pub mod eval;
+pub mod features;
+pub mod fit;
+pub mod ingest;
+pub mod record;
+pub mod simulate;
+pub mod tree;
+pub mod units;
