@@ -364,8 +364,12 @@ fn describe(
             let (d, basis, _) = c.buckets[k];
             let mut j = k;
             let mut gain = f64::INFINITY;
-            while j < c.buckets.len() && c.buckets[j].0 == d && c.buckets[j].1 == basis {
+            // One region per decision: the table splits it further by
+            // basis, the report names the best basis inside it.
+            let mut basis = basis;
+            while j < c.buckets.len() && c.buckets[j].0 == d {
                 gain = gain.min(c.buckets[j].2 as f64);
+                basis = basis.min(c.buckets[j].1);
                 j += 1;
             }
             if let Decision::Force {
@@ -503,12 +507,12 @@ pub fn print_report(r: &Report) {
             String::new()
         };
         println!(
-            "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. {:<9} {:>20}  {:>8}  {}",
+            "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
             f.collective,
             nodes,
             ppn,
             fmt_bytes(f.from_bytes),
-            fmt_bytes(f.to_bytes),
+            fmt_bytes(f.to_bytes.saturating_add(1)),
             format!("{}/{}{}", f.algorithm, f.protocol, ch),
             fmt_gain(f.gain),
             f.basis
@@ -584,7 +588,7 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = 0.03)]
     pub margin: f64,
     /// Measurement-noise standard deviations a gain must clear.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     pub noise_z: f64,
     /// Extend decisions beyond the measured sizes, node counts and ranks per node.
     #[arg(long)]
@@ -629,6 +633,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         lenient: a.lenient,
         assume: parse_assume(&a.assume)?,
         progress: !a.json,
+        keep_unresolved: false,
     };
     let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
     if ds.records.is_empty() {

@@ -264,7 +264,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0.03)]
     pub margin: f64,
     /// With --cv: noise standard deviations a gain must clear.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     pub noise_z: f64,
     /// Keep only records of this platform label or GPU model.
     #[arg(long)]
@@ -285,6 +285,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         lenient: a.lenient,
         assume: parse_assume(&a.assume)?,
         progress: !a.json,
+        keep_unresolved: false,
     };
     let (score, scored, title) = if a.cv.is_some() {
         let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
