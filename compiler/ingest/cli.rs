@@ -188,7 +188,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
     let ds = super::read_paths(&args.paths, &opts)?;
     let s = summarise(&ds);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
+        let mut j = serde_json::to_string_pretty(&s)?;
+        j.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), j.as_bytes());
     } else {
         print_human(&s);
     }
@@ -213,7 +215,10 @@ fn map_line(m: &BTreeMap<String, usize>) -> String {
 }
 
 fn print_human(s: &Summary) {
-    println!(
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
         "{} sweep files, {} rows ({} zero-size), {} records, {} cells; {} other files ignored",
         s.files,
         s.rows,
@@ -222,11 +227,12 @@ fn print_human(s: &Summary) {
         s.cells,
         s.ignored_files.len()
     );
-    println!("collectives: {}", map_line(&s.collectives));
-    println!("algorithms:  {}", map_line(&s.algorithms));
-    println!("protocols:   {}", map_line(&s.protocols));
-    println!("channels:    {}", map_line(&s.channels));
-    println!(
+    let _ = writeln!(o, "collectives: {}", map_line(&s.collectives));
+    let _ = writeln!(o, "algorithms:  {}", map_line(&s.algorithms));
+    let _ = writeln!(o, "protocols:   {}", map_line(&s.protocols));
+    let _ = writeln!(o, "channels:    {}", map_line(&s.channels));
+    let _ = writeln!(
+        o,
         "nodes:       {}",
         s.nodes
             .iter()
@@ -234,52 +240,56 @@ fn print_human(s: &Summary) {
             .collect::<Vec<_>>()
             .join(", ")
     );
-    println!("gpus:        {}", map_line(&s.gpus));
+    let _ = writeln!(o, "gpus:        {}", map_line(&s.gpus));
     if !s.nccl_versions.is_empty() {
-        println!("nccl:        {}", s.nccl_versions.join(", "));
+        let _ = writeln!(o, "nccl:        {}", s.nccl_versions.join(", "));
     }
-    println!("\ncoverage (collective x nodes x configuration):");
-    println!(
+    let _ = writeln!(o, "\ncoverage (collective x nodes x configuration):");
+    let _ = writeln!(
+        o,
         "  {:<14} {:>6} {:>6}  {:<22} {:>6} {:>8}",
         "collective", "nodes", "ranks", "config", "sizes", "records"
     );
     for c in &s.coverage {
-        println!(
+        let _ = writeln!(
+            o,
             "  {:<14} {:>6} {:>6}  {:<22} {:>6} {:>8}",
             c.collective, c.nodes, c.ranks, c.config, c.sizes, c.records
         );
     }
     let unresolved: Vec<_> = s.per_file.iter().filter(|f| !f.resolved).collect();
     if !unresolved.is_empty() {
-        println!(
+        let _ = writeln!(
+            o,
             "\nknobs or shape unknown in {} file(s) (rows counted, not usable for compile):",
             unresolved.len()
         );
         for f in unresolved.iter().take(20) {
-            println!("  {} ({} rows): {}", f.file.display(), f.rows, f.knobs);
+            let _ = writeln!(o, "  {} ({} rows): {}", f.file.display(), f.rows, f.knobs);
         }
         if unresolved.len() > 20 {
-            println!("  ... and {} more", unresolved.len() - 20);
+            let _ = writeln!(o, "  ... and {} more", unresolved.len() - 20);
         }
     }
     if !s.skipped.is_empty() {
-        println!("\nskipped ({}):", s.skipped.len());
+        let _ = writeln!(o, "\nskipped ({}):", s.skipped.len());
         for k in s.skipped.iter().take(30) {
-            println!("  {}:{}: {}", k.file.display(), k.line, k.reason);
+            let _ = writeln!(o, "  {}:{}: {}", k.file.display(), k.line, k.reason);
         }
         if s.skipped.len() > 30 {
-            println!("  ... and {} more (see --json)", s.skipped.len() - 30);
+            let _ = writeln!(o, "  ... and {} more (see --json)", s.skipped.len() - 30);
         }
     }
     if !s.anomalies.is_empty() {
-        println!("\nanomalies: {}", map_line(&s.anomalies));
+        let _ = writeln!(o, "\nanomalies: {}", map_line(&s.anomalies));
         for a in s
             .anomaly_list
             .iter()
             .filter(|a| a.kind != "unresolved")
             .take(15)
         {
-            println!(
+            let _ = writeln!(
+                o,
                 "  {}:{}: {}: {}",
                 a.file.display(),
                 a.line,
@@ -288,8 +298,10 @@ fn print_human(s: &Summary) {
             );
         }
     }
-    println!(
+    let _ = writeln!(o,
         "\nwarm-up outliers {}, wrong-data records {}, knob-ignored records {}, unresolved records {}",
         s.warmup_outliers, s.wrong_data, s.knob_ignored, s.unresolved_records
     );
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
 }

@@ -592,7 +592,6 @@ pub fn aggregate(records: &[Record]) -> Vec<Cell> {
 }
 
 /// Reads all of `rd` into a buffer, counting bytes (for small formats).
-#[allow(dead_code)]
 pub(crate) fn read_all<R: Read>(mut rd: R) -> std::io::Result<Vec<u8>> {
     let mut v = Vec::new();
     rd.read_to_end(&mut v)?;
