@@ -819,7 +819,11 @@ fn finish(
             }
         }
         if gpu.is_none() {
-            gpu = facts.iter().find_map(|a| a.gpu.clone());
+            // An elided rank list still names the GPU.
+            gpu = jobs
+                .iter()
+                .find_map(|j| j.gpu.clone())
+                .or_else(|| facts.iter().find_map(|a| a.gpu.clone()));
         }
         if nranks.is_none() || nnodes.is_none() {
             problems.push(format!(
