@@ -134,7 +134,7 @@ fn every_real_log_is_read_with_the_catalogued_row_count() {
         keep_unresolved: true,
         ..lenient_default()
     };
-    let ds = ingest::read_paths(&[real.clone()], &opts).unwrap();
+    let ds = ingest::read_paths(std::slice::from_ref(&real), &opts).unwrap();
     // 189 catalogued logs + 2 sweep CSVs; docs and unrelated CSV/TSV ignored.
     assert_eq!(ds.files, 191);
     assert_eq!(ds.ignored.len(), 7);

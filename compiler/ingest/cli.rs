@@ -69,6 +69,9 @@ struct Summary {
     per_file: Vec<super::FileReport>,
 }
 
+/// (collective, nodes, ranks, configuration).
+type CovKey = (String, u32, u32, String);
+
 #[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
 struct Coverage {
     collective: String,
@@ -114,8 +117,7 @@ fn summarise(ds: &Dataset) -> Summary {
         cells: super::aggregate(&ds.records).len(),
         per_file: ds.reports.clone(),
     };
-    let mut cov: BTreeMap<(String, u32, u32, String), (std::collections::BTreeSet<u64>, usize)> =
-        BTreeMap::new();
+    let mut cov: BTreeMap<CovKey, (std::collections::BTreeSet<u64>, usize)> = BTreeMap::new();
     for r in &ds.records {
         *s.collectives
             .entry(r.collective.name().to_string())

@@ -587,7 +587,7 @@ pub fn aggregate(records: &[Record]) -> Vec<Cell> {
             }
         })
         .collect();
-    cells.sort_by(|a, b| a.key.cmp(&b.key));
+    cells.sort_by_key(|c| c.key);
     cells
 }
 

@@ -131,6 +131,9 @@ impl Layout {
     }
 }
 
+/// (function, bytes) -> the algorithm and protocol NCCL's INFO lines say it chose.
+type ChosenMap = HashMap<(Option<Collective>, u64), (Option<Algo>, Option<Proto>)>;
+
 /// One job's rank lines.
 #[derive(Default, Debug)]
 struct Job {
@@ -184,7 +187,7 @@ struct State {
     nccl_version: Option<u32>,
     launcher_coll: Option<Collective>,
     /// (function, bytes) -> what NCCL chose, from `Bytes -> Algo` lines.
-    chosen: HashMap<(Option<Collective>, u64), (Option<Algo>, Option<Proto>)>,
+    chosen: ChosenMap,
     dtypes: Vec<Arc<str>>,
     first_error: Option<(u32, String)>,
     zero_rows: usize,
@@ -940,7 +943,7 @@ fn finish(
 /// What NCCL's INFO lines say it chose for (coll, nbytes). Since 2.24 the
 /// bytes are per rank for AllGather/ReduceScatter.
 fn chosen_for(
-    chosen: &HashMap<(Option<Collective>, u64), (Option<Algo>, Option<Proto>)>,
+    chosen: &ChosenMap,
     coll: Collective,
     nbytes: u64,
     nranks: u32,
