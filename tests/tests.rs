@@ -1,2 +1,3 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod ingest;
+mod ingest_errors;

@@ -17,12 +17,26 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = FileOutput::empty(Format::TunerCsv);
     out.report.knobs = "per row (algorithm, protocol, channels columns)".into();
-    let mut rdr = ::csv::ReaderBuilder::new()
-        .has_headers(true)
-        .flexible(true)
-        .trim(::csv::Trim::All)
-        .from_reader(rd);
-    let headers = rdr.headers()?.clone();
+    // Lines are read here (not by the csv crate's reader) so every error
+    // names the exact line; fields are split by `split_csv_line`.
+    let mut rd = rd;
+    let mut buf = String::new();
+    let mut lineno = 0u32;
+    let headers: Vec<String> = loop {
+        buf.clear();
+        let n = rd.read_line(&mut buf)?;
+        out.bytes += n as u64;
+        if n == 0 {
+            anyhow::bail!(
+                "{}: empty file; expected a tuner CSV header",
+                ctx.path.display()
+            );
+        }
+        lineno += 1;
+        if !buf.trim().is_empty() {
+            break split_csv_line(buf.trim_end_matches(['\n', '\r']));
+        }
+    };
     let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
     let need = |name: &str| {
         col(name).ok_or_else(|| {
@@ -65,29 +79,21 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         interned.push(a.clone());
         a
     };
-    let mut rec = ::csv::StringRecord::new();
     loop {
-        // Before a record the reader still sits on the previous record's
-        // terminator, so the record starts one line further down.
-        let start_line = rdr.position().line() as u32 + 1;
-        match rdr.read_record(&mut rec) {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => {
-                let line = e.position().map(|p| p.line() as u32).unwrap_or(start_line);
-                if e.is_io_error() {
-                    return Err(anyhow::Error::new(e));
-                }
-                ctx.bad(line, format!("not valid CSV: {e}"))?;
-                continue;
-            }
+        buf.clear();
+        let n = rd.read_line(&mut buf)?;
+        if n == 0 {
+            break;
         }
-        let line = start_line;
+        out.bytes += n as u64;
+        lineno += 1;
+        let rec = split_csv_line(buf.trim_end_matches(['\n', '\r']));
+        let line = lineno;
         if rec.iter().all(|f| f.is_empty()) {
             continue;
         }
         out.report.rows += 1;
-        let get = |i: usize| rec.get(i).unwrap_or("");
+        let get = |i: usize| rec.get(i).map(String::as_str).unwrap_or("");
         macro_rules! bad {
             ($($t:tt)*) => {{ ctx.bad(line, format!($($t)*))?; continue; }};
         }
@@ -184,8 +190,29 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             flags: 0,
         });
     }
-    out.bytes = rdr.position().byte();
     Ok(out)
+}
+
+/// Splits one CSV line: fields trimmed, double-quoted fields unquoted
+/// (`""` inside quotes is a quote).
+pub fn split_csv_line(l: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut q = false;
+    let mut chars = l.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if q && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => q = !q,
+            ',' if !q => out.push(std::mem::take(&mut cur).trim().to_string()),
+            c => cur.push(c),
+        }
+    }
+    out.push(cur.trim().to_string());
+    out
 }
 
 /// The seven configurations of NVIDIA's raw layout, in column order.

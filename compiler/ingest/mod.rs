@@ -438,7 +438,11 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
     }
     let first_line = head.split(|&b| b == b'\n').next().unwrap_or(b"");
     let fl = String::from_utf8_lossy(first_line).to_ascii_lowercase();
-    if fl.contains("collective") && fl.contains("size_bytes") && fl.contains(',') {
+    if fl.contains("collective")
+        && fl.contains("size_bytes")
+        && fl.contains("algorithm")
+        && fl.contains("protocol")
+    {
         return Format::TunerCsv;
     }
     if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, first_line) {
@@ -583,12 +587,11 @@ pub fn aggregate(records: &[Record]) -> Vec<Cell> {
             }
         })
         .collect();
-    cells.sort_by(|a, b| a.key.cmp(&b.key));
+    cells.sort_by_key(|c| c.key);
     cells
 }
 
 /// Reads all of `rd` into a buffer, counting bytes (for small formats).
-#[allow(dead_code)]
 pub(crate) fn read_all<R: Read>(mut rd: R) -> std::io::Result<Vec<u8>> {
     let mut v = Vec::new();
     rd.read_to_end(&mut v)?;
