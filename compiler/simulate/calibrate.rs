@@ -104,6 +104,8 @@ pub struct Report {
     pub overall_rms_log: f64,
     pub crossovers: Vec<Crossovers>,
     pub default_gap: Vec<DefaultGap>,
+    /// Every compared point: (nodes, config, size, real µs, simulated µs).
+    pub points: Vec<(u32, String, u64, f64, f64)>,
 }
 
 /// First size from which `b` beats `a` at two consecutive sizes.
@@ -127,6 +129,7 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
     let mut errors = Vec::new();
     let mut crossovers = Vec::new();
     let mut default_gap = Vec::new();
+    let mut points = Vec::new();
     let (mut all_sq, mut all_n) = (0.0, 0usize);
     for (&nodes, cells) in real {
         let model = NcclModel::new(prof, nodes);
@@ -142,7 +145,9 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
             let mut e = Vec::new();
             for &s in &sizes {
                 if let Some(&t) = cells.get(&(s, Some((a, p)))) {
-                    e.push((sim(a, p, s) / t).ln());
+                    let m = sim(a, p, s);
+                    points.push((nodes, format!("{}/{}", a.name(), p.name()), s, t, m));
+                    e.push((m / t).ln());
                 }
             }
             if e.is_empty() {
@@ -206,6 +211,7 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
         overall_rms_log: (all_sq / all_n.max(1) as f64).sqrt(),
         crossovers,
         default_gap,
+        points,
     }
 }
 

@@ -18,6 +18,11 @@ use rand_distr::{Distribution, Normal};
 use super::profile::{LinkKind, Profile};
 use crate::record::{Algo, Coll, Proto};
 
+/// log2 of the chunk size (bytes per rank and channel) where the latency ramp
+/// starts, and over how many doublings it completes, per protocol.
+const RAMP_START: [f64; 3] = [6.0, 6.0, 8.0];
+const RAMP_SPAN: [f64; 3] = [6.0, 10.0, 4.0];
+
 /// Whether `(c, a, p)` can run on `nnodes` nodes of profile `prof` (NCCL's
 /// support rules, ABI §5.4, plus the hardware: NVLS needs NVSwitch SHARP,
 /// CollNet a SHARP fabric, PAT one GPU per node).
@@ -101,10 +106,17 @@ pub fn true_time(
     // Past the channel count that saturates the links, more channels contend.
     let saturating = (link_eff(1.0, 1.0) / perch).max(1.0);
     let contention = 1.0 + 0.02 * (ch / saturating - 1.0).max(0.0);
-    // Chunks per rank and channel grow from 64 B to 64 KiB: per-step latency rises.
+    // As chunks per rank and channel grow, per-step latency rises (fitted to DGX-1V).
     let chunk = bytes / (ch * n);
-    let ramp = if chunk > 0.0 { ((chunk.log2() - 6.0) / 10.0).clamp(0.0, 1.0) } else { 0.0 };
-    let lat_factor = 1.0 + ph.lat_ramp[pi] * ramp;
+    let ramp = if chunk > 0.0 {
+        ((chunk.log2() - RAMP_START[pi]) / RAMP_SPAN[pi]).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    // Only step-by-step algorithms pay it; Broadcast/Reduce pipelines hide it.
+    let stepwise = matches!(a, Algo::Ring | Algo::Tree | Algo::Pat | Algo::CollNetChain)
+        && !matches!(c, Coll::Broadcast | Coll::Reduce);
+    let lat_factor = if stepwise { 1.0 + ph.lat_ramp[pi] * ramp } else { 1.0 };
     let ch_cost = ch * ph.channel_overhead_us;
     let depth = clog2(nnodes);
     let tree_net = if nnodes == 2 { ph.tree_net_2nodes } else { ph.tree_net_many };
@@ -121,16 +133,21 @@ pub fn true_time(
                 Coll::AllReduce => (2.0 * (n - 1.0), 2.0 * (nnodes as f64 - 1.0)),
                 _ => (n - 1.0, nnodes as f64 - 1.0),
             };
-            let hop_net = if p == Proto::Simple { net_hop * ph.ring_simple_net } else { net_hop };
-            let lat = base + (nsteps - n_inter) * intra_hop + n_inter * hop_net;
+            let hop_net = net_hop * ph.ring_net_scale[pi];
+            let mut lat = base + (nsteps - n_inter) * intra_hop + n_inter * hop_net;
+            if multi {
+                lat += ph.ring_multinode_us[pi];
+            }
             let bus = link_eff(1.0, 1.0).min(ch * perch) / contention;
             (lat, bytes * bus_factor / (bus * 1000.0))
         }
         Algo::Tree => {
-            let lat = base + 2.0 * ((ppn as f64 - 1.0) * intra_hop + depth * net_hop);
+            let hop = intra_hop * ph.tree_hop_scale[pi];
+            let lat = base + 2.0 * ((ppn as f64 - 1.0) * hop + depth * net_hop);
             let alg = link_eff(ph.tree_intra, tree_net).min(ch * perch * ph.tree_intra) / contention;
             let dip = if bytes > 0.0 {
-                1.0 + ph.tree_dip * (-((bytes.log2() - 24.0) / 3.5).powi(2)).exp()
+                let centre = if p == Proto::LL128 { 22.0 } else { 24.0 };
+                1.0 + ph.tree_dip[pi] * (-((bytes.log2() - centre) / 3.5).powi(2)).exp()
             } else {
                 1.0
             };
@@ -155,11 +172,15 @@ pub fn true_time(
             (lat, bytes * bus_factor / (bus / contention * 1000.0))
         }
         Algo::CollNetDirect => {
+            // Every channel drives one connection per head (NIC).
+            let heads = ppn.min(prof.net.nics_per_node).max(1) as f64;
             let lat = base + 2.0 * intra_hop + 2.0 * ph.sharp_lat_us + simple_hop_net;
             let alg = if c == Coll::AllReduce {
-                (intra_bw * 0.9).min(net_bw * ph.eff_net[pi] * 0.92).min(ch * perch * 0.5)
+                (intra_bw * 0.9).min(net_bw * ph.eff_net[pi] * 0.92).min(ch * perch * heads)
             } else {
-                (intra_bw / bus_factor).min(net_bw * ph.eff_net[pi] / bus_factor).min(ch * perch)
+                (intra_bw / bus_factor)
+                    .min(net_bw * ph.eff_net[pi] / bus_factor)
+                    .min(ch * perch * heads)
             };
             (lat, bytes / (alg / contention * 1000.0))
         }
@@ -177,7 +198,14 @@ pub fn true_time(
             (lat, bytes * bus_factor / (bus * 1000.0))
         }
     };
-    lat * lat_factor + ch_cost + bytes_us
+    let lat = lat * lat_factor;
+    let k = ph.ring_overlap[pi];
+    let k = if matches!(c, Coll::Broadcast | Coll::Reduce) { k.max(1.5) } else { k };
+    if a == Algo::Ring && (multi || matches!(c, Coll::Broadcast | Coll::Reduce)) && k > 1.0 {
+        // Pipelined steps overlap: the latency hides behind a long transfer.
+        return (lat.powf(k) + bytes_us.powf(k)).powf(1.0 / k) + ch_cost;
+    }
+    lat + ch_cost + bytes_us
 }
 
 /// Draws measurement noise: multiplicative log-normal, wider at small sizes,

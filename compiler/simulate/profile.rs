@@ -112,18 +112,27 @@ pub struct Physics {
     pub eff_net: [f64; 3],
     /// Bandwidth one channel (one CTA) can drive, GB/s, per protocol.
     pub per_channel_gbs: [f64; 3],
-    /// Step latency grows by this factor (x latency) as chunks grow from 64 B to 64 KiB per rank and channel.
+    /// Step latency grows by up to this factor (x latency) as the chunk per rank and
+    /// channel grows (LL 64 B-4 KiB, LL128 64 B-64 KiB, Simple 256 B-4 KiB).
     pub lat_ramp: [f64; 3],
-    /// Extra factor on network hops of Ring/Simple (flush and proxy round trips).
-    pub ring_simple_net: f64,
+    /// Ring's network hop as a multiple of `net.hop_us` (Simple pays flushes and proxy round trips).
+    pub ring_net_scale: [f64; 3],
+    /// How far a multi-node ring hides its latency behind the transfer at large
+    /// sizes, per protocol: time = (lat^k + transfer^k)^(1/k); 1 = no overlap.
+    pub ring_overlap: [f64; 3],
+    /// Extra latency of a ring leaving the node at all (proxy and network start-up), µs.
+    pub ring_multinode_us: [f64; 3],
+    /// Tree's intra-node hop as a multiple of `intra.hop_us`.
+    pub tree_hop_scale: [f64; 3],
     /// Tree algbw inside a node, as a fraction of the ring busbw (a chain).
     pub tree_intra: f64,
     /// Tree algbw over the network on 2 nodes, fraction of node bandwidth.
     pub tree_net_2nodes: f64,
     /// Tree algbw over the network on more than 2 nodes.
     pub tree_net_many: f64,
-    /// Depth of Tree's mid-size bandwidth dip (0 = none), centred near 16 MiB.
-    pub tree_dip: f64,
+    /// Depth of Tree's mid-size bandwidth dip per protocol (0 = none), centred
+    /// at 4 MiB for LL128 and 16 MiB for the others.
+    pub tree_dip: [f64; 3],
     /// NVLS busbw gain over Ring inside the node.
     pub nvls_gain: f64,
     /// NVLS multicast latency, µs.
@@ -146,15 +155,18 @@ impl Default for Physics {
             eff_intra: [0.5, 0.95, 1.0],
             eff_net: [0.35, 0.93, 0.97],
             per_channel_gbs: [8.0, 20.0, 26.0],
-            lat_ramp: [0.8, 1.0, 0.9],
-            ring_simple_net: 1.4,
+            lat_ramp: [0.4, 0.3, 0.9],
+            ring_net_scale: [1.0, 1.0, 1.4],
+            ring_overlap: [1.0, 1.3, 1.0],
+            ring_multinode_us: [2.0, 2.0, 5.0],
+            tree_hop_scale: [1.0, 1.0, 1.0],
             tree_intra: 0.55,
             tree_net_2nodes: 0.65,
             tree_net_many: 0.45,
-            tree_dip: 0.5,
+            tree_dip: [0.0, 0.5, 0.4],
             nvls_gain: 1.3,
-            nvls_lat_us: 12.0,
-            sharp_lat_us: 6.0,
+            nvls_lat_us: 9.0,
+            sharp_lat_us: 5.0,
             channel_overhead_us: 0.12,
             noise_small: 0.05,
             noise_large: 0.008,
@@ -303,7 +315,7 @@ fn h100() -> Profile {
         physics: Physics {
             base_us: [5.0, 6.5, 8.0],
             per_channel_gbs: [7.5, 21.0, 26.0],
-            lat_ramp: [0.8, 0.9, 0.8],
+            lat_ramp: [0.4, 0.3, 0.8],
             ..Physics::default()
         },
     }
@@ -334,7 +346,7 @@ fn a100() -> Profile {
         physics: Physics {
             base_us: [5.5, 7.5, 9.0],
             per_channel_gbs: [5.5, 15.0, 19.0],
-            ring_simple_net: 1.5,
+            ring_net_scale: [1.0, 1.0, 1.5],
             ..Physics::default()
         },
     }
@@ -352,7 +364,7 @@ fn v100() -> Profile {
         host_prefix: "dgx1v-".into(),
         pci_bus: vec![0x06, 0x07, 0x0a, 0x0b, 0x85, 0x86, 0x89, 0x8a],
         intra: Intra { kind: LinkKind::NvLink, bw_gbs: 132.0, hop_us: [0.45, 1.9, 2.6] },
-        net: Net { kind: "ib".into(), nics_per_node: 4, gbps_per_nic: 100.0, hop_us: [7.0, 12.0, 17.0] },
+        net: Net { kind: "ib".into(), nics_per_node: 4, gbps_per_nic: 100.0, hop_us: [7.4, 9.0, 17.0] },
         features: Features { nvls: false, collnet: false, pat: false },
         nccl: NcclTopo {
             channels: 8,
@@ -366,14 +378,17 @@ fn v100() -> Profile {
         physics: Physics {
             base_us: [6.0, 10.0, 8.0],
             eff_intra: [0.5, 0.95, 1.0],
-            eff_net: [0.27, 0.94, 0.97],
+            eff_net: [0.27, 0.91, 0.97],
             per_channel_gbs: [4.6, 11.6, 18.0],
-            lat_ramp: [1.2, 1.0, 0.9],
-            ring_simple_net: 2.0,
+            lat_ramp: [0.4, 0.3, 0.9],
+            ring_net_scale: [0.64, 0.19, 0.96],
+            ring_overlap: [1.0, 1.25, 1.0],
+            ring_multinode_us: [9.0, 5.0, 30.0],
+            tree_hop_scale: [1.27, 0.64, 1.27],
             tree_intra: 0.46,
-            tree_net_2nodes: 0.65,
-            tree_net_many: 0.43,
-            tree_dip: 0.85,
+            tree_net_2nodes: 0.69,
+            tree_net_many: 0.45,
+            tree_dip: [0.0, 0.8, 0.5],
             nvls_gain: 1.0,
             nvls_lat_us: 0.0,
             sharp_lat_us: 0.0,
@@ -411,7 +426,7 @@ fn gh200() -> Profile {
             base_us: [5.5, 7.0, 8.5],
             eff_net: [0.3, 0.9, 0.93],
             per_channel_gbs: [7.0, 20.0, 26.0],
-            ring_simple_net: 1.6,
+            ring_net_scale: [1.0, 1.0, 1.6],
             noise_small: 0.07,
             noise_large: 0.015,
             ..Physics::default()
