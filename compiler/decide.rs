@@ -306,7 +306,7 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketChoice;
         // Nearest measured size in log2.
         let si = match grid.sizes.binary_search(&bucket_lower_bound(b as u8)) {
             Ok(i) => i,
-            Err(i) if i == 0 => 0,
+            Err(0) => 0,
             Err(i) if i >= grid.sizes.len() => grid.sizes.len() - 1,
             Err(i) => {
                 let below = (grid.sizes[i - 1] as f64).log2();

@@ -195,6 +195,77 @@ fn stats(v: impl Iterator<Item = f64>) -> Stats {
     }
 }
 
+/// Reads a simulator ground-truth CSV (`collective, nodes, ranks,
+/// size_bytes, algorithm, protocol, channels, true_us`) into cells.
+pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
+    use crate::record::{Algo, CellKey, Proto, Source};
+    let mut rd =
+        csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
+    let h = rd
+        .headers()
+        .with_context(|| format!("{}:1: reading the header", path.display()))?
+        .clone();
+    let col = |n: &str| {
+        h.iter().position(|x| x == n).with_context(|| {
+            format!("{}:1: no `{n}` column: expected the ground truth written by `dyncc simulate` (truth.csv)", path.display())
+        })
+    };
+    let (cc, cn, cr, cs, ca, cp, ch, ct) = (
+        col("collective")?,
+        col("nodes")?,
+        col("ranks")?,
+        col("size_bytes")?,
+        col("algorithm")?,
+        col("protocol")?,
+        col("channels")?,
+        col("true_us")?,
+    );
+    let file = std::sync::Arc::new(path.to_path_buf());
+    let mut out = Vec::new();
+    for (i, row) in rd.records().enumerate() {
+        let line = i as u32 + 2;
+        let row = row.with_context(|| format!("{}:{line}: malformed CSV row", path.display()))?;
+        let bad = |what: &str| anyhow::anyhow!("{}:{line}: expected {what}", path.display());
+        let get = |c: usize| row.get(c).unwrap_or("").trim();
+        let collective = Collective::parse(get(cc)).ok_or_else(|| bad("a collective name"))?;
+        let num = |c: usize, what: &str| get(c).parse::<u64>().map_err(|_| bad(what));
+        let (algo, proto) = match (get(ca), get(cp)) {
+            ("default", _) | (_, "default") => (None, None),
+            (x, y) => (
+                Some(Algo::parse(x).ok_or_else(|| bad("an algorithm name"))?),
+                Some(Proto::parse(y).ok_or_else(|| bad("a protocol name"))?),
+            ),
+        };
+        let channels = match get(ch).parse::<i64>() {
+            Ok(c) if c > 0 => Some(c as u32),
+            Ok(_) => None,
+            Err(_) => return Err(bad("an integer channel count (-1 for NCCL's choice)")),
+        };
+        let t: f64 = get(ct).parse().map_err(|_| bad("a time in true_us"))?;
+        out.push(Cell {
+            key: CellKey {
+                collective,
+                nbytes: num(cs, "a size in bytes")?,
+                nranks: num(cr, "a rank count")? as u32,
+                nnodes: num(cn, "a node count")? as u32,
+                config: Config {
+                    algo,
+                    proto,
+                    channels,
+                },
+            },
+            time_us: t,
+            n: 1,
+            spread: 0.0,
+            source: Source {
+                file: file.clone(),
+                line,
+            },
+        });
+    }
+    Ok(out)
+}
+
 /// Leave-one-node-count-out: for every interior node count, compile on the
 /// others and score the held-out one.
 pub fn cross_validate_nodes(
@@ -273,6 +344,10 @@ pub struct EvalArgs {
     pub lenient: bool,
     #[arg(long = "assume", value_name = "KEY=VALUE")]
     pub assume: Vec<String>,
+    /// Score against a simulator's ground truth (`truth.csv` from `dyncc
+    /// simulate`: true mean times, noise-free) instead of measurements.
+    #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
+    pub truth: Option<PathBuf>,
     /// Also list every scored cell.
     #[arg(long)]
     pub cells: bool,
@@ -306,6 +381,21 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             format!(
                 "leave-one-node-count-out cross-validation (held out: {})",
                 held.join(", ")
+            ),
+        )
+    } else if let Some(truth) = &a.truth {
+        let bytes = std::fs::read(&a.paths[0])
+            .with_context(|| format!("reading table {}", a.paths[0].display()))?;
+        let table = Table::from_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
+        let (s, c) = score_cells(&table, &read_truth(truth)?);
+        (
+            s,
+            c,
+            format!(
+                "{} on the ground truth {}",
+                a.paths[0].display(),
+                truth.display()
             ),
         )
     } else {

@@ -438,6 +438,11 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
     }
     let first_line = head.split(|&b| b == b'\n').next().unwrap_or(b"");
     let fl = String::from_utf8_lossy(first_line).to_ascii_lowercase();
+    // `dyncc simulate`'s ground truth (true mean times) lives beside the
+    // sweep; it is not a measurement (`dyncc eval --truth` reads it).
+    if fl.contains("true_us") {
+        return Format::Other;
+    }
     if fl.contains("collective")
         && fl.contains("size_bytes")
         && fl.contains("algorithm")
