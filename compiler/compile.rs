@@ -666,3 +666,124 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     }
     Ok(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::tests::{cell, cfg};
+    use crate::record::{Algo, Collective, Config, Proto};
+    use dyncc_tables::{size_bucket, NUM_BUCKETS};
+
+    fn sweep() -> Vec<Cell> {
+        let mut v = Vec::new();
+        for n in [1u32, 2, 4, 16] {
+            for k in 3..=28 {
+                let b = 1u64 << k;
+                let t = 10.0 + b as f64 / 1e4;
+                v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
+                let tl = if b < 65536 { t * 0.8 } else { t * 1.5 };
+                v.push(cell(Collective::AllReduce, n, 8, b, cfg(Algo::Tree, Proto::LL), tl));
+                let rs = if b > 1 << 22 && n >= 4 { t * 0.7 } else { t * 1.1 };
+                v.push(cell(Collective::AllReduce, n, 8, b, cfg(Algo::Ring, Proto::Simple), rs));
+                v.push(cell(Collective::AllGather, n, 8, b, Config::DEFAULT, t));
+                v.push(cell(Collective::AllGather, n, 8, b, cfg(Algo::Ring, Proto::LL), tl));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn table_and_in_memory_decisions_agree_at_every_grid_point() {
+        for extrapolate in [false, true] {
+            let opts = CompileOptions {
+                decide: DecideOptions { extrapolate, ..Default::default() },
+                ..Default::default()
+            };
+            let c = compile_cells(&sweep(), &Platform::default(), &opts, "").unwrap();
+            let t = Table::from_bytes(&c.bytes).unwrap();
+            // Every planned context, at every bucket, for node counts at both
+            // ends of its range: the first matching planned context is what
+            // the table must answer.
+            for pc in &c.contexts {
+                for nodes in [pc.nodes.0, pc.nodes.1.min(1 << 20)] {
+                    let ranks = nodes as u64 * pc.ppn.0 as u64;
+                    let first = c
+                        .contexts
+                        .iter()
+                        .find(|x| {
+                            x.coll == pc.coll
+                                && (x.nodes.0..=x.nodes.1).contains(&nodes)
+                                && (x.ppn.0..=x.ppn.1).contains(&pc.ppn.0)
+                        })
+                        .unwrap();
+                    let spec = t.specialise(ranks, nodes as u64);
+                    for b in 0..NUM_BUCKETS {
+                        let bytes = bucket_lower_bound(b as u8);
+                        if size_bucket(bytes) as usize != b {
+                            continue; // buckets 4..=7 hold no size
+                        }
+                        let want = first.buckets[b].0;
+                        let got = t.lookup(pc.coll as u32, ranks, nodes as u64, bytes, 1, 0).decision;
+                        assert_eq!(got, want, "{:?} nodes {nodes} bucket {b}", pc.coll);
+                        assert_eq!(spec.decide(pc.coll as u32, bytes, 1, 0), want);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn compiles_the_expected_decisions() {
+        let c = compile_cells(&sweep(), &Platform::default(), &CompileOptions::default(), "").unwrap();
+        let t = Table::from_bytes(&c.bytes).unwrap();
+        let d = |coll: Coll, nodes: u64, bytes: u64| t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0).decision;
+        let tree_ll = Decision::Force { algo: Algo::Tree, proto: Proto::LL, channels: 0 };
+        let ring_simple = Decision::Force { algo: Algo::Ring, proto: Proto::Simple, channels: 0 };
+        assert_eq!(d(Coll::AllReduce, 2, 1024), tree_ll);
+        assert_eq!(d(Coll::AllReduce, 2, 1 << 20), Decision::Default);
+        assert_eq!(d(Coll::AllReduce, 16, 1 << 26), ring_simple);
+        assert_eq!(d(Coll::AllReduce, 2, 1 << 26), Decision::Default);
+        // 8 nodes was never measured: interpolated between 4 and 16.
+        assert_eq!(d(Coll::AllReduce, 8, 1 << 26), ring_simple);
+        assert_eq!(t.lookup(Coll::AllReduce as u32, 64, 8, 1 << 26, 1, 0).basis, Some(Basis::Interpolated));
+        // Outside the hull: 32 nodes, 4 ranks per node, 1 GiB.
+        assert_eq!(d(Coll::AllReduce, 32, 1024), Decision::Default);
+        assert_eq!(t.lookup(Coll::AllReduce as u32, 8, 2, 1024, 1, 0).decision, Decision::Default);
+        assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);
+        assert_eq!(d(Coll::AllGather, 2, 1024), Decision::Force { algo: Algo::Ring, proto: Proto::LL, channels: 0 });
+        // Never measured: broadcast.
+        assert_eq!(d(Coll::Broadcast, 2, 1024), Decision::Default);
+        assert!(t.tree(Coll::AllReduce).is_some());
+        assert!(c.report.trees["allreduce"].disagree == 0);
+    }
+
+    #[test]
+    fn mixed_platforms_are_refused_unless_one_is_picked() {
+        let a = crate::features::tests::cell(Collective::AllReduce, 1, 8, 8, Config::DEFAULT, 1.0);
+        let rec = |p: &str| Record {
+            collective: Collective::AllReduce,
+            nbytes: 8,
+            nranks: 8,
+            nnodes: 1,
+            gpu: None,
+            nccl_version: None,
+            platform: Some(p.into()),
+            algo: None,
+            proto: None,
+            channels: None,
+            time_us: 1.0,
+            in_place: false,
+            dtype: None,
+            pipe_ops: 1,
+            reg_buff: false,
+            source: a.source.clone(),
+            flags: 0,
+        };
+        let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
+        let e = select_platform(&recs, None).err().unwrap().to_string();
+        assert!(e.contains("mix platforms") && e.contains("--platform"), "{e}");
+        let (v, p) = select_platform(&recs, Some("dgx-2v")).unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(p.label.as_deref(), Some("DGX-2V"));
+    }
+}
