@@ -19,3 +19,4 @@ pub mod emit;
 pub mod units;
 pub mod compile;
 pub mod eval;
+pub mod audit;
