@@ -21,6 +21,20 @@ enum Command {
     Eval(dyncc::eval::EvalArgs),
     /// Write realistic sweeps from a hardware profile.
     Simulate(dyncc::simulate::cli::SimulateArgs),
+    /// Print a table's decisions as readable rules (text, dot or JSON).
+    Explain(dyncc::audit::explain::ExplainArgs),
+    /// Show the decision for one collective call, and why.
+    Query(dyncc::audit::query::QueryArgs),
+    /// Show where two tables decide differently.
+    Diff(dyncc::audit::diff::DiffArgs),
+    /// Draw a table's decision map as SVG.
+    Plot(dyncc::audit::plot::PlotArgs),
+    /// Write the decisions as rules for NVIDIA's example tuner plugin.
+    Export(dyncc::audit::export::ExportArgs),
+    /// Check a table's integrity; print its digest, metadata and coverage.
+    Verify(dyncc::audit::verify::VerifyArgs),
+    /// Write a sweep script (Slurm, mpirun or local) that feeds `dyncc compile`.
+    Plan(dyncc::audit::plan::PlanArgs),
 }
 
 fn main() {
@@ -37,6 +51,13 @@ fn main() {
         Command::Simulate(a) => dyncc::simulate::cli::run(a),
         Command::Compile(a) => dyncc::compile::run(a),
         Command::Eval(a) => dyncc::eval::run(a),
+        Command::Explain(a) => dyncc::audit::explain::run(a),
+        Command::Query(a) => dyncc::audit::query::run(a),
+        Command::Diff(a) => dyncc::audit::diff::run(a),
+        Command::Plot(a) => dyncc::audit::plot::run(a),
+        Command::Export(a) => dyncc::audit::export::run(a),
+        Command::Verify(a) => dyncc::audit::verify::run(a),
+        Command::Plan(a) => dyncc::audit::plan::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),
