@@ -621,6 +621,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             lenient: true,
             assume: crate::compile::parse_assume(&a.assume)?,
             progress: false,
+            ..Default::default()
         };
         let ds = ingest::read_paths(&a.data, &opts).context("reading --data")?;
         let trusted: Vec<_> = ds
