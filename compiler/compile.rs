@@ -276,19 +276,33 @@ fn select_platform(
     Ok((selected, platform))
 }
 
-/// `sha256  path` per input file that contributed records.
+/// `sha256  path` per input file that contributed records; beyond a few
+/// files, one combined digest (over the sorted per-file lines) and the
+/// count, so a sweep of thousands of logs does not bloat the table.
 fn input_digests(records: &[Record]) -> String {
     use sha2::{Digest, Sha256};
-    let files: BTreeSet<&std::path::Path> =
-        records.iter().map(|r| r.source.file.as_path()).collect();
-    files
-        .into_iter()
+    const LIST_UP_TO: usize = 16;
+    let files: BTreeSet<&std::path::Path> = records.iter().map(|r| r.source.file.as_path()).collect();
+    let lines: Vec<String> = files
+        .iter()
         .map(|f| match std::fs::read(f) {
             Ok(b) => format!("{:x}  {}", Sha256::digest(&b), f.display()),
             Err(_) => format!("unreadable  {}", f.display()),
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if lines.len() <= LIST_UP_TO {
+        return lines.join("\n");
+    }
+    let combined = Sha256::digest(lines.join("\n").as_bytes());
+    let mut dirs: BTreeSet<String> = BTreeSet::new();
+    for f in &files {
+        dirs.insert(f.parent().map(|p| p.display().to_string()).unwrap_or_default());
+    }
+    let mut shown: Vec<String> = dirs.into_iter().take(8).collect();
+    if files.len() > 8 {
+        shown.push("...".into());
+    }
+    format!("{:x}  {} files (sha256 of their per-file sha256 lines), under: {}", combined, lines.len(), shown.join(", "))
 }
 
 /// The grid points the distilled trees must reproduce: every bucket of
