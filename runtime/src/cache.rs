@@ -35,7 +35,10 @@ struct Cache {
     next_id: u64,
 }
 
-static CACHE: Mutex<Cache> = Mutex::new(Cache { entries: Vec::new(), next_id: 1 });
+static CACHE: Mutex<Cache> = Mutex::new(Cache {
+    entries: Vec::new(),
+    next_id: 1,
+});
 
 fn lock() -> MutexGuard<'static, Cache> {
     // A panic while holding the lock (caught at the FFI boundary) must not
@@ -60,11 +63,16 @@ pub fn acquire<R>(
         Some(i) => (i, false),
         None => {
             let bytes = std::fs::read(path).map_err(LoadError::Io)?;
-            let table =
-                OwnedTable::new(bytes.into_boxed_slice()).map_err(|(e, _)| LoadError::Invalid(e))?;
+            let table = OwnedTable::new(bytes.into_boxed_slice())
+                .map_err(|(e, _)| LoadError::Invalid(e))?;
             let id = cache.next_id;
             cache.next_id += 1;
-            cache.entries.push(Entry { path: path.into(), id, refs: 0, table });
+            cache.entries.push(Entry {
+                path: path.into(),
+                id,
+                refs: 0,
+                table,
+            });
             (cache.entries.len() - 1, true)
         }
     };
