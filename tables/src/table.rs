@@ -327,7 +327,10 @@ impl<'a> Table<'a> {
                 what: "section directory runs past the end of the table",
             });
         }
-        let body = range(bytes, header_len, total - header_len).ok_or(truncated(total))?;
+        // The CRC covers everything after the fixed 40-byte header, so header
+        // fields a later minor appends (header_len > 40) are covered too.
+        let body =
+            range(bytes, HEADER_LEN as u64, total - HEADER_LEN as u64).ok_or(truncated(total))?;
         let found = crc32fast::hash(body);
         // The fuzzer cannot forge CRCs; skipping the check lets it reach
         // the structural checks below.
