@@ -238,6 +238,13 @@ fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
         .env("DYNCC_HARNESS_TABLE", &h.table)
         .env("DYNCC_HARNESS_CORRUPT", &h.corrupt)
         .env("DYNCC_HARNESS_MISSING", &h.missing)
+        .env(
+            "DYNCC_HARNESS_DIGEST",
+            format!(
+                "digest {:016x}",
+                dyncc_tables::fnv1a64(&harness_table::harness_table())
+            ),
+        )
         .env_remove("DYNCC_TABLE")
         .env_remove("DYNCC_STRICT");
     cmd
