@@ -30,10 +30,20 @@ fn newest_mtime(dir: &Path) -> std::time::SystemTime {
 
 /// The debug build of the plugin, built (`cargo build -p dyncc-runtime`)
 /// when it is missing or older than its sources; `make test` builds it
-/// first, so normally this only checks.
+/// first, so normally this only checks. `DYNCC_TEST_PLUGIN_LIB=/path/to.so`
+/// tests another build instead (e.g. the installed release library).
 fn plugin_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
+        if let Some(lib) = std::env::var_os("DYNCC_TEST_PLUGIN_LIB") {
+            let lib = PathBuf::from(lib);
+            assert!(
+                lib.is_file(),
+                "DYNCC_TEST_PLUGIN_LIB={} is not a file",
+                lib.display()
+            );
+            return lib;
+        }
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root().join("target"));
@@ -238,6 +248,13 @@ fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
         .env("DYNCC_HARNESS_TABLE", &h.table)
         .env("DYNCC_HARNESS_CORRUPT", &h.corrupt)
         .env("DYNCC_HARNESS_MISSING", &h.missing)
+        .env(
+            "DYNCC_HARNESS_DIGEST",
+            format!(
+                "digest {:016x}",
+                dyncc_tables::fnv1a64(&harness_table::harness_table())
+            ),
+        )
         .env_remove("DYNCC_TABLE")
         .env_remove("DYNCC_STRICT");
     cmd
@@ -253,7 +270,7 @@ fn check_harness_output(what: &str, out: &std::process::Output) -> String {
     );
     let summary = stdout
         .lines()
-        .find(|l| l.starts_with("harness:"))
+        .rfind(|l| l.starts_with("harness:") && l.contains(" passed, "))
         .unwrap_or("");
     assert!(
         summary.ends_with(" 0 failed"),

@@ -146,10 +146,12 @@ fn init_inner(
         return Ok(core::ptr::null_mut());
     };
     let (n_ranks, n_nodes) = (n_ranks as u64, n_nodes as u64);
-    let loaded = cache::acquire(path, |table| {
+    let loaded = cache::acquire(path, |table, digest| {
         let spec = table.specialise(n_ranks, n_nodes);
         let mut line = Msg::new();
-        let _ = describe(&mut line, path, table, &spec, n_ranks, n_nodes, facts);
+        let _ = describe(
+            &mut line, path, table, digest, &spec, n_ranks, n_nodes, facts,
+        );
         (spec, line)
     });
     match loaded {
@@ -197,10 +199,12 @@ fn init_inner(
 
 /// The init INFO line: table, digest, platform, coverage, and the context
 /// chosen per collective for this communicator.
+#[allow(clippy::too_many_arguments)]
 fn describe(
     w: &mut Msg,
     path: &OsStr,
     table: &dyncc_tables::Table<'_>,
+    digest: u64,
     spec: &Specialised,
     n_ranks: u64,
     n_nodes: u64,
@@ -209,13 +213,16 @@ fn describe(
     let (major, minor) = table.version();
     write!(
         w,
-        "dyncc: table {} digest {:016x} format {major}.{minor} platform {} gpu {} coverage {}",
+        "dyncc: table {} digest {digest:016x} format {major}.{minor} platform {} gpu {} \
+         coverage {}",
         Path::new(path).display(),
-        table.digest(),
         table.meta("platform").unwrap_or("?"),
         table.meta("gpu").unwrap_or("?"),
-        table.meta("coverage").unwrap_or("?"),
+        table.coverage(),
     )?;
+    if let Some(c) = table.meta("coverage") {
+        write!(w, " ({c})")?;
+    }
     write!(w, "; comm")?;
     if let Some(id) = facts.comm_id {
         write!(w, " {id:#018x}")?;

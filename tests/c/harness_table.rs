@@ -2,6 +2,8 @@
 //! expect; its decisions are listed at the top of harness.c. Shared with
 //! `#[path]` by tests/plugin_c.rs, runtime/tests and runtime/benches.
 
+#![allow(dead_code)] // each includer uses a subset
+
 use dyncc_tables::{
     size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
 };
