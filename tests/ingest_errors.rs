@@ -327,3 +327,29 @@ fn missing_path_and_bad_assume() {
     let e = IngestOptions::parse_assume(&["NCCL_ALGO".into()]).unwrap_err();
     assert!(format!("{e:#}").contains("expected KEY=VALUE"), "{e:#}");
 }
+
+/// Found by the ingest_csv fuzz target: an empty tuner CSV made even a
+/// lenient read fail.
+#[test]
+fn empty_tuner_csv_is_skipped_when_lenient() {
+    let opts = IngestOptions {
+        lenient: true,
+        ..Default::default()
+    };
+    let ds = ingest::read_with_format(
+        std::path::Path::new("e.csv"),
+        std::io::Cursor::new(&b""[..]),
+        ingest::Format::TunerCsv,
+        &opts,
+    )
+    .unwrap();
+    assert_eq!((ds.rows, ds.skipped.len()), (0, 1));
+    let e = ingest::read_with_format(
+        std::path::Path::new("e.csv"),
+        std::io::Cursor::new(&b""[..]),
+        ingest::Format::TunerCsv,
+        &IngestOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("e.csv:0: empty file"), "{e}");
+}
