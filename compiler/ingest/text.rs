@@ -610,7 +610,13 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
         None if n == 12 => Layout::OLD,
         None => return Ok(false),
     };
-    if n != layout.ntok {
+    // A -S timestamp (date and time tokens) the header did not announce.
+    let stamped = n > layout.ntok
+        && n <= layout.ntok + 2
+        && toks[layout.ntok..n.min(40)]
+            .iter()
+            .all(|t| t.iter().any(u8::is_ascii_digit) && t.iter().any(|&b| b == b'-' || b == b':'));
+    if n != layout.ntok && !stamped {
         if in_table {
             ctx.bad(
                 no,
