@@ -8,17 +8,33 @@ fn dyncc() -> Command {
 }
 
 fn data(p: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(p).display().to_string()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(p)
+        .display()
+        .to_string()
 }
 
 #[test]
 fn inspect_json_has_the_documented_fields() {
     let out = dyncc()
-        .args(["inspect", "--json", &data("nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json")])
-        .args([&data("info_nvls_ignored_all_reduce.log"), &data("NCCL_ALGO=Tree")])
+        .args([
+            "inspect",
+            "--json",
+            &data("nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json"),
+        ])
+        .args([
+            &data("info_nvls_ignored_all_reduce.log"),
+            &data("NCCL_ALGO=Tree"),
+        ])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["files"], 3);
     assert_eq!(v["rows"], 25 + 3 + 7);
@@ -45,7 +61,10 @@ fn inspect_assume_default_and_human_summary() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let s = String::from_utf8_lossy(&out.stdout);
-    assert!(s.contains("1 sweep files, 7 rows (0 zero-size), 14 records"), "{s}");
+    assert!(
+        s.contains("1 sweep files, 7 rows (0 zero-size), 14 records"),
+        "{s}"
+    );
     assert!(s.contains("tree/simple"), "{s}");
 }
 
@@ -53,18 +72,32 @@ fn inspect_assume_default_and_human_summary() {
 fn inspect_reports_skips_with_file_and_line() {
     let d = tempfile::tempdir().unwrap();
     let p = d.path().join("all_gather_output.dat.1");
-    std::fs::write(&p, "launch failed on x3006c0s1b1n0: Couldn't allocate a port for PMI to use\n")
-        .unwrap();
+    std::fs::write(
+        &p,
+        "launch failed on x3006c0s1b1n0: Couldn't allocate a port for PMI to use\n",
+    )
+    .unwrap();
     let q = d.path().join("t.csv");
     std::fs::write(&q, "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\nallreduce,8,ring,ll,-1,1,8,4.5\nallreduce,x,ring,ll,-1,1,8,4.5\n").unwrap();
-    let out = dyncc().args(["inspect", "--json"]).arg(d.path()).output().unwrap();
+    let out = dyncc()
+        .args(["inspect", "--json"])
+        .arg(d.path())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let sk = v["skipped"].as_array().unwrap();
     assert_eq!(sk.len(), 2);
-    assert!(sk.iter().any(|s| s["line"] == 3 && s["reason"].as_str().unwrap().contains("size_bytes")));
-    assert!(sk.iter().any(|s| s["reason"].as_str().unwrap().contains("launch failed")));
-    assert_eq!((v["rows"].as_u64(), v["records"].as_u64()), (Some(2), Some(1)));
+    assert!(sk
+        .iter()
+        .any(|s| s["line"] == 3 && s["reason"].as_str().unwrap().contains("size_bytes")));
+    assert!(sk
+        .iter()
+        .any(|s| s["reason"].as_str().unwrap().contains("launch failed")));
+    assert_eq!(
+        (v["rows"].as_u64(), v["records"].as_u64()),
+        (Some(2), Some(1))
+    );
 }
 
 #[test]
@@ -75,10 +108,16 @@ fn inspect_exits_non_zero_when_nothing_was_read() {
     assert_ne!(out.status.code(), Some(0));
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("no measurements found"), "{e}");
-    let out = dyncc().args(["inspect", "/nonexistent/x"]).output().unwrap();
+    let out = dyncc()
+        .args(["inspect", "/nonexistent/x"])
+        .output()
+        .unwrap();
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x"));
-    let out = dyncc().args(["inspect", ".", "--assume", "nodez=3"]).output().unwrap();
+    let out = dyncc()
+        .args(["inspect", ".", "--assume", "nodez=3"])
+        .output()
+        .unwrap();
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
 }
