@@ -24,7 +24,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     let mut lineno = 0u32;
     let headers: Vec<String> = loop {
         buf.clear();
-        let n = rd.read_line(&mut buf)?;
+        let n = read_line_lossy(&mut rd, &mut buf)?;
         out.bytes += n as u64;
         if n == 0 {
             ctx.bad(0, "empty file; expected a tuner CSV header")?;
@@ -92,7 +92,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     };
     loop {
         buf.clear();
-        let n = rd.read_line(&mut buf)?;
+        let n = read_line_lossy(&mut rd, &mut buf)?;
         if n == 0 {
             break;
         }
@@ -202,6 +202,15 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         });
     }
     Ok(out)
+}
+
+/// Reads one line into `buf` (cleared by the caller), replacing invalid
+/// UTF-8 so a stray byte is reported as a bad value, not an I/O error.
+fn read_line_lossy<R: BufRead>(rd: &mut R, buf: &mut String) -> std::io::Result<usize> {
+    let mut bytes = Vec::new();
+    let n = rd.read_until(b'\n', &mut bytes)?;
+    buf.push_str(&String::from_utf8_lossy(&bytes));
+    Ok(n)
 }
 
 /// Splits one CSV line: fields trimmed, double-quoted fields unquoted
@@ -316,7 +325,7 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
     let mut missing = 0usize;
     loop {
         buf.clear();
-        let n = rd.read_line(&mut buf)?;
+        let n = read_line_lossy(&mut rd, &mut buf)?;
         if n == 0 {
             break;
         }

@@ -374,6 +374,12 @@ pub fn read_with_format<R: BufRead>(
             ctx.skip(0, format!("cannot read the file: {e:#}"));
             FileOutput::empty(format)
         }
+        Err(e) if is_io(&e) => {
+            return Err(e.context(format!(
+                "{}: cannot read the file; pass --lenient to skip it",
+                path.display()
+            )))
+        }
         Err(e) => return Err(e),
     };
     ds.files = 1;
