@@ -139,7 +139,8 @@ type ChosenMap = HashMap<(Option<Collective>, u64), (Option<Algo>, Option<Proto>
 struct Job {
     ranks: u32,
     last_rank: Option<u32>,
-    hosts: Vec<Box<[u8]>>,
+    /// A set: a 100k-rank job would make a list quadratic.
+    hosts: std::collections::HashSet<Box<[u8]>>,
     gpu: Option<Arc<str>>,
     elided: bool,
 }
@@ -525,8 +526,8 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
     job.last_rank = Some(rank);
     job.ranks += 1;
     if let Some(h) = host {
-        if !job.hosts.iter().any(|x| &**x == *h) {
-            job.hosts.push((*h).into());
+        if !job.hosts.contains(*h) {
+            job.hosts.insert((*h).into());
         }
     }
     if job.gpu.is_none() {
