@@ -586,3 +586,29 @@ mod prop {
         }
     }
 }
+
+#[test]
+fn large_rank_lists_count_ranks_and_hosts() {
+    use std::fmt::Write;
+    let mut s = String::from("# dyncc: default\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n");
+    for r in 0..20000 {
+        writeln!(
+            s,
+            "#  Rank {r:5} Group  0 Pid {r:6} on nid{:06} device {:2} [0x01] NVIDIA GH200 120GB",
+            r / 4,
+            r % 4
+        )
+        .unwrap();
+    }
+    s += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+    s += "     1048576        262144     float     sum      -1   1200.0    0.87    1.75      0   1190.0    0.88    1.76      0\n";
+    let ds = ingest::read_with_format(
+        Path::new("all_reduce.log"),
+        std::io::Cursor::new(s.as_bytes()),
+        ingest::Format::NcclTestsText,
+        &IngestOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(ds.records.len(), 2);
+    assert_eq!((ds.records[0].nranks, ds.records[0].nnodes), (20000, 5000));
+}

@@ -241,7 +241,10 @@ fn strip_prefixes(mut l: &[u8]) -> &[u8] {
     // OpenMPI --tag-output `[1,0]<stdout>:` and --timestamp-output
     // `Thu Jul 18 15:41:05 2024<stdout>:`.
     let win = &l[..l.len().min(80)];
-    if let Some(p) = memmem::find(win, b"<std") {
+    // memchr first: almost no line has a `<`, and it is much cheaper.
+    if let Some(p) =
+        memchr::memchr(b'<', win).and_then(|i| memmem::find(&win[i..], b"<std").map(|p| p + i))
+    {
         let rest = &l[p..];
         if rest.starts_with(b"<stdout>:") || rest.starts_with(b"<stderr>:") {
             l = &rest[9..];
@@ -655,7 +658,7 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
             }
         }
         let w = toks[layout.wrong[h]];
-        wrong[h] = if w == b"N/A" {
+        wrong[h] = if w == b"0" || w == b"N/A" {
             false
         } else {
             match parse_f64(w) {
