@@ -1,5 +1,6 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod compile; // compile and eval end to end on the shipped datasets
 mod ingest; // every real log format, golden row counts
+mod ingest_cli;
 mod ingest_errors; // malformed input: file, line, what was expected
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
