@@ -6,6 +6,6 @@
 //! writes the table through `dyncc-tables`. [`simulate`] produces sweeps
 //! without a cluster; [`audit`] answers questions about a table.
 
-pub mod record;
 pub mod ingest;
+pub mod record;
 pub mod simulate;

@@ -1,1 +1,2 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
+mod simulate;

@@ -19,7 +19,8 @@ pub type RealSweep = BTreeMap<u32, BTreeMap<(u64, Option<(Algo, Proto)>), f64>>;
 
 /// Reads the AllReduce rows of a tuner-schema CSV.
 pub fn read_real(path: &Path) -> anyhow::Result<RealSweep> {
-    let mut rd = csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut rd =
+        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
     let hdr = rd.headers()?.clone();
     let col = |name: &str| {
         hdr.iter().position(|h| h == name).with_context(|| {
@@ -37,14 +38,19 @@ pub fn read_real(path: &Path) -> anyhow::Result<RealSweep> {
     let mut out = RealSweep::new();
     for (i, rec) in rd.records().enumerate() {
         let line = i + 2;
-        let rec = rec.with_context(|| format!("{}:{line}: unreadable CSV record", path.display()))?;
+        let rec =
+            rec.with_context(|| format!("{}:{line}: unreadable CSV record", path.display()))?;
         let field = |k: usize| rec.get(k).unwrap_or("");
         if Coll::parse(field(ci)) != Some(Coll::AllReduce) {
             continue;
         }
         let num = |k: usize, what: &str| -> anyhow::Result<f64> {
             field(k).trim().parse::<f64>().map_err(|_| {
-                anyhow::anyhow!("{}:{line}: {what} {:?} is not a number", path.display(), field(k))
+                anyhow::anyhow!(
+                    "{}:{line}: {what} {:?} is not a number",
+                    path.display(),
+                    field(k)
+                )
             })
         };
         let size = num(si, "size_bytes")? as u64;
@@ -53,10 +59,20 @@ pub fn read_real(path: &Path) -> anyhow::Result<RealSweep> {
         let cfg = if field(ai) == "default" {
             None
         } else {
-            let a = Algo::parse(field(ai))
-                .with_context(|| format!("{}:{line}: unknown algorithm {:?}", path.display(), field(ai)))?;
-            let p = Proto::parse(field(pi))
-                .with_context(|| format!("{}:{line}: unknown protocol {:?}", path.display(), field(pi)))?;
+            let a = Algo::parse(field(ai)).with_context(|| {
+                format!(
+                    "{}:{line}: unknown algorithm {:?}",
+                    path.display(),
+                    field(ai)
+                )
+            })?;
+            let p = Proto::parse(field(pi)).with_context(|| {
+                format!(
+                    "{}:{line}: unknown protocol {:?}",
+                    path.display(),
+                    field(pi)
+                )
+            })?;
             Some((a, p))
         };
         if t > 0.0 {
@@ -116,6 +132,11 @@ fn crossover(sizes: &[u64], a: &dyn Fn(u64) -> f64, b: &dyn Fn(u64) -> f64) -> O
     })
 }
 
+/// A time lookup: (algorithm, protocol, size) -> µs.
+type TimeFn<'a> = &'a dyn Fn(Algo, Proto, u64) -> f64;
+/// Given a time lookup and a size, the times of the two sides of a crossover.
+type Pair<'b> = Box<dyn Fn(TimeFn, u64) -> (f64, f64) + 'b>;
+
 const CFGS: [(Algo, Proto); 6] = [
     (Algo::Tree, Proto::LL),
     (Algo::Tree, Proto::LL128),
@@ -134,7 +155,15 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
     for (&nodes, cells) in real {
         let model = NcclModel::new(prof, nodes);
         let sim = |a: Algo, p: Proto, s: u64| {
-            physics::true_time(prof, nodes, Coll::AllReduce, a, p, model.channels(a, p, s), s)
+            physics::true_time(
+                prof,
+                nodes,
+                Coll::AllReduce,
+                a,
+                p,
+                model.channels(a, p, s),
+                s,
+            )
         };
         let sizes: Vec<u64> = {
             let mut v: Vec<u64> = cells.keys().map(|k| k.0).collect();
@@ -164,29 +193,77 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
                 bias_log: e.iter().sum::<f64>() / e.len() as f64,
             });
         }
-        let real_t = |a: Algo, p: Proto, s: u64| cells.get(&(s, Some((a, p)))).copied().unwrap_or(f64::INFINITY);
-        let best = |f: &dyn Fn(Algo, Proto, u64) -> f64, a: Algo, s: u64| {
-            Proto::ALL.iter().map(|&p| f(a, p, s)).fold(f64::INFINITY, f64::min)
+        let real_t = |a: Algo, p: Proto, s: u64| {
+            cells
+                .get(&(s, Some((a, p))))
+                .copied()
+                .unwrap_or(f64::INFINITY)
         };
-        let pairs: [(&str, Box<dyn Fn(&dyn Fn(Algo, Proto, u64) -> f64, u64) -> (f64, f64)>); 5] = [
-            ("Tree->Ring (best protocol each)", Box::new(|f, s| (best(f, Algo::Tree, s), best(f, Algo::Ring, s)))),
-            ("Ring LL->LL128", Box::new(|f, s| (f(Algo::Ring, Proto::LL, s), f(Algo::Ring, Proto::LL128, s)))),
-            ("Ring LL128->Simple", Box::new(|f, s| (f(Algo::Ring, Proto::LL128, s), f(Algo::Ring, Proto::Simple, s)))),
-            ("Tree LL->LL128", Box::new(|f, s| (f(Algo::Tree, Proto::LL, s), f(Algo::Tree, Proto::LL128, s)))),
-            ("Tree LL128->Simple", Box::new(|f, s| (f(Algo::Tree, Proto::LL128, s), f(Algo::Tree, Proto::Simple, s)))),
+        let best = |f: TimeFn, a: Algo, s: u64| {
+            Proto::ALL
+                .iter()
+                .map(|&p| f(a, p, s))
+                .fold(f64::INFINITY, f64::min)
+        };
+        let pairs: [(&str, Pair); 5] = [
+            (
+                "Tree->Ring (best protocol each)",
+                Box::new(|f, s| (best(f, Algo::Tree, s), best(f, Algo::Ring, s))),
+            ),
+            (
+                "Ring LL->LL128",
+                Box::new(|f, s| (f(Algo::Ring, Proto::LL, s), f(Algo::Ring, Proto::LL128, s))),
+            ),
+            (
+                "Ring LL128->Simple",
+                Box::new(|f, s| {
+                    (
+                        f(Algo::Ring, Proto::LL128, s),
+                        f(Algo::Ring, Proto::Simple, s),
+                    )
+                }),
+            ),
+            (
+                "Tree LL->LL128",
+                Box::new(|f, s| (f(Algo::Tree, Proto::LL, s), f(Algo::Tree, Proto::LL128, s))),
+            ),
+            (
+                "Tree LL128->Simple",
+                Box::new(|f, s| {
+                    (
+                        f(Algo::Tree, Proto::LL128, s),
+                        f(Algo::Tree, Proto::Simple, s),
+                    )
+                }),
+            ),
         ];
         for (what, g) in pairs.iter() {
             let r = crossover(&sizes, &|s| g(&real_t, s).0, &|s| g(&real_t, s).1);
             let m = crossover(&sizes, &|s| g(&sim, s).0, &|s| g(&sim, s).1);
-            crossovers.push(Crossovers { nodes, what: what.to_string(), real: r, sim: m });
+            crossovers.push(Crossovers {
+                nodes,
+                what: what.to_string(),
+                real: r,
+                sim: m,
+            });
         }
         // Default gap: real default / best forced; simulated NCCL choice / best.
         let (mut rl, mut sl, mut rk, mut sk, mut n) = (0.0, 0.0, 0usize, 0usize, 0usize);
         for &s in &sizes {
-            let Some(&d) = cells.get(&(s, None)) else { continue };
-            let rb = CFGS.iter().map(|&(a, p)| real_t(a, p, s)).fold(f64::INFINITY, f64::min);
-            let sb = CFGS.iter().map(|&(a, p)| sim(a, p, s)).fold(f64::INFINITY, f64::min);
-            let Some((a, p, c)) = model.choose(Coll::AllReduce, s) else { continue };
+            let Some(&d) = cells.get(&(s, None)) else {
+                continue;
+            };
+            let rb = CFGS
+                .iter()
+                .map(|&(a, p)| real_t(a, p, s))
+                .fold(f64::INFINITY, f64::min);
+            let sb = CFGS
+                .iter()
+                .map(|&(a, p)| sim(a, p, s))
+                .fold(f64::INFINITY, f64::min);
+            let Some((a, p, c)) = model.choose(Coll::AllReduce, s) else {
+                continue;
+            };
             let sd = physics::true_time(prof, nodes, Coll::AllReduce, a, p, c, s);
             let (rr, sr) = ((d / rb).max(1.0), sd / sb);
             rl += rr.ln();

@@ -43,7 +43,11 @@ pub struct SimulateArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     pub nodes: Vec<u32>,
     /// Collectives, comma-separated (allreduce, allgather, reducescatter, broadcast, reduce).
-    #[arg(long, value_delimiter = ',', default_value = "allreduce,allgather,reducescatter,broadcast,reduce")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "allreduce,allgather,reducescatter,broadcast,reduce"
+    )]
     pub colls: Vec<String>,
     /// Smallest size (bytes; K/M/G and KiB/MiB/GiB are powers of 1024).
     #[arg(long, default_value = "8")]
@@ -79,7 +83,9 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
     let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, suf) = t.split_at(digits);
-    let n: u64 = num.parse().with_context(|| format!("size {s:?}: expected a number like 8, 64K or 4GiB"))?;
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("size {s:?}: expected a number like 8, 64K or 4GiB"))?;
     let mult: u64 = match suf.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
@@ -88,7 +94,8 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
         "t" | "tb" | "tib" => 1 << 40,
         _ => bail!("size {s:?}: unknown suffix {suf:?} (use K, M, G or KiB, MiB, GiB)"),
     };
-    n.checked_mul(mult).with_context(|| format!("size {s:?} is too large"))
+    n.checked_mul(mult)
+        .with_context(|| format!("size {s:?} is too large"))
 }
 
 fn load_profile(a: &SimulateArgs) -> anyhow::Result<Profile> {
@@ -120,7 +127,10 @@ fn spec(a: &SimulateArgs, prof: Profile) -> anyhow::Result<Spec> {
         let ch = if c.trim().eq_ignore_ascii_case("auto") {
             Ch::Auto
         } else {
-            let n: u32 = c.trim().parse().with_context(|| format!("--channels {c:?}: expected a number or `auto`"))?;
+            let n: u32 = c
+                .trim()
+                .parse()
+                .with_context(|| format!("--channels {c:?}: expected a number or `auto`"))?;
             if n == 0 || n > 64 {
                 bail!("--channels {n}: NCCL allows 1 to 64 channels");
             }
@@ -140,19 +150,37 @@ fn spec(a: &SimulateArgs, prof: Profile) -> anyhow::Result<Spec> {
         bail!("--nodes: node counts must be 1 to 4096, got {nodes:?}");
     }
     if nodes.iter().any(|&n| n * prof.gpus_per_node < 2) {
-        bail!("--nodes: profile {} has 1 GPU per node, so every node count must be at least 2", prof.name);
+        bail!(
+            "--nodes: profile {} has 1 GPU per node, so every node count must be at least 2",
+            prof.name
+        );
     }
     if a.repeats == 0 {
         bail!("--repeats must be at least 1");
     }
-    Ok(Spec { profile: prof, nodes, colls, min_bytes, max_bytes, channels, repeats: a.repeats, seed: a.seed })
+    Ok(Spec {
+        profile: prof,
+        nodes,
+        colls,
+        min_bytes,
+        max_bytes,
+        channels,
+        repeats: a.repeats,
+        seed: a.seed,
+    })
 }
 
 fn print_gaps(gaps: &[sweep::Gap]) {
-    println!("NCCL default vs best (noise-free truth), profile {}:", gaps.first().map(|g| g.profile.as_str()).unwrap_or("?"));
+    println!(
+        "NCCL default vs best (noise-free truth), profile {}:",
+        gaps.first().map(|g| g.profile.as_str()).unwrap_or("?")
+    );
     println!("  nodes   cells  geomean  >=1.2x   max   geomean(incl. pinned channels)");
     for g in gaps {
-        let n = g.nodes.map(|n| n.to_string()).unwrap_or_else(|| "all".into());
+        let n = g
+            .nodes
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "all".into());
         println!(
             "  {n:>5} {:>7}  {:>7.3}  {:>5.1} %  {:>4.2}  {:.3}",
             g.cells,
@@ -234,7 +262,11 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
             w.profile,
             out.join(&w.profile).display()
         );
-        println!("ground truth: {} ({} rows)", out.join("truth.csv").display(), w.truth_rows);
+        println!(
+            "ground truth: {} ({} rows)",
+            out.join("truth.csv").display(),
+            w.truth_rows
+        );
         if let Some(c) = &w.csv {
             println!("CSV: {}", c.display());
         }

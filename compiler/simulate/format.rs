@@ -104,7 +104,10 @@ pub fn render(h: &RunHeader, rows: &[Row]) -> String {
         "# dyncc: {} platform={} repeat={} simulated=1",
         h.knobs, p.name, h.repeat
     );
-    let _ = writeln!(s, "# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807");
+    let _ = writeln!(
+        s,
+        "# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807"
+    );
     let _ = writeln!(s, "# Collective test starting: {prog}");
     let _ = writeln!(
         s,
@@ -140,7 +143,11 @@ pub fn render(h: &RunHeader, rows: &[Row]) -> String {
     let bf = bus_factor(h.coll, nranks);
     let mut bus_sum = 0.0;
     for r in rows {
-        let _ = write!(s, "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}", r.size, r.count, "float", redop, root);
+        let _ = write!(
+            s,
+            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
+            r.size, r.count, "float", redop, root
+        );
         for t in [r.oop_us, r.ip_us] {
             let alg = r.size as f64 / 1000.0 / t;
             let bus = alg * bf;
@@ -156,7 +163,11 @@ pub fn render(h: &RunHeader, rows: &[Row]) -> String {
         }
         s.push('\n');
     }
-    let avg = if rows.is_empty() { 0.0 } else { bus_sum / (2 * rows.len()) as f64 };
+    let avg = if rows.is_empty() {
+        0.0
+    } else {
+        bus_sum / (2 * rows.len()) as f64
+    };
     s.push_str("# Out of bounds values : 0 OK\n");
     let _ = writeln!(s, "# Avg bus bandwidth    : {} ", c_g(avg));
     s.push_str("#\n");
@@ -189,10 +200,17 @@ pub fn c_g(v: f64) -> String {
 
 /// Writes `bytes` to `path` atomically: a temp file in the same directory, then rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create directory {}", dir.display()))?;
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(
         ".{name}.tmp.{}.{}",
         std::process::id(),
@@ -201,7 +219,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let res = (|| -> anyhow::Result<()> {
         let mut f = std::fs::File::create(&tmp)
             .with_context(|| format!("cannot create temp file {}", tmp.display()))?;
-        f.write_all(bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+        f.write_all(bytes)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         std::fs::rename(&tmp, path)
             .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
     })();

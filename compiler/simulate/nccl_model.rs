@@ -49,16 +49,32 @@ const HW_NET: [[f64; NP]; NA] = [
     [0.0, 0.0, 14.0],
 ];
 // [compcap Volta, Ampere, Hopper, Blackwell][scale 1, 2, >=4 nodes]
-const LL_MAX_BWS: [[f64; 3]; 4] =
-    [[39.0, 39.0, 20.4], [87.7, 22.5, 19.0], [141.0, 45.0, 35.0], [282.0, 90.0, 70.0]];
+const LL_MAX_BWS: [[f64; 3]; 4] = [
+    [39.0, 39.0, 20.4],
+    [87.7, 22.5, 19.0],
+    [141.0, 45.0, 35.0],
+    [282.0, 90.0, 70.0],
+];
 const PERCH_RING_LL128: [[f64; 3]; 4] =
     [[20.0; 3], [20.0; 3], [36.7, 36.7, 36.7], [40.0, 40.0, 40.0]];
-const PERCH_TREE_LL128: [[f64; 3]; 4] =
-    [[20.0; 3], [20.0; 3], [36.7, 36.7, 29.0], [55.6, 31.67, 20.0]];
-const PERCH_TREE: [[f64; 3]; 4] =
-    [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [38.7, 41.4, 36.0], [70.0, 42.8, 24.0]];
-const PERCH_NVLS_TREE: [[f64; 3]; 4] =
-    [[26.5, 18.5, 10.0], [24.0, 23.6, 17.8], [0.0, 57.7, 45.5], [0.0, 96.0, 80.0]];
+const PERCH_TREE_LL128: [[f64; 3]; 4] = [
+    [20.0; 3],
+    [20.0; 3],
+    [36.7, 36.7, 29.0],
+    [55.6, 31.67, 20.0],
+];
+const PERCH_TREE: [[f64; 3]; 4] = [
+    [26.5, 18.5, 10.0],
+    [24.0, 23.6, 17.8],
+    [38.7, 41.4, 36.0],
+    [70.0, 42.8, 24.0],
+];
+const PERCH_NVLS_TREE: [[f64; 3]; 4] = [
+    [26.5, 18.5, 10.0],
+    [24.0, 23.6, 17.8],
+    [0.0, 57.7, 45.5],
+    [0.0, 96.0, 80.0],
+];
 const NVLS_EFF: [f64; 4] = [0.0, 0.0, 0.85, 0.74];
 
 const TREE_CORR: [[f64; 24]; NP] = [
@@ -77,17 +93,23 @@ const TREE_CORR: [[f64; 24]; NP] = [
 ];
 
 /// Speed arrays of NCCL's topology search (src/graph/search.cc).
-const SPEED_INTRA: [f64; 13] = [40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0];
+const SPEED_INTRA: [f64; 13] = [
+    40.0, 30.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
+];
 const SPEED_INTER: [f64; 19] = [
     48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.4, 1.2,
     0.24, 0.12,
 ];
-const SM90_INTRA: [f64; 11] = [60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0];
-const SM90_INTER: [f64; 17] = [
-    48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+const SM90_INTRA: [f64; 11] = [
+    60.0, 50.0, 40.0, 30.0, 24.0, 20.0, 15.0, 12.0, 11.0, 6.0, 3.0,
 ];
-const SM100_INTRA: [f64; 12] =
-    [90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0];
+const SM90_INTER: [f64; 17] = [
+    48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24,
+    0.12,
+];
+const SM100_INTRA: [f64; 12] = [
+    90.0, 80.0, 70.0, 60.0, 50.0, 45.0, 40.0, 30.0, 24.0, 20.0, 19.0, 18.0,
+];
 const SM100_INTER: [f64; 20] = [
     96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
     2.4, 1.2, 0.24, 0.12,
@@ -95,7 +117,10 @@ const SM100_INTER: [f64; 20] = [
 
 /// The highest speed in `arr` not above `max` (the search steps down from there).
 fn pick(arr: &[f64], max: f64) -> f64 {
-    arr.iter().copied().find(|&s| s <= max + 1e-9).unwrap_or(*arr.last().unwrap())
+    arr.iter()
+        .copied()
+        .find(|&s| s <= max + 1e-9)
+        .unwrap_or(*arr.last().unwrap())
 }
 
 fn log2i(x: u64) -> i64 {
@@ -144,15 +169,28 @@ impl NcclModel {
         };
         let nch = p.nccl.channels;
         // The search finds channels at one speed per channel whose sum fits the links.
-        let mut bw_intra =
-            p.nccl.bw_intra.unwrap_or_else(|| pick(ia, p.intra.bw_gbs / nch as f64));
-        let bw_inter = p.nccl.bw_inter.unwrap_or_else(|| pick(ea, p.net.node_gbs() / nch as f64));
+        let mut bw_intra = p
+            .nccl
+            .bw_intra
+            .unwrap_or_else(|| pick(ia, p.intra.bw_gbs / nch as f64));
+        let bw_inter = p
+            .nccl
+            .bw_inter
+            .unwrap_or_else(|| pick(ea, p.net.node_gbs() / nch as f64));
         if nnodes > 1 && p.nccl.bw_intra.is_none() {
             // Multi-node graphs start intra at the inter speed and may only go up.
             bw_intra = bw_intra.max(bw_inter);
         }
-        let nvls_ch = if p.features.nvls { p.nccl.nvls_channels } else { 0 };
-        let index2 = if nnodes <= 2 { (nnodes - 1) as usize } else { 2 };
+        let nvls_ch = if p.features.nvls {
+            p.nccl.nvls_channels
+        } else {
+            0
+        };
+        let index2 = if nnodes <= 2 {
+            (nnodes - 1) as usize
+        } else {
+            2
+        };
         let index1 = if nnodes == 1 {
             cci
         } else if p.cpu == CpuVendor::Amd {
@@ -204,7 +242,11 @@ impl NcclModel {
                         continue;
                     }
                     let collnet_algo = matches!(a, Algo::CollNetDirect | Algo::CollNetChain);
-                    let mut bw = if nnodes <= 2 || collnet_algo { bw_intra } else { bw_inter };
+                    let mut bw = if nnodes <= 2 || collnet_algo {
+                        bw_intra
+                    } else {
+                        bw_inter
+                    };
                     if matches!(a, Algo::Nvls | Algo::NvlsTree) {
                         let mut intra_bw = bw_intra * NVLS_EFF[cci] * (g_nch - 1.0) / g_nch;
                         if c == Coll::AllReduce {
@@ -235,7 +277,11 @@ impl NcclModel {
                         bus = (bus / 3.8).min(ll_max);
                     }
                     if a == Algo::Tree && pr == Proto::LL128 {
-                        let f = if nnodes == 1 { 7.0 / 9.0 } else { 120.0 / 128.0 };
+                        let f = if nnodes == 1 {
+                            7.0 / 9.0
+                        } else {
+                            120.0 / 128.0
+                        };
                         bus = (bus * f).min(g_nch * PERCH_TREE_LL128[cci][index2]);
                     }
                     if a == Algo::Pat {
@@ -263,19 +309,24 @@ impl NcclModel {
                     {
                         bus = 0.0;
                     }
-                    let ratio = if a != Algo::Ring && matches!(c, Coll::AllGather | Coll::ReduceScatter) {
-                        1.0
-                    } else if matches!(a, Algo::Ring | Algo::Nvls | Algo::NvlsTree) {
-                        nranks as f64 / nsteps
-                    } else {
-                        0.5
-                    };
+                    let ratio =
+                        if a != Algo::Ring && matches!(c, Coll::AllGather | Coll::ReduceScatter) {
+                            1.0
+                        } else if matches!(a, Algo::Ring | Algo::Nvls | Algo::NvlsTree) {
+                            nranks as f64 / nsteps
+                        } else {
+                            0.5
+                        };
                     let bw_final = bus * ratio;
 
                     // Latency.
                     let mut l = BASE_LAT[ai][pi];
                     let mut intra_lat = intra_hw[ai][pi];
-                    let mut inter_lat = if ppn == 1 { HW_NET[0][pi] } else { HW_NET[ai][pi] };
+                    let mut inter_lat = if ppn == 1 {
+                        HW_NET[0][pi]
+                    } else {
+                        HW_NET[ai][pi]
+                    };
                     inter_lat += p.nccl.latency_inter;
                     if simple {
                         inter_lat += p.nccl.latency_inter;
@@ -453,7 +504,11 @@ impl NcclModel {
 /// LL128 "auto" (§5.5 enable pass): NVLink-class paths and a recent GPU.
 fn ll128_auto(p: &Profile) -> bool {
     let cc = p.compute_capability;
-    let inter_ok = if cc >= 90 { p.nccl.type_inter <= 7 } else { p.nccl.type_inter <= 5 };
+    let inter_ok = if cc >= 90 {
+        p.nccl.type_inter <= 7
+    } else {
+        p.nccl.type_inter <= 5
+    };
     inter_ok && p.nccl.type_intra <= 2 && cc >= 70
 }
 
@@ -477,16 +532,26 @@ mod tests {
             for p in Proto::ALL {
                 let bc = m.time(Coll::Broadcast, a, p, 1 << 20).is_some();
                 assert_eq!(bc, a == Algo::Ring, "broadcast {a:?} {p:?}");
-                if matches!(a, Algo::Nvls | Algo::NvlsTree | Algo::CollNetDirect | Algo::CollNetChain) {
-                    assert_eq!(m.time(Coll::AllReduce, a, p, 1 << 20).is_some(), p == Proto::Simple);
+                if matches!(
+                    a,
+                    Algo::Nvls | Algo::NvlsTree | Algo::CollNetDirect | Algo::CollNetChain
+                ) {
+                    assert_eq!(
+                        m.time(Coll::AllReduce, a, p, 1 << 20).is_some(),
+                        p == Proto::Simple
+                    );
                 }
                 assert!(m.time(Coll::AllReduce, Algo::Pat, p, 1 << 20).is_none());
             }
         }
         // NVLSTree needs more than one node.
         let m1 = NcclModel::new(&builtin("h100").unwrap(), 1);
-        assert!(m1.time(Coll::AllReduce, Algo::NvlsTree, Proto::Simple, 1 << 20).is_none());
-        assert!(m1.time(Coll::AllReduce, Algo::Nvls, Proto::Simple, 1 << 20).is_some());
+        assert!(m1
+            .time(Coll::AllReduce, Algo::NvlsTree, Proto::Simple, 1 << 20)
+            .is_none());
+        assert!(m1
+            .time(Coll::AllReduce, Algo::Nvls, Proto::Simple, 1 << 20)
+            .is_some());
     }
 
     #[test]

@@ -18,9 +18,9 @@ use rand_distr::{Distribution, Normal};
 use super::profile::{LinkKind, Profile};
 use crate::record::{Algo, Coll, Proto};
 
-/// log2 of the chunk size (bytes per rank and channel) where the latency ramp
-/// starts, and over how many doublings it completes, per protocol.
-const RAMP_START: [f64; 3] = [6.0, 6.0, 8.0];
+/// log2 of the bytes per rank and NCCL channel where the latency ramp starts,
+/// and over how many doublings it completes, per protocol (fitted to DGX-1V).
+const RAMP_START: [f64; 3] = [3.0, 5.0, 5.0];
 const RAMP_SPAN: [f64; 3] = [6.0, 10.0, 4.0];
 
 /// Whether `(c, a, p)` can run on `nnodes` nodes of profile `prof` (NCCL's
@@ -107,7 +107,9 @@ pub fn true_time(
     let saturating = (link_eff(1.0, 1.0) / perch).max(1.0);
     let contention = 1.0 + 0.02 * (ch / saturating - 1.0).max(0.0);
     // As chunks per rank and channel grow, per-step latency rises (fitted to DGX-1V).
-    let chunk = bytes / (ch * n);
+    // Measured against NCCL's own channel count, not the forced one: a ramp
+    // that moved with the channel count would make time non-unimodal in it.
+    let chunk = bytes / (prof.nccl.channels.max(1) as f64 * n);
     let ramp = if chunk > 0.0 {
         ((chunk.log2() - RAMP_START[pi]) / RAMP_SPAN[pi]).clamp(0.0, 1.0)
     } else {
@@ -116,10 +118,18 @@ pub fn true_time(
     // Only step-by-step algorithms pay it; Broadcast/Reduce pipelines hide it.
     let stepwise = matches!(a, Algo::Ring | Algo::Tree | Algo::Pat | Algo::CollNetChain)
         && !matches!(c, Coll::Broadcast | Coll::Reduce);
-    let lat_factor = if stepwise { 1.0 + ph.lat_ramp[pi] * ramp } else { 1.0 };
+    let lat_factor = if stepwise {
+        1.0 + ph.lat_ramp[pi] * ramp
+    } else {
+        1.0
+    };
     let ch_cost = ch * ph.channel_overhead_us;
     let depth = clog2(nnodes);
-    let tree_net = if nnodes == 2 { ph.tree_net_2nodes } else { ph.tree_net_many };
+    let tree_net = if nnodes == 2 {
+        ph.tree_net_2nodes
+    } else {
+        ph.tree_net_many
+    };
     let bus_factor = match c {
         Coll::AllReduce => 2.0 * (n - 1.0) / n,
         Coll::AllGather | Coll::ReduceScatter => (n - 1.0) / n,
@@ -144,7 +154,8 @@ pub fn true_time(
         Algo::Tree => {
             let hop = intra_hop * ph.tree_hop_scale[pi];
             let lat = base + 2.0 * ((ppn as f64 - 1.0) * hop + depth * net_hop);
-            let alg = link_eff(ph.tree_intra, tree_net).min(ch * perch * ph.tree_intra) / contention;
+            let alg =
+                link_eff(ph.tree_intra, tree_net).min(ch * perch * ph.tree_intra) / contention;
             let dip = if bytes > 0.0 {
                 let centre = if p == Proto::LL128 { 22.0 } else { 24.0 };
                 1.0 + ph.tree_dip[pi] * (-((bytes.log2() - centre) / 3.5).powi(2)).exp()
@@ -176,7 +187,16 @@ pub fn true_time(
             let heads = ppn.min(prof.net.nics_per_node).max(1) as f64;
             let lat = base + 2.0 * intra_hop + 2.0 * ph.sharp_lat_us + simple_hop_net;
             let alg = if c == Coll::AllReduce {
-                (intra_bw * 0.9).min(net_bw * ph.eff_net[pi] * 0.92).min(ch * perch * heads)
+                // Reduce-scatter and all-gather inside the node around the switch reduction.
+                let ppnf = ppn as f64;
+                let intra_alg = if ppn > 1 {
+                    intra_bw * 1.15 * ppnf / (2.0 * (ppnf - 1.0))
+                } else {
+                    f64::INFINITY
+                };
+                intra_alg
+                    .min(net_bw * ph.eff_net[pi] * 0.92)
+                    .min(ch * perch * heads)
             } else {
                 (intra_bw / bus_factor)
                     .min(net_bw * ph.eff_net[pi] / bus_factor)
@@ -185,7 +205,10 @@ pub fn true_time(
             (lat, bytes / (alg / contention * 1000.0))
         }
         Algo::CollNetChain => {
-            let lat = base + 2.0 * (ppn as f64 - 1.0) * intra_hop + 2.0 * ph.sharp_lat_us + simple_hop_net;
+            let lat = base
+                + 2.0 * (ppn as f64 - 1.0) * intra_hop
+                + 2.0 * ph.sharp_lat_us
+                + simple_hop_net;
             let alg = (intra_bw * ph.tree_intra)
                 .min(net_bw * ph.eff_net[pi] * 0.9)
                 .min(ch * perch * ph.tree_intra);
@@ -200,7 +223,11 @@ pub fn true_time(
     };
     let lat = lat * lat_factor;
     let k = ph.ring_overlap[pi];
-    let k = if matches!(c, Coll::Broadcast | Coll::Reduce) { k.max(1.5) } else { k };
+    let k = if matches!(c, Coll::Broadcast | Coll::Reduce) {
+        k.max(1.5)
+    } else {
+        k
+    };
     if a == Algo::Ring && (multi || matches!(c, Coll::Broadcast | Coll::Reduce)) && k > 1.0 {
         // Pipelined steps overlap: the latency hides behind a long transfer.
         return (lat.powf(k) + bytes_us.powf(k)).powf(1.0 / k) + ch_cost;
@@ -231,7 +258,15 @@ mod tests {
     fn best_proto(prof: &Profile, nnodes: u32, a: Algo, nbytes: u64) -> Proto {
         let mut best = (f64::INFINITY, Proto::LL);
         for p in Proto::ALL {
-            let t = true_time(prof, nnodes, Coll::AllReduce, a, p, prof.nccl.channels, nbytes);
+            let t = true_time(
+                prof,
+                nnodes,
+                Coll::AllReduce,
+                a,
+                p,
+                prof.nccl.channels,
+                nbytes,
+            );
             if t < best.0 {
                 best = (t, p);
             }
@@ -244,8 +279,16 @@ mod tests {
         for name in ["h100", "a100", "v100", "gh200"] {
             let prof = builtin(name).unwrap();
             for nn in [1, 2, 8] {
-                assert_eq!(best_proto(&prof, nn, Algo::Ring, 64), Proto::LL, "{name} {nn}");
-                assert_eq!(best_proto(&prof, nn, Algo::Ring, 4 << 30), Proto::Simple, "{name} {nn}");
+                assert_eq!(
+                    best_proto(&prof, nn, Algo::Ring, 64),
+                    Proto::LL,
+                    "{name} {nn}"
+                );
+                assert_eq!(
+                    best_proto(&prof, nn, Algo::Ring, 4 << 30),
+                    Proto::Simple,
+                    "{name} {nn}"
+                );
             }
         }
     }
@@ -259,9 +302,20 @@ mod tests {
                     let ts: Vec<f64> = (1..=64)
                         .map(|c| true_time(&prof, 4, Coll::AllReduce, Algo::Ring, p, c, nbytes))
                         .collect();
-                    let m = ts.iter().enumerate().min_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
-                    assert!(ts[..=m].windows(2).all(|w| w[1] <= w[0] + 1e-9), "{name} {nbytes} {p:?}");
-                    assert!(ts[m..].windows(2).all(|w| w[1] >= w[0] - 1e-9), "{name} {nbytes} {p:?}");
+                    let m = ts
+                        .iter()
+                        .enumerate()
+                        .min_by(|a, b| a.1.total_cmp(b.1))
+                        .unwrap()
+                        .0;
+                    assert!(
+                        ts[..=m].windows(2).all(|w| w[1] <= w[0] + 1e-9),
+                        "{name} {nbytes} {p:?}"
+                    );
+                    assert!(
+                        ts[m..].windows(2).all(|w| w[1] >= w[0] - 1e-9),
+                        "{name} {nbytes} {p:?}"
+                    );
                 }
             }
         }
@@ -270,15 +324,51 @@ mod tests {
     #[test]
     fn nvls_tree_needs_nodes_and_pat_needs_one_gpu_per_node() {
         let h = builtin("h100").unwrap();
-        assert!(!supported(&h, 1, Coll::AllReduce, Algo::NvlsTree, Proto::Simple));
-        assert!(supported(&h, 2, Coll::AllReduce, Algo::NvlsTree, Proto::Simple));
-        assert!(!supported(&h, 2, Coll::AllReduce, Algo::NvlsTree, Proto::LL));
+        assert!(!supported(
+            &h,
+            1,
+            Coll::AllReduce,
+            Algo::NvlsTree,
+            Proto::Simple
+        ));
+        assert!(supported(
+            &h,
+            2,
+            Coll::AllReduce,
+            Algo::NvlsTree,
+            Proto::Simple
+        ));
+        assert!(!supported(
+            &h,
+            2,
+            Coll::AllReduce,
+            Algo::NvlsTree,
+            Proto::LL
+        ));
         assert!(!supported(&h, 4, Coll::AllGather, Algo::Pat, Proto::Simple));
-        assert!(!supported(&h, 4, Coll::Broadcast, Algo::Tree, Proto::Simple));
+        assert!(!supported(
+            &h,
+            4,
+            Coll::Broadcast,
+            Algo::Tree,
+            Proto::Simple
+        ));
         let mut one = builtin("h100").unwrap();
         one.gpus_per_node = 1;
-        assert!(supported(&one, 4, Coll::AllGather, Algo::Pat, Proto::Simple));
-        assert!(!supported(&one, 4, Coll::AllReduce, Algo::Pat, Proto::Simple));
+        assert!(supported(
+            &one,
+            4,
+            Coll::AllGather,
+            Algo::Pat,
+            Proto::Simple
+        ));
+        assert!(!supported(
+            &one,
+            4,
+            Coll::AllReduce,
+            Algo::Pat,
+            Proto::Simple
+        ));
         let v = builtin("v100").unwrap();
         assert_eq!(configs(&v, 4, Coll::AllReduce).len(), 6);
         assert_eq!(configs(&v, 4, Coll::AllGather).len(), 3);
@@ -290,7 +380,9 @@ mod tests {
         let prof = builtin("h100").unwrap();
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
         let spread = |nbytes: u64, rng: &mut rand_chacha::ChaCha8Rng| {
-            let v: Vec<f64> = (0..2000).map(|_| noisy(&prof, nbytes, 100.0, rng).ln()).collect();
+            let v: Vec<f64> = (0..2000)
+                .map(|_| noisy(&prof, nbytes, 100.0, rng).ln())
+                .collect();
             let m = v.iter().sum::<f64>() / v.len() as f64;
             (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
         };

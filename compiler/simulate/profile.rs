@@ -112,8 +112,8 @@ pub struct Physics {
     pub eff_net: [f64; 3],
     /// Bandwidth one channel (one CTA) can drive, GB/s, per protocol.
     pub per_channel_gbs: [f64; 3],
-    /// Step latency grows by up to this factor (x latency) as the chunk per rank and
-    /// channel grows (LL 64 B-4 KiB, LL128 64 B-64 KiB, Simple 256 B-4 KiB).
+    /// Step latency grows by up to this factor (x latency) as the bytes per rank and
+    /// NCCL channel grow (LL 8 B-512 B, LL128 32 B-32 KiB, Simple 32 B-512 B).
     pub lat_ramp: [f64; 3],
     /// Ring's network hop as a multiple of `net.hop_us` (Simple pays flushes and proxy round trips).
     pub ring_net_scale: [f64; 3],
@@ -160,7 +160,7 @@ impl Default for Physics {
             ring_overlap: [1.0, 1.3, 1.0],
             ring_multinode_us: [2.0, 2.0, 5.0],
             tree_hop_scale: [1.0, 1.0, 1.0],
-            tree_intra: 0.55,
+            tree_intra: 0.6,
             tree_net_2nodes: 0.65,
             tree_net_many: 0.45,
             tree_dip: [0.0, 0.5, 0.4],
@@ -201,6 +201,11 @@ pub struct Profile {
     pub physics: Physics,
 }
 
+/// True for a finite number above zero (false for NaN).
+fn positive(x: f64) -> bool {
+    x.is_finite() && x > 0.0
+}
+
 fn default_host_prefix() -> String {
     "node".to_string()
 }
@@ -209,17 +214,30 @@ impl Profile {
     /// Checks the numbers make sense; names the field that does not.
     pub fn validate(&self) -> anyhow::Result<()> {
         let n = &self.name;
-        if n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        if n.is_empty()
+            || !n
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
             bail!("profile name {n:?} must be non-empty and use only letters, digits, '-' and '_'");
         }
         if self.gpus_per_node == 0 || self.gpus_per_node > 64 {
-            bail!("profile {n}: gpus_per_node must be 1..=64, got {}", self.gpus_per_node);
+            bail!(
+                "profile {n}: gpus_per_node must be 1..=64, got {}",
+                self.gpus_per_node
+            );
         }
-        if !(self.intra.bw_gbs > 0.0) || !(self.net.gbps_per_nic > 0.0) || self.net.nics_per_node == 0 {
+        if !positive(self.intra.bw_gbs)
+            || !positive(self.net.gbps_per_nic)
+            || self.net.nics_per_node == 0
+        {
             bail!("profile {n}: intra.bw_gbs, net.gbps_per_nic and net.nics_per_node must be positive");
         }
         if self.nccl.channels == 0 || self.nccl.channels > 64 {
-            bail!("profile {n}: nccl.channels must be 1..=64, got {}", self.nccl.channels);
+            bail!(
+                "profile {n}: nccl.channels must be 1..=64, got {}",
+                self.nccl.channels
+            );
         }
         let p = &self.physics;
         for (what, arr) in [
@@ -230,10 +248,10 @@ impl Profile {
                 bail!("profile {n}: {what} entries must be in (0, 1], got {arr:?}");
             }
         }
-        if p.per_channel_gbs.iter().any(|&b| !(b > 0.0)) {
+        if p.per_channel_gbs.iter().any(|&b| !positive(b)) {
             bail!("profile {n}: physics.per_channel_gbs must be positive");
         }
-        if self.pci_bus.len() > 0 && self.pci_bus.len() < self.gpus_per_node as usize {
+        if !self.pci_bus.is_empty() && self.pci_bus.len() < self.gpus_per_node as usize {
             bail!(
                 "profile {n}: pci_bus lists {} buses for {} GPUs per node",
                 self.pci_bus.len(),
@@ -245,14 +263,19 @@ impl Profile {
 
     /// PCI bus of local device `d`.
     pub fn bus(&self, d: u32) -> u8 {
-        self.pci_bus.get(d as usize).copied().unwrap_or(0x07 + (d as u8).wrapping_mul(0x10))
+        self.pci_bus
+            .get(d as usize)
+            .copied()
+            .unwrap_or(0x07 + (d as u8).wrapping_mul(0x10))
     }
 
     /// Reads a profile from a TOML or JSON file (by extension; TOML otherwise).
     pub fn load(path: &Path) -> anyhow::Result<Profile> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read profile file {}", path.display()))?;
-        let is_json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let is_json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
         let p: Profile = if is_json {
             serde_json::from_str(&text).map_err(|e| {
                 anyhow::anyhow!(
@@ -275,7 +298,8 @@ impl Profile {
                 )
             })?
         };
-        p.validate().with_context(|| format!("in {}", path.display()))?;
+        p.validate()
+            .with_context(|| format!("in {}", path.display()))?;
         Ok(p)
     }
 }
@@ -287,22 +311,38 @@ pub fn builtins() -> Vec<Profile> {
 
 /// Looks a built-in profile up by name.
 pub fn builtin(name: &str) -> Option<Profile> {
-    builtins().into_iter().find(|p| p.name.eq_ignore_ascii_case(name))
+    builtins()
+        .into_iter()
+        .find(|p| p.name.eq_ignore_ascii_case(name))
 }
 
 fn h100() -> Profile {
     Profile {
         name: "h100".into(),
-        description: "8x H100 SXM per node, NVSwitch (NVLink4), 8x 400G NDR InfiniBand with SHARP".into(),
+        description: "8x H100 SXM per node, NVSwitch (NVLink4), 8x 400G NDR InfiniBand with SHARP"
+            .into(),
         gpu_name: "NVIDIA H100 80GB HBM3".into(),
         compute_capability: 90,
         gpus_per_node: 8,
         cpu: CpuVendor::Intel,
         host_prefix: "h100-node".into(),
         pci_bus: vec![0x1b, 0x43, 0x52, 0x61, 0x9d, 0xc3, 0xd1, 0xdf],
-        intra: Intra { kind: LinkKind::NvSwitch, bw_gbs: 370.0, hop_us: [0.35, 0.6, 1.1] },
-        net: Net { kind: "ib".into(), nics_per_node: 8, gbps_per_nic: 400.0, hop_us: [3.0, 4.5, 6.5] },
-        features: Features { nvls: true, collnet: true, pat: true },
+        intra: Intra {
+            kind: LinkKind::NvSwitch,
+            bw_gbs: 370.0,
+            hop_us: [0.35, 0.6, 1.1],
+        },
+        net: Net {
+            kind: "ib".into(),
+            nics_per_node: 8,
+            gbps_per_nic: 400.0,
+            hop_us: [3.0, 4.5, 6.5],
+        },
+        features: Features {
+            nvls: true,
+            collnet: true,
+            pat: true,
+        },
         nccl: NcclTopo {
             channels: 16,
             nvls_channels: 16,
@@ -324,16 +364,30 @@ fn h100() -> Profile {
 fn a100() -> Profile {
     Profile {
         name: "a100".into(),
-        description: "8x A100 SXM4 per node, NVSwitch (NVLink3), 8x 200G HDR InfiniBand with SHARP".into(),
+        description: "8x A100 SXM4 per node, NVSwitch (NVLink3), 8x 200G HDR InfiniBand with SHARP"
+            .into(),
         gpu_name: "NVIDIA A100-SXM4-80GB".into(),
         compute_capability: 80,
         gpus_per_node: 8,
         cpu: CpuVendor::Amd,
         host_prefix: "dgxa100-".into(),
         pci_bus: vec![0x07, 0x0f, 0x47, 0x4e, 0x87, 0x90, 0xb7, 0xbd],
-        intra: Intra { kind: LinkKind::NvSwitch, bw_gbs: 230.0, hop_us: [0.45, 0.8, 1.6] },
-        net: Net { kind: "ib".into(), nics_per_node: 8, gbps_per_nic: 200.0, hop_us: [3.5, 5.5, 8.0] },
-        features: Features { nvls: false, collnet: true, pat: true },
+        intra: Intra {
+            kind: LinkKind::NvSwitch,
+            bw_gbs: 230.0,
+            hop_us: [0.45, 0.8, 1.6],
+        },
+        net: Net {
+            kind: "ib".into(),
+            nics_per_node: 8,
+            gbps_per_nic: 200.0,
+            hop_us: [3.5, 5.5, 8.0],
+        },
+        features: Features {
+            nvls: false,
+            collnet: true,
+            pat: true,
+        },
         nccl: NcclTopo {
             channels: 16,
             nvls_channels: 0,
@@ -356,16 +410,30 @@ fn a100() -> Profile {
 fn v100() -> Profile {
     Profile {
         name: "v100".into(),
-        description: "8x V100 SXM2 per node, NVLink hybrid cube-mesh (DGX-1V), 4x 100G EDR InfiniBand".into(),
+        description:
+            "8x V100 SXM2 per node, NVLink hybrid cube-mesh (DGX-1V), 4x 100G EDR InfiniBand".into(),
         gpu_name: "Tesla V100-SXM2-32GB".into(),
         compute_capability: 70,
         gpus_per_node: 8,
         cpu: CpuVendor::Intel,
         host_prefix: "dgx1v-".into(),
         pci_bus: vec![0x06, 0x07, 0x0a, 0x0b, 0x85, 0x86, 0x89, 0x8a],
-        intra: Intra { kind: LinkKind::NvLink, bw_gbs: 132.0, hop_us: [0.45, 1.9, 2.6] },
-        net: Net { kind: "ib".into(), nics_per_node: 4, gbps_per_nic: 100.0, hop_us: [7.4, 9.0, 17.0] },
-        features: Features { nvls: false, collnet: false, pat: false },
+        intra: Intra {
+            kind: LinkKind::NvLink,
+            bw_gbs: 132.0,
+            hop_us: [0.45, 1.9, 2.6],
+        },
+        net: Net {
+            kind: "ib".into(),
+            nics_per_node: 4,
+            gbps_per_nic: 100.0,
+            hop_us: [7.4, 9.0, 17.0],
+        },
+        features: Features {
+            nvls: false,
+            collnet: false,
+            pat: false,
+        },
         nccl: NcclTopo {
             channels: 8,
             nvls_channels: 0,
@@ -403,16 +471,30 @@ fn v100() -> Profile {
 fn gh200() -> Profile {
     Profile {
         name: "gh200".into(),
-        description: "4x GH200 per node, all-to-all NVLink4 (no NVSwitch), 4x 200G Slingshot-11".into(),
+        description: "4x GH200 per node, all-to-all NVLink4 (no NVSwitch), 4x 200G Slingshot-11"
+            .into(),
         gpu_name: "NVIDIA GH200 120GB".into(),
         compute_capability: 90,
         gpus_per_node: 4,
         cpu: CpuVendor::Arm,
         host_prefix: "nid00".into(),
         pci_bus: vec![0x01, 0x01, 0x01, 0x01],
-        intra: Intra { kind: LinkKind::NvLink, bw_gbs: 345.0, hop_us: [0.4, 0.7, 1.3] },
-        net: Net { kind: "slingshot".into(), nics_per_node: 4, gbps_per_nic: 200.0, hop_us: [4.5, 6.5, 9.0] },
-        features: Features { nvls: false, collnet: false, pat: true },
+        intra: Intra {
+            kind: LinkKind::NvLink,
+            bw_gbs: 345.0,
+            hop_us: [0.4, 0.7, 1.3],
+        },
+        net: Net {
+            kind: "slingshot".into(),
+            nics_per_node: 4,
+            gbps_per_nic: 200.0,
+            hop_us: [4.5, 6.5, 9.0],
+        },
+        features: Features {
+            nvls: false,
+            collnet: false,
+            pat: true,
+        },
         nccl: NcclTopo {
             channels: 16,
             nvls_channels: 0,
@@ -444,9 +526,22 @@ fn pcie() -> Profile {
         cpu: CpuVendor::Amd,
         host_prefix: "gpu-".into(),
         pci_bus: vec![0x01, 0x02, 0x21, 0x22, 0x81, 0x82, 0xa1, 0xa2],
-        intra: Intra { kind: LinkKind::Pcie, bw_gbs: 21.0, hop_us: [1.0, 2.0, 3.2] },
-        net: Net { kind: "roce".into(), nics_per_node: 1, gbps_per_nic: 100.0, hop_us: [6.0, 9.0, 12.0] },
-        features: Features { nvls: false, collnet: false, pat: true },
+        intra: Intra {
+            kind: LinkKind::Pcie,
+            bw_gbs: 21.0,
+            hop_us: [1.0, 2.0, 3.2],
+        },
+        net: Net {
+            kind: "roce".into(),
+            nics_per_node: 1,
+            gbps_per_nic: 100.0,
+            hop_us: [6.0, 9.0, 12.0],
+        },
+        features: Features {
+            nvls: false,
+            collnet: false,
+            pat: true,
+        },
         nccl: NcclTopo {
             channels: 4,
             nvls_channels: 0,
@@ -495,6 +590,9 @@ mod tests {
         std::fs::write(&f, t).unwrap();
         let e = format!("{:#}", Profile::load(&f).unwrap_err());
         assert!(e.contains("bad.toml:"), "{e}");
-        assert!(e.contains("gpus_per_node") || e.contains("invalid type"), "{e}");
+        assert!(
+            e.contains("gpus_per_node") || e.contains("invalid type"),
+            "{e}"
+        );
     }
 }

@@ -78,9 +78,18 @@ impl Run {
     pub fn rel_path(&self, profile: &str) -> PathBuf {
         let name = match self.config {
             None => format!("default_r{}.log", self.repeat),
-            Some((a, p, c)) => format!("{}_{}_c{}_r{}.log", a.name(), p.name(), c.label(), self.repeat),
+            Some((a, p, c)) => format!(
+                "{}_{}_c{}_r{}.log",
+                a.name(),
+                p.name(),
+                c.label(),
+                self.repeat
+            ),
         };
-        PathBuf::from(profile).join(format!("n{}", self.nnodes)).join(self.coll.name()).join(name)
+        PathBuf::from(profile)
+            .join(format!("n{}", self.nnodes))
+            .join(self.coll.name())
+            .join(name)
     }
 
     fn knobs(&self) -> String {
@@ -104,10 +113,20 @@ pub fn plan(spec: &Spec) -> Vec<Run> {
         for &coll in &spec.colls {
             let cfgs = physics::configs(&spec.profile, nnodes, coll);
             for repeat in 0..spec.repeats {
-                runs.push(Run { nnodes, coll, config: None, repeat });
+                runs.push(Run {
+                    nnodes,
+                    coll,
+                    config: None,
+                    repeat,
+                });
                 for &(a, p) in &cfgs {
                     for &c in &spec.channels {
-                        runs.push(Run { nnodes, coll, config: Some((a, p, c)), repeat });
+                        runs.push(Run {
+                            nnodes,
+                            coll,
+                            config: Some((a, p, c)),
+                            repeat,
+                        });
                     }
                 }
             }
@@ -124,7 +143,11 @@ pub struct Models {
 impl Models {
     pub fn new(spec: &Spec) -> Models {
         Models {
-            by_nodes: spec.nodes.iter().map(|&n| (n, NcclModel::new(&spec.profile, n))).collect(),
+            by_nodes: spec
+                .nodes
+                .iter()
+                .map(|&n| (n, NcclModel::new(&spec.profile, n)))
+                .collect(),
         }
     }
 
@@ -170,7 +193,8 @@ pub fn simulate_run(spec: &Spec, models: &Models, run: &Run) -> Vec<Row> {
     let mut rows = Vec::new();
     for (i, req) in spec.sizes().into_iter().enumerate() {
         let (size, count) = format::size_count(run.coll, req, nranks);
-        let (a, p, ch) = executed(model, run.coll, run.config, size).unwrap_or((Algo::Ring, Proto::LL, 1));
+        let (a, p, ch) =
+            executed(model, run.coll, run.config, size).unwrap_or((Algo::Ring, Proto::LL, 1));
         let t = physics::true_time(prof, run.nnodes, run.coll, a, p, ch, size) * job;
         let mut oop = physics::noisy(prof, size, t, &mut rng);
         let ip = physics::noisy(prof, size, t * 0.995, &mut rng);
@@ -178,7 +202,12 @@ pub fn simulate_run(spec: &Spec, models: &Models, run: &Run) -> Vec<Row> {
             // First size after start-up: caches cold, connections being set up.
             oop *= 3.0 + 12.0 * rng.random::<f64>();
         }
-        rows.push(Row { size, count, oop_us: oop, ip_us: ip });
+        rows.push(Row {
+            size,
+            count,
+            oop_us: oop,
+            ip_us: ip,
+        });
     }
     rows
 }
@@ -224,7 +253,9 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
                     continue;
                 }
                 for &cfg in &cfgs {
-                    let Some((a, p, ch)) = executed(model, coll, cfg, size) else { continue };
+                    let Some((a, p, ch)) = executed(model, coll, cfg, size) else {
+                        continue;
+                    };
                     let (algorithm, protocol, channels) = match cfg {
                         None => ("default", "default", -1),
                         Some((a, p, c)) => (
@@ -288,17 +319,28 @@ pub fn gap_cells(spec: &Spec, models: &Models) -> Vec<(u32, Coll, u64, f64, f64)
                 if size == 0 {
                     continue;
                 }
-                let Some((a, p, c)) = model.choose(coll, size) else { continue };
+                let Some((a, p, c)) = model.choose(coll, size) else {
+                    continue;
+                };
                 let def = physics::true_time(prof, nnodes, coll, a, p, c, size);
                 let mut best_auto = f64::INFINITY;
                 let mut best_all = f64::INFINITY;
                 for &(a, p) in &cfgs {
-                    let t = physics::true_time(prof, nnodes, coll, a, p, model.channels(a, p, size), size);
+                    let t = physics::true_time(
+                        prof,
+                        nnodes,
+                        coll,
+                        a,
+                        p,
+                        model.channels(a, p, size),
+                        size,
+                    );
                     best_auto = best_auto.min(t);
                     best_all = best_all.min(t);
                     for ch in &spec.channels {
                         if let Ch::Fixed(n) = ch {
-                            best_all = best_all.min(physics::true_time(prof, nnodes, coll, a, p, *n, size));
+                            best_all = best_all
+                                .min(physics::true_time(prof, nnodes, coll, a, p, *n, size));
                         }
                     }
                 }
@@ -313,7 +355,10 @@ pub fn gap_cells(spec: &Spec, models: &Models) -> Vec<(u32, Coll, u64, f64, f64)
 pub fn gaps(spec: &Spec, models: &Models) -> Vec<Gap> {
     let cells = gap_cells(spec, models);
     let summarise = |nodes: Option<u32>| {
-        let sel: Vec<_> = cells.iter().filter(|c| nodes.is_none_or(|n| c.0 == n)).collect();
+        let sel: Vec<_> = cells
+            .iter()
+            .filter(|c| nodes.is_none_or(|n| c.0 == n))
+            .collect();
         let k = sel.len().max(1) as f64;
         Gap {
             profile: spec.profile.name.clone(),
@@ -343,7 +388,12 @@ pub struct Written {
 }
 
 /// Writes the whole sweep under `out`: logs, `truth.csv`, and `sweep.csv` when asked.
-pub fn write(spec: &Spec, out: &Path, csv: bool, bar: &indicatif::ProgressBar) -> anyhow::Result<Written> {
+pub fn write(
+    spec: &Spec,
+    out: &Path,
+    csv: bool,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Written> {
     let models = Models::new(spec);
     let runs = plan(spec);
     bar.set_length(runs.len() as u64);
@@ -353,8 +403,19 @@ pub fn write(spec: &Spec, out: &Path, csv: bool, bar: &indicatif::ProgressBar) -
     let mut csv_w = csv.then(|| {
         let mut w = csv::Writer::from_writer(Vec::new());
         let _ = w.write_record([
-            "collective", "size_bytes", "algorithm", "protocol", "channels", "nodes", "ranks",
-            "pipeOps", "regBuff", "cost_metric", "bandwidth_gbps", "latency_us", "platform",
+            "collective",
+            "size_bytes",
+            "algorithm",
+            "protocol",
+            "channels",
+            "nodes",
+            "ranks",
+            "pipeOps",
+            "regBuff",
+            "cost_metric",
+            "bandwidth_gbps",
+            "latency_us",
+            "platform",
         ]);
         w
     });
@@ -368,7 +429,8 @@ pub fn write(spec: &Spec, out: &Path, csv: bool, bar: &indicatif::ProgressBar) -
             repeat: run.repeat,
             min_bytes: *sizes.first().unwrap_or(&0),
             max_bytes: *sizes.last().unwrap_or(&0),
-            pid_base: 100_000 + (fnv1a(&run.rel_path(&prof.name).to_string_lossy()) % 3_000_000) as u32,
+            pid_base: 100_000
+                + (fnv1a(&run.rel_path(&prof.name).to_string_lossy()) % 3_000_000) as u32,
         };
         let text = format::render(&header, &rows);
         let path = out.join(run.rel_path(&prof.name));
@@ -377,7 +439,11 @@ pub fn write(spec: &Spec, out: &Path, csv: bool, bar: &indicatif::ProgressBar) -
         if let Some(w) = csv_w.as_mut() {
             let nranks = prof.gpus_per_node * run.nnodes;
             let (algo, proto, ch) = match run.config {
-                None => ("default".to_string(), "default".to_string(), "-1".to_string()),
+                None => (
+                    "default".to_string(),
+                    "default".to_string(),
+                    "-1".to_string(),
+                ),
                 Some((a, p, c)) => (
                     a.name().to_string(),
                     p.name().to_string(),
@@ -414,7 +480,10 @@ pub fn write(spec: &Spec, out: &Path, csv: bool, bar: &indicatif::ProgressBar) -
         tw.serialize(t)?;
     }
     let truth_path = out.join("truth.csv");
-    format::write_atomic(&truth_path, &tw.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
+    format::write_atomic(
+        &truth_path,
+        &tw.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?;
     let csv_path = match csv_w {
         Some(w) => {
             let p = out.join("sweep.csv");

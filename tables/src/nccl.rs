@@ -16,8 +16,13 @@ pub enum Coll {
 pub const NUM_COLLS: usize = 5;
 
 impl Coll {
-    pub const ALL: [Coll; NUM_COLLS] =
-        [Coll::Broadcast, Coll::Reduce, Coll::AllGather, Coll::ReduceScatter, Coll::AllReduce];
+    pub const ALL: [Coll; NUM_COLLS] = [
+        Coll::Broadcast,
+        Coll::Reduce,
+        Coll::AllGather,
+        Coll::ReduceScatter,
+        Coll::AllReduce,
+    ];
 
     /// From NCCL's `ncclFunc_t` value; `None` for anything a tuner never decides.
     pub const fn from_nccl(v: u32) -> Option<Coll> {
