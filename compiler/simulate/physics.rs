@@ -375,6 +375,42 @@ mod tests {
     }
 
     #[test]
+    fn collnet_direct_not_starved_when_nccl_shrinks_channels() {
+        // NCCL runs CollNetDirect on one channel at mid sizes; each channel
+        // still drives every NIC, so it must not fall far behind Ring.
+        let h = builtin("h100").unwrap();
+        let s = 4 << 20;
+        let cn = true_time(
+            &h,
+            2,
+            Coll::AllReduce,
+            Algo::CollNetDirect,
+            Proto::Simple,
+            1,
+            s,
+        );
+        let ring = true_time(&h, 2, Coll::AllReduce, Algo::Ring, Proto::Simple, 16, s);
+        assert!(cn < 2.0 * ring, "{cn} vs {ring}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn time_is_positive_and_grows_with_size(
+            pi in 0usize..5, nn in 1u32..64, ci in 0usize..5, ch in 1u32..64, lg in 0u32..33,
+        ) {
+            let prof = &super::super::profile::builtins()[pi];
+            let c = Coll::ALL[ci];
+            for (a, p) in configs(prof, nn, c) {
+                let s = 1u64 << lg;
+                let t1 = true_time(prof, nn, c, a, p, ch, s);
+                let t2 = true_time(prof, nn, c, a, p, ch, 2 * s);
+                proptest::prop_assert!(t1.is_finite() && t1 > 0.0);
+                proptest::prop_assert!(t2 >= t1, "{:?} {:?} {:?} {} {}: {} > {}", c, a, p, ch, s, t1, t2);
+            }
+        }
+    }
+
+    #[test]
     fn noise_is_wider_at_small_sizes() {
         use rand::SeedableRng;
         let prof = builtin("h100").unwrap();
