@@ -81,10 +81,12 @@ fn protocol_order_ll_small_simple_large_on_every_profile() {
                 "{} {nn}",
                 prof.name
             );
-            // LL128 sits between: never the worst at mid sizes.
+            // LL128 sits between: never the worst at mid sizes (where NCCL
+            // allows it: not over PCIe, where 128-byte stores do not land whole).
             let mid = 4 << 20;
             assert!(
-                t(Proto::LL128, mid) < t(Proto::LL, mid).max(t(Proto::Simple, mid)),
+                prof.intra.kind == dyncc::simulate::profile::LinkKind::Pcie
+                    || t(Proto::LL128, mid) < t(Proto::LL, mid).max(t(Proto::Simple, mid)),
                 "{} {nn}",
                 prof.name
             );
