@@ -277,14 +277,36 @@ impl Profile {
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));
         let p: Profile = if is_json {
-            serde_json::from_str(&text).map_err(|e| {
+            // `--list-profiles --json` prints an array: accept it when it holds one profile.
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
                 anyhow::anyhow!(
-                    "{}:{}:{}: not a valid profile: {e} (print a template with `dyncc simulate --list-profiles --json`)",
+                    "{}:{}:{}: not JSON: {e}",
                     path.display(),
                     e.line(),
                     e.column()
                 )
-            })?
+            })?;
+            let invalid = |e: serde_json::Error, line: String| {
+                anyhow::anyhow!(
+                    "{}{line}: not a valid profile: {e} (print a template with `dyncc simulate --list-profiles --json`)",
+                    path.display()
+                )
+            };
+            match v {
+                serde_json::Value::Array(mut a) if a.len() == 1 => {
+                    serde_json::from_value(a.remove(0)).map_err(|e| invalid(e, String::new()))?
+                }
+                serde_json::Value::Array(a) => bail!(
+                    "{}: holds {} profiles; keep the one to simulate (a single object or a one-element array)",
+                    path.display(),
+                    a.len()
+                ),
+                // Parse the text again so errors carry a line number.
+                _ => serde_json::from_str(&text).map_err(|e| {
+                    let line = format!(":{}:{}", e.line(), e.column());
+                    invalid(e, line)
+                })?,
+            }
         } else {
             toml::from_str(&text).map_err(|e| {
                 let line = e
@@ -581,6 +603,26 @@ mod tests {
             let back: Profile = serde_json::from_str(&j).unwrap();
             assert_eq!(back.gpus_per_node, p.gpus_per_node);
         }
+    }
+
+    #[test]
+    fn json_array_from_list_profiles_loads_when_it_holds_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one.json");
+        std::fs::write(&one, serde_json::to_string(&vec![gh200()]).unwrap()).unwrap();
+        assert_eq!(Profile::load(&one).unwrap().name, "gh200");
+        let all = dir.path().join("all.json");
+        std::fs::write(&all, serde_json::to_string(&builtins()).unwrap()).unwrap();
+        let e = format!("{:#}", Profile::load(&all).unwrap_err());
+        assert!(e.contains("holds 5 profiles"), "{e}");
+        let bad = dir.path().join("bad.json");
+        std::fs::write(
+            &bad,
+            "{\n  \"name\": \"x\",\n  \"gpus_per_node\": \"eight\"\n}",
+        )
+        .unwrap();
+        let e = format!("{:#}", Profile::load(&bad).unwrap_err());
+        assert!(e.contains("bad.json:3:"), "{e}");
     }
 
     #[test]
