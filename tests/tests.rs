@@ -4,3 +4,4 @@ mod ingest; // every real log format, golden row counts
 mod ingest_cli;
 mod ingest_errors; // malformed input: file, line, what was expected
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
+mod simulate;
