@@ -1,1 +1,4 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
+
+mod audit;
+mod plan;
