@@ -19,9 +19,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .suffix(".tmp")
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-    tmp.write_all(bytes).with_context(|| format!("cannot write {}", tmp.path().display()))?;
-    tmp.as_file().sync_all().with_context(|| format!("cannot sync {}", tmp.path().display()))?;
-    tmp.persist(path).with_context(|| format!("cannot rename the output into place at {}", path.display()))?;
+    tmp.write_all(bytes)
+        .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    tmp.as_file()
+        .sync_all()
+        .with_context(|| format!("cannot sync {}", tmp.path().display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("cannot rename the output into place at {}", path.display()))?;
     Ok(())
 }
 
@@ -36,7 +40,10 @@ mod tests {
         std::fs::write(&p, b"old").unwrap();
         write_atomic(&p, b"new").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"new");
-        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names.len(), 1, "{names:?}");
     }
 

@@ -136,11 +136,17 @@ pub fn compile_cells(
              reducescatter, allreduce) in the input: nothing to compile"
         );
     }
-    let decided: Vec<GridDecisions> = grids.iter().map(|g| decide(g, &fit(g), &opts.decide)).collect();
+    let decided: Vec<GridDecisions> = grids
+        .iter()
+        .map(|g| decide(g, &fit(g), &opts.decide))
+        .collect();
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);
     let trees = distil_all(&grids, &decided, opts.decide.extrapolate);
 
-    let mut report = Report { platform: platform.clone(), ..Default::default() };
+    let mut report = Report {
+        platform: platform.clone(),
+        ..Default::default()
+    };
     describe(&mut report, &grids, &decided, &contexts, &notes, opts);
     for (coll, _, fid) in &trees {
         report.trees.insert(coll.name().to_string(), fid.clone());
@@ -176,36 +182,55 @@ pub fn compile_cells(
         ("margin", format!("{}", opts.decide.margin)),
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
     ];
-    let tree_list: Vec<(Coll, FlatTree<Leaf>)> = trees.into_iter().map(|(c, t, _)| (c, t)).collect();
+    let tree_list: Vec<(Coll, FlatTree<Leaf>)> =
+        trees.into_iter().map(|(c, t, _)| (c, t)).collect();
     let bytes = emit::build(&contexts, &tree_list, &meta, opts.decide.extrapolate)?;
-    let table = Table::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("internal error: emitted table does not load: {e}"))?;
+    let table = Table::from_bytes(&bytes)
+        .map_err(|e| anyhow::anyhow!("internal error: emitted table does not load: {e}"))?;
     report.table = TableInfo {
         path: None,
         bytes: bytes.len(),
         digest: format!("{:016x}", table.digest()),
         contexts: table.context_count(),
     };
-    Ok(Compiled { bytes, grids, decided, contexts, report })
+    Ok(Compiled {
+        bytes,
+        grids,
+        decided,
+        contexts,
+        report,
+    })
 }
 
 /// One table serves one cluster type: refuse to blend platforms silently.
-fn select_platform(records: &[Record], want: Option<&str>) -> anyhow::Result<(Vec<Record>, Platform)> {
+fn select_platform(
+    records: &[Record],
+    want: Option<&str>,
+) -> anyhow::Result<(Vec<Record>, Platform)> {
     let label = |r: &Record| -> Option<String> {
-        r.platform.as_deref().or(r.gpu.as_deref()).map(str::to_string)
+        r.platform
+            .as_deref()
+            .or(r.gpu.as_deref())
+            .map(str::to_string)
     };
     let selected: Vec<Record> = match want {
         Some(w) => {
             let v: Vec<Record> = records
                 .iter()
                 .filter(|r| {
-                    r.platform.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(w))
+                    r.platform
+                        .as_deref()
+                        .is_some_and(|p| p.eq_ignore_ascii_case(w))
                         || r.gpu.as_deref().is_some_and(|g| g.eq_ignore_ascii_case(w))
                 })
                 .cloned()
                 .collect();
             if v.is_empty() {
                 let seen: BTreeSet<String> = records.iter().filter_map(label).collect();
-                bail!("no records of platform `{w}`; the inputs hold: {}", seen.into_iter().collect::<Vec<_>>().join(", "));
+                bail!(
+                    "no records of platform `{w}`; the inputs hold: {}",
+                    seen.into_iter().collect::<Vec<_>>().join(", ")
+                );
             }
             v
         }
@@ -217,7 +242,10 @@ fn select_platform(records: &[Record], want: Option<&str>) -> anyhow::Result<(Ve
                 }
             }
             if counts.len() > 1 {
-                let list: Vec<String> = counts.iter().map(|(k, v)| format!("{k} ({v} records)")).collect();
+                let list: Vec<String> = counts
+                    .iter()
+                    .map(|(k, v)| format!("{k} ({v} records)"))
+                    .collect();
                 bail!(
                     "the inputs mix platforms: {}. A table serves one cluster type: compile each \
                      separately, or pick one with --platform LABEL",
@@ -240,7 +268,8 @@ fn select_platform(records: &[Record], want: Option<&str>) -> anyhow::Result<(Ve
         label: most(&|r| r.platform.as_deref().map(str::to_string)),
         gpu: most(&|r| r.gpu.as_deref().map(str::to_string)),
         gpus_per_node: most(&|r| {
-            (r.nnodes > 0 && r.nranks % r.nnodes == 0).then(|| format!("{:010}", r.nranks / r.nnodes))
+            (r.nnodes > 0 && r.nranks % r.nnodes == 0)
+                .then(|| format!("{:010}", r.nranks / r.nnodes))
         })
         .and_then(|s| s.parse().ok()),
     };
@@ -250,7 +279,8 @@ fn select_platform(records: &[Record], want: Option<&str>) -> anyhow::Result<(Ve
 /// `sha256  path` per input file that contributed records.
 fn input_digests(records: &[Record]) -> String {
     use sha2::{Digest, Sha256};
-    let files: BTreeSet<&std::path::Path> = records.iter().map(|r| r.source.file.as_path()).collect();
+    let files: BTreeSet<&std::path::Path> =
+        records.iter().map(|r| r.source.file.as_path()).collect();
     files
         .into_iter()
         .map(|f| match std::fs::read(f) {
@@ -263,7 +293,11 @@ fn input_digests(records: &[Record]) -> String {
 
 /// The grid points the distilled trees must reproduce: every bucket of
 /// every node-count anchor, within the measured sizes.
-fn distil_all(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec<(Coll, FlatTree<Leaf>, Fidelity)> {
+fn distil_all(
+    grids: &[Grid],
+    decided: &[GridDecisions],
+    extrapolate: bool,
+) -> Vec<(Coll, FlatTree<Leaf>, Fidelity)> {
     let mut by_coll: BTreeMap<Coll, Vec<Sample>> = BTreeMap::new();
     for (g, d) in grids.iter().zip(decided) {
         let s = by_coll.entry(g.coll).or_default();
@@ -316,7 +350,9 @@ fn describe(
         for a in d.anchors.iter().filter(|a| a.measured) {
             for c in &a.per_size {
                 if c.why != Why::Forced {
-                    let k = serde_json::to_value(c.why).ok().and_then(|v| v.as_str().map(str::to_string));
+                    let k = serde_json::to_value(c.why)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string));
                     *e.entry(k.unwrap_or_default()).or_default() += 1;
                 }
             }
@@ -328,11 +364,20 @@ fn describe(
             let (d, basis, _) = c.buckets[k];
             let mut j = k;
             let mut gain = f64::INFINITY;
-            while j < c.buckets.len() && c.buckets[j].0 == d && c.buckets[j].1 == basis {
+            // One region per decision: the table splits it further by
+            // basis, the report names the best basis inside it.
+            let mut basis = basis;
+            while j < c.buckets.len() && c.buckets[j].0 == d {
                 gain = gain.min(c.buckets[j].2 as f64);
+                basis = basis.min(c.buckets[j].1);
                 j += 1;
             }
-            if let Decision::Force { algo, proto, channels } = d {
+            if let Decision::Force {
+                algo,
+                proto,
+                channels,
+            } = d
+            {
                 r.forced.push(Forced {
                     collective: c.coll.name().into(),
                     nodes: c.nodes,
@@ -354,9 +399,17 @@ fn describe(
         for coll in colls {
             let gs: Vec<&Grid> = grids.iter().filter(|g| g.coll.name() == coll).collect();
             let lo = gs.iter().map(|g| g.sizes[0]).min().unwrap_or(0);
-            let hi = gs.iter().filter_map(|g| g.sizes.last().copied()).max().unwrap_or(0);
+            let hi = gs
+                .iter()
+                .filter_map(|g| g.sizes.last().copied())
+                .max()
+                .unwrap_or(0);
             let nlo = gs.iter().map(|g| g.nodes[0]).min().unwrap_or(0);
-            let nhi = gs.iter().filter_map(|g| g.nodes.last().copied()).max().unwrap_or(0);
+            let nhi = gs
+                .iter()
+                .filter_map(|g| g.nodes.last().copied())
+                .max()
+                .unwrap_or(0);
             let ppns: Vec<String> = gs.iter().map(|g| g.ppn.to_string()).collect();
             r.outside.push(format!(
                 "{coll}: sizes outside {}..{}, node counts outside {nlo}..{nhi}, and ranks per node other than {} are left to NCCL (--extrapolate extends the edges)",
@@ -373,7 +426,10 @@ fn describe(
         ));
     }
     if notes.uneven > 0 {
-        r.notes.push(format!("{} cells whose ranks are not a multiple of their nodes were not used", notes.uneven));
+        r.notes.push(format!(
+            "{} cells whose ranks are not a multiple of their nodes were not used",
+            notes.uneven
+        ));
     }
     if notes.partial_cells > 0 {
         r.notes.push(format!(
@@ -403,8 +459,13 @@ pub fn print_report(r: &Report) {
     println!(
         "platform: {}{}{}",
         p.label.as_deref().unwrap_or("unnamed"),
-        p.gpu.as_deref().map(|g| format!(", {g}")).unwrap_or_default(),
-        p.gpus_per_node.map(|g| format!(", {g} GPUs per node")).unwrap_or_default()
+        p.gpu
+            .as_deref()
+            .map(|g| format!(", {g}"))
+            .unwrap_or_default(),
+        p.gpus_per_node
+            .map(|g| format!(", {g} GPUs per node"))
+            .unwrap_or_default()
     );
     println!("\ncoverage:");
     for c in &r.coverage {
@@ -412,7 +473,11 @@ pub fn print_report(r: &Report) {
             "  {:<14} {:>3} ranks/node  nodes {:<22} sizes {}..{}  {} configurations, {} cells",
             c.collective,
             c.ppn,
-            c.nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(","),
+            c.nodes
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             fmt_bytes(c.min_bytes),
             fmt_bytes(c.max_bytes),
             c.configs.len(),
@@ -431,15 +496,23 @@ pub fn print_report(r: &Report) {
         } else {
             format!("{}-{}", f.nodes.0, f.nodes.1)
         };
-        let ppn = if f.ppn.1 == u32::MAX { "any".to_string() } else { f.ppn.0.to_string() };
-        let ch = if f.channels > 0 { format!("/{}ch", f.channels) } else { String::new() };
+        let ppn = if f.ppn.1 == u32::MAX {
+            "any".to_string()
+        } else {
+            f.ppn.0.to_string()
+        };
+        let ch = if f.channels > 0 {
+            format!("/{}ch", f.channels)
+        } else {
+            String::new()
+        };
         println!(
-            "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. {:<9} {:>20}  {:>8}  {}",
+            "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
             f.collective,
             nodes,
             ppn,
             fmt_bytes(f.from_bytes),
-            fmt_bytes(f.to_bytes),
+            fmt_bytes(f.to_bytes.saturating_add(1)),
             format!("{}/{}{}", f.algorithm, f.protocol, ch),
             fmt_gain(f.gain),
             f.basis
@@ -447,8 +520,19 @@ pub fn print_report(r: &Report) {
     }
     println!("\nleaves NCCL alone (measured points):");
     for (coll, why) in &r.left_alone {
-        let parts: Vec<String> = why.iter().map(|(k, v)| format!("{v} {}", k.replace('_', " "))).collect();
-        println!("  {:<14} {}", coll, if parts.is_empty() { "none".into() } else { parts.join(", ") });
+        let parts: Vec<String> = why
+            .iter()
+            .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
+            .collect();
+        println!(
+            "  {:<14} {}",
+            coll,
+            if parts.is_empty() {
+                "none".into()
+            } else {
+                parts.join(", ")
+            }
+        );
     }
     for o in &r.outside {
         println!("  {o}");
@@ -470,7 +554,10 @@ pub fn print_report(r: &Report) {
     let t = &r.table;
     println!(
         "\n{} ({} bytes, {} contexts, digest {})",
-        t.path.as_ref().map(|p| format!("wrote {}", p.display())).unwrap_or_else(|| "table".into()),
+        t.path
+            .as_ref()
+            .map(|p| format!("wrote {}", p.display()))
+            .unwrap_or_else(|| "table".into()),
         t.bytes,
         t.contexts,
         t.digest
@@ -501,7 +588,7 @@ pub struct CompileArgs {
     #[arg(long, default_value_t = 0.03)]
     pub margin: f64,
     /// Measurement-noise standard deviations a gain must clear.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     pub noise_z: f64,
     /// Extend decisions beyond the measured sizes, node counts and ranks per node.
     #[arg(long)]
@@ -525,25 +612,46 @@ pub fn parse_assume(v: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .map(|s| {
             s.split_once('=')
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .with_context(|| format!("--assume `{s}`: expected KEY=VALUE, e.g. --assume NCCL_ALGO=Ring"))
+                .with_context(|| {
+                    format!("--assume `{s}`: expected KEY=VALUE, e.g. --assume NCCL_ALGO=Ring")
+                })
         })
         .collect()
 }
 
 pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     if !(a.margin.is_finite() && (0.0..1.0).contains(&a.margin)) {
-        bail!("--margin {}: expected a fraction between 0 and 1, e.g. 0.03 for 3 %", a.margin);
+        bail!(
+            "--margin {}: expected a fraction between 0 and 1, e.g. 0.03 for 3 %",
+            a.margin
+        );
     }
     if !(a.noise_z.is_finite() && a.noise_z >= 0.0) {
         bail!("--noise-z {}: expected a non-negative number", a.noise_z);
     }
-    let ingest_opts = IngestOptions { lenient: a.lenient, assume: parse_assume(&a.assume)?, progress: !a.json };
+    let ingest_opts = IngestOptions {
+        lenient: a.lenient,
+        assume: parse_assume(&a.assume)?,
+        progress: !a.json,
+        keep_unresolved: false,
+    };
     let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
     if ds.records.is_empty() {
-        bail!("no measurements found in {}", a.paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
+        bail!(
+            "no measurements found in {}",
+            a.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     let opts = CompileOptions {
-        decide: DecideOptions { margin: a.margin, z: a.noise_z, extrapolate: a.extrapolate },
+        decide: DecideOptions {
+            margin: a.margin,
+            z: a.noise_z,
+            extrapolate: a.extrapolate,
+        },
         platform: a.platform.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
     };
@@ -557,4 +665,125 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         print_report(&c.report);
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::tests::{cell, cfg};
+    use crate::record::{Algo, Collective, Config, Proto};
+    use dyncc_tables::{size_bucket, NUM_BUCKETS};
+
+    fn sweep() -> Vec<Cell> {
+        let mut v = Vec::new();
+        for n in [1u32, 2, 4, 16] {
+            for k in 3..=28 {
+                let b = 1u64 << k;
+                let t = 10.0 + b as f64 / 1e4;
+                v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
+                let tl = if b < 65536 { t * 0.8 } else { t * 1.5 };
+                v.push(cell(Collective::AllReduce, n, 8, b, cfg(Algo::Tree, Proto::LL), tl));
+                let rs = if b > 1 << 22 && n >= 4 { t * 0.7 } else { t * 1.1 };
+                v.push(cell(Collective::AllReduce, n, 8, b, cfg(Algo::Ring, Proto::Simple), rs));
+                v.push(cell(Collective::AllGather, n, 8, b, Config::DEFAULT, t));
+                v.push(cell(Collective::AllGather, n, 8, b, cfg(Algo::Ring, Proto::LL), tl));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn table_and_in_memory_decisions_agree_at_every_grid_point() {
+        for extrapolate in [false, true] {
+            let opts = CompileOptions {
+                decide: DecideOptions { extrapolate, ..Default::default() },
+                ..Default::default()
+            };
+            let c = compile_cells(&sweep(), &Platform::default(), &opts, "").unwrap();
+            let t = Table::from_bytes(&c.bytes).unwrap();
+            // Every planned context, at every bucket, for node counts at both
+            // ends of its range: the first matching planned context is what
+            // the table must answer.
+            for pc in &c.contexts {
+                for nodes in [pc.nodes.0, pc.nodes.1.min(1 << 20)] {
+                    let ranks = nodes as u64 * pc.ppn.0 as u64;
+                    let first = c
+                        .contexts
+                        .iter()
+                        .find(|x| {
+                            x.coll == pc.coll
+                                && (x.nodes.0..=x.nodes.1).contains(&nodes)
+                                && (x.ppn.0..=x.ppn.1).contains(&pc.ppn.0)
+                        })
+                        .unwrap();
+                    let spec = t.specialise(ranks, nodes as u64);
+                    for b in 0..NUM_BUCKETS {
+                        let bytes = bucket_lower_bound(b as u8);
+                        if size_bucket(bytes) as usize != b {
+                            continue; // buckets 4..=7 hold no size
+                        }
+                        let want = first.buckets[b].0;
+                        let got = t.lookup(pc.coll as u32, ranks, nodes as u64, bytes, 1, 0).decision;
+                        assert_eq!(got, want, "{:?} nodes {nodes} bucket {b}", pc.coll);
+                        assert_eq!(spec.decide(pc.coll as u32, bytes, 1, 0), want);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn compiles_the_expected_decisions() {
+        let c = compile_cells(&sweep(), &Platform::default(), &CompileOptions::default(), "").unwrap();
+        let t = Table::from_bytes(&c.bytes).unwrap();
+        let d = |coll: Coll, nodes: u64, bytes: u64| t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0).decision;
+        let tree_ll = Decision::Force { algo: Algo::Tree, proto: Proto::LL, channels: 0 };
+        let ring_simple = Decision::Force { algo: Algo::Ring, proto: Proto::Simple, channels: 0 };
+        assert_eq!(d(Coll::AllReduce, 2, 1024), tree_ll);
+        assert_eq!(d(Coll::AllReduce, 2, 1 << 20), Decision::Default);
+        assert_eq!(d(Coll::AllReduce, 16, 1 << 26), ring_simple);
+        assert_eq!(d(Coll::AllReduce, 2, 1 << 26), Decision::Default);
+        // 8 nodes was never measured: interpolated between 4 and 16.
+        assert_eq!(d(Coll::AllReduce, 8, 1 << 26), ring_simple);
+        assert_eq!(t.lookup(Coll::AllReduce as u32, 64, 8, 1 << 26, 1, 0).basis, Some(Basis::Interpolated));
+        // Outside the hull: 32 nodes, 4 ranks per node, 1 GiB.
+        assert_eq!(d(Coll::AllReduce, 32, 1024), Decision::Default);
+        assert_eq!(t.lookup(Coll::AllReduce as u32, 8, 2, 1024, 1, 0).decision, Decision::Default);
+        assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);
+        assert_eq!(d(Coll::AllGather, 2, 1024), Decision::Force { algo: Algo::Ring, proto: Proto::LL, channels: 0 });
+        // Never measured: broadcast.
+        assert_eq!(d(Coll::Broadcast, 2, 1024), Decision::Default);
+        assert!(t.tree(Coll::AllReduce).is_some());
+        assert!(c.report.trees["allreduce"].disagree == 0);
+    }
+
+    #[test]
+    fn mixed_platforms_are_refused_unless_one_is_picked() {
+        let a = crate::features::tests::cell(Collective::AllReduce, 1, 8, 8, Config::DEFAULT, 1.0);
+        let rec = |p: &str| Record {
+            collective: Collective::AllReduce,
+            nbytes: 8,
+            nranks: 8,
+            nnodes: 1,
+            gpu: None,
+            nccl_version: None,
+            platform: Some(p.into()),
+            algo: None,
+            proto: None,
+            channels: None,
+            time_us: 1.0,
+            in_place: false,
+            dtype: None,
+            pipe_ops: 1,
+            reg_buff: false,
+            source: a.source.clone(),
+            flags: 0,
+        };
+        let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
+        let e = select_platform(&recs, None).err().unwrap().to_string();
+        assert!(e.contains("mix platforms") && e.contains("--platform"), "{e}");
+        let (v, p) = select_platform(&recs, Some("dgx-2v")).unwrap();
+        assert_eq!(v.len(), 1);
+        assert_eq!(p.label.as_deref(), Some("DGX-2V"));
+    }
 }

@@ -80,18 +80,30 @@ pub fn distil(samples: &[Sample], max_depth: usize) -> (FlatTree<Leaf>, Fidelity
         if depth >= max_depth {
             continue;
         }
-        let Some((f, thr)) = best_split(samples, &labels, classes.len(), &idx) else { continue };
+        let Some((f, thr)) = best_split(samples, &labels, classes.len(), &idx) else {
+            continue;
+        };
         let (l, r): (Vec<usize>, Vec<usize>) = idx.iter().partition(|&&i| samples[i].x[f] < thr);
         let li = nodes.len();
         nodes.push(Node::Leaf(leaf_of(samples, &l)));
         let ri = nodes.len();
         nodes.push(Node::Leaf(leaf_of(samples, &r)));
-        nodes[slot] = Node::Split { feature: f, threshold: thr, left: li as u32, right: ri as u32 };
+        nodes[slot] = Node::Split {
+            feature: f,
+            threshold: thr,
+            left: li as u32,
+            right: ri as u32,
+        };
         queue.push_back((l, li, depth + 1));
         queue.push_back((r, ri, depth + 1));
     }
     let tree = FlatTree { nodes };
-    let mut fid = Fidelity { points: samples.len(), leaves: tree.leaves(), depth: tree.depth(), ..Default::default() };
+    let mut fid = Fidelity {
+        points: samples.len(),
+        leaves: tree.leaves(),
+        depth: tree.depth(),
+        ..Default::default()
+    };
     let (mut wrong, mut total) = (0.0, 0.0);
     for s in samples {
         let w = weight(s);
@@ -119,7 +131,11 @@ fn leaf_of(samples: &[Sample], idx: &[usize]) -> Leaf {
         .max_by(|a, b| a.1.total_cmp(&b.1))
         .map(|e| e.0)
         .unwrap_or(Decision::Default);
-    let mine: Vec<&Sample> = idx.iter().map(|&i| &samples[i]).filter(|s| s.decision == decision).collect();
+    let mine: Vec<&Sample> = idx
+        .iter()
+        .map(|&i| &samples[i])
+        .filter(|s| s.decision == decision)
+        .collect();
     let gain = if mine.is_empty() || decision == Decision::Default {
         1.0
     } else {
@@ -130,13 +146,28 @@ fn leaf_of(samples: &[Sample], idx: &[usize]) -> Leaf {
         .into_iter()
         .max_by_key(|b| count(*b))
         .unwrap_or(Basis::Measured);
-    Leaf { decision, basis, gain }
+    Leaf {
+        decision,
+        basis,
+        gain,
+    }
 }
 
 /// The split with the largest weighted Gini decrease, or `None` when the
 /// node is pure or no split helps.
-fn best_split(samples: &[Sample], labels: &[usize], k: usize, idx: &[usize]) -> Option<(usize, f64)> {
-    let gini = |c: &[f64], t: f64| if t <= 0.0 { 0.0 } else { t - c.iter().map(|v| v * v).sum::<f64>() / t };
+fn best_split(
+    samples: &[Sample],
+    labels: &[usize],
+    k: usize,
+    idx: &[usize],
+) -> Option<(usize, f64)> {
+    let gini = |c: &[f64], t: f64| {
+        if t <= 0.0 {
+            0.0
+        } else {
+            t - c.iter().map(|v| v * v).sum::<f64>() / t
+        }
+    };
     let mut total = vec![0.0; k];
     for &i in idx {
         total[labels[i]] += weight(&samples[i]);
@@ -181,13 +212,26 @@ mod tests {
 
     #[test]
     fn reproduces_a_two_region_grid_exactly() {
-        let tree_ll = Decision::Force { algo: Algo::Tree, proto: Proto::LL, channels: 0 };
+        let tree_ll = Decision::Force {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 0,
+        };
         let mut s = Vec::new();
         for nodes in [1u32, 2, 4, 8] {
             for k in 3..30 {
-                let d = if nodes >= 2 && k < 16 { tree_ll } else { Decision::Default };
+                let d = if nodes >= 2 && k < 16 {
+                    tree_ll
+                } else {
+                    Decision::Default
+                };
                 let gain = if d == Decision::Default { 1.0 } else { 1.2 };
-                s.push(Sample { x: tree_features(1 << k, nodes, 8), decision: d, basis: Basis::Measured, gain });
+                s.push(Sample {
+                    x: tree_features(1 << k, nodes, 8),
+                    decision: d,
+                    basis: Basis::Measured,
+                    gain,
+                });
             }
         }
         let (t, fid) = distil(&s, 6);
@@ -196,6 +240,9 @@ mod tests {
         let leaf = t.leaf(&tree_features(1024, 4, 8));
         assert_eq!(leaf.decision, tree_ll);
         assert!((leaf.gain - 1.2).abs() < 1e-9);
-        assert_eq!(t.leaf(&tree_features(1 << 20, 4, 8)).decision, Decision::Default);
+        assert_eq!(
+            t.leaf(&tree_features(1 << 20, 4, 8)).decision,
+            Decision::Default
+        );
     }
 }

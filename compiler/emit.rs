@@ -3,8 +3,8 @@
 
 use anyhow::Context;
 use dyncc_tables::{
-    rules_from_buckets, Basis, Coll, ContextSpec, Decision, Feature, RegBuff, TableBuilder, TreeNode,
-    NUM_BUCKETS,
+    rules_from_buckets, Basis, Coll, ContextSpec, Decision, Feature, RegBuff, TableBuilder,
+    TreeNode, NUM_BUCKETS,
 };
 
 use crate::decide::{buckets, BucketChoice, GridDecisions};
@@ -31,9 +31,18 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
     let mut beyond = Vec::new();
     let mut any_ppn: Vec<(Coll, usize, usize)> = Vec::new(); // (coll, grid, measured cells)
     for (gi, (g, d)) in grids.iter().zip(decided).enumerate() {
-        let per_anchor: Vec<_> = d.anchors.iter().map(|a| buckets(g, a, extrapolate)).collect();
+        let per_anchor: Vec<_> = d
+            .anchors
+            .iter()
+            .map(|a| buckets(g, a, extrapolate))
+            .collect();
         for (a, b) in d.anchors.iter().zip(&per_anchor) {
-            exact.push(PlannedContext { coll: g.coll, nodes: (a.nodes, a.nodes), ppn: (g.ppn, g.ppn), buckets: b.clone() });
+            exact.push(PlannedContext {
+                coll: g.coll,
+                nodes: (a.nodes, a.nodes),
+                ppn: (g.ppn, g.ppn),
+                buckets: b.clone(),
+            });
         }
         for (i, w) in d.anchors.windows(2).enumerate() {
             let (lo, hi) = (w[0].nodes, w[1].nodes);
@@ -55,7 +64,12 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                     *slot = (Decision::Default, Basis::Extrapolated, 1.0);
                 }
             }
-            between.push(PlannedContext { coll: g.coll, nodes: (lo + 1, hi - 1), ppn: (g.ppn, g.ppn), buckets: b });
+            between.push(PlannedContext {
+                coll: g.coll,
+                nodes: (lo + 1, hi - 1),
+                ppn: (g.ppn, g.ppn),
+                buckets: b,
+            });
         }
         if extrapolate {
             let mark = |src: &[BucketChoice; NUM_BUCKETS]| {
@@ -67,7 +81,12 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
             };
             if let (Some(first), Some(last)) = (d.anchors.first(), d.anchors.last()) {
                 if first.nodes > 1 {
-                    beyond.push(PlannedContext { coll: g.coll, nodes: (1, first.nodes - 1), ppn: (g.ppn, g.ppn), buckets: mark(&per_anchor[0]) });
+                    beyond.push(PlannedContext {
+                        coll: g.coll,
+                        nodes: (1, first.nodes - 1),
+                        ppn: (g.ppn, g.ppn),
+                        buckets: mark(&per_anchor[0]),
+                    });
                 }
                 beyond.push(PlannedContext {
                     coll: g.coll,
@@ -96,7 +115,12 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                 for s in b.iter_mut() {
                     s.1 = Basis::Extrapolated;
                 }
-                PlannedContext { coll, nodes: c.nodes, ppn: (1, u32::MAX), buckets: b }
+                PlannedContext {
+                    coll,
+                    nodes: c.nodes,
+                    ppn: (1, u32::MAX),
+                    buckets: b,
+                }
             })
             .collect();
         out.extend(extra);
@@ -109,8 +133,17 @@ pub fn tree_nodes(t: &FlatTree<Leaf>) -> Vec<TreeNode> {
     t.nodes
         .iter()
         .map(|n| match n {
-            Node::Leaf(l) => TreeNode::Leaf { decision: l.decision, basis: l.basis, gain: l.gain as f32 },
-            Node::Split { feature, threshold, left, right } => TreeNode::Split {
+            Node::Leaf(l) => TreeNode::Leaf {
+                decision: l.decision,
+                basis: l.basis,
+                gain: l.gain as f32,
+            },
+            Node::Split {
+                feature,
+                threshold,
+                left,
+                right,
+            } => TreeNode::Split {
                 feature: match *feature {
                     0 => Feature::Log2Bytes,
                     1 => Feature::Nodes,
@@ -144,11 +177,23 @@ pub fn build(
         if !extrapolate && rules.iter().all(|r| r.decision == Decision::Default) {
             continue;
         }
-        let spec = ContextSpec { coll: c.coll, nodes: c.nodes, ppn: c.ppn, max_pipe_ops: 0, reg_buff: RegBuff::Any };
-        b.context(spec, &rules).map_err(|e| anyhow::anyhow!("{e}")).context("building a table context")?;
+        let spec = ContextSpec {
+            coll: c.coll,
+            nodes: c.nodes,
+            ppn: c.ppn,
+            max_pipe_ops: 0,
+            reg_buff: RegBuff::Any,
+        };
+        b.context(spec, &rules)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("building a table context")?;
     }
     for (coll, t) in trees {
-        b.tree(*coll, &tree_nodes(t)).map_err(|e| anyhow::anyhow!("{e}")).context("storing a distilled tree")?;
+        b.tree(*coll, &tree_nodes(t))
+            .map_err(|e| anyhow::anyhow!("{e}"))
+            .context("storing a distilled tree")?;
     }
-    b.build().map_err(|e| anyhow::anyhow!("{e}")).context("building the table")
+    b.build()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context("building the table")
 }

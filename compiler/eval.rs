@@ -85,7 +85,10 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
         if !cfg.is_default() && (cfg.algo.is_none() || cfg.proto.is_none()) {
             continue;
         }
-        groups.entry((c.key.collective, c.key.nnodes, c.key.nranks, c.key.nbytes)).or_default().insert(cfg, c.time_us);
+        groups
+            .entry((c.key.collective, c.key.nnodes, c.key.nranks, c.key.nbytes))
+            .or_default()
+            .insert(cfg, c.time_us);
     }
     let mut score = Score::default();
     let mut out = Vec::new();
@@ -95,12 +98,20 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
             continue;
         };
         let Some(nccl) = coll.tunable() else { continue };
-        let d = table.lookup(nccl as u32, nranks as u64, nnodes as u64, nbytes, 1, 0).decision;
+        let d = table
+            .lookup(nccl as u32, nranks as u64, nnodes as u64, nbytes, 1, 0)
+            .decision;
         let cfg = match d {
             Decision::Default => Config::DEFAULT,
-            Decision::Force { algo, proto, channels } => {
-                Config { algo: Some(algo), proto: Some(proto), channels: (channels > 0).then_some(channels as u32) }
-            }
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            } => Config {
+                algo: Some(algo),
+                proto: Some(proto),
+                channels: (channels > 0).then_some(channels as u32),
+            },
         };
         let Some(&t) = m.get(&cfg) else {
             score.unscorable += 1;
@@ -130,7 +141,11 @@ pub fn summarise(score: &mut Score, cells: &[Scored]) {
     score.captured = captured(cells.iter());
     score.forced = cells.iter().filter(|c| c.choice != "default").count();
     score.regressions = cells.iter().filter(|c| c.vs_default > REGRESSION).count();
-    score.regression_share = if cells.is_empty() { 0.0 } else { score.regressions as f64 / cells.len() as f64 };
+    score.regression_share = if cells.is_empty() {
+        0.0
+    } else {
+        score.regressions as f64 / cells.len() as f64
+    };
     let mut by: BTreeMap<u32, Vec<&Scored>> = BTreeMap::new();
     for c in cells {
         by.entry(c.nnodes).or_default().push(c);
@@ -173,12 +188,90 @@ fn stats(v: impl Iterator<Item = f64>) -> Stats {
     v.sort_by(f64::total_cmp);
     let geomean = (v.iter().map(|x| x.ln()).sum::<f64>() / v.len() as f64).exp();
     let p95 = v[((v.len() as f64 * 0.95).ceil() as usize).clamp(1, v.len()) - 1];
-    Stats { geomean, p95, max: *v.last().unwrap_or(&1.0) }
+    Stats {
+        geomean,
+        p95,
+        max: *v.last().unwrap_or(&1.0),
+    }
+}
+
+/// Reads a simulator ground-truth CSV (`collective, nodes, ranks,
+/// size_bytes, algorithm, protocol, channels, true_us`) into cells.
+pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
+    use crate::record::{Algo, CellKey, Proto, Source};
+    let mut rd =
+        csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
+    let h = rd
+        .headers()
+        .with_context(|| format!("{}:1: reading the header", path.display()))?
+        .clone();
+    let col = |n: &str| {
+        h.iter().position(|x| x == n).with_context(|| {
+            format!("{}:1: no `{n}` column: expected the ground truth written by `dyncc simulate` (truth.csv)", path.display())
+        })
+    };
+    let (cc, cn, cr, cs, ca, cp, ch, ct) = (
+        col("collective")?,
+        col("nodes")?,
+        col("ranks")?,
+        col("size_bytes")?,
+        col("algorithm")?,
+        col("protocol")?,
+        col("channels")?,
+        col("true_us")?,
+    );
+    let file = std::sync::Arc::new(path.to_path_buf());
+    let mut out = Vec::new();
+    for (i, row) in rd.records().enumerate() {
+        let line = i as u32 + 2;
+        let row = row.with_context(|| format!("{}:{line}: malformed CSV row", path.display()))?;
+        let bad = |what: &str| anyhow::anyhow!("{}:{line}: expected {what}", path.display());
+        let get = |c: usize| row.get(c).unwrap_or("").trim();
+        let collective = Collective::parse(get(cc)).ok_or_else(|| bad("a collective name"))?;
+        let num = |c: usize, what: &str| get(c).parse::<u64>().map_err(|_| bad(what));
+        let (algo, proto) = match (get(ca), get(cp)) {
+            ("default", _) | (_, "default") => (None, None),
+            (x, y) => (
+                Some(Algo::parse(x).ok_or_else(|| bad("an algorithm name"))?),
+                Some(Proto::parse(y).ok_or_else(|| bad("a protocol name"))?),
+            ),
+        };
+        let channels = match get(ch).parse::<i64>() {
+            Ok(c) if c > 0 => Some(c as u32),
+            Ok(_) => None,
+            Err(_) => return Err(bad("an integer channel count (-1 for NCCL's choice)")),
+        };
+        let t: f64 = get(ct).parse().map_err(|_| bad("a time in true_us"))?;
+        out.push(Cell {
+            key: CellKey {
+                collective,
+                nbytes: num(cs, "a size in bytes")?,
+                nranks: num(cr, "a rank count")? as u32,
+                nnodes: num(cn, "a node count")? as u32,
+                config: Config {
+                    algo,
+                    proto,
+                    channels,
+                },
+            },
+            time_us: t,
+            n: 1,
+            spread: 0.0,
+            source: Source {
+                file: file.clone(),
+                line,
+            },
+        });
+    }
+    Ok(out)
 }
 
 /// Leave-one-node-count-out: for every interior node count, compile on the
 /// others and score the held-out one.
-pub fn cross_validate_nodes(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<(Score, Vec<Scored>, Vec<u32>)> {
+pub fn cross_validate_nodes(
+    ds: &Dataset,
+    opts: &CompileOptions,
+) -> anyhow::Result<(Score, Vec<Scored>, Vec<u32>)> {
     let mut nodes: Vec<u32> = ds.records.iter().map(|r| r.nnodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
@@ -191,9 +284,23 @@ pub fn cross_validate_nodes(ds: &Dataset, opts: &CompileOptions) -> anyhow::Resu
     let interior = nodes[1..nodes.len() - 1].to_vec();
     let mut all = Vec::new();
     for &k in &interior {
-        let train = Dataset { records: ds.records.iter().filter(|r| r.nnodes != k).cloned().collect(), ..Default::default() };
-        let test: Vec<_> = ds.records.iter().filter(|r| r.nnodes == k).cloned().collect();
-        let c = compile_dataset(&train, opts).with_context(|| format!("compiling without {k} nodes"))?;
+        let train = Dataset {
+            records: ds
+                .records
+                .iter()
+                .filter(|r| r.nnodes != k)
+                .cloned()
+                .collect(),
+            ..Default::default()
+        };
+        let test: Vec<_> = ds
+            .records
+            .iter()
+            .filter(|r| r.nnodes == k)
+            .cloned()
+            .collect();
+        let c = compile_dataset(&train, opts)
+            .with_context(|| format!("compiling without {k} nodes"))?;
         let table = Table::from_bytes(&c.bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
         let (_, scored) = score_cells(&table, &ingest::aggregate(&test));
         all.extend(scored);
@@ -228,7 +335,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 0.03)]
     pub margin: f64,
     /// With --cv: noise standard deviations a gain must clear.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 0.5)]
     pub noise_z: f64,
     /// Keep only records of this platform label or GPU model.
     #[arg(long)]
@@ -237,6 +344,10 @@ pub struct EvalArgs {
     pub lenient: bool,
     #[arg(long = "assume", value_name = "KEY=VALUE")]
     pub assume: Vec<String>,
+    /// Score against a simulator's ground truth (`truth.csv` from `dyncc
+    /// simulate`: true mean times, noise-free) instead of measurements.
+    #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
+    pub truth: Option<PathBuf>,
     /// Also list every scored cell.
     #[arg(long)]
     pub cells: bool,
@@ -245,33 +356,72 @@ pub struct EvalArgs {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
-    let ingest_opts = IngestOptions { lenient: a.lenient, assume: parse_assume(&a.assume)?, progress: !a.json };
+    let ingest_opts = IngestOptions {
+        lenient: a.lenient,
+        assume: parse_assume(&a.assume)?,
+        progress: !a.json,
+        keep_unresolved: false,
+    };
     let (score, scored, title) = if a.cv.is_some() {
         let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
         let opts = CompileOptions {
-            decide: DecideOptions { margin: a.margin, z: a.noise_z, extrapolate: false },
+            decide: DecideOptions {
+                margin: a.margin,
+                z: a.noise_z,
+                extrapolate: false,
+            },
             platform: a.platform.clone(),
             command: String::new(),
         };
         let (s, c, held) = cross_validate_nodes(&ds, &opts)?;
         let held: Vec<String> = held.iter().map(|n| n.to_string()).collect();
-        (s, c, format!("leave-one-node-count-out cross-validation (held out: {})", held.join(", ")))
+        (
+            s,
+            c,
+            format!(
+                "leave-one-node-count-out cross-validation (held out: {})",
+                held.join(", ")
+            ),
+        )
+    } else if let Some(truth) = &a.truth {
+        let bytes = std::fs::read(&a.paths[0])
+            .with_context(|| format!("reading table {}", a.paths[0].display()))?;
+        let table = Table::from_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
+        let (s, c) = score_cells(&table, &read_truth(truth)?);
+        (
+            s,
+            c,
+            format!(
+                "{} on the ground truth {}",
+                a.paths[0].display(),
+                truth.display()
+            ),
+        )
     } else {
         if a.paths.len() < 2 {
             bail!("dyncc eval TABLE PATH...: give the table and at least one measurement file or directory");
         }
-        let bytes = std::fs::read(&a.paths[0]).with_context(|| format!("reading table {}", a.paths[0].display()))?;
-        let table = Table::from_bytes(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
+        let bytes = std::fs::read(&a.paths[0])
+            .with_context(|| format!("reading table {}", a.paths[0].display()))?;
+        let table = Table::from_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
         let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
         let mut records = ds.records;
         if let Some(p) = &a.platform {
             records.retain(|r| {
-                r.platform.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(p))
+                r.platform
+                    .as_deref()
+                    .is_some_and(|x| x.eq_ignore_ascii_case(p))
                     || r.gpu.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(p))
             });
         }
         let (s, c) = score_cells(&table, &ingest::aggregate(&records));
-        (s, c, format!("{} on the given measurements", a.paths[0].display()))
+        (
+            s,
+            c,
+            format!("{} on the given measurements", a.paths[0].display()),
+        )
     };
     if score.cells == 0 {
         bail!(
@@ -290,7 +440,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         return Ok(0);
     }
     println!("{title}\n");
-    println!("{:<14} {:>6} {:>9} {:>7} {:>7} {:>9} {:>13}", "", "cells", "geomean", "p95", "max", "captured", "regressions");
+    println!(
+        "{:<14} {:>6} {:>9} {:>7} {:>7} {:>9} {:>13}",
+        "", "cells", "geomean", "p95", "max", "captured", "regressions"
+    );
     println!(
         "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>8.1}% {:>6} ({:.1}%)",
         "dyncc table",
@@ -304,10 +457,19 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
     );
     println!(
         "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>9} {:>13}",
-        "NCCL default", score.cells, score.default.geomean, score.default.p95, score.default.max, "-", "-"
+        "NCCL default",
+        score.cells,
+        score.default.geomean,
+        score.default.p95,
+        score.default.max,
+        "-",
+        "-"
     );
     println!("\n(times over the best measured setting per cell; regressions: > 5 % slower than the default)");
-    println!("\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}", "nodes", "cells", "table", "default", "captured", "regressions");
+    println!(
+        "\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}",
+        "nodes", "cells", "table", "default", "captured", "regressions"
+    );
     for (n, s) in &score.by_nodes {
         println!(
             "{:>6} {:>6} {:>9.4} {:>9.4} {:>8.1}% {:>11}",

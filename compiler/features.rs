@@ -14,7 +14,13 @@ pub fn features(nbytes: u64, nnodes: u32, ppn: u32) -> [f64; N_FEATURES] {
     let lb = (nbytes.max(1) as f64).log2();
     let ln = (nnodes.max(1) as f64).log2();
     let ranks = nnodes as f64 * ppn as f64;
-    [lb, ln, ppn as f64, ranks.max(1.0).log2(), lb - ranks.max(1.0).log2()]
+    [
+        lb,
+        ln,
+        ppn as f64,
+        ranks.max(1.0).log2(),
+        lb - ranks.max(1.0).log2(),
+    ]
 }
 
 /// One measured cell of a grid.
@@ -91,15 +97,26 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             notes.partial_cells += 1;
             continue;
         }
-        groups.entry((coll, k.nranks / k.nnodes)).or_default().push(c);
+        groups
+            .entry((coll, k.nranks / k.nnodes))
+            .or_default()
+            .push(c);
     }
     let grids = groups
         .into_iter()
         .map(|((coll, ppn), cs)| {
-            let nodes: Vec<u32> =
-                cs.iter().map(|c| c.key.nnodes).collect::<BTreeSet<_>>().into_iter().collect();
-            let sizes: Vec<u64> =
-                cs.iter().map(|c| c.key.nbytes).collect::<BTreeSet<_>>().into_iter().collect();
+            let nodes: Vec<u32> = cs
+                .iter()
+                .map(|c| c.key.nnodes)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            let sizes: Vec<u64> = cs
+                .iter()
+                .map(|c| c.key.nbytes)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
             let mut configs: Vec<Config> = vec![Config::DEFAULT];
             configs.extend(
                 cs.iter()
@@ -112,15 +129,30 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             for c in cs {
                 let ni = nodes.binary_search(&c.key.nnodes).unwrap_or(0);
                 let si = sizes.binary_search(&c.key.nbytes).unwrap_or(0);
-                let ci = configs.binary_search_by(|x| cmp_cfg(x, &c.key.config)).unwrap_or(0);
+                let ci = configs
+                    .binary_search_by(|x| cmp_cfg(x, &c.key.config))
+                    .unwrap_or(0);
                 if !(c.time_us.is_finite() && c.time_us > 0.0) {
                     continue;
                 }
-                cells[(ni * sizes.len() + si) * configs.len() + ci] =
-                    Some(Meas { ln_t: c.time_us.ln(), n: c.n, spread: c.spread });
-                sources.entry((ni, si)).or_insert_with(|| c.source.to_string());
+                cells[(ni * sizes.len() + si) * configs.len() + ci] = Some(Meas {
+                    ln_t: c.time_us.ln(),
+                    n: c.n,
+                    spread: c.spread,
+                });
+                sources
+                    .entry((ni, si))
+                    .or_insert_with(|| c.source.to_string());
             }
-            Grid { coll, ppn, nodes, sizes, configs, cells, sources }
+            Grid {
+                coll,
+                ppn,
+                nodes,
+                sizes,
+                configs,
+                cells,
+                sources,
+            }
         })
         .collect();
     (grids, notes)
@@ -139,22 +171,42 @@ pub(crate) mod tests {
 
     pub fn cell(coll: Collective, nodes: u32, ppn: u32, bytes: u64, cfg: Config, t: f64) -> Cell {
         Cell {
-            key: CellKey { collective: coll, nbytes: bytes, nranks: nodes * ppn, nnodes: nodes, config: cfg },
+            key: CellKey {
+                collective: coll,
+                nbytes: bytes,
+                nranks: nodes * ppn,
+                nnodes: nodes,
+                config: cfg,
+            },
             time_us: t,
             n: 1,
             spread: 0.0,
-            source: Source { file: Arc::new("test.csv".into()), line: 1 },
+            source: Source {
+                file: Arc::new("test.csv".into()),
+                line: 1,
+            },
         }
     }
 
     pub fn cfg(a: Algo, p: Proto) -> Config {
-        Config { algo: Some(a), proto: Some(p), channels: None }
+        Config {
+            algo: Some(a),
+            proto: Some(p),
+            channels: None,
+        }
     }
 
     #[test]
     fn grids_put_default_first_and_skip_what_cannot_be_forced() {
         let cells = vec![
-            cell(Collective::AllReduce, 2, 8, 1024, cfg(Algo::Tree, Proto::LL), 10.0),
+            cell(
+                Collective::AllReduce,
+                2,
+                8,
+                1024,
+                cfg(Algo::Tree, Proto::LL),
+                10.0,
+            ),
             cell(Collective::AllReduce, 2, 8, 1024, Config::DEFAULT, 12.0),
             cell(Collective::AllReduce, 1, 8, 1024, Config::DEFAULT, 5.0),
             cell(Collective::AllToAll, 2, 8, 1024, Config::DEFAULT, 5.0),
@@ -163,7 +215,11 @@ pub(crate) mod tests {
                 2,
                 8,
                 1024,
-                Config { algo: Some(Algo::Ring), proto: None, channels: None },
+                Config {
+                    algo: Some(Algo::Ring),
+                    proto: None,
+                    channels: None,
+                },
                 11.0,
             ),
         ];

@@ -67,13 +67,22 @@ pub fn fit(grid: &Grid) -> Fitted {
             continue;
         }
         let forest = boost(&x, &y, &w);
-        let r = (x.iter().zip(&y).map(|(xi, yi)| (forest.predict(xi) - yi).powi(2)).sum::<f64>()
+        let r = (x
+            .iter()
+            .zip(&y)
+            .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
+            .sum::<f64>()
             / y.len() as f64)
             .sqrt();
         advantage.push(Some(forest));
         resid.push(r);
     }
-    Fitted { advantage, resid, sigma, n_sizes: grid.sizes.len() }
+    Fitted {
+        advantage,
+        resid,
+        sigma,
+        n_sizes: grid.sizes.len(),
+    }
 }
 
 /// Gradient-boosted trees on (x, y, w), converted to the flat IR.
@@ -89,14 +98,16 @@ fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
     let m = Matrix::new(&cols, n, N_FEATURES);
     let mut b = GradientBooster::default()
         .set_objective_type(ObjectiveType::SquaredLoss)
-        .set_iterations(60)
-        .set_learning_rate(0.15)
-        .set_max_depth(3)
-        .set_min_leaf_weight(0.0)
+        .set_iterations(300)
+        .set_learning_rate(0.1)
+        .set_max_depth(4)
+        .set_min_leaf_weight(3.0)
         .set_l2(1.0)
         .set_parallel(false)
         .set_seed(0);
-    // Weights are relative; normalise so l2 means the same for any noise level.
+    // Weights are relative; normalise them to mean 1 so that l2 and the
+    // minimum leaf weight (about three cells: no leaf may isolate a single,
+    // possibly noisy, measurement) mean the same at any noise level.
     let mean_w = w.iter().sum::<f64>() / n as f64;
     let w: Vec<f64> = w.iter().map(|v| v / mean_w).collect();
     match b.fit(&m, y, &w, None) {
@@ -104,7 +115,10 @@ fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
         Err(_) => {
             // Degenerate data (e.g. one distinct feature row): the mean.
             let mean = y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() / w.iter().sum::<f64>();
-            Forest { base: mean, trees: Vec::new() }
+            Forest {
+                base: mean,
+                trees: Vec::new(),
+            }
         }
     }
 }
@@ -120,36 +134,58 @@ fn noise(grid: &Grid) -> Vec<f64> {
     let (nn, ns, nc) = (grid.nodes.len(), grid.sizes.len(), grid.configs.len());
     let mut out = vec![MIN_SIGMA; nn * ns];
     for ni in 0..nn {
-        // Per size: the variance estimates of every config. Medians, not
-        // means, so one config's real kink (a protocol switch inside the
-        // default, say) does not pass for noise of the whole region.
-        let mut est: Vec<Vec<f64>> = vec![Vec::new(); ns];
+        // Per size: variance estimates from repeats, and from roughness.
+        let mut rep: Vec<Vec<f64>> = vec![Vec::new(); ns];
+        let mut rough: Vec<Vec<f64>> = vec![Vec::new(); ns];
         for c in 0..nc {
             for si in 0..ns {
-                let Some(m) = grid.get(ni, si, c) else { continue };
+                let Some(m) = grid.get(ni, si, c) else {
+                    continue;
+                };
                 if m.n >= 2 {
                     let s = (1.0 + m.spread.max(0.0)).ln() / range_factor(m.n);
-                    est[si].push(s * s);
+                    rep[si].push(s * s);
                 } else if si >= 1 && si + 1 < ns {
                     if let (Some(a), Some(b)) = (grid.get(ni, si - 1, c), grid.get(ni, si + 1, c)) {
                         let d2 = a.ln_t - 2.0 * m.ln_t + b.ln_t;
-                        // 0.455: median of chi-square(1), so that the
-                        // median below estimates the variance itself.
-                        est[si].push(d2 * d2 / (6.0 * 0.455));
+                        rough[si].push(d2 * d2 / 6.0);
                     }
                 }
             }
         }
-        // Pool a window of neighbouring sizes: noise varies slowly.
+        // Pool a window of neighbouring sizes: noise varies slowly. Repeats
+        // measure noise directly: their median. Roughness also picks up the
+        // curves' real bends (protocol switches, the latency-to-bandwidth
+        // knee), so it uses the lower quartile, which stays unbiased while
+        // up to three quarters of the estimates are bent; 0.1015 is the
+        // lower quartile of chi-square(1).
         for si in 0..ns {
             let lo = si.saturating_sub(2);
             let hi = (si + 2).min(ns - 1);
-            let mut v: Vec<f64> = est[lo..=hi].iter().flatten().copied().collect();
-            let s = if v.is_empty() { 0.05 } else { median(&mut v).sqrt() };
-            out[ni * ns + si] = s.clamp(MIN_SIGMA, MAX_SIGMA);
+            let mut r: Vec<f64> = rep[lo..=hi].iter().flatten().copied().collect();
+            let mut q: Vec<f64> = rough[lo..=hi].iter().flatten().copied().collect();
+            let var = if !r.is_empty() {
+                median(&mut r)
+            } else if q.len() >= 4 {
+                quantile(&mut q, 0.25) / 0.1015
+            } else {
+                0.05 * 0.05
+            };
+            out[ni * ns + si] = var.sqrt().clamp(MIN_SIGMA, MAX_SIGMA);
         }
     }
     out
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let pos = q * (v.len() - 1) as f64;
+    let (i, f) = (pos.floor() as usize, pos.fract());
+    if i + 1 < v.len() {
+        v[i] * (1.0 - f) + v[i + 1] * f
+    } else {
+        v[i]
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -192,10 +228,24 @@ mod tests {
             for k in 3..30 {
                 let b = 1u64 << k;
                 let base = 10.0 + b as f64 / 1e4;
-                cells.push(cell(Collective::AllReduce, nodes, 8, b, Config::DEFAULT, base));
+                cells.push(cell(
+                    Collective::AllReduce,
+                    nodes,
+                    8,
+                    b,
+                    Config::DEFAULT,
+                    base,
+                ));
                 // Tree/LL is 20 % faster below 64 KiB, 30 % slower above.
                 let t = if b < 65536 { base * 0.8 } else { base * 1.3 };
-                cells.push(cell(Collective::AllReduce, nodes, 8, b, cfg(Algo::Tree, Proto::LL), t));
+                cells.push(cell(
+                    Collective::AllReduce,
+                    nodes,
+                    8,
+                    b,
+                    cfg(Algo::Tree, Proto::LL),
+                    t,
+                ));
             }
         }
         let (grids, _) = build_grids(&cells);

@@ -31,6 +31,13 @@ enum Command {
 }
 
 fn main() {
+    // Die quietly like other Unix tools when the reader of our output goes
+    // away (`dyncc eval ... | head`), instead of panicking on EPIPE.
+    // SAFETY: called first thing in main, before any other thread exists;
+    // SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => dyncc::ingest::cli::run(a),

@@ -153,7 +153,11 @@ impl Record {
             nbytes: self.nbytes,
             nranks: self.nranks,
             nnodes: self.nnodes,
-            config: Config { algo: self.algo, proto: self.proto, channels: self.channels },
+            config: Config {
+                algo: self.algo,
+                proto: self.proto,
+                channels: self.channels,
+            },
         }
     }
 }
@@ -167,7 +171,11 @@ pub struct Config {
 }
 
 impl Config {
-    pub const DEFAULT: Config = Config { algo: None, proto: None, channels: None };
+    pub const DEFAULT: Config = Config {
+        algo: None,
+        proto: None,
+        channels: None,
+    };
 
     pub fn is_default(&self) -> bool {
         *self == Config::DEFAULT

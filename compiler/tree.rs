@@ -6,7 +6,12 @@
 /// right (forust-ml's and the table's convention).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node<L> {
-    Split { feature: usize, threshold: f64, left: u32, right: u32 },
+    Split {
+        feature: usize,
+        threshold: f64,
+        left: u32,
+        right: u32,
+    },
     Leaf(L),
 }
 
@@ -25,9 +30,18 @@ impl<L> FlatTree<L> {
         loop {
             match &self.nodes[i] {
                 Node::Leaf(l) => return l,
-                Node::Split { feature, threshold, left, right } => {
+                Node::Split {
+                    feature,
+                    threshold,
+                    left,
+                    right,
+                } => {
                     let v = x.get(*feature).copied().unwrap_or(f64::NAN);
-                    i = if v < *threshold { *left as usize } else { *right as usize };
+                    i = if v < *threshold {
+                        *left as usize
+                    } else {
+                        *right as usize
+                    };
                 }
             }
         }
@@ -35,7 +49,10 @@ impl<L> FlatTree<L> {
 
     /// Number of leaves.
     pub fn leaves(&self) -> usize {
-        self.nodes.iter().filter(|n| matches!(n, Node::Leaf(_))).count()
+        self.nodes
+            .iter()
+            .filter(|n| matches!(n, Node::Leaf(_)))
+            .count()
     }
 
     /// Depth of the deepest leaf (a lone leaf has depth 0).
@@ -105,7 +122,10 @@ impl Forest {
                 FlatTree { nodes: out }
             })
             .collect();
-        Forest { base: b.base_score, trees }
+        Forest {
+            base: b.base_score,
+            trees,
+        }
     }
 }
 
@@ -117,7 +137,12 @@ mod tests {
     fn walk_goes_left_below_threshold() {
         let t = FlatTree {
             nodes: vec![
-                Node::Split { feature: 0, threshold: 1.5, left: 1, right: 2 },
+                Node::Split {
+                    feature: 0,
+                    threshold: 1.5,
+                    left: 1,
+                    right: 2,
+                },
                 Node::Leaf("low"),
                 Node::Leaf("high"),
             ],
@@ -152,7 +177,11 @@ mod tests {
         let f = Forest::from_forust(&b);
         for i in 0..n {
             let got = f.predict(&[cols[i], cols[n + i]]);
-            assert!((got - want[i]).abs() < 1e-9, "row {i}: {got} vs {}", want[i]);
+            assert!(
+                (got - want[i]).abs() < 1e-9,
+                "row {i}: {got} vs {}",
+                want[i]
+            );
         }
     }
 }

@@ -22,7 +22,9 @@ pub fn fmt_bytes(n: u64) -> String {
 /// powers of 1024, as nccl-tests reads them.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let v: f64 = num.parse().map_err(|_| {
         format!("`{s}` is not a size: expected a number with an optional unit, e.g. 4096, 256K, 4MiB, 1G")
@@ -33,7 +35,11 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
         "t" | "tb" | "tib" => 1 << 40,
-        other => return Err(format!("`{s}`: unknown size unit `{other}` (use B, K, M, G or T, with or without iB)")),
+        other => {
+            return Err(format!(
+                "`{s}`: unknown size unit `{other}` (use B, K, M, G or T, with or without iB)"
+            ))
+        }
     };
     let bytes = v * mult as f64;
     if !(bytes.is_finite() && bytes >= 0.0 && bytes <= u64::MAX as f64) {

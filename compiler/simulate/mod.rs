@@ -1,3 +1,16 @@
 //! The simulator: realistic nccl-tests sweeps from hardware profiles.
+//!
+//! [`profile`] describes a machine; [`physics`] is the "true" time of every
+//! (collective, algorithm, protocol, channels, shape, size) with noise;
+//! [`nccl_model`] is NCCL's own cost model, which picks what default runs
+//! execute; [`sweep`] lays out the runs and writes them through [`format`]
+//! (nccl-tests text) with the ground truth beside them; [`calibrate`]
+//! compares the physics with a real sweep.
 
+pub mod calibrate;
 pub mod cli;
+pub mod format;
+pub mod nccl_model;
+pub mod physics;
+pub mod profile;
+pub mod sweep;

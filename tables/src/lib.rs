@@ -52,6 +52,8 @@ pub mod nccl;
 mod raw;
 mod specialised;
 mod table;
+#[cfg(all(test, feature = "build"))]
+mod validation_tests;
 
 pub use bucket::{
     bucket_is_empty, bucket_lower_bound, bucket_upper_bound, size_bucket, NUM_BUCKETS,

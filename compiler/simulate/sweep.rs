@@ -1,0 +1,504 @@
+//! A simulated sweep: the grid of runs (nodes x collective x configuration x
+//! repeat), one nccl-tests log per run as a real sweep would leave behind,
+//! the optional CSV, the ground truth beside it, and the default-gap figures.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use serde::Serialize;
+
+use super::format::{self, Row, RunHeader};
+use super::nccl_model::NcclModel;
+use super::physics;
+use super::profile::Profile;
+use crate::record::{Algo, Coll, Proto};
+
+/// Channel setting of a forced run.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, PartialOrd, Ord, Hash)]
+pub enum Ch {
+    /// Not forced: NCCL's channel rule decides.
+    Auto,
+    /// `NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS = n`.
+    Fixed(u32),
+}
+
+impl Ch {
+    pub fn label(self) -> String {
+        match self {
+            Ch::Auto => "auto".into(),
+            Ch::Fixed(n) => n.to_string(),
+        }
+    }
+}
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub profile: Profile,
+    pub nodes: Vec<u32>,
+    pub colls: Vec<Coll>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub channels: Vec<Ch>,
+    pub repeats: u32,
+    pub seed: u64,
+}
+
+impl Spec {
+    /// Requested sizes: doubling from min to max.
+    pub fn sizes(&self) -> Vec<u64> {
+        let mut v = Vec::new();
+        let mut s = self.min_bytes.max(1);
+        while s <= self.max_bytes {
+            v.push(s);
+            s = match s.checked_mul(2) {
+                Some(x) => x,
+                None => break,
+            };
+        }
+        v
+    }
+}
+
+/// One run = one log file.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub nnodes: u32,
+    pub coll: Coll,
+    /// `None`: default run (nothing forced).
+    pub config: Option<(Algo, Proto, Ch)>,
+    pub repeat: u32,
+}
+
+impl Run {
+    /// Path relative to the output directory.
+    pub fn rel_path(&self, profile: &str) -> PathBuf {
+        let name = match self.config {
+            None => format!("default_r{}.log", self.repeat),
+            Some((a, p, c)) => format!(
+                "{}_{}_c{}_r{}.log",
+                a.name(),
+                p.name(),
+                c.label(),
+                self.repeat
+            ),
+        };
+        PathBuf::from(profile)
+            .join(format!("n{}", self.nnodes))
+            .join(self.coll.name())
+            .join(name)
+    }
+
+    fn knobs(&self) -> String {
+        match self.config {
+            None => "NCCL_ALGO=default NCCL_PROTO=default".into(),
+            Some((a, p, c)) => {
+                let mut s = format!("NCCL_ALGO={} NCCL_PROTO={}", a.env_name(), p.env_name());
+                if let Ch::Fixed(n) = c {
+                    s.push_str(&format!(" NCCL_MIN_NCHANNELS={n} NCCL_MAX_NCHANNELS={n}"));
+                }
+                s
+            }
+        }
+    }
+}
+
+/// Every run of the sweep, in a stable order.
+pub fn plan(spec: &Spec) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for &nnodes in &spec.nodes {
+        for &coll in &spec.colls {
+            let cfgs = physics::configs(&spec.profile, nnodes, coll);
+            for repeat in 0..spec.repeats {
+                runs.push(Run {
+                    nnodes,
+                    coll,
+                    config: None,
+                    repeat,
+                });
+                for &(a, p) in &cfgs {
+                    for &c in &spec.channels {
+                        runs.push(Run {
+                            nnodes,
+                            coll,
+                            config: Some((a, p, c)),
+                            repeat,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    runs
+}
+
+/// The models, one per node count.
+pub struct Models {
+    by_nodes: BTreeMap<u32, NcclModel>,
+}
+
+impl Models {
+    pub fn new(spec: &Spec) -> Models {
+        Models {
+            by_nodes: spec
+                .nodes
+                .iter()
+                .map(|&n| (n, NcclModel::new(&spec.profile, n)))
+                .collect(),
+        }
+    }
+
+    pub fn get(&self, nnodes: u32) -> &NcclModel {
+        &self.by_nodes[&nnodes]
+    }
+}
+
+/// The (algorithm, protocol, channels) a run executes at `nbytes`.
+pub fn executed(
+    model: &NcclModel,
+    coll: Coll,
+    config: Option<(Algo, Proto, Ch)>,
+    nbytes: u64,
+) -> Option<(Algo, Proto, u32)> {
+    match config {
+        None => model.choose(coll, nbytes),
+        Some((a, p, Ch::Auto)) => Some((a, p, model.channels(a, p, nbytes))),
+        Some((a, p, Ch::Fixed(n))) => Some((a, p, n)),
+    }
+}
+
+fn fnv1a(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in s.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+/// Simulates one run: its rows, noise included. Seeded by (seed, path), so a
+/// run's numbers do not depend on what else is in the sweep.
+pub fn simulate_run(spec: &Spec, models: &Models, run: &Run) -> Vec<Row> {
+    let prof = &spec.profile;
+    let key = run.rel_path(&prof.name);
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed ^ fnv1a(&key.to_string_lossy()));
+    let nranks = prof.gpus_per_node * run.nnodes;
+    let model = models.get(run.nnodes);
+    let std = Normal::new(0.0, 1.0).unwrap();
+    // Run-to-run variation: one factor for the whole job.
+    let job: f64 = (prof.physics.noise_large * std.sample(&mut rng)).exp();
+    let mut rows = Vec::new();
+    for (i, req) in spec.sizes().into_iter().enumerate() {
+        let (size, count) = format::size_count(run.coll, req, nranks);
+        let (a, p, ch) =
+            executed(model, run.coll, run.config, size).unwrap_or((Algo::Ring, Proto::LL, 1));
+        let t = physics::true_time(prof, run.nnodes, run.coll, a, p, ch, size) * job;
+        let mut oop = physics::noisy(prof, size, t, &mut rng);
+        let ip = physics::noisy(prof, size, t * 0.995, &mut rng);
+        if i == 0 && rng.random::<f64>() < prof.physics.outlier_prob {
+            // First size after start-up: caches cold, connections being set up.
+            oop *= 3.0 + 12.0 * rng.random::<f64>();
+        }
+        rows.push(Row {
+            size,
+            count,
+            oop_us: oop,
+            ip_us: ip,
+        });
+    }
+    rows
+}
+
+/// One ground-truth line.
+#[derive(Clone, Debug, Serialize)]
+pub struct Truth {
+    pub platform: String,
+    pub collective: &'static str,
+    pub nodes: u32,
+    pub ranks: u32,
+    pub size_bytes: u64,
+    /// `default` for a default run.
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    /// Forced channels, or -1 when not forced.
+    pub channels: i64,
+    /// Noise-free time (the median of the simulated samples), µs.
+    pub true_us: f64,
+    /// What actually ran: for a default row, NCCL's emulated choice.
+    pub ran_algorithm: &'static str,
+    pub ran_protocol: &'static str,
+    pub ran_channels: u32,
+}
+
+/// Ground truth for every (nodes, collective, size, configuration) of the sweep.
+pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
+    let prof = &spec.profile;
+    let mut out = Vec::new();
+    for &nnodes in &spec.nodes {
+        let model = models.get(nnodes);
+        let nranks = prof.gpus_per_node * nnodes;
+        for &coll in &spec.colls {
+            let mut cfgs: Vec<Option<(Algo, Proto, Ch)>> = vec![None];
+            for (a, p) in physics::configs(prof, nnodes, coll) {
+                for &c in &spec.channels {
+                    cfgs.push(Some((a, p, c)));
+                }
+            }
+            for req in spec.sizes() {
+                let (size, _) = format::size_count(coll, req, nranks);
+                if size == 0 {
+                    continue;
+                }
+                for &cfg in &cfgs {
+                    let Some((a, p, ch)) = executed(model, coll, cfg, size) else {
+                        continue;
+                    };
+                    let (algorithm, protocol, channels) = match cfg {
+                        None => ("default", "default", -1),
+                        Some((a, p, c)) => (
+                            a.name(),
+                            p.name(),
+                            match c {
+                                Ch::Auto => -1,
+                                Ch::Fixed(n) => n as i64,
+                            },
+                        ),
+                    };
+                    out.push(Truth {
+                        platform: prof.name.clone(),
+                        collective: coll.name(),
+                        nodes: nnodes,
+                        ranks: nranks,
+                        size_bytes: size,
+                        algorithm,
+                        protocol,
+                        channels,
+                        true_us: physics::true_time(prof, nnodes, coll, a, p, ch, size),
+                        ran_algorithm: a.name(),
+                        ran_protocol: p.name(),
+                        ran_channels: ch,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How far NCCL's emulated default is from the best, over noise-free truth.
+#[derive(Clone, Debug, Serialize)]
+pub struct Gap {
+    pub profile: String,
+    /// `None`: every node count together.
+    pub nodes: Option<u32>,
+    pub cells: usize,
+    /// Geometric mean of default / best (algorithm, protocol) with NCCL's own
+    /// channel count: the figure comparable to real sweeps, which do not pin channels.
+    pub geomean: f64,
+    /// Fraction of cells where the default is ≥ 1.2x slower than that best.
+    pub frac_over_1_2: f64,
+    pub max: f64,
+    /// Geometric mean of default / best of everything simulated, pinned channel counts included.
+    pub geomean_all: f64,
+}
+
+/// Per-cell default/best ratios: (nodes, coll, size, vs best auto-channel config, vs best of all).
+pub fn gap_cells(spec: &Spec, models: &Models) -> Vec<(u32, Coll, u64, f64, f64)> {
+    let prof = &spec.profile;
+    let mut out = Vec::new();
+    for &nnodes in &spec.nodes {
+        let model = models.get(nnodes);
+        let nranks = prof.gpus_per_node * nnodes;
+        for &coll in &spec.colls {
+            let cfgs = physics::configs(prof, nnodes, coll);
+            for req in spec.sizes() {
+                let (size, _) = format::size_count(coll, req, nranks);
+                if size == 0 {
+                    continue;
+                }
+                let Some((a, p, c)) = model.choose(coll, size) else {
+                    continue;
+                };
+                let def = physics::true_time(prof, nnodes, coll, a, p, c, size);
+                let mut best_auto = f64::INFINITY;
+                let mut best_all = f64::INFINITY;
+                for &(a, p) in &cfgs {
+                    let t = physics::true_time(
+                        prof,
+                        nnodes,
+                        coll,
+                        a,
+                        p,
+                        model.channels(a, p, size),
+                        size,
+                    );
+                    best_auto = best_auto.min(t);
+                    best_all = best_all.min(t);
+                    for ch in &spec.channels {
+                        if let Ch::Fixed(n) = ch {
+                            best_all = best_all
+                                .min(physics::true_time(prof, nnodes, coll, a, p, *n, size));
+                        }
+                    }
+                }
+                out.push((nnodes, coll, size, def / best_auto, def / best_all.min(def)));
+            }
+        }
+    }
+    out
+}
+
+/// Gap summary per node count and overall.
+pub fn gaps(spec: &Spec, models: &Models) -> Vec<Gap> {
+    let cells = gap_cells(spec, models);
+    let summarise = |nodes: Option<u32>| {
+        let sel: Vec<_> = cells
+            .iter()
+            .filter(|c| nodes.is_none_or(|n| c.0 == n))
+            .collect();
+        let k = sel.len().max(1) as f64;
+        Gap {
+            profile: spec.profile.name.clone(),
+            nodes,
+            cells: sel.len(),
+            geomean: (sel.iter().map(|c| c.3.ln()).sum::<f64>() / k).exp(),
+            frac_over_1_2: sel.iter().filter(|c| c.3 >= 1.2).count() as f64 / k,
+            max: sel.iter().map(|c| c.3).fold(1.0, f64::max),
+            geomean_all: (sel.iter().map(|c| c.4.ln()).sum::<f64>() / k).exp(),
+        }
+    };
+    let mut v: Vec<Gap> = spec.nodes.iter().map(|&n| summarise(Some(n))).collect();
+    v.push(summarise(None));
+    v
+}
+
+/// What a written sweep holds.
+#[derive(Clone, Debug, Serialize)]
+pub struct Written {
+    pub out_dir: PathBuf,
+    pub profile: String,
+    pub files: usize,
+    pub bytes: u64,
+    pub truth_rows: usize,
+    pub csv: Option<PathBuf>,
+    pub gaps: Vec<Gap>,
+}
+
+/// Writes the whole sweep under `out`: logs, `truth.csv`, and `sweep.csv` when asked.
+pub fn write(
+    spec: &Spec,
+    out: &Path,
+    csv: bool,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Written> {
+    let models = Models::new(spec);
+    let runs = plan(spec);
+    bar.set_length(runs.len() as u64);
+    let prof = &spec.profile;
+    let sizes = spec.sizes();
+    let mut bytes = 0u64;
+    let mut csv_w = csv.then(|| {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        let _ = w.write_record([
+            "collective",
+            "size_bytes",
+            "algorithm",
+            "protocol",
+            "channels",
+            "nodes",
+            "ranks",
+            "pipeOps",
+            "regBuff",
+            "cost_metric",
+            "bandwidth_gbps",
+            "latency_us",
+            "platform",
+        ]);
+        w
+    });
+    for run in &runs {
+        let rows = simulate_run(spec, &models, run);
+        let header = RunHeader {
+            profile: prof,
+            coll: run.coll,
+            nnodes: run.nnodes,
+            knobs: run.knobs(),
+            repeat: run.repeat,
+            min_bytes: *sizes.first().unwrap_or(&0),
+            max_bytes: *sizes.last().unwrap_or(&0),
+            pid_base: 100_000
+                + (fnv1a(&run.rel_path(&prof.name).to_string_lossy()) % 3_000_000) as u32,
+        };
+        let text = format::render(&header, &rows);
+        let path = out.join(run.rel_path(&prof.name));
+        format::write_atomic(&path, text.as_bytes())?;
+        bytes += text.len() as u64;
+        if let Some(w) = csv_w.as_mut() {
+            let nranks = prof.gpus_per_node * run.nnodes;
+            let (algo, proto, ch) = match run.config {
+                None => (
+                    "default".to_string(),
+                    "default".to_string(),
+                    "-1".to_string(),
+                ),
+                Some((a, p, c)) => (
+                    a.name().to_string(),
+                    p.name().to_string(),
+                    match c {
+                        Ch::Auto => "-1".to_string(),
+                        Ch::Fixed(n) => n.to_string(),
+                    },
+                ),
+            };
+            for r in rows.iter().filter(|r| r.size > 0) {
+                let t = r.oop_us.min(r.ip_us);
+                w.write_record([
+                    run.coll.name().to_string(),
+                    r.size.to_string(),
+                    algo.clone(),
+                    proto.clone(),
+                    ch.clone(),
+                    run.nnodes.to_string(),
+                    nranks.to_string(),
+                    "1".into(),
+                    "0".into(),
+                    format!("{t:.4}"),
+                    format!("{:.6}", r.size as f64 / 1000.0 / t),
+                    format!("{t:.4}"),
+                    prof.name.clone(),
+                ])?;
+            }
+        }
+        bar.inc(1);
+    }
+    let truth_rows = truth(spec, &models);
+    let mut tw = csv::Writer::from_writer(Vec::new());
+    for t in &truth_rows {
+        tw.serialize(t)?;
+    }
+    let truth_path = out.join("truth.csv");
+    format::write_atomic(
+        &truth_path,
+        &tw.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+    )?;
+    let csv_path = match csv_w {
+        Some(w) => {
+            let p = out.join("sweep.csv");
+            format::write_atomic(&p, &w.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?)?;
+            Some(p)
+        }
+        None => None,
+    };
+    Ok(Written {
+        out_dir: out.to_path_buf(),
+        profile: prof.name.clone(),
+        files: runs.len(),
+        bytes,
+        truth_rows: truth_rows.len(),
+        csv: csv_path,
+        gaps: gaps(spec, &models),
+    })
+}

@@ -1,0 +1,2 @@
+//! getCollInfo benchmarks (being written).
+fn main() {}
