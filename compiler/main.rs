@@ -21,19 +21,12 @@ enum Command {
     Eval(dyncc::eval::EvalArgs),
     /// Write realistic sweeps from a hardware profile.
     Simulate(dyncc::simulate::cli::SimulateArgs),
-    /// Print a table's decisions as readable rules (text, dot or JSON).
     Explain(dyncc::audit::explain::ExplainArgs),
-    /// Show the decision for one collective call, and why.
     Query(dyncc::audit::query::QueryArgs),
-    /// Show where two tables decide differently.
     Diff(dyncc::audit::diff::DiffArgs),
-    /// Draw a table's decision map as SVG.
     Plot(dyncc::audit::plot::PlotArgs),
-    /// Write the decisions as rules for NVIDIA's example tuner plugin.
     Export(dyncc::audit::export::ExportArgs),
-    /// Check a table's integrity; print its digest, metadata and coverage.
     Verify(dyncc::audit::verify::VerifyArgs),
-    /// Write a sweep script (Slurm, mpirun or local) that feeds `dyncc compile`.
     Plan(dyncc::audit::plan::PlanArgs),
 }
 

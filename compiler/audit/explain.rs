@@ -411,7 +411,7 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
     }
     let no_tree: Vec<&str> = colls
         .iter()
-        .filter(|c| table.tree(**c).is_none())
+        .filter(|c| table.tree(**c).is_none() && table.contexts().any(|x| x.spec().coll == **c))
         .map(|c| c.name())
         .collect();
     let with_contexts: Vec<Coll> = colls

@@ -46,10 +46,10 @@ pub enum Launcher {
 /// typical InfiniBand GPU cluster).
 ///
 /// Examples:
-///   dyncc plan --launcher slurm --nodes 1,2,4,8 --gpus-per-node 8 --nccl-tests ~/nccl-tests/build -o sweep.sh
-///   dyncc plan --launcher mpirun --nodes 2,4 --colls allreduce --channels 0,4,8,16 --nccl-tests /opt/nccl-tests -o sweep.sh
-///   dyncc plan --launcher local --nodes 1 --gpus-per-node 4 --max-bytes 1GiB --nccl-tests ./build -o sweep.sh
-///   then: sbatch sweep.sh (or bash sweep.sh), and: dyncc compile dyncc-sweep/logs -o cluster.tbl
+///   dyncc plan --launcher slurm --nodes 1,2,4,8 --nccl-tests ~/nccl-tests/build -o sweep.sh
+///   dyncc plan --launcher mpirun --nodes 2,4 --channels 0,4,8,16 --nccl-tests /opt/nt -o sweep.sh
+///   dyncc plan --launcher local --nodes 1 --gpus-per-node 4 --nccl-tests ./build -o sweep.sh
+///   then: sbatch sweep.sh (or bash sweep.sh); dyncc compile dyncc-sweep/logs -o cluster.tbl
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct PlanArgs {
@@ -712,7 +712,7 @@ while read -r coll bin nodes algo proto ch rep; do
   mkdir -p "$dir"
   # Hidden while running: dyncc skips dot files, so a killed run is never read.
   tmp="$dir/.repeat=$rep.log.partial"
-  ENVS=(NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING)
+  ENVS=(NCCL_DEBUG=INFO "NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING")
   if [[ $algo != default ]]; then ENVS+=("NCCL_ALGO=$algo"); fi
   if [[ $proto != default ]]; then ENVS+=("NCCL_PROTO=$proto"); fi
   if [[ $ch != default ]]; then ENVS+=("NCCL_MIN_NCHANNELS=$ch" "NCCL_MAX_NCHANNELS=$ch"); fi

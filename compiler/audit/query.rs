@@ -31,8 +31,8 @@ use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
 ///
 /// Examples:
 ///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 16 --ranks 128
-///   dyncc query cluster.tbl --coll all_gather --bytes 64K --nodes 2 --ranks 16 --data sweeps/ --json
-///   dyncc query cluster.tbl --batch calls.csv   # lines: coll,bytes,nodes,ranks[,pipe_ops,reg_buff]
+///   dyncc query cluster.tbl --coll all_gather --bytes 64K --nodes 2 --ranks 16 --data sweeps/
+///   dyncc query cluster.tbl --batch calls.csv  # coll,bytes,nodes,ranks[,pipe_ops,reg_buff]
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct QueryArgs {
