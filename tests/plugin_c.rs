@@ -31,7 +31,7 @@ fn newest_mtime(dir: &Path) -> std::time::SystemTime {
 /// The debug build of the plugin, built (`cargo build -p dyncc-runtime`)
 /// when it is missing or older than its sources; `make test` builds it
 /// first, so normally this only checks.
-fn plugin_lib() -> &'static Path {
+pub fn plugin_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let target = std::env::var_os("CARGO_TARGET_DIR")
