@@ -352,10 +352,11 @@ fn query_answers_with_context_rule_tree_and_no_evidence_hint() {
     );
 }
 
-/// `query` answers exactly what the plugin path (`specialise` + `decide`)
-/// answers, on thousands of random calls against random tables.
+/// `query` answers exactly what the plugin answers through its exported
+/// `ncclTunerPlugin_v6` (and what `specialise` + `decide` answer), on
+/// thousands of random calls against random tables.
 #[test]
-fn query_agrees_with_the_plugin_path_on_random_calls() {
+fn query_agrees_with_the_plugin_on_random_calls() {
     let d = tempfile::tempdir().unwrap();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
     let mut checked = 0;
@@ -446,6 +447,163 @@ fn query_agrees_with_the_plugin_path_on_random_calls() {
         }
     }
     assert_eq!(checked, 4000);
+}
+
+/// The plugin's `ncclTunerPlugin_v6` (NCCL's ABI, from the built
+/// libdyncc_runtime.so) on `calls`, with `table` in DYNCC_TABLE. Runs in a
+/// child process (this test binary, running `plugin_probe`) so the
+/// environment variable never leaks into other tests.
+fn plugin_answers(table: &Path, calls: &Path, out: &Path) -> Vec<(String, String, u8)> {
+    let lib = crate::plugin_c::plugin_lib();
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "audit::plugin_probe",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("DYNCC_TABLE", table)
+        .env("DYNCC_PROBE_LIB", lib)
+        .env("DYNCC_PROBE_CALLS", calls)
+        .env("DYNCC_PROBE_OUT", out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "plugin probe failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].to_string(), f[1].to_string(), f[2].parse().unwrap())
+        })
+        .collect()
+}
+
+/// Child side of [`plugin_answers`]: dlopen the plugin, init one
+/// communicator per (nRanks, nNodes), call getCollInfo with a 7x3 cost
+/// table of 1.0 and read back the cell set to 0.0 and nChannels.
+#[test]
+#[ignore = "run by query_agrees_with_the_plugin_on_random_calls in a child process"]
+fn plugin_probe() {
+    use std::ffi::{c_int, c_void, CString};
+    let (Ok(lib), Ok(calls), Ok(out)) = (
+        std::env::var("DYNCC_PROBE_LIB"),
+        std::env::var("DYNCC_PROBE_CALLS"),
+        std::env::var("DYNCC_PROBE_OUT"),
+    ) else {
+        return;
+    };
+    type Init = unsafe extern "C" fn(
+        *mut *mut c_void,
+        u64,
+        usize,
+        usize,
+        *const c_void,
+        *mut c_void,
+        *mut c_void,
+    ) -> c_int;
+    type Get = unsafe extern "C" fn(
+        *mut c_void,
+        c_int,
+        usize,
+        c_int,
+        *mut *mut f32,
+        c_int,
+        c_int,
+        c_int,
+        *mut c_int,
+    ) -> c_int;
+    type Fin = unsafe extern "C" fn(*mut c_void) -> c_int;
+    #[repr(C)]
+    struct V6 {
+        name: *const std::ffi::c_char,
+        init: Option<Init>,
+        get: Option<Get>,
+        fin: Option<Fin>,
+        chunk: *const c_void,
+    }
+    let path = CString::new(lib).unwrap();
+    // SAFETY: dlopen with a valid NUL-terminated path; the handle is checked.
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!h.is_null(), "dlopen of the plugin failed");
+    // SAFETY: valid handle and symbol name; the result is checked.
+    let sym = unsafe { libc::dlsym(h, c"ncclTunerPlugin_v6".as_ptr()) };
+    assert!(!sym.is_null(), "ncclTunerPlugin_v6 is not exported");
+    // SAFETY: the symbol is the plugin's ncclTuner_v6_t static (NCCL's layout).
+    let v6 = unsafe { &*(sym as *const V6) };
+    let (init, get, fin) = (v6.init.unwrap(), v6.get.unwrap(), v6.fin.unwrap());
+    let mut comms: std::collections::HashMap<(u64, u64), *mut c_void> = Default::default();
+    let mut lines = String::new();
+    for l in std::fs::read_to_string(calls)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+    {
+        let f: Vec<&str> = l.split(',').collect();
+        let coll = Coll::parse(f[0]).unwrap() as c_int;
+        let (nbytes, nodes, ranks): (u64, u64, u64) = (
+            f[1].parse().unwrap(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        );
+        let (pipe, reg): (c_int, c_int) = (f[4].parse().unwrap(), f[5].parse().unwrap());
+        let ctx = *comms.entry((ranks, nodes)).or_insert_with(|| {
+            let mut ctx: *mut c_void = std::ptr::null_mut();
+            // SAFETY: v6 init: context first, NULL logger/nvl/constants are allowed.
+            let rc = unsafe {
+                init(
+                    &mut ctx,
+                    42,
+                    ranks as usize,
+                    nodes as usize,
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+            assert_eq!(rc, 0, "init failed for {ranks} ranks on {nodes} nodes");
+            ctx
+        });
+        let mut cost = [1.0f32; 21];
+        let mut nch: c_int = 0;
+        // SAFETY: ctx from init; like NCCL, the address of the contiguous
+        // float[7][3] cost table is passed as float**.
+        let rc = unsafe {
+            get(
+                ctx,
+                coll,
+                nbytes as usize,
+                pipe,
+                cost.as_mut_ptr().cast(),
+                7,
+                3,
+                reg,
+                &mut nch,
+            )
+        };
+        assert_eq!(rc, 0);
+        let zero: Vec<usize> = (0..21).filter(|&i| cost[i] == 0.0).collect();
+        let (a, p) = match zero.as_slice() {
+            [] => ("default".to_string(), "default".to_string()),
+            [i] => (
+                Algo::from_u8((i / 3) as u8).unwrap().name().to_string(),
+                Proto::from_u8((i % 3) as u8).unwrap().name().to_string(),
+            ),
+            more => panic!("plugin zeroed several cells {more:?}"),
+        };
+        lines.push_str(&format!("{a},{p},{nch}\n"));
+    }
+    for (_, ctx) in comms {
+        // SAFETY: each ctx came from init and is finalized once.
+        unsafe { fin(ctx) };
+    }
+    std::fs::write(out, lines).unwrap();
 }
 
 #[test]
@@ -656,4 +814,133 @@ fn every_audit_command_has_help_with_an_example() {
             "{cmd} --help example does not show the command:\n{out}"
         );
     }
+}
+
+/// Every audit command on tables compiled from the shipped real sweeps, and
+/// `query` against the plugin on a dense grid of calls to a real table.
+#[test]
+fn audit_commands_on_tables_compiled_from_real_sweeps() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    let mut tables = Vec::new();
+    for name in ["nvidia-dgx1v-allreduce.csv", "nvidia-dgx2v-allreduce.csv"] {
+        let data = root.join("datasets/real").join(name);
+        let tbl = d.path().join(name.replace(".csv", ".tbl"));
+        ok(&[
+            "compile",
+            data.to_str().unwrap(),
+            "-o",
+            tbl.to_str().unwrap(),
+        ]);
+        tables.push((data, tbl));
+    }
+    let (data, tbl) = &tables[0];
+    let (data, t) = (data.to_str().unwrap(), tbl.to_str().unwrap());
+    let bytes = std::fs::read(tbl).unwrap();
+    let table = Table::from_bytes(&bytes).unwrap();
+
+    let out = ok(&["explain", t, "--contexts"]);
+    assert!(
+        out.contains("allreduce: ") && out.contains("vs default"),
+        "{out}"
+    );
+    assert!(out.contains("contexts (the first one matching"), "{out}");
+    assert!(ok(&["verify", t]).contains("valid dyncc table"));
+    let svg = d.path().join("map.svg");
+    ok(&["plot", t, "-o", svg.to_str().unwrap()]);
+    let csv = text(&dyncc(&["export", t])).0;
+    assert!(
+        csv.lines().filter(|l| !l.starts_with('#')).count() > 0,
+        "{csv}"
+    );
+    let o = dyncc(&["diff", t, t]);
+    assert_eq!(o.status.code(), Some(0));
+    let o = dyncc(&["diff", t, tables[1].1.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "DGX-1V and DGX-2V tables differ");
+
+    // A forced decision, with its evidence from the sweep it was compiled from.
+    let ctx = table
+        .contexts()
+        .find(|c| c.rules().any(|r| r.decision.is_forced()))
+        .unwrap();
+    let s = ctx.spec();
+    let (i, rule) = ctx
+        .rules()
+        .enumerate()
+        .find(|(_, r)| r.decision.is_forced())
+        .unwrap();
+    let first = if i == 0 {
+        0
+    } else {
+        ctx.rules().nth(i - 1).unwrap().last_bucket + 1
+    };
+    let size = bucket_lower_bound(first.max(8)).max(bucket_lower_bound(first));
+    let (nodes, ranks) = (s.nodes.0 as u64, s.nodes.0 as u64 * s.ppn.0 as u64);
+    let j: serde_json::Value = serde_json::from_str(&ok(&[
+        "query",
+        t,
+        "--coll",
+        "allreduce",
+        "--bytes",
+        &size.to_string(),
+        "--nodes",
+        &nodes.to_string(),
+        "--ranks",
+        &ranks.to_string(),
+        "--data",
+        data,
+        "--json",
+    ]))
+    .unwrap();
+    let Decision::Force { algo, proto, .. } = rule.decision else {
+        unreachable!()
+    };
+    assert_eq!(j["algorithm"], algo.name());
+    assert_eq!(j["protocol"], proto.name());
+    let ev = &j["evidence"];
+    assert_eq!(ev["exact_shape"], true, "{j}");
+    let cells = ev["sizes"][0]["cells"].as_array().unwrap();
+    assert!(cells.iter().any(|c| c["config"] == "default"), "{ev}");
+    assert!(
+        cells.iter().all(|c| c["source"]
+            .as_str()
+            .unwrap()
+            .contains("nvidia-dgx1v-allreduce.csv:")),
+        "{ev}"
+    );
+
+    // Query == plugin on every size bucket x node count 1..=40 at 8 ranks/node.
+    let mut batch = String::new();
+    for n in 1..=40u64 {
+        for b in 0..=36u32 {
+            for off in [0u64, 3] {
+                batch.push_str(&format!(
+                    "allreduce,{},{n},{},1,0\n",
+                    (1u64 << b) + off,
+                    n * 8
+                ));
+            }
+        }
+    }
+    let bf = write(d.path(), "grid.csv", batch.as_bytes());
+    let answers: Vec<serde_json::Value> = ok(&["query", t, "--batch", bf.to_str().unwrap()])
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let plugin = plugin_answers(tbl, &bf, &d.path().join("grid-plugin.txt"));
+    assert_eq!(answers.len(), plugin.len());
+    let mut forced = 0;
+    for (a, p) in answers.iter().zip(&plugin) {
+        let q = (
+            a["algorithm"].as_str().unwrap().to_string(),
+            a["protocol"].as_str().unwrap().to_string(),
+            a["channels"].as_u64().unwrap() as u8,
+        );
+        assert_eq!(&q, p, "{a}");
+        forced += usize::from(q.0 != "default");
+    }
+    assert!(
+        forced > 20,
+        "the real table forces something on the grid ({forced})"
+    );
 }

@@ -32,7 +32,7 @@ fn newest_mtime(dir: &Path) -> std::time::SystemTime {
 /// when it is missing or older than its sources; `make test` builds it
 /// first, so normally this only checks. `DYNCC_TEST_PLUGIN_LIB=/path/to.so`
 /// tests another build instead (e.g. the installed release library).
-fn plugin_lib() -> &'static Path {
+pub fn plugin_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         if let Some(lib) = std::env::var_os("DYNCC_TEST_PLUGIN_LIB") {

@@ -280,15 +280,12 @@ fn print_human(j: &DiffJson) {
         for m in &j.metadata {
             let short = |v: &Option<String>| match v {
                 None => "(absent)".to_string(),
-                Some(s) => {
-                    let first = s.lines().next().unwrap_or("");
-                    let more = s.lines().count() > 1;
-                    let mut t: String = first.chars().take(60).collect();
-                    if more || first.chars().count() > 60 {
-                        t.push_str(" ...");
-                    }
-                    t
-                }
+                Some(s) if s.lines().count() <= 1 => s.clone(),
+                Some(s) => format!(
+                    "{} ... ({} lines)",
+                    s.lines().next().unwrap_or(""),
+                    s.lines().count()
+                ),
             };
             println!("  {:<14} {} -> {}", m.key, short(&m.old), short(&m.new));
         }

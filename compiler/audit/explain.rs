@@ -232,14 +232,26 @@ fn feature_label(f: Feature) -> &'static str {
     }
 }
 
-/// The byte size a log2 threshold stands for (thresholds are log2 of grid
-/// sizes, so rounding recovers the size).
+/// The byte size a log2 threshold stands for. Thresholds are log2 of grid
+/// sizes (bucket lower bounds) stored as f32, so snapping to the nearest
+/// bucket edge recovers the size exactly.
 fn pow2_bytes(t: f32) -> u64 {
     let v = 2f64.powf(t as f64);
     if v >= u64::MAX as f64 {
-        u64::MAX
+        return u64::MAX;
+    }
+    let v = v.round().max(0.0) as u64;
+    let b = dyncc_tables::size_bucket(v);
+    let lo = dyncc_tables::bucket_lower_bound(b);
+    let hi = if b == 255 {
+        lo
     } else {
-        v.round().max(0.0) as u64
+        dyncc_tables::bucket_lower_bound(b + 1)
+    };
+    if v - lo <= hi.saturating_sub(v) {
+        lo
+    } else {
+        hi
     }
 }
 
@@ -275,8 +287,8 @@ pub fn tree_rules(tree: &TreeView) -> Vec<TreeRule> {
     let mut out = Vec::new();
     // (node, per-feature [min, below)) on an explicit stack; children have
     // larger indices than parents (validated), so this terminates.
-    let mut stack: Vec<(usize, [(Option<f32>, Option<f32>); NUM_FEATURES])> =
-        vec![(0, [(None, None); NUM_FEATURES])];
+    type Bounds = [(Option<f32>, Option<f32>); NUM_FEATURES];
+    let mut stack: Vec<(usize, Bounds)> = vec![(0, [(None, None); NUM_FEATURES])];
     while let Some((i, bounds)) = stack.pop() {
         let Some(node) = tree.node(i) else { continue };
         match node {

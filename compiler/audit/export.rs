@@ -96,7 +96,7 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
             };
             let spec = ctx.spec();
             let rules: Vec<_> = ctx.rules().collect();
-            let forced: Vec<(u64, u64, Decision)> = rules
+            let runs: Vec<(u64, u64, Decision)> = rules
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| r.decision.is_forced())
@@ -114,6 +114,16 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
                     (lo, bucket_upper_bound(r.last_bucket), r.decision)
                 })
                 .collect();
+            // Neighbouring rules that differ only in basis or gain are one CSV rule.
+            let mut forced: Vec<(u64, u64, Decision)> = Vec::new();
+            for r in runs {
+                match forced.last_mut() {
+                    Some(last) if last.2 == r.2 && last.1.checked_add(1) == Some(r.0) => {
+                        last.1 = r.1
+                    }
+                    _ => forced.push(r),
+                }
+            }
             if forced.is_empty() {
                 continue;
             }

@@ -40,7 +40,7 @@ pub enum Launcher {
 ///
 /// Logs land in OUT/logs/<coll>/nodes=N/NCCL_ALGO=A/NCCL_PROTO=P/channels=C/repeat=R.log
 /// with `# dyncc:` knob headers and NCCL INFO output; -J JSON (nccl-tests
-/// >= 2.17.3) in OUT/json/...; failed runs in OUT/failed/ (a run NCCL
+/// 2.17.3 or later) in OUT/json/...; failed runs in OUT/failed/ (a run NCCL
 /// refuses is recorded, not fatal). Re-running the script skips finished
 /// runs. The estimate of the duration is rough (an alpha-beta model of a
 /// typical InfiniBand GPU cluster).

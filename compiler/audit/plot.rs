@@ -110,11 +110,14 @@ const CELL_W: f64 = 5.0;
 const ROW_H: f64 = 22.0;
 const FONT: &str = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
 
+/// One row of a panel: a node span and its answers per size bucket.
+type Row = (Patch, Box<[Lookup; 256]>);
+
 /// One panel: a collective at one ranks-per-node span.
 struct Panel {
     coll: Coll,
     ppn: (u32, u32),
-    rows: Vec<(Patch, Box<[Lookup; 256]>)>,
+    rows: Vec<Row>,
 }
 
 /// The SVG document.
@@ -131,7 +134,7 @@ pub fn render(
     let mut gmax: f32 = 1.0;
     let mut bases = [false; 3];
     for &coll in colls {
-        let mut by_ppn: BTreeMap<(u32, u32), Vec<(Patch, Box<[Lookup; 256]>)>> = BTreeMap::new();
+        let mut by_ppn: BTreeMap<(u32, u32), Vec<Row>> = BTreeMap::new();
         for p in patches(&[table], coll) {
             let row = plane(table, &p, Probe::PLAIN);
             for b in live_buckets() {
@@ -284,6 +287,7 @@ pub fn render(
                 continue;
             }
             let x = LEFT + k as f64 * CELL_W;
+            let _ = writeln!(body, "<line x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{axis_y:.1}\" stroke=\"#000000\" stroke-opacity=\"0.12\" stroke-width=\"0.8\"/>");
             let _ = writeln!(body, "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#555\" stroke-width=\"0.8\"/>", axis_y + 4.0);
             let _ = writeln!(
                 body,
@@ -310,10 +314,18 @@ pub fn render(
     for d in &decisions {
         items.push((colour_hex(*d), d.to_string()));
     }
-    let per_row = ((width - LEFT) / 150.0).floor().max(1.0) as usize;
+    // Column width from the longest label (about 6.5 px per character at 11 px).
+    let col_w = items
+        .iter()
+        .map(|i| i.1.chars().count())
+        .max()
+        .unwrap_or(10) as f64
+        * 6.5
+        + 34.0;
+    let per_row = ((width - LEFT) / col_w).floor().max(1.0) as usize;
     for (i, (fill, label)) in items.iter().enumerate() {
         let (cx, cy) = (
-            LEFT + (i % per_row) as f64 * 150.0,
+            LEFT + (i % per_row) as f64 * col_w,
             y + (i / per_row) as f64 * 20.0,
         );
         let _ = writeln!(legend, "<rect x=\"{cx:.1}\" y=\"{cy:.1}\" width=\"14\" height=\"14\" fill=\"{fill}\" stroke=\"#555\" stroke-width=\"0.5\"/>");
@@ -399,7 +411,7 @@ pub fn render(
     );
     s.push_str(
         "<defs>\n\
-         <pattern id=\"interp\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,6 L6,0\" stroke=\"#ffffff\" stroke-opacity=\"0.7\" stroke-width=\"1.2\"/></pattern>\n\
+         <pattern id=\"interp\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,6 L6,0\" stroke=\"#ffffff\" stroke-opacity=\"0.55\" stroke-width=\"1\"/></pattern>\n\
          <pattern id=\"extrap\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\"><path d=\"M0,6 L6,0 M0,0 L6,6\" stroke=\"#ffffff\" stroke-opacity=\"0.8\" stroke-width=\"1.2\"/></pattern>\n\
          <pattern id=\"pinned\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\"><circle cx=\"3\" cy=\"3\" r=\"1\" fill=\"#000000\" fill-opacity=\"0.45\"/></pattern>\n\
          </defs>\n",
