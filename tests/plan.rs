@@ -331,3 +331,14 @@ fn slurm_and_mpirun_sweeps_run_through_their_launchers() {
         assert!(two.contains(" on fakehost-1 device"), "{two}");
     }
 }
+
+#[test]
+fn outputs_are_readable_and_the_script_executable() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    let s = plan(d.path(), "s.sh", &["--launcher", "local", "--nodes", "1"]);
+    assert_eq!(
+        std::fs::metadata(&s).unwrap().permissions().mode() & 0o777,
+        0o755
+    );
+}
