@@ -276,19 +276,43 @@ fn select_platform(
     Ok((selected, platform))
 }
 
-/// `sha256  path` per input file that contributed records.
+/// `sha256  path` per input file that contributed records; beyond a few
+/// files, one combined digest (over the sorted per-file lines) and the
+/// count, so a sweep of thousands of logs does not bloat the table.
 fn input_digests(records: &[Record]) -> String {
     use sha2::{Digest, Sha256};
+    const LIST_UP_TO: usize = 16;
     let files: BTreeSet<&std::path::Path> =
         records.iter().map(|r| r.source.file.as_path()).collect();
-    files
-        .into_iter()
+    let lines: Vec<String> = files
+        .iter()
         .map(|f| match std::fs::read(f) {
             Ok(b) => format!("{:x}  {}", Sha256::digest(&b), f.display()),
             Err(_) => format!("unreadable  {}", f.display()),
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    if lines.len() <= LIST_UP_TO {
+        return lines.join("\n");
+    }
+    let combined = Sha256::digest(lines.join("\n").as_bytes());
+    let mut dirs: BTreeSet<String> = BTreeSet::new();
+    for f in &files {
+        dirs.insert(
+            f.parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+        );
+    }
+    let mut shown: Vec<String> = dirs.into_iter().take(8).collect();
+    if files.len() > 8 {
+        shown.push("...".into());
+    }
+    format!(
+        "{:x}  {} files (sha256 of their per-file sha256 lines), under: {}",
+        combined,
+        lines.len(),
+        shown.join(", ")
+    )
 }
 
 /// The grid points the distilled trees must reproduce: every bucket of
@@ -682,11 +706,36 @@ mod tests {
                 let t = 10.0 + b as f64 / 1e4;
                 v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
                 let tl = if b < 65536 { t * 0.8 } else { t * 1.5 };
-                v.push(cell(Collective::AllReduce, n, 8, b, cfg(Algo::Tree, Proto::LL), tl));
-                let rs = if b > 1 << 22 && n >= 4 { t * 0.7 } else { t * 1.1 };
-                v.push(cell(Collective::AllReduce, n, 8, b, cfg(Algo::Ring, Proto::Simple), rs));
+                v.push(cell(
+                    Collective::AllReduce,
+                    n,
+                    8,
+                    b,
+                    cfg(Algo::Tree, Proto::LL),
+                    tl,
+                ));
+                let rs = if b > 1 << 22 && n >= 4 {
+                    t * 0.7
+                } else {
+                    t * 1.1
+                };
+                v.push(cell(
+                    Collective::AllReduce,
+                    n,
+                    8,
+                    b,
+                    cfg(Algo::Ring, Proto::Simple),
+                    rs,
+                ));
                 v.push(cell(Collective::AllGather, n, 8, b, Config::DEFAULT, t));
-                v.push(cell(Collective::AllGather, n, 8, b, cfg(Algo::Ring, Proto::LL), tl));
+                v.push(cell(
+                    Collective::AllGather,
+                    n,
+                    8,
+                    b,
+                    cfg(Algo::Ring, Proto::LL),
+                    tl,
+                ));
             }
         }
         v
@@ -696,7 +745,10 @@ mod tests {
     fn table_and_in_memory_decisions_agree_at_every_grid_point() {
         for extrapolate in [false, true] {
             let opts = CompileOptions {
-                decide: DecideOptions { extrapolate, ..Default::default() },
+                decide: DecideOptions {
+                    extrapolate,
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let c = compile_cells(&sweep(), &Platform::default(), &opts, "").unwrap();
@@ -723,7 +775,9 @@ mod tests {
                             continue; // buckets 4..=7 hold no size
                         }
                         let want = first.buckets[b].0;
-                        let got = t.lookup(pc.coll as u32, ranks, nodes as u64, bytes, 1, 0).decision;
+                        let got = t
+                            .lookup(pc.coll as u32, ranks, nodes as u64, bytes, 1, 0)
+                            .decision;
                         assert_eq!(got, want, "{:?} nodes {nodes} bucket {b}", pc.coll);
                         assert_eq!(spec.decide(pc.coll as u32, bytes, 1, 0), want);
                     }
@@ -734,23 +788,53 @@ mod tests {
 
     #[test]
     fn compiles_the_expected_decisions() {
-        let c = compile_cells(&sweep(), &Platform::default(), &CompileOptions::default(), "").unwrap();
+        let c = compile_cells(
+            &sweep(),
+            &Platform::default(),
+            &CompileOptions::default(),
+            "",
+        )
+        .unwrap();
         let t = Table::from_bytes(&c.bytes).unwrap();
-        let d = |coll: Coll, nodes: u64, bytes: u64| t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0).decision;
-        let tree_ll = Decision::Force { algo: Algo::Tree, proto: Proto::LL, channels: 0 };
-        let ring_simple = Decision::Force { algo: Algo::Ring, proto: Proto::Simple, channels: 0 };
+        let d = |coll: Coll, nodes: u64, bytes: u64| {
+            t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0)
+                .decision
+        };
+        let tree_ll = Decision::Force {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 0,
+        };
+        let ring_simple = Decision::Force {
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 0,
+        };
         assert_eq!(d(Coll::AllReduce, 2, 1024), tree_ll);
         assert_eq!(d(Coll::AllReduce, 2, 1 << 20), Decision::Default);
         assert_eq!(d(Coll::AllReduce, 16, 1 << 26), ring_simple);
         assert_eq!(d(Coll::AllReduce, 2, 1 << 26), Decision::Default);
         // 8 nodes was never measured: interpolated between 4 and 16.
         assert_eq!(d(Coll::AllReduce, 8, 1 << 26), ring_simple);
-        assert_eq!(t.lookup(Coll::AllReduce as u32, 64, 8, 1 << 26, 1, 0).basis, Some(Basis::Interpolated));
+        assert_eq!(
+            t.lookup(Coll::AllReduce as u32, 64, 8, 1 << 26, 1, 0).basis,
+            Some(Basis::Interpolated)
+        );
         // Outside the hull: 32 nodes, 4 ranks per node, 1 GiB.
         assert_eq!(d(Coll::AllReduce, 32, 1024), Decision::Default);
-        assert_eq!(t.lookup(Coll::AllReduce as u32, 8, 2, 1024, 1, 0).decision, Decision::Default);
+        assert_eq!(
+            t.lookup(Coll::AllReduce as u32, 8, 2, 1024, 1, 0).decision,
+            Decision::Default
+        );
         assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);
-        assert_eq!(d(Coll::AllGather, 2, 1024), Decision::Force { algo: Algo::Ring, proto: Proto::LL, channels: 0 });
+        assert_eq!(
+            d(Coll::AllGather, 2, 1024),
+            Decision::Force {
+                algo: Algo::Ring,
+                proto: Proto::LL,
+                channels: 0
+            }
+        );
         // Never measured: broadcast.
         assert_eq!(d(Coll::Broadcast, 2, 1024), Decision::Default);
         assert!(t.tree(Coll::AllReduce).is_some());
@@ -781,7 +865,10 @@ mod tests {
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
         let e = select_platform(&recs, None).err().unwrap().to_string();
-        assert!(e.contains("mix platforms") && e.contains("--platform"), "{e}");
+        assert!(
+            e.contains("mix platforms") && e.contains("--platform"),
+            "{e}"
+        );
         let (v, p) = select_platform(&recs, Some("dgx-2v")).unwrap();
         assert_eq!(v.len(), 1);
         assert_eq!(p.label.as_deref(), Some("DGX-2V"));

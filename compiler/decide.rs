@@ -132,23 +132,39 @@ pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
             .unwrap_or(grid.nodes.len() - 1);
         let per_size = (0..grid.sizes.len())
             .map(|si| {
-                let (l, u) = (anchors[li].per_size[si], anchors[ui].per_size[si]);
-                if l.cfg != u.cfg || l.cfg == 0 {
-                    let why = if l.cfg == u.cfg {
-                        Why::DefaultBest
-                    } else {
-                        Why::NeighboursDisagree
-                    };
-                    return Choice::default(why, Basis::Interpolated);
+                // Candidates both measured neighbours found faster than the
+                // default by the margin; the model picks among them for k.
+                let beats = |ni: usize, c: usize| match (grid.get(ni, si, 0), grid.get(ni, si, c)) {
+                    (Some(d), Some(m)) => d.ln_t - m.ln_t > lm,
+                    _ => false,
+                };
+                let mut best: Option<(f64, usize)> = None;
+                for c in 1..grid.configs.len() {
+                    if !(beats(li, c) && beats(ui, c)) {
+                        continue;
+                    }
+                    if let Some(g) = fit.predict(c, grid.sizes[si], k, grid.ppn) {
+                        if g > lm && best.is_none_or(|b| g > b.0) {
+                            best = Some((g, c));
+                        }
+                    }
                 }
-                match fit.predict(l.cfg, grid.sizes[si], k, grid.ppn) {
-                    Some(g) if g > lm => Choice {
-                        cfg: l.cfg,
+                match best {
+                    Some((g, c)) => Choice {
+                        cfg: c,
                         basis: Basis::Interpolated,
                         gain: g.exp(),
                         why: Why::Forced,
                     },
-                    _ => Choice::default(Why::ModelDisagrees, Basis::Interpolated),
+                    None => {
+                        let (l, u) = (anchors[li].per_size[si], anchors[ui].per_size[si]);
+                        let why = if l.cfg == 0 && u.cfg == 0 {
+                            Why::DefaultBest
+                        } else {
+                            Why::NeighboursDisagree
+                        };
+                        Choice::default(why, Basis::Interpolated)
+                    }
                 }
             })
             .collect();

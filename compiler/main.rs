@@ -11,15 +11,13 @@ struct Cli {
     command: Command,
 }
 
+// Each command's help (about, long about, examples) is the doc comment of
+// its Args struct, next to the code that runs it.
 #[derive(Subcommand)]
 enum Command {
-    /// Read sweep logs and summarise what they hold.
     Inspect(dyncc::ingest::cli::InspectArgs),
-    /// Compile sweep measurements into a decision table.
     Compile(dyncc::compile::CompileArgs),
-    /// Score a table on measurements, or cross-validate by node count.
     Eval(dyncc::eval::EvalArgs),
-    /// Write realistic sweeps from a hardware profile.
     Simulate(dyncc::simulate::cli::SimulateArgs),
     Explain(dyncc::audit::explain::ExplainArgs),
     Query(dyncc::audit::query::QueryArgs),

@@ -12,7 +12,11 @@ fn main() {
     let config = cbindgen::Config::from_file(dir.join("cbindgen.toml"))
         .expect("runtime/cbindgen.toml is not a valid cbindgen configuration");
     // Only the C API file: NCCL's types (src/ffi.rs) stay out of the header.
-    match cbindgen::Builder::new().with_src(dir.join("src/capi.rs")).with_config(config).generate() {
+    match cbindgen::Builder::new()
+        .with_src(dir.join("src/capi.rs"))
+        .with_config(config)
+        .generate()
+    {
         Ok(bindings) => {
             bindings.write_to_file(&out);
         }

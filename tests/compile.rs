@@ -28,7 +28,14 @@ fn run_json(cmd: &mut Command) -> serde_json::Value {
 }
 
 fn compile(input: &Path, out: &Path) -> serde_json::Value {
-    run_json(dyncc().arg("compile").arg(input).arg("-o").arg(out).arg("--json"))
+    run_json(
+        dyncc()
+            .arg("compile")
+            .arg(input)
+            .arg("-o")
+            .arg(out)
+            .arg("--json"),
+    )
 }
 
 #[test]
@@ -50,11 +57,18 @@ fn real_v100_sweeps_meet_the_in_sample_bars() {
 #[test]
 fn real_v100_sweeps_meet_the_cross_validation_bars() {
     for name in ["nvidia-dgx1v-allreduce.csv", "nvidia-dgx2v-allreduce.csv"] {
-        let s = run_json(dyncc().args(["eval", "--cv", "nodes", "--json"]).arg(real(name)));
+        let s = run_json(
+            dyncc()
+                .args(["eval", "--cv", "nodes", "--json"])
+                .arg(real(name)),
+        );
         let t = s["table"]["geomean"].as_f64().unwrap();
         let d = s["default"]["geomean"].as_f64().unwrap();
         assert!(t <= d + 1e-9, "{name}: table {t} slower than default {d}");
-        assert!(s["regression_share"].as_f64().unwrap() <= 0.05, "{name}: {s}");
+        assert!(
+            s["regression_share"].as_f64().unwrap() <= 0.05,
+            "{name}: {s}"
+        );
     }
 }
 
@@ -63,17 +77,39 @@ fn simulated_sweep_lands_near_the_true_optimum() {
     let dir = tempfile::tempdir().unwrap();
     let sweep = dir.path().join("sweep");
     let out = dyncc()
-        .args(["simulate", "--nodes", "1,2,4,8", "--colls", "allreduce,allgather", "--repeats", "2"])
+        .args([
+            "simulate",
+            "--nodes",
+            "1,2,4,8",
+            "--colls",
+            "allreduce,allgather",
+            "--repeats",
+            "2",
+        ])
         .args(["--channels", "auto,8", "--seed", "3", "-o"])
         .arg(&sweep)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let tbl = dir.path().join("sim.tbl");
     compile(&sweep, &tbl);
-    let s = run_json(dyncc().arg("eval").arg(&tbl).arg("--truth").arg(sweep.join("truth.csv")).arg("--json"));
+    let s = run_json(
+        dyncc()
+            .arg("eval")
+            .arg(&tbl)
+            .arg("--truth")
+            .arg(sweep.join("truth.csv"))
+            .arg("--json"),
+    );
     let g = s["table"]["geomean"].as_f64().unwrap();
-    assert!(g <= 1.02, "table is {g}x the true optimum on geometric mean");
+    assert!(
+        g <= 1.02,
+        "table is {g}x the true optimum on geometric mean"
+    );
     assert_eq!(s["regressions"].as_u64(), Some(0), "{s}");
 }
 
@@ -89,12 +125,24 @@ fn a_failed_compile_leaves_the_previous_table_intact() {
          allreduce,8,ring,ll,-1,1,8,1,0,12.7,0.001,not-a-number\n",
     )
     .unwrap();
-    let out = dyncc().arg("compile").arg(&bad).arg("-o").arg(&tbl).output().unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(&bad)
+        .arg("-o")
+        .arg(&tbl)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bad.csv:2"), "error names file and line: {err}");
+    assert!(
+        err.contains("bad.csv:2"),
+        "error names file and line: {err}"
+    );
     assert_eq!(std::fs::read(&tbl).unwrap(), b"previous table");
-    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
     assert_eq!(left.len(), 2, "no temporary files left: {left:?}");
 }
 
@@ -129,14 +177,29 @@ fn a_killed_compile_leaves_the_previous_table_intact() {
 #[test]
 fn mixed_platforms_get_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dyncc().arg("compile").arg(root().join("datasets/real")).arg("-o").arg(dir.path().join("t.tbl")).output().unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(root().join("datasets/real"))
+        .arg("-o")
+        .arg(dir.path().join("t.tbl"))
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("DGX-1V") && err.contains("DGX-2V") && err.contains("--platform"), "{err}");
+    assert!(
+        err.contains("DGX-1V") && err.contains("DGX-2V") && err.contains("--platform"),
+        "{err}"
+    );
     assert!(!dir.path().join("t.tbl").exists());
     // ... and picking one works.
     let tbl = dir.path().join("t.tbl");
-    run_json(dyncc().arg("compile").arg(root().join("datasets/real")).args(["--platform", "DGX-2V", "--json", "-o"]).arg(&tbl));
+    run_json(
+        dyncc()
+            .arg("compile")
+            .arg(root().join("datasets/real"))
+            .args(["--platform", "DGX-2V", "--json", "-o"])
+            .arg(&tbl),
+    );
     assert!(tbl.exists());
 }
 
@@ -144,5 +207,7 @@ fn mixed_platforms_get_a_clear_error() {
 fn compile_help_teaches_with_an_example() {
     let out = dyncc().args(["compile", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("Example") && help.contains("--margin") && help.contains("--extrapolate"));
+    assert!(
+        help.contains("Example") && help.contains("--margin") && help.contains("--extrapolate")
+    );
 }

@@ -508,3 +508,107 @@ fn nvidia_raw_csv_from_platform_directory() {
         assert_eq!(s.time_us, r.time_us);
     }
 }
+
+mod prop {
+    use std::io::Cursor;
+    use std::path::Path;
+
+    use dyncc::ingest::{self, Format, IngestOptions};
+    use proptest::prelude::*;
+
+    /// nccl-tests time formatting, old (`%7.2f`/`%7.1f`/`%7.0f`) or new
+    /// (2/1/0 decimals within width 7, else `%7.1e`).
+    fn fmt_time(t: f64, new: bool) -> String {
+        if new {
+            for d in [2usize, 1, 0] {
+                let s = format!("{t:7.d$}");
+                if s.len() <= 7 {
+                    return s;
+                }
+            }
+            let e = format!("{t:.1e}");
+            // Rust writes `1.2e6`; C writes `1.2e+06`.
+            let (m, x) = e.split_once('e').unwrap();
+            let x: i32 = x.parse().unwrap();
+            format!("{m}e{}{:02}", if x < 0 { '-' } else { '+' }, x.abs())
+        } else if t < 100.0 {
+            format!("{t:7.2}")
+        } else if t < 10000.0 {
+            format!("{t:7.1}")
+        } else {
+            format!("{t:7.0}")
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// Any well-formed table, any era, any launcher prefix, reads back
+        /// exactly the sizes and (printed) times it holds.
+        #[test]
+        fn rows_round_trip(
+            rows in proptest::collection::vec((1u64..(1u64 << 40), 0.01f64..5e7, 0.01f64..5e7), 1..40),
+            new in any::<bool>(),
+            prefix in prop_oneof![Just(""), Just("0: "), Just(" 12: "), Just("[1,0]<stdout>:")],
+        ) {
+            let mut s = String::from("# dyncc: default\n");
+            s += &format!("{prefix}# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n");
+            s += &format!("{prefix}#  Rank  0 Group  0 Pid 1 on h device 0 [0x01] GPU X\n");
+            if new {
+                s += &format!("{prefix}#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong\n");
+            } else {
+                s += &format!("{prefix}#       size         count      type   redop     time   algbw   busbw  error     time   algbw   busbw  error\n");
+            }
+            for (size, a, b) in &rows {
+                let (ta, tb) = (fmt_time(*a, new), fmt_time(*b, new));
+                if new {
+                    s += &format!("{prefix}{size:12}  {:12}     float     sum      -1  {ta}    0.00    0.00       0  {tb}    inf     nan     N/A\n", size / 4);
+                } else {
+                    s += &format!("{prefix}{size:12}  {:12}     float     sum  {ta}    0.00    0.00  2e-07  {tb}    0.00    0.00  0e+00\n", size / 4);
+                }
+            }
+            s += &format!("{prefix}# Avg bus bandwidth    : 0 \n");
+            let ds = ingest::read_with_format(
+                Path::new("all_reduce.log"),
+                Cursor::new(s.as_bytes()),
+                Format::NcclTestsText,
+                &IngestOptions::default(),
+            ).unwrap();
+            prop_assert_eq!(ds.rows, rows.len());
+            prop_assert_eq!(ds.records.len(), rows.len() * 2);
+            for (i, (size, a, b)) in rows.iter().enumerate() {
+                let (ra, rb) = (&ds.records[2 * i], &ds.records[2 * i + 1]);
+                prop_assert_eq!((ra.nbytes, rb.nbytes), (*size, *size));
+                prop_assert_eq!(ra.time_us, fmt_time(*a, new).trim().parse::<f64>().unwrap());
+                prop_assert_eq!(rb.time_us, fmt_time(*b, new).trim().parse::<f64>().unwrap());
+                prop_assert!(!ra.in_place && rb.in_place);
+                prop_assert_eq!(ra.flags, 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn large_rank_lists_count_ranks_and_hosts() {
+    use std::fmt::Write;
+    let mut s = String::from("# dyncc: default\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n#\n# Using devices\n");
+    for r in 0..20000 {
+        writeln!(
+            s,
+            "#  Rank {r:5} Group  0 Pid {r:6} on nid{:06} device {:2} [0x01] NVIDIA GH200 120GB",
+            r / 4,
+            r % 4
+        )
+        .unwrap();
+    }
+    s += "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n";
+    s += "     1048576        262144     float     sum      -1   1200.0    0.87    1.75      0   1190.0    0.88    1.76      0\n";
+    let ds = ingest::read_with_format(
+        Path::new("all_reduce.log"),
+        std::io::Cursor::new(s.as_bytes()),
+        ingest::Format::NcclTestsText,
+        &IngestOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(ds.records.len(), 2);
+    assert_eq!((ds.records[0].nranks, ds.records[0].nnodes), (20000, 5000));
+}

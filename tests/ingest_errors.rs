@@ -327,3 +327,61 @@ fn missing_path_and_bad_assume() {
     let e = IngestOptions::parse_assume(&["NCCL_ALGO".into()]).unwrap_err();
     assert!(format!("{e:#}").contains("expected KEY=VALUE"), "{e:#}");
 }
+
+/// Found by the ingest_csv fuzz target: an empty tuner CSV made even a
+/// lenient read fail.
+#[test]
+fn empty_tuner_csv_is_skipped_when_lenient() {
+    let opts = IngestOptions {
+        lenient: true,
+        ..Default::default()
+    };
+    let ds = ingest::read_with_format(
+        std::path::Path::new("e.csv"),
+        std::io::Cursor::new(&b""[..]),
+        ingest::Format::TunerCsv,
+        &opts,
+    )
+    .unwrap();
+    assert_eq!((ds.rows, ds.skipped.len()), (0, 1));
+    let e = ingest::read_with_format(
+        std::path::Path::new("e.csv"),
+        std::io::Cursor::new(&b""[..]),
+        ingest::Format::TunerCsv,
+        &IngestOptions::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("e.csv:0: empty file"), "{e}");
+}
+
+#[test]
+fn unreadable_file_is_an_error_naming_it() {
+    let d = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(d.path().join("gone.log"), d.path().join("dangling.log")).unwrap();
+    let e = format!(
+        "{:#}",
+        ingest::read_paths(&[d.path().to_path_buf()], &IngestOptions::default()).unwrap_err()
+    );
+    assert!(e.contains("dangling.log:0: cannot open the file"), "{e}");
+    assert!(e.contains("--lenient"), "{e}");
+    let ds = ingest::read_paths(
+        &[d.path().to_path_buf()],
+        &IngestOptions {
+            lenient: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(ds.skipped.len(), 1);
+}
+
+#[test]
+fn invalid_utf8_in_csv_is_a_bad_value_not_an_io_error() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("t.csv");
+    let mut body = CSV_HEAD.as_bytes().to_vec();
+    body.extend_from_slice(b"allreduce,8,ri\xffng,ll,-1,1,8,1,0,12.5,0.001,12.5\n");
+    std::fs::write(&p, body).unwrap();
+    let e = strict(&p);
+    assert!(e.contains("t.csv:2: algorithm"), "{e}");
+}

@@ -30,20 +30,36 @@ fn newest_mtime(dir: &Path) -> std::time::SystemTime {
 
 /// The debug build of the plugin, built (`cargo build -p dyncc-runtime`)
 /// when it is missing or older than its sources; `make test` builds it
-/// first, so normally this only checks.
+/// first, so normally this only checks. `DYNCC_TEST_PLUGIN_LIB=/path/to.so`
+/// tests another build instead (e.g. the installed release library).
 pub fn plugin_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
+        if let Some(lib) = std::env::var_os("DYNCC_TEST_PLUGIN_LIB") {
+            let lib = PathBuf::from(lib);
+            assert!(
+                lib.is_file(),
+                "DYNCC_TEST_PLUGIN_LIB={} is not a file",
+                lib.display()
+            );
+            return lib;
+        }
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| root().join("target"));
         let lib = target.join("debug/libdyncc_runtime.so");
-        let sources = newest_mtime(&root().join("runtime/src"))
-            .max(newest_mtime(&root().join("tables/src")));
-        let fresh = lib.metadata().and_then(|m| m.modified()).is_ok_and(|t| t >= sources);
+        let sources =
+            newest_mtime(&root().join("runtime/src")).max(newest_mtime(&root().join("tables/src")));
+        let fresh = lib
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t >= sources);
         if !fresh {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            eprintln!("plugin_c: building {} with `{cargo} build -p dyncc-runtime`", lib.display());
+            eprintln!(
+                "plugin_c: building {} with `{cargo} build -p dyncc-runtime`",
+                lib.display()
+            );
             let st = Command::new(&cargo)
                 .args(["build", "-p", "dyncc-runtime"])
                 .current_dir(root())
@@ -51,7 +67,11 @@ pub fn plugin_lib() -> &'static Path {
                 .expect("run cargo build -p dyncc-runtime");
             assert!(st.success(), "cargo build -p dyncc-runtime failed");
         }
-        assert!(lib.is_file(), "{} does not exist after building it", lib.display());
+        assert!(
+            lib.is_file(),
+            "{} does not exist after building it",
+            lib.display()
+        );
         lib
     })
 }
@@ -61,7 +81,9 @@ fn have(tool: &str) -> bool {
 }
 
 fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed: {}\n{}",
@@ -78,8 +100,13 @@ const TUNER_SYMBOLS: [(&str, u64); 5] = [
     ("ncclTunerPlugin_v5", 32),
     ("ncclTunerPlugin_v6", 40),
 ];
-const CAPI_SYMBOLS: [&str; 5] =
-    ["dyncc_status_str", "dyncc_table_close", "dyncc_table_lookup", "dyncc_table_open", "dyncc_version"];
+const CAPI_SYMBOLS: [&str; 5] = [
+    "dyncc_status_str",
+    "dyncc_table_close",
+    "dyncc_table_lookup",
+    "dyncc_table_open",
+    "dyncc_version",
+];
 
 #[test]
 fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
@@ -87,7 +114,9 @@ fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
         eprintln!("SKIPPED plugin export test: `nm` (binutils) is not on PATH");
         return;
     }
-    let out = run(Command::new("nm").args(["-D", "--defined-only"]).arg(plugin_lib()));
+    let out = run(Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(plugin_lib()));
     let mut got: Vec<(String, String)> = out
         .lines()
         .filter_map(|l| {
@@ -99,10 +128,17 @@ fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
     let mut want: Vec<(String, String)> = TUNER_SYMBOLS
         .iter()
         .map(|(n, _)| (n.to_string(), "D".to_string()))
-        .chain(CAPI_SYMBOLS.iter().map(|n| (n.to_string(), "T".to_string())))
+        .chain(
+            CAPI_SYMBOLS
+                .iter()
+                .map(|n| (n.to_string(), "T".to_string())),
+        )
         .collect();
     want.sort();
-    assert_eq!(got, want, "exported dynamic symbols (nm -D --defined-only):\n{out}");
+    assert_eq!(
+        got, want,
+        "exported dynamic symbols (nm -D --defined-only):\n{out}"
+    );
 }
 
 #[test]
@@ -111,7 +147,9 @@ fn plugin_tuner_statics_have_the_nccl_struct_sizes() {
         eprintln!("SKIPPED plugin symbol-size test: `readelf` (binutils) is not on PATH");
         return;
     }
-    let out = run(Command::new("readelf").args(["--dyn-syms", "-W"]).arg(plugin_lib()));
+    let out = run(Command::new("readelf")
+        .args(["--dyn-syms", "-W"])
+        .arg(plugin_lib()));
     for (name, size) in TUNER_SYMBOLS {
         let line = out
             .lines()
@@ -120,7 +158,11 @@ fn plugin_tuner_statics_have_the_nccl_struct_sizes() {
         let f: Vec<&str> = line.split_whitespace().collect();
         // Num: Value Size Type Bind Vis Ndx Name
         assert_eq!(f[2].parse::<u64>().unwrap(), size, "size of {name}: {line}");
-        assert_eq!((f[3], f[4]), ("OBJECT", "GLOBAL"), "{name} is a global data object: {line}");
+        assert_eq!(
+            (f[3], f[4]),
+            ("OBJECT", "GLOBAL"),
+            "{name} is a global data object: {line}"
+        );
     }
 }
 
@@ -131,7 +173,15 @@ fn plugin_depends_only_on_libc_and_libgcc() {
         return;
     }
     let out = run(Command::new("ldd").arg(plugin_lib()));
-    let allowed = ["linux-vdso.so", "libc.so", "libgcc_s.so", "ld-linux", "libm.so", "libdl.so", "libpthread.so"];
+    let allowed = [
+        "linux-vdso.so",
+        "libc.so",
+        "libgcc_s.so",
+        "ld-linux",
+        "libm.so",
+        "libdl.so",
+        "libpthread.so",
+    ];
     for line in out.lines().map(str::trim).filter(|l| !l.is_empty()) {
         assert!(
             allowed.iter().any(|a| line.contains(a)),
@@ -164,7 +214,9 @@ fn harness() -> Option<HarnessFiles> {
     std::fs::write(&corrupt, harness_table::corrupt_table()).unwrap();
     let exe = dir.path().join("harness");
     run(Command::new(cc)
-        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .args([
+            "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread",
+        ])
         .arg("-I")
         .arg(root().join("include"))
         .arg("-I")
@@ -174,7 +226,13 @@ fn harness() -> Option<HarnessFiles> {
         .arg(&exe)
         .arg("-ldl"));
     let missing = dir.path().join("no-such-table.tbl");
-    Some(HarnessFiles { _dir: dir, exe, table, corrupt, missing })
+    Some(HarnessFiles {
+        _dir: dir,
+        exe,
+        table,
+        corrupt,
+        missing,
+    })
 }
 
 fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
@@ -190,6 +248,13 @@ fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
         .env("DYNCC_HARNESS_TABLE", &h.table)
         .env("DYNCC_HARNESS_CORRUPT", &h.corrupt)
         .env("DYNCC_HARNESS_MISSING", &h.missing)
+        .env(
+            "DYNCC_HARNESS_DIGEST",
+            format!(
+                "digest {:016x}",
+                dyncc_tables::fnv1a64(&harness_table::harness_table())
+            ),
+        )
         .env_remove("DYNCC_TABLE")
         .env_remove("DYNCC_STRICT");
     cmd
@@ -198,9 +263,19 @@ fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
 fn check_harness_output(what: &str, out: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{what} failed ({}):\n{stdout}\n{stderr}", out.status);
-    let summary = stdout.lines().find(|l| l.starts_with("harness:")).unwrap_or("");
-    assert!(summary.ends_with(" 0 failed"), "{what}: {summary}\n{stderr}");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let summary = stdout
+        .lines()
+        .rfind(|l| l.starts_with("harness:") && l.contains(" passed, "))
+        .unwrap_or("");
+    assert!(
+        summary.ends_with(" 0 failed"),
+        "{what}: {summary}\n{stderr}"
+    );
     let passed: u64 = summary
         .trim_start_matches("harness: ")
         .split_whitespace()
@@ -227,10 +302,19 @@ fn c_harness_is_clean_under_valgrind() {
     let Some(h) = harness() else { return };
     let out = harness_command(
         &h,
-        &["valgrind", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect,possible", "--quiet"],
+        &[
+            "valgrind",
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+            "--quiet",
+        ],
     )
     .output()
     .unwrap();
     let stderr = check_harness_output("the C harness under valgrind", &out);
-    assert!(!stderr.contains("ERROR SUMMARY: ") || stderr.contains("ERROR SUMMARY: 0 errors"), "{stderr}");
+    assert!(
+        !stderr.contains("ERROR SUMMARY: ") || stderr.contains("ERROR SUMMARY: 0 errors"),
+        "{stderr}"
+    );
 }

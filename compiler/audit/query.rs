@@ -514,8 +514,8 @@ pub fn print_answer(a: &Answer, data_given: bool) {
         ),
         Some(e) => {
             println!(
-                "evidence: {}measurements at {} node{}, {} ranks{}:",
-                if e.exact_shape { "" } else { "nearest " },
+                "evidence: {} measurements at {} node{}, {} ranks{}:",
+                if e.exact_shape { "measured" } else { "nearest" },
                 e.nodes,
                 if e.nodes == 1 { "" } else { "s" },
                 e.ranks,
@@ -621,7 +621,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             lenient: true,
             assume: crate::compile::parse_assume(&a.assume)?,
             progress: false,
-            keep_unresolved: false,
+            ..Default::default()
         };
         let ds = ingest::read_paths(&a.data, &opts).context("reading --data")?;
         let trusted: Vec<_> = ds

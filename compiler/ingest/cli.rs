@@ -184,7 +184,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
     let opts = IngestOptions {
         lenient: true,
         assume: IngestOptions::parse_assume(&args.assume)?,
-        progress: !args.json || std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        // indicatif draws only when stderr is a terminal.
+        progress: true,
         keep_unresolved: true,
     };
     let ds = super::read_paths(&args.paths, &opts)?;

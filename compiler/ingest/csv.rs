@@ -24,13 +24,11 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     let mut lineno = 0u32;
     let headers: Vec<String> = loop {
         buf.clear();
-        let n = rd.read_line(&mut buf)?;
+        let n = read_line_lossy(&mut rd, &mut buf)?;
         out.bytes += n as u64;
         if n == 0 {
-            anyhow::bail!(
-                "{}: empty file; expected a tuner CSV header",
-                ctx.path.display()
-            );
+            ctx.bad(0, "empty file; expected a tuner CSV header")?;
+            return Ok(out);
         }
         lineno += 1;
         if !buf.trim().is_empty() {
@@ -38,32 +36,45 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         }
     };
     let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
-    let need = |name: &str| {
-        col(name).ok_or_else(|| {
-            anyhow::anyhow!(
-                "{}:1: the tuner CSV header has no `{name}` column; expected \
-                 collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,\
-                 cost_metric,bandwidth_gbps,latency_us",
-                ctx.path.display()
-            )
-        })
-    };
-    let c_coll = need("collective")?;
-    let c_size = need("size_bytes")?;
-    let c_algo = need("algorithm")?;
-    let c_proto = need("protocol")?;
-    let c_ch = need("channels")?;
-    let c_nodes = need("nodes")?;
-    let c_ranks = need("ranks")?;
+    let missing: Vec<&str> = [
+        "collective",
+        "size_bytes",
+        "algorithm",
+        "protocol",
+        "channels",
+        "nodes",
+        "ranks",
+    ]
+    .into_iter()
+    .filter(|n| col(n).is_none())
+    .collect();
+    if !missing.is_empty() || (col("latency_us").is_none() && col("cost_metric").is_none()) {
+        let what = if missing.is_empty() {
+            "neither a `latency_us` nor a `cost_metric` column, so there is no time to read"
+                .to_string()
+        } else {
+            format!("no `{}` column", missing.join("`, `"))
+        };
+        ctx.bad(
+            lineno,
+            format!(
+                "the tuner CSV header has {what}; expected collective,size_bytes,algorithm,\
+                 protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,\
+                 latency_us"
+            ),
+        )?;
+        return Ok(out);
+    }
+    let need = |name: &str| col(name).unwrap_or(0);
+    let c_coll = need("collective");
+    let c_size = need("size_bytes");
+    let c_algo = need("algorithm");
+    let c_proto = need("protocol");
+    let c_ch = need("channels");
+    let c_nodes = need("nodes");
+    let c_ranks = need("ranks");
     let c_lat = col("latency_us");
     let c_cost = col("cost_metric");
-    if c_lat.is_none() && c_cost.is_none() {
-        anyhow::bail!(
-            "{}:1: the tuner CSV has neither a `latency_us` nor a `cost_metric` column, so there \
-             is no time to read",
-            ctx.path.display()
-        );
-    }
     let c_pipe = col("pipeOps");
     let c_reg = col("regBuff");
     let c_platform = col("platform");
@@ -81,7 +92,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     };
     loop {
         buf.clear();
-        let n = rd.read_line(&mut buf)?;
+        let n = read_line_lossy(&mut rd, &mut buf)?;
         if n == 0 {
             break;
         }
@@ -191,6 +202,15 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         });
     }
     Ok(out)
+}
+
+/// Reads one line into `buf` (cleared by the caller), replacing invalid
+/// UTF-8 so a stray byte is reported as a bad value, not an I/O error.
+fn read_line_lossy<R: BufRead>(rd: &mut R, buf: &mut String) -> std::io::Result<usize> {
+    let mut bytes = Vec::new();
+    let n = rd.read_until(b'\n', &mut bytes)?;
+    buf.push_str(&String::from_utf8_lossy(&bytes));
+    Ok(n)
 }
 
 /// Splits one CSV line: fields trimmed, double-quoted fields unquoted
@@ -305,7 +325,7 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
     let mut missing = 0usize;
     loop {
         buf.clear();
-        let n = rd.read_line(&mut buf)?;
+        let n = read_line_lossy(&mut rd, &mut buf)?;
         if n == 0 {
             break;
         }

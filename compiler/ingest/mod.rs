@@ -374,6 +374,12 @@ pub fn read_with_format<R: BufRead>(
             ctx.skip(0, format!("cannot read the file: {e:#}"));
             FileOutput::empty(format)
         }
+        Err(e) if is_io(&e) => {
+            return Err(e.context(format!(
+                "{}: cannot read the file; pass --lenient to skip it",
+                path.display()
+            )))
+        }
         Err(e) => return Err(e),
     };
     ds.files = 1;
@@ -468,22 +474,29 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
 }
 
 /// Flags warm-up artefacts: a sample more than [`OUTLIER_FACTOR`] times
-/// the median of the same configuration at the adjacent sizes AND (when the
-/// cell has other samples) more than that factor times the median of the
-/// cell's other samples.
+/// the median of the same configuration at the adjacent sizes in the same
+/// file AND (when the size has other samples there, e.g. the other
+/// placement) more than that factor times their median.
 pub fn flag_outliers(ds: &mut Dataset) {
     // Group by cell key without size; sizes sorted within.
-    let mut groups: HashMap<CellKey, Vec<usize>> = HashMap::new();
+    // Warm-up artefacts are a property of one run: compare a sample with its
+    // own file's neighbours and repeats, never with other runs or hardware
+    // that happen to share a cell key.
+    let mut groups: HashMap<(CellKey, &Path, Option<&str>), Vec<usize>> = HashMap::new();
     for (i, r) in ds.records.iter().enumerate() {
         if r.flags & (UNRESOLVED | flags::WRONG_DATA) != 0 {
             continue;
         }
         let mut k = r.key();
         k.nbytes = 0;
-        groups.entry(k).or_default().push(i);
+        groups
+            .entry((k, r.source.file.as_path(), r.gpu.as_deref()))
+            .or_default()
+            .push(i);
     }
+    let groups: Vec<Vec<usize>> = groups.into_values().collect();
     let mut flagged = Vec::new();
-    for idx in groups.values() {
+    for idx in &groups {
         let mut by_size: Vec<(u64, Vec<usize>)> = Vec::new();
         let mut sorted = idx.clone();
         sorted.sort_by_key(|&i| ds.records[i].nbytes);
@@ -645,6 +658,28 @@ mod tests {
         assert_eq!(cells[0].time_us, 11.0);
         assert!((cells[0].spread - 2.0 / 11.0).abs() < 1e-12);
         assert_eq!(cells[0].key.config, Config::DEFAULT);
+    }
+
+    /// A K80 run and an H100 run of the same shape once flagged every K80
+    /// row as a warm-up artefact: runs are judged only against themselves.
+    #[test]
+    fn warmup_outliers_are_not_judged_against_other_runs() {
+        let other = |n, t, f: &str| {
+            let mut r = rec(n, t, false);
+            r.source.file = Arc::new(PathBuf::from(f));
+            r
+        };
+        let mut ds = Dataset {
+            records: vec![
+                other(8, 10.0, "h100.log"),
+                other(16, 10.0, "h100.log"),
+                other(32, 10.0, "h100.log"),
+                other(16, 900.0, "k80.log"),
+            ],
+            ..Default::default()
+        };
+        flag_outliers(&mut ds);
+        assert!(ds.records.iter().all(|r| r.flags == 0));
     }
 
     #[test]

@@ -139,7 +139,8 @@ type ChosenMap = HashMap<(Option<Collective>, u64), (Option<Algo>, Option<Proto>
 struct Job {
     ranks: u32,
     last_rank: Option<u32>,
-    hosts: Vec<Box<[u8]>>,
+    /// A set: a 100k-rank job would make a list quadratic.
+    hosts: std::collections::HashSet<Box<[u8]>>,
     gpu: Option<Arc<str>>,
     elided: bool,
 }
@@ -240,7 +241,10 @@ fn strip_prefixes(mut l: &[u8]) -> &[u8] {
     // OpenMPI --tag-output `[1,0]<stdout>:` and --timestamp-output
     // `Thu Jul 18 15:41:05 2024<stdout>:`.
     let win = &l[..l.len().min(80)];
-    if let Some(p) = memmem::find(win, b"<std") {
+    // memchr first: almost no line has a `<`, and it is much cheaper.
+    if let Some(p) =
+        memchr::memchr(b'<', win).and_then(|i| memmem::find(&win[i..], b"<std").map(|p| p + i))
+    {
         let rest = &l[p..];
         if rest.starts_with(b"<stdout>:") || rest.starts_with(b"<stderr>:") {
             l = &rest[9..];
@@ -525,8 +529,8 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
     job.last_rank = Some(rank);
     job.ranks += 1;
     if let Some(h) = host {
-        if !job.hosts.iter().any(|x| &**x == *h) {
-            job.hosts.push((*h).into());
+        if !job.hosts.contains(*h) {
+            job.hosts.insert((*h).into());
         }
     }
     if job.gpu.is_none() {
@@ -610,7 +614,13 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
         None if n == 12 => Layout::OLD,
         None => return Ok(false),
     };
-    if n != layout.ntok {
+    // A -S timestamp (date and time tokens) the header did not announce.
+    let stamped = n > layout.ntok
+        && n <= layout.ntok + 2
+        && toks[layout.ntok..n.min(40)]
+            .iter()
+            .all(|t| t.iter().any(u8::is_ascii_digit) && t.iter().any(|&b| b == b'-' || b == b':'));
+    if n != layout.ntok && !stamped {
         if in_table {
             ctx.bad(
                 no,
@@ -648,7 +658,7 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
             }
         }
         let w = toks[layout.wrong[h]];
-        wrong[h] = if w == b"N/A" {
+        wrong[h] = if w == b"0" || w == b"N/A" {
             false
         } else {
             match parse_f64(w) {

@@ -132,6 +132,11 @@ fn crossover(sizes: &[u64], a: &dyn Fn(u64) -> f64, b: &dyn Fn(u64) -> f64) -> O
     })
 }
 
+/// A time lookup: (algorithm, protocol, size) -> µs.
+type TimeFn<'a> = &'a dyn Fn(Algo, Proto, u64) -> f64;
+/// Given a time lookup and a size, the times of the two sides of a crossover.
+type Pair<'b> = Box<dyn Fn(TimeFn, u64) -> (f64, f64) + 'b>;
+
 const CFGS: [(Algo, Proto); 6] = [
     (Algo::Tree, Proto::LL),
     (Algo::Tree, Proto::LL128),
@@ -194,16 +199,13 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
                 .copied()
                 .unwrap_or(f64::INFINITY)
         };
-        let best = |f: &dyn Fn(Algo, Proto, u64) -> f64, a: Algo, s: u64| {
+        let best = |f: TimeFn, a: Algo, s: u64| {
             Proto::ALL
                 .iter()
                 .map(|&p| f(a, p, s))
                 .fold(f64::INFINITY, f64::min)
         };
-        let pairs: [(
-            &str,
-            Box<dyn Fn(&dyn Fn(Algo, Proto, u64) -> f64, u64) -> (f64, f64)>,
-        ); 5] = [
+        let pairs: [(&str, Pair); 5] = [
             (
                 "Tree->Ring (best protocol each)",
                 Box::new(|f, s| (best(f, Algo::Tree, s), best(f, Algo::Ring, s))),

@@ -10,22 +10,23 @@ use super::profile::{self, Profile};
 use super::sweep::{self, Ch, Spec};
 use crate::record::Coll;
 
+const HELP: &str = "\
+Each run (node count x collective x forced NCCL_ALGO/NCCL_PROTO/channels x
+repeat, plus NCCL-default runs) becomes one nccl-tests 2.19 log under
+OUT/<profile>/n<nodes>/<collective>/, with a `# dyncc:` line naming the knobs.
+OUT/truth.csv holds the noise-free time of every cell and NCCL's emulated
+default choice. The same --seed gives the same files.
+
+Examples:
+  dyncc simulate -o sweep                      # h100, 1-16 nodes, 5 collectives
+  dyncc simulate -o sweep --profile v100 --nodes 2,4 --colls allreduce --csv
+  dyncc simulate --list-profiles --json > my.json   # keep and edit one, then --profile-file my.json
+  dyncc simulate --report --profile a100       # NCCL default vs best, no files
+  dyncc simulate --profile v100 --calibrate datasets/real/nvidia-dgx1v-allreduce.csv";
+
 /// Write realistic sweeps from a hardware profile.
-///
-/// Each run (node count x collective x forced NCCL_ALGO/NCCL_PROTO/channels
-/// x repeat, plus NCCL-default runs) becomes one nccl-tests 2.19 log under
-/// OUT/<profile>/n<nodes>/<collective>/, with `# dyncc:` lines naming the
-/// knobs. OUT/truth.csv holds the noise-free times and NCCL's emulated
-/// default choice per cell.
-///
-/// Examples:
-///   dyncc simulate -o sweep                      # h100, 1-16 nodes, 5 collectives
-///   dyncc simulate -o sweep --profile v100 --nodes 2,4 --colls allreduce --csv
-///   dyncc simulate --list-profiles --json > my.json   # edit, then --profile-file my.json
-///   dyncc simulate --report --profile a100       # NCCL default vs best, no files
-///   dyncc simulate --profile v100 --calibrate datasets/real/nvidia-dgx1v-allreduce.csv
 #[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
+#[command(after_help = HELP)]
 pub struct SimulateArgs {
     /// Output directory.
     #[arg(short, long)]

@@ -246,6 +246,18 @@ mod tests {
         assert_eq!(float_str(5216.8, 6), "5216.8");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn float_str_fits_and_reads_back(v in 1e-4f64..1e12, w in 6usize..8) {
+            let s = float_str(v, w);
+            proptest::prop_assert!(s.len() <= w || !s.contains('.') && !s.contains('e'), "{s:?}");
+            let back: f64 = s.trim().parse().unwrap();
+            // Exponent form keeps 1 (width 6) or 2 (width 7) significant digits, as in C.
+            let tol = if s.contains('e') { if w == 6 { 0.5 } else { 0.05 } } else { 0.06 };
+            proptest::prop_assert!((back - v).abs() <= tol * v + 0.006, "{v} -> {s:?}");
+        }
+    }
+
     #[test]
     fn c_g_matches_printf() {
         assert_eq!(c_g(343.644), "343.644");

@@ -18,9 +18,9 @@ use rand_distr::{Distribution, Normal};
 use super::profile::{LinkKind, Profile};
 use crate::record::{Algo, Coll, Proto};
 
-/// log2 of the chunk size (bytes per rank and channel) where the latency ramp
-/// starts, and over how many doublings it completes, per protocol.
-const RAMP_START: [f64; 3] = [6.0, 6.0, 8.0];
+/// log2 of the bytes per rank and NCCL channel where the latency ramp starts,
+/// and over how many doublings it completes, per protocol (fitted to DGX-1V).
+const RAMP_START: [f64; 3] = [3.0, 5.0, 5.0];
 const RAMP_SPAN: [f64; 3] = [6.0, 10.0, 4.0];
 
 /// Whether `(c, a, p)` can run on `nnodes` nodes of profile `prof` (NCCL's
@@ -107,7 +107,9 @@ pub fn true_time(
     let saturating = (link_eff(1.0, 1.0) / perch).max(1.0);
     let contention = 1.0 + 0.02 * (ch / saturating - 1.0).max(0.0);
     // As chunks per rank and channel grow, per-step latency rises (fitted to DGX-1V).
-    let chunk = bytes / (ch * n);
+    // Measured against NCCL's own channel count, not the forced one: a ramp
+    // that moved with the channel count would make time non-unimodal in it.
+    let chunk = bytes / (prof.nccl.channels.max(1) as f64 * n);
     let ramp = if chunk > 0.0 {
         ((chunk.log2() - RAMP_START[pi]) / RAMP_SPAN[pi]).clamp(0.0, 1.0)
     } else {
@@ -185,7 +187,14 @@ pub fn true_time(
             let heads = ppn.min(prof.net.nics_per_node).max(1) as f64;
             let lat = base + 2.0 * intra_hop + 2.0 * ph.sharp_lat_us + simple_hop_net;
             let alg = if c == Coll::AllReduce {
-                (intra_bw * 0.9)
+                // Reduce-scatter and all-gather inside the node around the switch reduction.
+                let ppnf = ppn as f64;
+                let intra_alg = if ppn > 1 {
+                    intra_bw * 1.15 * ppnf / (2.0 * (ppnf - 1.0))
+                } else {
+                    f64::INFINITY
+                };
+                intra_alg
                     .min(net_bw * ph.eff_net[pi] * 0.92)
                     .min(ch * perch * heads)
             } else {
@@ -363,6 +372,42 @@ mod tests {
         let v = builtin("v100").unwrap();
         assert_eq!(configs(&v, 4, Coll::AllReduce).len(), 6);
         assert_eq!(configs(&v, 4, Coll::AllGather).len(), 3);
+    }
+
+    #[test]
+    fn collnet_direct_not_starved_when_nccl_shrinks_channels() {
+        // NCCL runs CollNetDirect on one channel at mid sizes; each channel
+        // still drives every NIC, so it must not fall far behind Ring.
+        let h = builtin("h100").unwrap();
+        let s = 4 << 20;
+        let cn = true_time(
+            &h,
+            2,
+            Coll::AllReduce,
+            Algo::CollNetDirect,
+            Proto::Simple,
+            1,
+            s,
+        );
+        let ring = true_time(&h, 2, Coll::AllReduce, Algo::Ring, Proto::Simple, 16, s);
+        assert!(cn < 2.0 * ring, "{cn} vs {ring}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn time_is_positive_and_grows_with_size(
+            pi in 0usize..5, nn in 1u32..64, ci in 0usize..5, ch in 1u32..64, lg in 0u32..33,
+        ) {
+            let prof = &super::super::profile::builtins()[pi];
+            let c = Coll::ALL[ci];
+            for (a, p) in configs(prof, nn, c) {
+                let s = 1u64 << lg;
+                let t1 = true_time(prof, nn, c, a, p, ch, s);
+                let t2 = true_time(prof, nn, c, a, p, ch, 2 * s);
+                proptest::prop_assert!(t1.is_finite() && t1 > 0.0);
+                proptest::prop_assert!(t2 >= t1, "{:?} {:?} {:?} {} {}: {} > {}", c, a, p, ch, s, t1, t2);
+            }
+        }
     }
 
     #[test]

@@ -27,6 +27,9 @@ struct Entry {
     path: Box<OsStr>,
     id: u64,
     refs: usize,
+    /// FNV-1a of the bytes, computed once at load (it is a serial pass
+    /// over the whole table, so not once per communicator).
+    digest: u64,
     table: OwnedTable,
 }
 
@@ -35,7 +38,10 @@ struct Cache {
     next_id: u64,
 }
 
-static CACHE: Mutex<Cache> = Mutex::new(Cache { entries: Vec::new(), next_id: 1 });
+static CACHE: Mutex<Cache> = Mutex::new(Cache {
+    entries: Vec::new(),
+    next_id: 1,
+});
 
 fn lock() -> MutexGuard<'static, Cache> {
     // A panic while holding the lock (caught at the FFI boundary) must not
@@ -49,26 +55,34 @@ fn lock() -> MutexGuard<'static, Cache> {
 pub struct Handle(u64);
 
 /// Loads (or reuses) the table at `path`, runs `f` on it while the cache is
-/// locked, and takes a reference that [`release`] gives back. Returns
-/// `Ok((handle, f's result, freshly_loaded))`.
+/// locked (with the table's digest), and takes a reference that
+/// [`release`] gives back. Returns `Ok((handle, f's result, freshly_loaded))`.
 pub fn acquire<R>(
     path: &OsStr,
-    f: impl FnOnce(&dyncc_tables::Table<'_>) -> R,
+    f: impl FnOnce(&dyncc_tables::Table<'_>, u64) -> R,
 ) -> Result<(Handle, R, bool), LoadError> {
     let mut cache = lock();
     let (idx, fresh) = match cache.entries.iter().position(|e| &*e.path == path) {
         Some(i) => (i, false),
         None => {
             let bytes = std::fs::read(path).map_err(LoadError::Io)?;
-            let table =
-                OwnedTable::new(bytes.into_boxed_slice()).map_err(|(e, _)| LoadError::Invalid(e))?;
+            let table = OwnedTable::new(bytes.into_boxed_slice())
+                .map_err(|(e, _)| LoadError::Invalid(e))?;
             let id = cache.next_id;
             cache.next_id += 1;
-            cache.entries.push(Entry { path: path.into(), id, refs: 0, table });
+            let digest = table.table().digest();
+            cache.entries.push(Entry {
+                path: path.into(),
+                id,
+                refs: 0,
+                digest,
+                table,
+            });
             (cache.entries.len() - 1, true)
         }
     };
-    let r = f(cache.entries[idx].table.table());
+    let entry = &cache.entries[idx];
+    let r = f(entry.table.table(), entry.digest);
     let entry = &mut cache.entries[idx];
     entry.refs += 1;
     Ok((Handle(entry.id), r, fresh))

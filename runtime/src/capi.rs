@@ -139,9 +139,11 @@ pub unsafe extern "C" fn dyncc_table_lookup(
         );
         match l.decision {
             Decision::Default => (-1, -1, 0),
-            Decision::Force { algo, proto, channels } => {
-                (algo as c_int, proto as c_int, channels as c_int)
-            }
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            } => (algo as c_int, proto as c_int, channels as c_int),
         }
     }));
     match r {

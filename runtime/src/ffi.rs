@@ -279,9 +279,18 @@ mod tests {
         assert_eq!(size_of::<ncclTunerConstants_v5_t>(), 1152);
         assert_eq!(offset_of!(ncclTunerConstants_v5_t, hwLatencies), 168);
         assert_eq!(offset_of!(ncclTunerConstants_v5_t, llMaxBws), 672);
-        assert_eq!(offset_of!(ncclTunerConstants_v5_t, perChMaxRingLL128Bws), 768);
-        assert_eq!(offset_of!(ncclTunerConstants_v5_t, perChMaxTreeLL128Bws), 864);
+        assert_eq!(
+            offset_of!(ncclTunerConstants_v5_t, perChMaxRingLL128Bws),
+            768
+        );
+        assert_eq!(
+            offset_of!(ncclTunerConstants_v5_t, perChMaxTreeLL128Bws),
+            864
+        );
         assert_eq!(offset_of!(ncclTunerConstants_v5_t, perChMaxTreeBws), 960);
-        assert_eq!(offset_of!(ncclTunerConstants_v5_t, perChMaxNVLSTreeBws), 1056);
+        assert_eq!(
+            offset_of!(ncclTunerConstants_v5_t, perChMaxNVLSTreeBws),
+            1056
+        );
     }
 }

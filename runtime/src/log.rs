@@ -24,7 +24,10 @@ pub struct Msg {
 impl Msg {
     /// An empty message.
     pub const fn new() -> Msg {
-        Msg { buf: [0; MSG_CAP], len: 0 }
+        Msg {
+            buf: [0; MSG_CAP],
+            len: 0,
+        }
     }
 
     /// The text so far (without the terminating NUL).
@@ -78,7 +81,12 @@ impl Logger {
     /// Logs a WARN under NCCL_INIT|NCCL_TUNING, so NCCL's default
     /// subsystem mask (which includes INIT) shows it.
     pub fn warn(&self, args: fmt::Arguments<'_>) {
-        self.emit(NCCL_LOG_WARN, NCCL_INIT | NCCL_TUNING, line!() as c_int, args);
+        self.emit(
+            NCCL_LOG_WARN,
+            NCCL_INIT | NCCL_TUNING,
+            line!() as c_int,
+            args,
+        );
     }
 
     fn emit(&self, level: c_int, flags: c_ulong, line: c_int, args: fmt::Arguments<'_>) {
@@ -106,7 +114,7 @@ mod tests {
         for _ in 0..2000 {
             write!(m, "é").unwrap();
         }
-        assert!(m.as_str().len() <= MSG_CAP - 1);
+        assert!(m.as_str().len() < MSG_CAP);
         assert!(m.as_str().chars().all(|c| c == 'é'));
     }
 }

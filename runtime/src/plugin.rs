@@ -55,7 +55,9 @@ impl Config {
             Some(v) => {
                 let v = v.to_string_lossy();
                 let v = v.trim();
-                !["0", "false", "no", "off"].iter().any(|f| v.eq_ignore_ascii_case(f))
+                !["0", "false", "no", "off"]
+                    .iter()
+                    .any(|f| v.eq_ignore_ascii_case(f))
             }
         };
         Config { table, strict }
@@ -81,7 +83,16 @@ pub unsafe fn init_with(
     log: ncclDebugLogger_t,
 ) -> ncclResult_t {
     // SAFETY: forwarded caller contract.
-    unsafe { init_guarded(cfg, ctx_out, n_ranks, n_nodes, Logger(log), CommFacts::default()) }
+    unsafe {
+        init_guarded(
+            cfg,
+            ctx_out,
+            n_ranks,
+            n_nodes,
+            Logger(log),
+            CommFacts::default(),
+        )
+    }
 }
 
 /// Catches panics in init: a panic fails the communicator's init (an error
@@ -95,12 +106,16 @@ unsafe fn init_guarded(
     facts: CommFacts,
 ) -> ncclResult_t {
     if ctx_out.is_null() {
-        log.warn(format_args!("dyncc: NCCL passed a NULL context pointer to init"));
+        log.warn(format_args!(
+            "dyncc: NCCL passed a NULL context pointer to init"
+        ));
         return NCCL_INVALID_ARGUMENT;
     }
     // SAFETY: ctx_out is non-NULL and, per the caller, valid for writes.
     unsafe { ctx_out.write(core::ptr::null_mut()) };
-    let r = catch_unwind(AssertUnwindSafe(|| init_inner(cfg, n_ranks, n_nodes, log, facts)));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        init_inner(cfg, n_ranks, n_nodes, log, facts)
+    }));
     match r {
         Ok(Ok(ctx)) => {
             // SAFETY: as above.
@@ -109,7 +124,9 @@ unsafe fn init_guarded(
         }
         Ok(Err(code)) => code,
         Err(_) => {
-            log.warn(format_args!("dyncc: internal error (panic) in init; failing init"));
+            log.warn(format_args!(
+                "dyncc: internal error (panic) in init; failing init"
+            ));
             NCCL_INTERNAL_ERROR
         }
     }
@@ -129,10 +146,12 @@ fn init_inner(
         return Ok(core::ptr::null_mut());
     };
     let (n_ranks, n_nodes) = (n_ranks as u64, n_nodes as u64);
-    let loaded = cache::acquire(path, |table| {
+    let loaded = cache::acquire(path, |table, digest| {
         let spec = table.specialise(n_ranks, n_nodes);
         let mut line = Msg::new();
-        let _ = describe(&mut line, path, table, &spec, n_ranks, n_nodes, facts);
+        let _ = describe(
+            &mut line, path, table, digest, &spec, n_ranks, n_nodes, facts,
+        );
         (spec, line)
     });
     match loaded {
@@ -142,7 +161,10 @@ fn init_inner(
                 line.as_str(),
                 if fresh { "loaded" } else { "shared" }
             ));
-            let ctx = Box::new(Context { spec, handle: Some(handle) });
+            let ctx = Box::new(Context {
+                spec,
+                handle: Some(handle),
+            });
             Ok(Box::into_raw(ctx).cast())
         }
         Err(e) => {
@@ -177,10 +199,12 @@ fn init_inner(
 
 /// The init INFO line: table, digest, platform, coverage, and the context
 /// chosen per collective for this communicator.
+#[allow(clippy::too_many_arguments)]
 fn describe(
     w: &mut Msg,
     path: &OsStr,
     table: &dyncc_tables::Table<'_>,
+    digest: u64,
     spec: &Specialised,
     n_ranks: u64,
     n_nodes: u64,
@@ -189,13 +213,16 @@ fn describe(
     let (major, minor) = table.version();
     write!(
         w,
-        "dyncc: table {} digest {:016x} format {major}.{minor} platform {} gpu {} coverage {}",
+        "dyncc: table {} digest {digest:016x} format {major}.{minor} platform {} gpu {} \
+         coverage {}",
         Path::new(path).display(),
-        table.digest(),
         table.meta("platform").unwrap_or("?"),
         table.meta("gpu").unwrap_or("?"),
-        table.meta("coverage").unwrap_or("?"),
+        table.coverage(),
     )?;
+    if let Some(c) = table.meta("coverage") {
+        write!(w, " ({c})")?;
+    }
     write!(w, "; comm")?;
     if let Some(id) = facts.comm_id {
         write!(w, " {id:#018x}")?;
@@ -243,8 +270,15 @@ pub unsafe fn get_coll_info_table(
     // passes back what init stored and finalizes it only after its last
     // getCollInfo).
     let ctx = unsafe { &*ctx.cast::<Context>() };
-    let d = ctx.spec.decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
-    if let Decision::Force { algo, proto, channels } = d {
+    let d = ctx
+        .spec
+        .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+    if let Decision::Force {
+        algo,
+        proto,
+        channels,
+    } = d
+    {
         let (a, p) = (algo as usize, proto as usize);
         // Negative dimensions become huge and fail the bounds test.
         let (na, np) = (num_algo as usize, num_proto as usize);
@@ -276,7 +310,16 @@ unsafe extern "C" fn init_v2(
 ) -> ncclResult_t {
     let cfg = Config::from_env();
     // SAFETY: NCCL passes a writable context pointer (NULL is checked).
-    unsafe { init_guarded(&cfg, ctx, n_ranks, n_nodes, Logger(log), CommFacts::default()) }
+    unsafe {
+        init_guarded(
+            &cfg,
+            ctx,
+            n_ranks,
+            n_nodes,
+            Logger(log),
+            CommFacts::default(),
+        )
+    }
 }
 
 unsafe extern "C" fn init_v5(
@@ -290,7 +333,10 @@ unsafe extern "C" fn init_v5(
 ) -> ncclResult_t {
     // SAFETY: NCCL passes NULL or a valid ncclNvlDomainInfo_v5_t.
     let nvl = unsafe { nvl.as_ref() }.copied();
-    let facts = CommFacts { comm_id: Some(comm_id), nvl };
+    let facts = CommFacts {
+        comm_id: Some(comm_id),
+        nvl,
+    };
     let cfg = Config::from_env();
     // SAFETY: NCCL passes a writable context pointer (NULL is checked).
     unsafe { init_guarded(&cfg, ctx, n_ranks, n_nodes, Logger(log), facts) }
@@ -314,8 +360,17 @@ unsafe extern "C" fn get_coll_info_v2(
         }
         // SAFETY: a non-NULL ctx is a live Context created by init.
         let ctx = unsafe { &*ctx.cast::<Context>() };
-        let d = ctx.spec.decide(coll_type as u32, n_bytes as u64, num_pipe_ops, 0);
-        let Decision::Force { algo, proto, channels } = d else { return };
+        let d = ctx
+            .spec
+            .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, 0);
+        let Decision::Force {
+            algo,
+            proto,
+            channels,
+        } = d
+        else {
+            return;
+        };
         // NCCL 2.21 (the only release that loads v2 natively) has 6
         // algorithms and does not range-check the plugin's answer, and v2
         // sees no cost table: only answer what this communicator supports.

@@ -283,7 +283,7 @@ impl TableBuilder {
 /// 8-byte boundary, padding is zero) and fills in lengths and the CRC.
 pub(crate) fn assemble(sections: &[(u32, &[u8])]) -> Result<Vec<u8>, BuildError> {
     let dir_end = HEADER_LEN + sections.len() * core::mem::size_of::<SectionEntry>();
-    let mut out = alloc::vec![0; dir_end];
+    let mut out = alloc::vec![0u8; dir_end];
     let mut dir = Vec::new();
     for &(k, data) in sections {
         out.resize(out.len().next_multiple_of(8), 0);

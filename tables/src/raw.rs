@@ -51,7 +51,7 @@ pub struct Header {
     pub flags: U32,
     pub nccl_layout: U32,
     pub section_count: U32,
-    /// CRC-32 (IEEE, as crc32fast) of bytes `header_len..total_len`.
+    /// CRC-32 (IEEE, as crc32fast) of bytes `40..total_len`.
     pub body_crc32: U32,
     pub reserved: U32,
 }

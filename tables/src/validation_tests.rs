@@ -679,3 +679,29 @@ fn errors_display_in_plain_words() {
         "table context 3, rule 2 is invalid: gain is not finite"
     );
 }
+
+#[test]
+fn newer_minor_with_longer_header_loads() {
+    // A later minor may append header fields; readers start the directory
+    // at header_len and the CRC still covers the appended bytes.
+    let old = fixture();
+    let mut b = old[..HEADER_LEN].to_vec();
+    b.extend_from_slice(&[0xAB; 8]);
+    b.extend_from_slice(&old[HEADER_LEN..]);
+    put_u32(&mut b, 12, 48);
+    let total = b.len() as u32;
+    put_u32(&mut b, 16, total);
+    let n = u32_at(&b, 28) as usize;
+    for i in 0..n {
+        let e = 48 + 12 * i;
+        let off = u32_at(&b, e + 4);
+        put_u32(&mut b, e + 4, off + 8);
+    }
+    reseal(&mut b);
+    let t = Table::from_bytes(&b).unwrap();
+    let t0 = Table::from_bytes(&old).unwrap();
+    assert_eq!(t.coverage(), t0.coverage());
+    assert_eq!(t.meta("a"), Some("1"));
+    b[44] ^= 1; // inside the appended header bytes: caught by the CRC
+    assert!(matches!(Table::from_bytes(&b), Err(Error::Checksum { .. })));
+}

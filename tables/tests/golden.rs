@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dyncc_tables::{size_bucket, Algo, Basis, Coll, Decision, Proto, Table, NUM_FEATURES};
+use dyncc_tables::{Algo, Basis, Coll, Decision, Proto, Table, NUM_FEATURES};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -42,7 +42,7 @@ mod gen {
     //! The generator. Everything is fixed (no clock, no paths), so the
     //! output is byte-stable.
     use super::*;
-    use dyncc_tables::{ContextSpec, Feature, RegBuff, Rule, TableBuilder, TreeNode};
+    use dyncc_tables::{size_bucket, ContextSpec, Feature, RegBuff, Rule, TableBuilder, TreeNode};
 
     fn common_meta(b: &mut TableBuilder, what: &str) {
         b.meta("dyncc_version", "0.1.0")

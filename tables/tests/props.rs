@@ -361,3 +361,46 @@ fn independent_crc_matches_the_files() {
     let stored = u32::from_le_bytes(bytes[32..36].try_into().unwrap());
     assert_eq!(crc32_ieee(&bytes[40..]), stored);
 }
+
+proptest! {
+    #[test]
+    fn rules_from_buckets_round_trips(
+        runs in proptest::collection::vec((decision(), basis(), 1..40usize), 1..12),
+        gains in proptest::collection::vec(0.01f32..10.0, 256),
+    ) {
+        // Expand runs into 256 per-bucket cells (the last run is stretched).
+        let mut per = [(Decision::Default, Basis::Measured, 1.0f32); 256];
+        let mut b = 0usize;
+        for (d, ba, len) in &runs {
+            for _ in 0..*len {
+                if b < 256 {
+                    per[b] = (*d, *ba, gains[b]);
+                    b += 1;
+                }
+            }
+        }
+        let last = runs.last().unwrap();
+        while b < 256 {
+            per[b] = (last.0, last.1, gains[b]);
+            b += 1;
+        }
+        let rules = dyncc_tables::rules_from_buckets(&per);
+        for w in rules.windows(2) {
+            prop_assert!((w[0].decision, w[0].basis) != (w[1].decision, w[1].basis), "unmerged neighbours");
+        }
+        let spec = ContextSpec { coll: Coll::Reduce, nodes: (1, 1), ppn: (1, 1), max_pipe_ops: 0, reg_buff: RegBuff::Any };
+        let mut tb = TableBuilder::new();
+        tb.context(spec, &rules).unwrap();
+        let bytes = tb.build().unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let ctx = t.find_context(Coll::Reduce, 1, 1).unwrap();
+        for (bucket, &(d, ba, _)) in per.iter().enumerate() {
+            let (i, r) = ctx.rule_for_bucket(bucket as u8).unwrap();
+            prop_assert_eq!((r.decision, r.basis), (d, ba));
+            // Gain is the minimum over the rule's run of buckets.
+            let first = if i == 0 { 0 } else { rules[i as usize - 1].last_bucket as usize + 1 };
+            let min = per[first..=r.last_bucket as usize].iter().map(|c| c.2).fold(f32::INFINITY, f32::min);
+            prop_assert_eq!(r.gain, min);
+        }
+    }
+}

@@ -15,7 +15,8 @@
  *   reduce        no context: default
  *
  * Environment: DYNCC_HARNESS_LIB (the .so), DYNCC_HARNESS_TABLE (valid),
- * DYNCC_HARNESS_CORRUPT (checksum broken), DYNCC_HARNESS_MISSING (absent).
+ * DYNCC_HARNESS_CORRUPT (checksum broken), DYNCC_HARNESS_MISSING (absent),
+ * DYNCC_HARNESS_DIGEST (the valid table's digest as 16 hex digits).
  * Prints "harness: N passed, M failed" and exits 1 on any failure. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -223,7 +224,7 @@ static void expect_call(int ver, void *ctx, int coll, size_t nBytes, int pipeOps
 
 /* ---- scenarios ---------------------------------------------------------- */
 
-static const char *g_table, *g_corrupt, *g_missing;
+static const char *g_table, *g_corrupt, *g_missing, *g_digest;
 
 static void check_table_versions(void) {
   setenv("DYNCC_TABLE", g_table, 1);
@@ -241,6 +242,8 @@ static void check_table_versions(void) {
               strstr(g_last_info, "allreduce=#0") && strstr(g_last_info, "reduce=default"),
           "v%d INFO line: %s", ver, g_last_info);
     if (ver >= 5) CHECK(strstr(g_last_info, "0x000000001234abcd") != NULL, "commId in %s", g_last_info);
+    CHECK(strstr(g_last_info, g_digest) != NULL, "digest %s in %s", g_digest, g_last_info);
+    if (ver == 6) printf("harness: v6 init logged: %s\n", g_last_info);
     int rs = ver == 3 ? 0 : 1; /* v3 has no regBuff: it is treated as 0 */
 
     expect_call(ver, ctx, ncclFuncAllReduce, 1 * KiB, 1, 0, 7, 3, -1, NCCL_ALGO_TREE, NCCL_PROTO_LL, 0, "allreduce 1K");
@@ -552,8 +555,9 @@ int main(int argc, char **argv) {
   g_table = getenv("DYNCC_HARNESS_TABLE");
   g_corrupt = getenv("DYNCC_HARNESS_CORRUPT");
   g_missing = getenv("DYNCC_HARNESS_MISSING");
-  if (!g_lib_path || !g_table || !g_corrupt || !g_missing) {
-    fprintf(stderr, "harness: set DYNCC_HARNESS_LIB, _TABLE, _CORRUPT and _MISSING\n");
+  g_digest = getenv("DYNCC_HARNESS_DIGEST");
+  if (!g_lib_path || !g_table || !g_corrupt || !g_missing || !g_digest) {
+    fprintf(stderr, "harness: set DYNCC_HARNESS_LIB, _TABLE, _CORRUPT, _MISSING and _DIGEST\n");
     return 2;
   }
   if (load_lib()) {

@@ -2,20 +2,37 @@
 //! expect; its decisions are listed at the top of harness.c. Shared with
 //! `#[path]` by tests/plugin_c.rs, runtime/tests and runtime/benches.
 
+#![allow(dead_code)] // each includer uses a subset
+
 use dyncc_tables::{
     size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
 };
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force { algo, proto, channels }
+    Decision::Force {
+        algo,
+        proto,
+        channels,
+    }
 }
 
 fn spec(coll: Coll, nodes: (u32, u32)) -> ContextSpec {
-    ContextSpec { coll, nodes, ppn: (1, 8), max_pipe_ops: 0, reg_buff: RegBuff::Any }
+    ContextSpec {
+        coll,
+        nodes,
+        ppn: (1, 8),
+        max_pipe_ops: 0,
+        reg_buff: RegBuff::Any,
+    }
 }
 
 fn all(d: Decision) -> [Rule; 1] {
-    [Rule { last_bucket: 255, decision: d, basis: Basis::Measured, gain: 1.2 }]
+    [Rule {
+        last_bucket: 255,
+        decision: d,
+        basis: Basis::Measured,
+        gain: 1.2,
+    }]
 }
 
 /// The harness table's bytes.
@@ -40,15 +57,36 @@ pub fn harness_table() -> Vec<u8> {
             basis: m,
             gain: 1.1,
         },
-        Rule { last_bucket: 255, decision: Decision::Default, basis: m, gain: 1.0 },
+        Rule {
+            last_bucket: 255,
+            decision: Decision::Default,
+            basis: m,
+            gain: 1.0,
+        },
     ];
     b.context(spec(Coll::AllReduce, (1, 4)), &ar).unwrap();
-    b.context(spec(Coll::AllReduce, (5, 64)), &all(force(Algo::Tree, Proto::Simple, 0))).unwrap();
-    b.context(spec(Coll::AllGather, (1, 4)), &all(force(Algo::Pat, Proto::Simple, 0))).unwrap();
-    b.context(spec(Coll::Broadcast, (1, 4)), &all(force(Algo::CollNetDirect, Proto::Simple, 2)))
+    b.context(
+        spec(Coll::AllReduce, (5, 64)),
+        &all(force(Algo::Tree, Proto::Simple, 0)),
+    )
+    .unwrap();
+    b.context(
+        spec(Coll::AllGather, (1, 4)),
+        &all(force(Algo::Pat, Proto::Simple, 0)),
+    )
+    .unwrap();
+    b.context(
+        spec(Coll::Broadcast, (1, 4)),
+        &all(force(Algo::CollNetDirect, Proto::Simple, 2)),
+    )
+    .unwrap();
+    let rs = ContextSpec {
+        max_pipe_ops: 1,
+        reg_buff: RegBuff::Only0,
+        ..spec(Coll::ReduceScatter, (1, 4))
+    };
+    b.context(rs, &all(force(Algo::Nvls, Proto::Simple, 8)))
         .unwrap();
-    let rs = ContextSpec { max_pipe_ops: 1, reg_buff: RegBuff::Only0, ..spec(Coll::ReduceScatter, (1, 4)) };
-    b.context(rs, &all(force(Algo::Nvls, Proto::Simple, 8))).unwrap();
     b.build().unwrap()
 }
 
