@@ -102,8 +102,9 @@ pub struct PlanArgs {
     /// The network has CollNet (SHARP) support: also sweep CollNetDirect and CollNetChain.
     #[arg(long)]
     pub collnet: bool,
-    /// Directory holding all_reduce_perf etc. (the script's NCCL_TESTS_DIR overrides it).
-    #[arg(long)]
+    /// Directory holding all_reduce_perf etc. on the cluster (the script's
+    /// NCCL_TESTS_DIR overrides it; the script checks it before running).
+    #[arg(long, default_value = "nccl-tests/build")]
     pub nccl_tests: PathBuf,
     /// Where the script puts the logs (the script's DYNCC_OUT overrides it).
     #[arg(long, default_value = "dyncc-sweep")]
