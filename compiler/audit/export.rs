@@ -10,7 +10,6 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use dyncc_tables::{
     bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Table,
 };
@@ -314,8 +313,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<i32> {
     }
     match &a.output {
         Some(p) => {
-            crate::atomic::write_atomic(p, text.as_bytes())
-                .with_context(|| format!("writing {}", p.display()))?;
+            super::write_output(p, text.as_bytes(), 0o644)?;
             eprintln!("wrote {} ({} rules)", p.display(), csv.rows.len());
         }
         None => print!("{text}"),

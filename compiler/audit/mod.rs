@@ -276,6 +276,23 @@ pub fn basis_name(b: Basis) -> &'static str {
     crate::compile::basis_name(b)
 }
 
+/// Writes `bytes` to `path` atomically with mode `mode` (the temporary file
+/// `write_atomic` renames is created 0600, too tight for a map or a rule
+/// file other users read, or a script).
+pub fn write_output(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    crate::atomic::write_atomic(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting the permissions of {}", path.display()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    Ok(())
+}
+
 /// Whether stdout is a terminal (for colour and progress decisions).
 pub fn is_tty() -> bool {
     use std::io::IsTerminal;

@@ -9,7 +9,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use dyncc_tables::{Algo, Coll, Proto};
 use serde::Serialize;
 
@@ -102,8 +102,9 @@ pub struct PlanArgs {
     /// The network has CollNet (SHARP) support: also sweep CollNetDirect and CollNetChain.
     #[arg(long)]
     pub collnet: bool,
-    /// Directory holding all_reduce_perf etc. (the script's NCCL_TESTS_DIR overrides it).
-    #[arg(long)]
+    /// Directory holding all_reduce_perf etc. on the cluster (the script's
+    /// NCCL_TESTS_DIR overrides it; the script checks it before running).
+    #[arg(long, default_value = "nccl-tests/build")]
     pub nccl_tests: PathBuf,
     /// Where the script puts the logs (the script's DYNCC_OUT overrides it).
     #[arg(long, default_value = "dyncc-sweep")]
@@ -772,14 +773,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
     let runs = p.runs(&mut skipped);
     let est: f64 = runs.iter().map(|r| p.run_seconds(r)).sum();
     let text = script(&p, &runs, est, &skipped);
-    crate::atomic::write_atomic(&a.output, text.as_bytes())
-        .with_context(|| format!("writing {}", a.output.display()))?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&a.output, std::fs::Permissions::from_mode(0o755))
-            .with_context(|| format!("making {} executable", a.output.display()))?;
-    }
+    super::write_output(&a.output, text.as_bytes(), 0o755)?;
     if a.json {
         let mut settings = Vec::new();
         for &n in &p.nodes {

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use dyncc_tables::{
     bucket_lower_bound, size_bucket, Algo, Basis, Coll, Decision, Lookup, Proto, Table,
 };
@@ -458,8 +457,7 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
         }
     }
     let svg = render(&table, &a.table.display().to_string(), &colls, lo, hi);
-    crate::atomic::write_atomic(&a.output, svg.as_bytes())
-        .with_context(|| format!("writing {}", a.output.display()))?;
+    super::write_output(&a.output, svg.as_bytes(), 0o644)?;
     println!(
         "wrote {} ({} bytes); view it in a browser or `rsvg-convert {} -o map.png`",
         a.output.display(),

@@ -514,8 +514,8 @@ pub fn print_answer(a: &Answer, data_given: bool) {
         ),
         Some(e) => {
             println!(
-                "evidence: {} measurements at {} node{}, {} ranks{}:",
-                if e.exact_shape { "measured" } else { "nearest" },
+                "evidence: {}measurements at {} node{}, {} ranks{}:",
+                if e.exact_shape { "" } else { "nearest " },
                 e.nodes,
                 if e.nodes == 1 { "" } else { "s" },
                 e.ranks,
