@@ -11,19 +11,44 @@ struct Cli {
     command: Command,
 }
 
+// Each command's help (about, long about, examples) is the doc comment of
+// its Args struct, next to the code that runs it.
 #[derive(Subcommand)]
 enum Command {
-    /// Read sweep logs and summarise what they hold.
     Inspect(dyncc::ingest::cli::InspectArgs),
-    /// Write realistic sweeps from a hardware profile.
+    Compile(dyncc::compile::CompileArgs),
+    Eval(dyncc::eval::EvalArgs),
     Simulate(dyncc::simulate::cli::SimulateArgs),
+    Explain(dyncc::audit::explain::ExplainArgs),
+    Query(dyncc::audit::query::QueryArgs),
+    Diff(dyncc::audit::diff::DiffArgs),
+    Plot(dyncc::audit::plot::PlotArgs),
+    Export(dyncc::audit::export::ExportArgs),
+    Verify(dyncc::audit::verify::VerifyArgs),
+    Plan(dyncc::audit::plan::PlanArgs),
 }
 
 fn main() {
+    // Die quietly like other Unix tools when the reader of our output goes
+    // away (`dyncc eval ... | head`), instead of panicking on EPIPE.
+    // SAFETY: called first thing in main, before any other thread exists;
+    // SIG_DFL is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Inspect(a) => dyncc::ingest::cli::run(a),
         Command::Simulate(a) => dyncc::simulate::cli::run(a),
+        Command::Compile(a) => dyncc::compile::run(a),
+        Command::Eval(a) => dyncc::eval::run(a),
+        Command::Explain(a) => dyncc::audit::explain::run(a),
+        Command::Query(a) => dyncc::audit::query::run(a),
+        Command::Diff(a) => dyncc::audit::diff::run(a),
+        Command::Plot(a) => dyncc::audit::plot::run(a),
+        Command::Export(a) => dyncc::audit::export::run(a),
+        Command::Verify(a) => dyncc::audit::verify::run(a),
+        Command::Plan(a) => dyncc::audit::plan::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,9 +1,28 @@
-//! `dyncc inspect`.
+//! `dyncc inspect`: read sweep files and summarise what they hold, what was
+//! skipped and why, and what looks suspicious. Always lenient: it reports
+//! problems instead of failing on them.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use serde::Serialize;
+
+use super::{Dataset, IngestOptions, Skip, UNRESOLVED};
+use crate::record::{flags, Record};
+
 /// Read sweep logs and summarise what they hold.
+///
+/// Reads nccl-tests text logs (any era, srun/OpenMPI prefixes, NCCL INFO
+/// noise), nccl-tests -J JSON, tuner-schema CSV and NVIDIA data/<nodes>.csv,
+/// from files or whole directory trees. Rows whose knobs (NCCL_ALGO,
+/// NCCL_PROTO, channels) cannot be established are counted and reported as
+/// "knobs unknown".
+///
+/// Example:
+///   dyncc inspect logs/ --assume default
+///   dyncc inspect run.log --assume NCCL_ALGO=Ring --assume NCCL_PROTO=LL128 --json
 #[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct InspectArgs {
     /// Files or directories to read.
     #[arg(required = true)]
@@ -11,8 +30,281 @@ pub struct InspectArgs {
     /// Print a JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
+    /// KEY=VALUE facts the files do not state: NCCL_ALGO, NCCL_PROTO,
+    /// NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, coll, nodes, ranks,
+    /// gpus_per_node, platform, gpu, nccl_version; or `default` (every knob
+    /// not stated by a file was NCCL's own choice). Repeatable.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub assume: Vec<String>,
+    /// Accepted for symmetry with `compile`; inspect is always lenient.
+    #[arg(long)]
+    pub lenient: bool,
 }
 
-pub fn run(_args: InspectArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("inspect is not implemented yet")
+#[derive(Serialize)]
+struct Summary {
+    files: usize,
+    rows: usize,
+    records: usize,
+    bytes: u64,
+    zero_size_rows: usize,
+    skipped: Vec<Skip>,
+    ignored_files: Vec<PathBuf>,
+    collectives: BTreeMap<String, usize>,
+    algorithms: BTreeMap<String, usize>,
+    protocols: BTreeMap<String, usize>,
+    channels: BTreeMap<String, usize>,
+    nodes: Vec<u32>,
+    ranks: Vec<u32>,
+    gpus: BTreeMap<String, usize>,
+    nccl_versions: Vec<String>,
+    coverage: Vec<Coverage>,
+    anomalies: BTreeMap<String, usize>,
+    anomaly_list: Vec<super::Anomaly>,
+    warmup_outliers: usize,
+    wrong_data: usize,
+    knob_ignored: usize,
+    unresolved_records: usize,
+    cells: usize,
+    per_file: Vec<super::FileReport>,
+}
+
+/// (collective, nodes, ranks, configuration).
+type CovKey = (String, u32, u32, String);
+
+#[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
+struct Coverage {
+    collective: String,
+    nodes: u32,
+    ranks: u32,
+    config: String,
+    sizes: usize,
+    records: usize,
+}
+
+fn label<T>(r: &Record, v: Option<T>, name: impl Fn(T) -> String) -> String {
+    if r.flags & UNRESOLVED != 0 {
+        "unknown".into()
+    } else {
+        v.map(name).unwrap_or_else(|| "default".into())
+    }
+}
+
+fn summarise(ds: &Dataset) -> Summary {
+    let mut s = Summary {
+        files: ds.files,
+        rows: ds.rows,
+        records: ds.records.len(),
+        bytes: ds.bytes,
+        zero_size_rows: ds.reports.iter().map(|r| r.zero_size_rows).sum(),
+        skipped: ds.skipped.clone(),
+        ignored_files: ds.ignored.clone(),
+        collectives: BTreeMap::new(),
+        algorithms: BTreeMap::new(),
+        protocols: BTreeMap::new(),
+        channels: BTreeMap::new(),
+        nodes: Vec::new(),
+        ranks: Vec::new(),
+        gpus: BTreeMap::new(),
+        nccl_versions: Vec::new(),
+        coverage: Vec::new(),
+        anomalies: BTreeMap::new(),
+        anomaly_list: ds.anomalies.clone(),
+        warmup_outliers: ds.count_flag(flags::WARMUP_OUTLIER),
+        wrong_data: ds.count_flag(flags::WRONG_DATA),
+        knob_ignored: ds.count_flag(flags::KNOB_IGNORED),
+        unresolved_records: ds.count_flag(UNRESOLVED),
+        cells: super::aggregate(&ds.records).len(),
+        per_file: ds.reports.clone(),
+    };
+    let mut cov: BTreeMap<CovKey, (std::collections::BTreeSet<u64>, usize)> = BTreeMap::new();
+    for r in &ds.records {
+        *s.collectives
+            .entry(r.collective.name().to_string())
+            .or_default() += 1;
+        *s.algorithms
+            .entry(label(r, r.algo, |a| a.name().to_string()))
+            .or_default() += 1;
+        *s.protocols
+            .entry(label(r, r.proto, |p| p.name().to_string()))
+            .or_default() += 1;
+        *s.channels
+            .entry(label(r, r.channels, |c| c.to_string()))
+            .or_default() += 1;
+        *s.gpus
+            .entry(r.gpu.as_deref().unwrap_or("unknown").to_string())
+            .or_default() += 1;
+        if r.nnodes > 0 {
+            s.nodes.push(r.nnodes);
+        }
+        if r.nranks > 0 {
+            s.ranks.push(r.nranks);
+        }
+        if let Some(v) = r.nccl_version {
+            s.nccl_versions
+                .push(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100));
+        }
+        let config = if r.flags & UNRESOLVED != 0 {
+            "unknown".to_string()
+        } else {
+            r.key().config.to_string()
+        };
+        let e = cov
+            .entry((r.collective.name().to_string(), r.nnodes, r.nranks, config))
+            .or_default();
+        e.0.insert(r.nbytes);
+        e.1 += 1;
+    }
+    for v in [&mut s.nodes, &mut s.ranks] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    s.nccl_versions.sort();
+    s.nccl_versions.dedup();
+    s.coverage = cov
+        .into_iter()
+        .map(
+            |((collective, nodes, ranks, config), (sizes, records))| Coverage {
+                collective,
+                nodes,
+                ranks,
+                config,
+                sizes: sizes.len(),
+                records,
+            },
+        )
+        .collect();
+    for a in &ds.anomalies {
+        *s.anomalies.entry(a.kind.to_string()).or_default() += 1;
+    }
+    s
+}
+
+pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
+    let opts = IngestOptions {
+        lenient: true,
+        assume: IngestOptions::parse_assume(&args.assume)?,
+        // indicatif draws only when stderr is a terminal.
+        progress: true,
+        keep_unresolved: true,
+    };
+    let ds = super::read_paths(&args.paths, &opts)?;
+    let s = summarise(&ds);
+    if args.json {
+        let mut j = serde_json::to_string_pretty(&s)?;
+        j.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), j.as_bytes());
+    } else {
+        print_human(&s);
+    }
+    if ds.rows == 0 {
+        eprintln!(
+            "error: no measurements found in {} file(s) ({} skipped, {} not sweep files); dyncc \
+             reads nccl-tests text/JSON output and tuner-schema CSV",
+            ds.files,
+            ds.skipped.len(),
+            ds.ignored.len()
+        );
+        return Ok(2);
+    }
+    Ok(0)
+}
+
+fn map_line(m: &BTreeMap<String, usize>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_human(s: &Summary) {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} sweep files, {} rows ({} zero-size), {} records, {} cells; {} other files ignored",
+        s.files,
+        s.rows,
+        s.zero_size_rows,
+        s.records,
+        s.cells,
+        s.ignored_files.len()
+    );
+    let _ = writeln!(o, "collectives: {}", map_line(&s.collectives));
+    let _ = writeln!(o, "algorithms:  {}", map_line(&s.algorithms));
+    let _ = writeln!(o, "protocols:   {}", map_line(&s.protocols));
+    let _ = writeln!(o, "channels:    {}", map_line(&s.channels));
+    let _ = writeln!(
+        o,
+        "nodes:       {}",
+        s.nodes
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(o, "gpus:        {}", map_line(&s.gpus));
+    if !s.nccl_versions.is_empty() {
+        let _ = writeln!(o, "nccl:        {}", s.nccl_versions.join(", "));
+    }
+    let _ = writeln!(o, "\ncoverage (collective x nodes x configuration):");
+    let _ = writeln!(
+        o,
+        "  {:<14} {:>6} {:>6}  {:<22} {:>6} {:>8}",
+        "collective", "nodes", "ranks", "config", "sizes", "records"
+    );
+    for c in &s.coverage {
+        let _ = writeln!(
+            o,
+            "  {:<14} {:>6} {:>6}  {:<22} {:>6} {:>8}",
+            c.collective, c.nodes, c.ranks, c.config, c.sizes, c.records
+        );
+    }
+    let unresolved: Vec<_> = s.per_file.iter().filter(|f| !f.resolved).collect();
+    if !unresolved.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nknobs or shape unknown in {} file(s) (rows counted, not usable for compile):",
+            unresolved.len()
+        );
+        for f in unresolved.iter().take(20) {
+            let _ = writeln!(o, "  {} ({} rows): {}", f.file.display(), f.rows, f.knobs);
+        }
+        if unresolved.len() > 20 {
+            let _ = writeln!(o, "  ... and {} more", unresolved.len() - 20);
+        }
+    }
+    if !s.skipped.is_empty() {
+        let _ = writeln!(o, "\nskipped ({}):", s.skipped.len());
+        for k in s.skipped.iter().take(30) {
+            let _ = writeln!(o, "  {}:{}: {}", k.file.display(), k.line, k.reason);
+        }
+        if s.skipped.len() > 30 {
+            let _ = writeln!(o, "  ... and {} more (see --json)", s.skipped.len() - 30);
+        }
+    }
+    if !s.anomalies.is_empty() {
+        let _ = writeln!(o, "\nanomalies: {}", map_line(&s.anomalies));
+        for a in s
+            .anomaly_list
+            .iter()
+            .filter(|a| a.kind != "unresolved")
+            .take(15)
+        {
+            let _ = writeln!(
+                o,
+                "  {}:{}: {}: {}",
+                a.file.display(),
+                a.line,
+                a.kind,
+                a.detail
+            );
+        }
+    }
+    let _ = writeln!(o,
+        "\nwarm-up outliers {}, wrong-data records {}, knob-ignored records {}, unresolved records {}",
+        s.warmup_outliers, s.wrong_data, s.knob_ignored, s.unresolved_records
+    );
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
 }

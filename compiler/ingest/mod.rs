@@ -1,11 +1,47 @@
-//! Ingest: read sweep measurements (nccl-tests text and JSON, tuner CSV) from
-//! files and directory trees into one normalised [`Dataset`].
+//! Ingest: read sweep measurements (nccl-tests text logs of every era,
+//! nccl-tests `-J` JSON, NCCL's tuner-example CSV, NVIDIA's raw
+//! `data/<nodes>.csv`) from files and directory trees into one normalised
+//! [`Dataset`], say what could not be read, and aggregate repeats into
+//! [`Cell`]s.
+//!
+//! Strictness: with `IngestOptions::lenient == false` (what `dyncc compile`
+//! uses by default) a malformed data row, a bad CSV value, an unreadable file
+//! or a file whose knobs cannot be established is an error naming
+//! `file:line`, what was expected, and what to do. With `lenient` the same
+//! things become [`Skip`]s. Launcher noise, NCCL INFO lines, comments and
+//! files that are not sweeps at all are never errors.
+//!
+//! Knobs (which NCCL_ALGO / NCCL_PROTO / channel count a run used) are not
+//! in nccl-tests text output. See [`knobs`] for where they come from and the
+//! rule for ordinary default-only logs (`--assume default`).
 
 pub mod cli;
+pub mod csv;
+pub mod json;
+pub mod knobs;
+pub mod text;
 
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::record::{Cell, Record};
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::record::{flags, Cell, CellKey, Record, Source};
+pub use knobs::Assumptions;
+
+/// Record flag (in addition to [`crate::record::flags`]): the file's knobs
+/// or shape (ranks/nodes/collective) could not be established. Only ever
+/// produced when [`IngestOptions::keep_unresolved`] is set (`dyncc
+/// inspect`); never aggregated.
+pub const UNRESOLVED: u8 = 8;
+
+/// Flags that keep a record out of [`aggregate`].
+pub const UNTRUSTED: u8 =
+    flags::WARMUP_OUTLIER | flags::WRONG_DATA | flags::KNOB_IGNORED | UNRESOLVED;
 
 /// How to read.
 #[derive(Clone, Debug, Default)]
@@ -14,39 +50,665 @@ pub struct IngestOptions {
     pub lenient: bool,
     /// `--assume KEY=VALUE`: knobs or facts (NCCL_ALGO, NCCL_PROTO,
     /// NCCL_MIN_NCHANNELS, nodes, ...) to use where a file does not say.
+    /// The bare word `default` means every knob was NCCL's own choice.
     pub assume: Vec<(String, String)>,
     /// Show a progress bar on stderr (hidden when stderr is not a terminal).
     pub progress: bool,
+    /// Keep rows whose knobs or shape cannot be established as records
+    /// flagged [`UNRESOLVED`] (for `inspect`, which reports them) instead of
+    /// failing or skipping the file.
+    pub keep_unresolved: bool,
+}
+
+impl IngestOptions {
+    /// Parses `KEY=VALUE` (or `default`) strings as given to `--assume`.
+    pub fn parse_assume(items: &[String]) -> anyhow::Result<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        for it in items {
+            for part in it.split_whitespace() {
+                if part.eq_ignore_ascii_case("default") {
+                    out.push(("default".to_string(), "1".to_string()));
+                    continue;
+                }
+                let (k, v) = part.split_once('=').with_context(|| {
+                    format!(
+                        "--assume {part:?}: expected KEY=VALUE (e.g. NCCL_ALGO=Ring, nodes=2, \
+                         coll=allreduce) or the word `default`"
+                    )
+                })?;
+                out.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        // Validate now so a typo is reported before any file is read.
+        Assumptions::from_pairs(&out).map_err(|e| anyhow::anyhow!("--assume: {e}"))?;
+        Ok(out)
+    }
 }
 
 /// Something that could not be read.
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct Skip {
     pub file: PathBuf,
+    /// 1-based line; 0 for the whole file.
     pub line: u32,
     pub reason: String,
+}
+
+/// Something read but suspicious (interleaved jobs, knob ignored by NCCL,
+/// warm-up outliers, wrong data, ...).
+#[derive(Clone, Debug, Serialize)]
+pub struct Anomaly {
+    pub file: PathBuf,
+    pub line: u32,
+    pub kind: &'static str,
+    pub detail: String,
+}
+
+/// Input formats.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Format {
+    NcclTestsText,
+    NcclTestsJson,
+    TunerCsv,
+    NvidiaRawCsv,
+    /// Not a sweep file (documentation, unrelated CSV, ...).
+    Other,
+}
+
+/// What one file gave.
+#[derive(Clone, Debug, Serialize)]
+pub struct FileReport {
+    pub file: PathBuf,
+    pub format: Format,
+    /// Data rows seen (nccl-tests table rows, CSV/JSON rows).
+    pub rows: usize,
+    /// Records produced (both placements of a nccl-tests row count).
+    pub records: usize,
+    /// Rows with size 0 (read, counted, no records).
+    pub zero_size_rows: usize,
+    /// How the knobs were established (`NCCL_ALGO=Ring via # dyncc`,
+    /// `default via --assume`, ...), or why they could not be.
+    pub knobs: String,
+    /// False when the knobs or shape could not be established.
+    pub resolved: bool,
 }
 
 /// Everything read from a set of paths.
 #[derive(Clone, Debug, Default)]
 pub struct Dataset {
     pub records: Vec<Record>,
+    /// Files that held sweep data (or were meant to: error-only logs count).
     pub files: usize,
+    /// Data rows read (nccl-tests table rows, CSV/JSON rows).
     pub rows: usize,
     pub skipped: Vec<Skip>,
+    pub reports: Vec<FileReport>,
+    pub anomalies: Vec<Anomaly>,
+    /// Files looked at but not sweeps (ignored).
+    pub ignored: Vec<PathBuf>,
+    /// Bytes of input read.
+    pub bytes: u64,
 }
 
-/// Reads every file under `paths`.
-pub fn read_paths(_paths: &[PathBuf], _opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    anyhow::bail!("ingest is not implemented yet")
+impl Dataset {
+    fn absorb(&mut self, other: Dataset) {
+        self.records.extend(other.records);
+        self.files += other.files;
+        self.rows += other.rows;
+        self.skipped.extend(other.skipped);
+        self.reports.extend(other.reports);
+        self.anomalies.extend(other.anomalies);
+        self.ignored.extend(other.ignored);
+        self.bytes += other.bytes;
+    }
+
+    /// Number of records with `flag` set.
+    pub fn count_flag(&self, flag: u8) -> usize {
+        self.records.iter().filter(|r| r.flags & flag != 0).count()
+    }
 }
 
-/// Reads one file.
-pub fn read_file(_path: &Path, _opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    anyhow::bail!("ingest is not implemented yet")
+/// Per-file context: where to send problems, strict or lenient.
+pub(crate) struct FileCtx<'a> {
+    pub path: Arc<PathBuf>,
+    pub opts: &'a IngestOptions,
+    pub skipped: Vec<Skip>,
+    pub anomalies: Vec<Anomaly>,
 }
 
-/// Aggregates the trusted records into cells (median of repeats).
-pub fn aggregate(_records: &[Record]) -> Vec<Cell> {
-    Vec::new()
+impl<'a> FileCtx<'a> {
+    pub fn new(path: &Path, opts: &'a IngestOptions) -> Self {
+        FileCtx {
+            path: Arc::new(path.to_path_buf()),
+            opts,
+            skipped: Vec::new(),
+            anomalies: Vec::new(),
+        }
+    }
+
+    /// A malformed input at `line`: an error when strict, a [`Skip`] when
+    /// lenient.
+    pub fn bad(&mut self, line: u32, msg: impl Into<String>) -> anyhow::Result<()> {
+        let msg = msg.into();
+        if self.opts.lenient {
+            self.skipped.push(Skip {
+                file: (*self.path).clone(),
+                line,
+                reason: msg,
+            });
+            Ok(())
+        } else {
+            anyhow::bail!(
+                "{}:{}: {}; fix the input or pass --lenient to skip it",
+                self.path.display(),
+                line,
+                msg
+            )
+        }
+    }
+
+    /// Something skipped that is never an error (error-only logs, ...).
+    pub fn skip(&mut self, line: u32, msg: impl Into<String>) {
+        self.skipped.push(Skip {
+            file: (*self.path).clone(),
+            line,
+            reason: msg.into(),
+        });
+    }
+
+    pub fn anomaly(&mut self, line: u32, kind: &'static str, detail: impl Into<String>) {
+        self.anomalies.push(Anomaly {
+            file: (*self.path).clone(),
+            line,
+            kind,
+            detail: detail.into(),
+        });
+    }
+
+    /// The file's knobs or shape cannot be established. Returns whether to
+    /// keep its records (flagged [`UNRESOLVED`], for `inspect`); otherwise an
+    /// error when strict, a [`Skip`] when lenient.
+    pub fn unresolved(&mut self, line: u32, msg: &str) -> anyhow::Result<bool> {
+        if self.opts.keep_unresolved {
+            self.anomaly(line, "unresolved", msg);
+            return Ok(true);
+        }
+        self.bad(line, msg)?;
+        Ok(false)
+    }
+
+    pub fn source(&self, line: u32) -> Source {
+        Source {
+            file: self.path.clone(),
+            line,
+        }
+    }
+}
+
+/// Reads every file under `paths` (files, or directories walked
+/// recursively in sorted order), then flags warm-up outliers.
+pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dataset> {
+    let mut files = Vec::new();
+    for p in paths {
+        let meta = std::fs::metadata(p)
+            .with_context(|| format!("{}: cannot read it (does it exist?)", p.display()))?;
+        if meta.is_dir() {
+            walk(p, &mut files)?;
+        } else {
+            files.push(p.clone());
+        }
+    }
+    let bar = progress_bar(opts.progress && files.len() > 1, files.len() as u64);
+    let mut ds = Dataset::default();
+    for f in &files {
+        bar.set_message(
+            f.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        );
+        match read_file(f, opts) {
+            Ok(d) => ds.absorb(d),
+            Err(e) => {
+                bar.finish_and_clear();
+                return Err(e);
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    flag_outliers(&mut ds);
+    Ok(ds)
+}
+
+fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(len),
+        indicatif::ProgressDrawTarget::stderr(),
+    );
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{spinner} reading [{bar:30}] {pos}/{len} files {msg:.dim}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("{}: cannot list directory", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default();
+        if name.starts_with('.') {
+            continue;
+        }
+        if p.is_dir() {
+            walk(&p, out)?;
+        } else {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// Reads one file, detecting its format from its name and first bytes.
+pub fn read_file(path: &Path, opts: &IngestOptions) -> anyhow::Result<Dataset> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            let mut ctx = FileCtx::new(path, opts);
+            ctx.bad(0, format!("cannot open the file: {e}"))?;
+            return Ok(Dataset {
+                skipped: ctx.skipped,
+                ..Default::default()
+            });
+        }
+    };
+    let mut rd = BufReader::with_capacity(1 << 16, file);
+    let head = match rd.fill_buf() {
+        Ok(h) => h.to_vec(),
+        Err(e) => {
+            let mut ctx = FileCtx::new(path, opts);
+            ctx.bad(0, format!("cannot read the file: {e}"))?;
+            return Ok(Dataset {
+                skipped: ctx.skipped,
+                ..Default::default()
+            });
+        }
+    };
+    let format = detect(path, &head);
+    read_with_format(path, rd, format, opts)
+}
+
+/// Reads `rd` (the content of `path`) as `format`.
+pub fn read_with_format<R: BufRead>(
+    path: &Path,
+    rd: R,
+    format: Format,
+    opts: &IngestOptions,
+) -> anyhow::Result<Dataset> {
+    let mut ctx = FileCtx::new(path, opts);
+    let mut ds = Dataset::default();
+    let res = match format {
+        Format::NcclTestsText => text::read(&mut ctx, rd),
+        Format::TunerCsv => csv::read_tuner(&mut ctx, rd),
+        Format::NvidiaRawCsv => csv::read_nvidia_raw(&mut ctx, rd),
+        Format::NcclTestsJson => json::read(&mut ctx, rd),
+        Format::Other => {
+            ds.ignored.push(path.to_path_buf());
+            return Ok(ds);
+        }
+    };
+    let out = match res {
+        Ok(o) => o,
+        Err(e) if opts.lenient && is_io(&e) => {
+            ctx.skip(0, format!("cannot read the file: {e:#}"));
+            FileOutput::empty(format)
+        }
+        Err(e) if is_io(&e) => {
+            return Err(e.context(format!(
+                "{}: cannot read the file; pass --lenient to skip it",
+                path.display()
+            )))
+        }
+        Err(e) => return Err(e),
+    };
+    ds.files = 1;
+    ds.rows = out.report.rows;
+    ds.bytes = out.bytes;
+    ds.records = out.records;
+    let mut report = out.report;
+    report.file = path.to_path_buf();
+    report.records = ds.records.len();
+    ds.reports.push(report);
+    ds.skipped = ctx.skipped;
+    ds.anomalies = ctx.anomalies;
+    Ok(ds)
+}
+
+fn is_io(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some())
+}
+
+/// What a format reader returns for one file.
+pub(crate) struct FileOutput {
+    pub records: Vec<Record>,
+    pub report: FileReport,
+    pub bytes: u64,
+}
+
+impl FileOutput {
+    pub fn empty(format: Format) -> Self {
+        FileOutput {
+            records: Vec::new(),
+            report: FileReport {
+                file: PathBuf::new(),
+                format,
+                rows: 0,
+                records: 0,
+                zero_size_rows: 0,
+                knobs: String::new(),
+                resolved: true,
+            },
+            bytes: 0,
+        }
+    }
+}
+
+/// Guesses the format from the file name and the first bytes.
+pub fn detect(path: &Path, head: &[u8]) -> Format {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    let first = head
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .map(|i| head[i]);
+    if first == Some(b'{')
+        && (name.contains(".json")
+            || head.windows(9).any(|w| w == b"\"results\"")
+            || head.windows(9).any(|w| w == b"\"version\""))
+    {
+        return Format::NcclTestsJson;
+    }
+    let first_line = head.split(|&b| b == b'\n').next().unwrap_or(b"");
+    let fl = String::from_utf8_lossy(first_line).to_ascii_lowercase();
+    // `dyncc simulate`'s ground truth (true mean times) lives beside the
+    // sweep; it is not a measurement (`dyncc eval --truth` reads it).
+    if fl.contains("true_us") {
+        return Format::Other;
+    }
+    if fl.contains("collective")
+        && fl.contains("size_bytes")
+        && fl.contains("algorithm")
+        && fl.contains("protocol")
+    {
+        return Format::TunerCsv;
+    }
+    if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, first_line) {
+        return Format::NvidiaRawCsv;
+    }
+    if name.ends_with(".md")
+        || name.ends_with(".tsv")
+        || name.ends_with(".csv")
+        || name.ends_with(".py")
+        || name.ends_with(".sh")
+    {
+        return Format::Other;
+    }
+    if text::looks_like_nccl_tests(head) || text::looks_like_launch_log(&name) {
+        return Format::NcclTestsText;
+    }
+    Format::Other
+}
+
+/// Flags warm-up artefacts: a sample more than [`OUTLIER_FACTOR`] times
+/// the median of the same configuration at the adjacent sizes in the same
+/// file AND (when the size has other samples there, e.g. the other
+/// placement) more than that factor times their median.
+pub fn flag_outliers(ds: &mut Dataset) {
+    // Group by cell key without size; sizes sorted within.
+    // Warm-up artefacts are a property of one run: compare a sample with its
+    // own file's neighbours and repeats, never with other runs or hardware
+    // that happen to share a cell key.
+    let mut groups: HashMap<(CellKey, &Path, Option<&str>), Vec<usize>> = HashMap::new();
+    for (i, r) in ds.records.iter().enumerate() {
+        if r.flags & (UNRESOLVED | flags::WRONG_DATA) != 0 {
+            continue;
+        }
+        let mut k = r.key();
+        k.nbytes = 0;
+        groups
+            .entry((k, r.source.file.as_path(), r.gpu.as_deref()))
+            .or_default()
+            .push(i);
+    }
+    let groups: Vec<Vec<usize>> = groups.into_values().collect();
+    let mut flagged = Vec::new();
+    for idx in &groups {
+        let mut by_size: Vec<(u64, Vec<usize>)> = Vec::new();
+        let mut sorted = idx.clone();
+        sorted.sort_by_key(|&i| ds.records[i].nbytes);
+        for i in sorted {
+            let s = ds.records[i].nbytes;
+            match by_size.last_mut() {
+                Some((ls, v)) if *ls == s => v.push(i),
+                _ => by_size.push((s, vec![i])),
+            }
+        }
+        for (j, (_, members)) in by_size.iter().enumerate() {
+            let mut neigh: Vec<f64> = Vec::new();
+            if j > 0 {
+                neigh.extend(by_size[j - 1].1.iter().map(|&i| ds.records[i].time_us));
+            }
+            if j + 1 < by_size.len() {
+                neigh.extend(by_size[j + 1].1.iter().map(|&i| ds.records[i].time_us));
+            }
+            let Some(nmed) = median(&mut neigh) else {
+                continue;
+            };
+            for &i in members {
+                let t = ds.records[i].time_us;
+                if t <= OUTLIER_FACTOR * nmed {
+                    continue;
+                }
+                let mut others: Vec<f64> = members
+                    .iter()
+                    .filter(|&&o| o != i)
+                    .map(|&o| ds.records[o].time_us)
+                    .collect();
+                let off_repeats = match median(&mut others) {
+                    Some(m) => t > OUTLIER_FACTOR * m,
+                    None => true,
+                };
+                if off_repeats {
+                    flagged.push((i, nmed));
+                }
+            }
+        }
+    }
+    flagged.sort_unstable_by_key(|&(i, _)| i);
+    for (i, nmed) in flagged {
+        let r = &mut ds.records[i];
+        r.flags |= flags::WARMUP_OUTLIER;
+        ds.anomalies.push(Anomaly {
+            file: (*r.source.file).clone(),
+            line: r.source.line,
+            kind: "warmup-outlier",
+            detail: format!(
+                "{} {} B {}: {:.1} us is more than {}x the {:.1} us at adjacent sizes; kept out of fitting",
+                r.collective.name(),
+                r.nbytes,
+                if r.in_place { "in-place" } else { "out-of-place" },
+                r.time_us,
+                OUTLIER_FACTOR,
+                nmed
+            ),
+        });
+    }
+}
+
+/// How far off its neighbours a sample must be to count as a warm-up artefact.
+pub const OUTLIER_FACTOR: f64 = 10.0;
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Aggregates the trusted records into cells (median of repeats; both
+/// placements count). Records flagged warm-up outlier, wrong data, knob
+/// ignored or unresolved are left out. Cells come sorted by key.
+pub fn aggregate(records: &[Record]) -> Vec<Cell> {
+    let mut groups: HashMap<CellKey, (Vec<f64>, &Source)> = HashMap::new();
+    for r in records {
+        if r.flags & UNTRUSTED != 0 || !r.time_us.is_finite() || r.time_us <= 0.0 {
+            continue;
+        }
+        groups
+            .entry(r.key())
+            .or_insert_with(|| (Vec::new(), &r.source))
+            .0
+            .push(r.time_us);
+    }
+    let mut cells: Vec<Cell> = groups
+        .into_iter()
+        .map(|(key, (mut t, src))| {
+            let n = t.len();
+            let med = median(&mut t).unwrap_or(f64::NAN);
+            let spread = if n > 1 { (t[n - 1] - t[0]) / med } else { 0.0 };
+            Cell {
+                key,
+                time_us: med,
+                n: n as u32,
+                spread,
+                source: src.clone(),
+            }
+        })
+        .collect();
+    cells.sort_by_key(|c| c.key);
+    cells
+}
+
+/// Reads all of `rd` into a buffer, counting bytes (for small formats).
+pub(crate) fn read_all<R: Read>(mut rd: R) -> std::io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    rd.read_to_end(&mut v)?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Collective, Config};
+
+    fn rec(nbytes: u64, t: f64, in_place: bool) -> Record {
+        Record {
+            collective: Collective::AllReduce,
+            nbytes,
+            nranks: 8,
+            nnodes: 1,
+            gpu: None,
+            nccl_version: None,
+            platform: None,
+            algo: None,
+            proto: None,
+            channels: None,
+            time_us: t,
+            in_place,
+            dtype: None,
+            pipe_ops: 1,
+            reg_buff: false,
+            source: Source {
+                file: Arc::new(PathBuf::from("x")),
+                line: 1,
+            },
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn aggregate_takes_median_of_both_placements_and_drops_flagged() {
+        let mut rs = vec![rec(8, 10.0, false), rec(8, 12.0, true), rec(8, 11.0, false)];
+        let mut bad = rec(8, 1000.0, true);
+        bad.flags = flags::WRONG_DATA;
+        rs.push(bad);
+        let cells = aggregate(&rs);
+        assert_eq!(cells.len(), 1);
+        assert_eq!(cells[0].n, 3);
+        assert_eq!(cells[0].time_us, 11.0);
+        assert!((cells[0].spread - 2.0 / 11.0).abs() < 1e-12);
+        assert_eq!(cells[0].key.config, Config::DEFAULT);
+    }
+
+    /// A K80 run and an H100 run of the same shape once flagged every K80
+    /// row as a warm-up artefact: runs are judged only against themselves.
+    #[test]
+    fn warmup_outliers_are_not_judged_against_other_runs() {
+        let other = |n, t, f: &str| {
+            let mut r = rec(n, t, false);
+            r.source.file = Arc::new(PathBuf::from(f));
+            r
+        };
+        let mut ds = Dataset {
+            records: vec![
+                other(8, 10.0, "h100.log"),
+                other(16, 10.0, "h100.log"),
+                other(32, 10.0, "h100.log"),
+                other(16, 900.0, "k80.log"),
+            ],
+            ..Default::default()
+        };
+        flag_outliers(&mut ds);
+        assert!(ds.records.iter().all(|r| r.flags == 0));
+    }
+
+    #[test]
+    fn warmup_outlier_is_flagged_only_when_off_neighbours_and_repeats() {
+        let mut ds = Dataset {
+            records: vec![
+                rec(8, 500.0, false), // warm-up artefact
+                rec(8, 10.0, true),
+                rec(16, 10.5, false),
+                rec(16, 10.4, true),
+                rec(32, 11.0, false),
+                rec(32, 11.2, true),
+            ],
+            ..Default::default()
+        };
+        flag_outliers(&mut ds);
+        assert_eq!(ds.records[0].flags, flags::WARMUP_OUTLIER);
+        assert!(ds.records[1..].iter().all(|r| r.flags == 0));
+        assert_eq!(ds.anomalies.len(), 1);
+        // A genuine cliff seen by both placements is not an outlier.
+        let mut ds = Dataset {
+            records: vec![
+                rec(8, 10.0, false),
+                rec(16, 500.0, false),
+                rec(16, 510.0, true),
+            ],
+            ..Default::default()
+        };
+        flag_outliers(&mut ds);
+        assert!(ds.records.iter().all(|r| r.flags == 0));
+    }
 }

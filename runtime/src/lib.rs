@@ -1,1 +1,59 @@
-//! The dyncc NCCL tuner plugin.
+//! The dyncc NCCL tuner plugin (`libnccl-tuner-dyncc.so`) and the small
+//! `dyncc_*` C API.
+//!
+//! The exported surface is exactly the `ncclTunerPlugin_v2` .. `_v6` data
+//! symbols NCCL looks up and the `dyncc_*` functions in `include/dyncc.h`.
+//! Modules: [`ffi`] (NCCL's ABI mirrored), [`plugin`] (the entry points),
+//! [`cache`] (one loaded table per process), [`capi`], [`log`], and
+//! `owned` (a validated table owning its bytes).
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod cache;
+pub mod capi;
+pub mod ffi;
+pub mod log;
+mod owned;
+pub mod plugin;
+
+pub use capi::*;
+pub use plugin::{
+    ncclTunerPlugin_v2, ncclTunerPlugin_v3, ncclTunerPlugin_v4, ncclTunerPlugin_v5,
+    ncclTunerPlugin_v6,
+};
+
+/// The committed `include/dyncc.h` must equal what cbindgen generates from
+/// this crate now.
+#[cfg(test)]
+mod header {
+    #[test]
+    fn header_is_current() {
+        let generated = include_str!(concat!(env!("OUT_DIR"), "/dyncc.h"));
+        let committed_path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../include/dyncc.h");
+        if std::env::var_os("DYNCC_BLESS").is_some_and(|v| v == "1") {
+            std::fs::write(&committed_path, generated).unwrap();
+            return;
+        }
+        assert!(
+            !generated.starts_with("/* cbindgen failed"),
+            "cbindgen could not generate the header: {generated}"
+        );
+        let committed = std::fs::read_to_string(&committed_path).unwrap_or_default();
+        if committed != generated {
+            let first = committed
+                .lines()
+                .zip(generated.lines())
+                .position(|(a, b)| a != b)
+                .unwrap_or(committed.lines().count().min(generated.lines().count()));
+            panic!(
+                "include/dyncc.h is out of date with runtime/src (first difference at line {}):\n\
+                 committed: {:?}\ngenerated: {:?}\n\
+                 Regenerate it with `make header` (or `DYNCC_BLESS=1 cargo test -p dyncc-runtime \
+                 header_is_current`) and commit it.",
+                first + 1,
+                committed.lines().nth(first),
+                generated.lines().nth(first),
+            );
+        }
+    }
+}

@@ -1,11 +1,79 @@
 //! The dyncc table format: NCCL's enum numbering, the on-disk layout, a
 //! validating reader that never allocates or panics, and (feature `build`)
 //! the builder the compiler writes tables with.
+//!
+//! The byte layout is specified in `tables/FORMAT.md`. In short: a 40-byte
+//! little-endian header (magic `DYNCCTBL`, format major/minor, lengths, NCCL
+//! enum layout, CRC-32 of the body), a section directory, and the sections
+//! CONTEXTS, RULES, TREES and META, all alignment 1 so a table can be read
+//! in place from any byte buffer.
+//!
+//! ```
+//! # #[cfg(feature = "build")] {
+//! use dyncc_tables::*;
+//! let ll = Decision::Force { algo: Algo::Tree, proto: Proto::LL, channels: 0 };
+//! let spec = ContextSpec { coll: Coll::AllReduce, nodes: (2, 2), ppn: (8, 8),
+//!                          max_pipe_ops: 0, reg_buff: RegBuff::Any };
+//! let rules = [
+//!     Rule { last_bucket: size_bucket(65536), decision: ll, basis: Basis::Measured, gain: 1.3 },
+//!     Rule { last_bucket: 255, decision: Decision::Default, basis: Basis::Measured, gain: 1.0 },
+//! ];
+//! let bytes = TableBuilder::new().context(spec, &rules).unwrap().build().unwrap();
+//! let table = Table::from_bytes(&bytes).unwrap();
+//! let comm = table.specialise(16, 2);
+//! assert_eq!(comm.decide(Coll::AllReduce as u32, 4096, 1, 0), ll);
+//! assert_eq!(comm.decide(Coll::AllReduce as u32, 1 << 30, 1, 0), Decision::Default);
+//! # }
+//! ```
+//!
+//! API notes for users of `tables-spec.md` (small additions, nothing
+//! renamed): `Error::BadMeta`, `BadTree` and `BadRule` carry indices and a
+//! `what`; `Error::MissingSection` and `Error::BadHeader` exist;
+//! `Lookup::rule` is the index within the context; `RegBuff::Only1` means
+//! `regBuff != 0`; `numPipeOps` is allowed when `max_pipe_ops == 0` or
+//! `numPipeOps <= max_pipe_ops` (signed compare); `rules_from_buckets`
+//! takes the minimum gain of a merged run. `Specialised` stores `Decision`s
+//! (not packed u32) so `decide` does no decoding. `Table::digest` (FNV-1a
+//! 64 of the whole image, as specified) is computed when called rather than
+//! inside `from_bytes`, because at ~1.5 ns/byte it alone would exceed the
+//! 100 us load budget for a 64 KiB table; callers log it once at init.
+//!
+//! Features: `build` (the writer; needs `alloc`), `alloc`, and `std`, which
+//! lets crc32fast pick its SIMD CRC at run time (about 10x faster
+//! validation of large tables); the reader is `no_std` and allocation-free
+//! under every feature set.
 #![no_std]
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
+#[cfg(test)]
+extern crate std;
 
+mod bucket;
+#[cfg(feature = "build")]
+mod build;
+mod error;
+mod model;
 pub mod nccl;
+mod raw;
+mod specialised;
+mod table;
+#[cfg(all(test, feature = "build"))]
+mod validation_tests;
 
-pub use nccl::{Algo, Coll, Proto};
+pub use bucket::{
+    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, size_bucket, NUM_BUCKETS,
+};
+#[cfg(feature = "build")]
+pub use build::{rules_from_buckets, BuildError, TableBuilder};
+pub use error::Error;
+pub use model::{
+    pipe_ops_allowed, Basis, ContextSpec, Decision, Feature, RegBuff, Rule, TreeNode, NUM_FEATURES,
+    PACKED_DEFAULT,
+};
+pub use nccl::{Algo, Coll, Proto, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
+pub use raw::{kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, NCCL_ENUM, NCCL_LAYOUT};
+pub use specialised::Specialised;
+pub use table::{fnv1a64, ContextView, Coverage, Lookup, Table, TreeView};

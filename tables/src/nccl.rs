@@ -4,6 +4,7 @@
 /// A collective NCCL asks a tuner about (`ncclFunc_t` 0..=4).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 #[repr(u8)]
+#[allow(missing_docs)] // variants are NCCL's own names
 pub enum Coll {
     Broadcast = 0,
     Reduce = 1,
@@ -16,6 +17,7 @@ pub enum Coll {
 pub const NUM_COLLS: usize = 5;
 
 impl Coll {
+    /// All collectives, in NCCL numbering order.
     pub const ALL: [Coll; NUM_COLLS] = [
         Coll::Broadcast,
         Coll::Reduce,
@@ -67,6 +69,7 @@ impl Coll {
 /// An algorithm (`NCCL_ALGO_*`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 #[repr(u8)]
+#[allow(missing_docs)] // variants are NCCL's own names
 pub enum Algo {
     Tree = 0,
     Ring = 1,
@@ -81,6 +84,7 @@ pub enum Algo {
 pub const NUM_ALGOS: usize = 7;
 
 impl Algo {
+    /// All algorithms, in NCCL numbering order.
     pub const ALL: [Algo; NUM_ALGOS] = [
         Algo::Tree,
         Algo::Ring,
@@ -91,6 +95,7 @@ impl Algo {
         Algo::Pat,
     ];
 
+    /// From NCCL's `NCCL_ALGO_*` value; `None` if out of range.
     pub const fn from_u8(v: u8) -> Option<Algo> {
         match v {
             0 => Some(Algo::Tree),
@@ -151,6 +156,7 @@ impl Algo {
 /// A protocol (`NCCL_PROTO_*`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 #[repr(u8)]
+#[allow(missing_docs)] // variants are NCCL's own names
 pub enum Proto {
     LL = 0,
     LL128 = 1,
@@ -161,8 +167,10 @@ pub enum Proto {
 pub const NUM_PROTOS: usize = 3;
 
 impl Proto {
+    /// All protocols, in NCCL numbering order.
     pub const ALL: [Proto; NUM_PROTOS] = [Proto::LL, Proto::LL128, Proto::Simple];
 
+    /// From NCCL's `NCCL_PROTO_*` value; `None` if out of range.
     pub const fn from_u8(v: u8) -> Option<Proto> {
         match v {
             0 => Some(Proto::LL),
@@ -190,6 +198,7 @@ impl Proto {
         }
     }
 
+    /// Parses `LL`, `ll`, `LL128`, `Simple`, `SIMPLE`, ...
     pub fn parse(s: &str) -> Option<Proto> {
         let mut buf = [0u8; 32];
         let n = normalise(s, &mut buf)?;

@@ -1,0 +1,376 @@
+//! `dyncc diff`: what changes for jobs when table A is replaced by table B.
+//! Both tables are resolved the way the plugin resolves them (first
+//! matching context, then the size rule) over every (collective, nodes,
+//! ranks per node, size) region either table has a context for, and the
+//! regions whose decision differs are listed with the expected effect.
+
+use std::path::PathBuf;
+
+use dyncc_tables::{Coll, Decision, Lookup, Table, NUM_BUCKETS};
+use serde::Serialize;
+
+use super::{
+    algo_name, channels, fmt_sizes, fmt_span, open, patches, plane, probes, proto_name, read_table,
+    run_bytes, runs, Patch, Probe,
+};
+use crate::units::fmt_gain;
+
+/// Show where two tables decide differently.
+///
+/// Lists every region (collective, node range, ranks per node, size
+/// range) where a job would get a different decision from NEW than from
+/// OLD, with both decisions and the expected effect of the change (by the
+/// tables' own gain estimates). Metadata differences (command line, dates)
+/// are shown but do not count. Exits 0 when the decisions are identical
+/// ("no differences"), 1 when they differ, 2 on error.
+///
+/// Examples:
+///   dyncc diff old.tbl new.tbl
+///   dyncc diff old.tbl new.tbl --json | jq '.changes | length'
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct DiffArgs {
+    /// The table jobs use today.
+    pub old: PathBuf,
+    /// The table that would replace it.
+    pub new: PathBuf,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Side {
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    pub channels: u8,
+    /// Smallest expected gain over NCCL's default in the region.
+    pub expected_gain: f32,
+    pub basis: Option<&'static str>,
+    pub context: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Change {
+    pub collective: &'static str,
+    pub nodes: (u32, u32),
+    pub ppn: (u32, u32),
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    pub num_pipe_ops: i32,
+    pub reg_buff: i32,
+    pub old: Side,
+    pub new: Side,
+    /// Expected speedup of NEW over OLD in the region (geometric mean over
+    /// its size buckets of gain_new / gain_old; > 1 is faster).
+    pub expected_effect: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MetaChange {
+    pub key: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DiffJson {
+    pub old: String,
+    pub new: String,
+    pub old_digest: String,
+    pub new_digest: String,
+    pub identical_decisions: bool,
+    pub changes: Vec<Change>,
+    pub metadata: Vec<MetaChange>,
+}
+
+fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
+    let l = row[r.0 as usize];
+    let live = super::live_buckets().filter(|b| (r.0..=r.1).contains(b));
+    let gain = live
+        .map(|b| row[b as usize].gain)
+        .fold(f32::INFINITY, f32::min);
+    Side {
+        algorithm: algo_name(l.decision),
+        protocol: proto_name(l.decision),
+        channels: channels(l.decision),
+        expected_gain: gain,
+        basis: l.basis.map(super::basis_name),
+        context: l.context,
+    }
+}
+
+fn decision_of(s: &Side) -> String {
+    if s.algorithm == "default" {
+        return "NCCL's choice".into();
+    }
+    let ch = if s.channels > 0 {
+        format!("/{}ch", s.channels)
+    } else {
+        String::new()
+    };
+    format!("{}/{}{ch}", s.algorithm, s.protocol)
+}
+
+/// The changed regions of one patch under one probe.
+fn patch_changes(a: &Table, b: &Table, p: &Patch, probe: Probe) -> Vec<Change> {
+    let (ra, rb) = (plane(a, p, probe), plane(b, p, probe));
+    let pair: Box<[(Decision, Decision); NUM_BUCKETS]> = {
+        let mut v = Box::new([(Decision::Default, Decision::Default); NUM_BUCKETS]);
+        for i in 0..NUM_BUCKETS {
+            v[i] = (ra[i].decision, rb[i].decision);
+        }
+        v
+    };
+    runs(&pair, |x, y| x == y)
+        .into_iter()
+        .filter(|r| pair[r.0 as usize].0 != pair[r.0 as usize].1)
+        .map(|r| {
+            let (lo, hi) = run_bytes(r);
+            let live: Vec<u8> = super::live_buckets()
+                .filter(|k| (r.0..=r.1).contains(k))
+                .collect();
+            let log_sum: f64 = live
+                .iter()
+                .map(|&k| (rb[k as usize].gain as f64 / ra[k as usize].gain as f64).ln())
+                .sum();
+            Change {
+                collective: p.coll.name(),
+                nodes: p.nodes,
+                ppn: p.ppn,
+                from_bytes: lo,
+                to_bytes: hi,
+                num_pipe_ops: probe.pipe_ops,
+                reg_buff: probe.reg_buff,
+                old: side(&ra, r),
+                new: side(&rb, r),
+                expected_effect: (log_sum / live.len().max(1) as f64).exp(),
+            }
+        })
+        .collect()
+}
+
+/// Every region where `a` and `b` decide differently, adjacent node
+/// ranges with the same changes merged.
+pub fn diff(a: &Table, b: &Table) -> Vec<Change> {
+    let mut out: Vec<Change> = Vec::new();
+    for probe in probes(&[a, b]) {
+        for coll in Coll::ALL.iter().rev().copied() {
+            // (patch, its changes) in (ppn, nodes) order.
+            let mut prev: Option<(Patch, Vec<Change>)> = None;
+            for p in patches(&[a, b], coll) {
+                let ch = patch_changes(a, b, &p, probe);
+                let same_as_prev = |q: &(Patch, Vec<Change>)| {
+                    q.0.ppn == p.ppn
+                        && q.0.nodes.1.checked_add(1) == Some(p.nodes.0)
+                        && q.1.len() == ch.len()
+                        && q.1.iter().zip(&ch).all(|(x, y)| {
+                            (
+                                x.from_bytes,
+                                x.to_bytes,
+                                decision_of(&x.old),
+                                decision_of(&x.new),
+                            ) == (
+                                y.from_bytes,
+                                y.to_bytes,
+                                decision_of(&y.old),
+                                decision_of(&y.new),
+                            )
+                        })
+                };
+                match prev.as_mut() {
+                    Some(q) if same_as_prev(q) => {
+                        q.0.nodes.1 = p.nodes.1;
+                        for (x, y) in q.1.iter_mut().zip(&ch) {
+                            x.nodes.1 = p.nodes.1;
+                            x.old.expected_gain = x.old.expected_gain.min(y.old.expected_gain);
+                            x.new.expected_gain = x.new.expected_gain.min(y.new.expected_gain);
+                            x.expected_effect = (x.expected_effect * y.expected_effect).sqrt();
+                        }
+                    }
+                    _ => {
+                        if let Some((_, c)) = prev.take() {
+                            out.extend(c);
+                        }
+                        prev = Some((p, ch));
+                    }
+                }
+            }
+            if let Some((_, c)) = prev {
+                out.extend(c);
+            }
+        }
+    }
+    // A probe other than the plain call only adds what the plain call did not show.
+    let plain: Vec<Change> = out
+        .iter()
+        .filter(|c| c.num_pipe_ops == 1 && c.reg_buff == 0)
+        .cloned()
+        .collect();
+    out.retain(|c| {
+        (c.num_pipe_ops == 1 && c.reg_buff == 0)
+            || !plain.iter().any(|p| {
+                p.collective == c.collective
+                    && p.nodes == c.nodes
+                    && p.ppn == c.ppn
+                    && p.from_bytes == c.from_bytes
+                    && p.to_bytes == c.to_bytes
+                    && p.old == c.old
+                    && p.new == c.new
+            })
+    });
+    out
+}
+
+pub fn meta_changes(a: &Table, b: &Table) -> Vec<MetaChange> {
+    let mut keys: Vec<&str> = a
+        .meta_entries()
+        .map(|e| e.0)
+        .chain(b.meta_entries().map(|e| e.0))
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.meta(k) != b.meta(k))
+        .map(|k| MetaChange {
+            key: k.to_string(),
+            old: a.meta(k).map(str::to_string),
+            new: b.meta(k).map(str::to_string),
+        })
+        .collect()
+}
+
+fn print_human(j: &DiffJson) {
+    println!(
+        "old {} (digest {})\nnew {} (digest {})",
+        j.old, j.old_digest, j.new, j.new_digest
+    );
+    if j.changes.is_empty() {
+        println!("\nno differences: every call gets the same decision from both tables");
+    } else {
+        println!(
+            "\n{} region{} decide differently (effect = expected speedup of new over old):",
+            j.changes.len(),
+            if j.changes.len() == 1 { "" } else { "s" }
+        );
+        println!(
+            "  {:<14} {:>7} {:>5}  {:<28} {:<22}    {:<22} {:>9}",
+            "collective", "nodes", "ppn", "sizes", "old", "new", "effect"
+        );
+        for c in &j.changes {
+            let gate = if c.num_pipe_ops != 1 || c.reg_buff != 0 {
+                format!("  (numPipeOps {}, regBuff {})", c.num_pipe_ops, c.reg_buff)
+            } else {
+                String::new()
+            };
+            println!(
+                "  {:<14} {:>7} {:>5}  {:<28} {:<22} -> {:<22} {:>9}{gate}",
+                c.collective,
+                fmt_span(c.nodes.0, c.nodes.1),
+                fmt_span(c.ppn.0, c.ppn.1),
+                fmt_sizes(c.from_bytes, c.to_bytes),
+                decision_of(&c.old),
+                decision_of(&c.new),
+                fmt_gain(c.expected_effect)
+            );
+        }
+    }
+    if !j.metadata.is_empty() {
+        println!("\nmetadata that differs (does not affect decisions):");
+        for m in &j.metadata {
+            let short = |v: &Option<String>| match v {
+                None => "(absent)".to_string(),
+                Some(s) if s.lines().count() <= 1 => s.clone(),
+                Some(s) => format!(
+                    "{} ... ({} lines)",
+                    s.lines().next().unwrap_or(""),
+                    s.lines().count()
+                ),
+            };
+            println!("  {:<14} {} -> {}", m.key, short(&m.old), short(&m.new));
+        }
+    }
+}
+
+pub fn run(a: DiffArgs) -> anyhow::Result<i32> {
+    let (ba, bb) = (read_table(&a.old)?, read_table(&a.new)?);
+    let (ta, tb) = (open(&a.old, &ba)?, open(&a.new, &bb)?);
+    let changes = diff(&ta, &tb);
+    let j = DiffJson {
+        old: a.old.display().to_string(),
+        new: a.new.display().to_string(),
+        old_digest: format!("{:016x}", ta.digest()),
+        new_digest: format!("{:016x}", tb.digest()),
+        identical_decisions: changes.is_empty(),
+        changes,
+        metadata: meta_changes(&ta, &tb),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&j)?);
+    } else {
+        print_human(&j);
+    }
+    Ok(if j.identical_decisions { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::testutil;
+    use dyncc_tables::*;
+
+    #[test]
+    fn identical_tables_have_no_changes() {
+        let b = testutil::sample();
+        let t = Table::from_bytes(&b).unwrap();
+        assert!(diff(&t, &t).is_empty());
+    }
+
+    #[test]
+    fn a_changed_rule_is_one_region_with_its_effect() {
+        let b = testutil::sample();
+        let old = Table::from_bytes(&b).unwrap();
+        // new: the same except 4 nodes forces ring/simple (gain 1.2) from 1 MiB.
+        let mut nb = TableBuilder::new();
+        for c in old.contexts() {
+            let mut rules: Vec<Rule> = c.rules().collect();
+            if c.spec().nodes == (4, 4) {
+                rules[1].decision = testutil::force(Algo::Ring, Proto::Simple, 0);
+                rules[1].gain = 1.2;
+            }
+            nb.context(c.spec(), &rules).unwrap();
+        }
+        let nbytes = nb.build().unwrap();
+        let new = Table::from_bytes(&nbytes).unwrap();
+        let d = diff(&old, &new);
+        assert_eq!(d.len(), 1, "{d:?}");
+        let c = &d[0];
+        assert_eq!(
+            (c.collective, c.nodes, c.ppn, c.from_bytes, c.to_bytes),
+            ("allreduce", (4, 4), (8, 8), 1 << 20, u64::MAX)
+        );
+        assert_eq!(
+            (c.old.algorithm, c.old.protocol, c.old.channels),
+            ("ring", "ll128", 16)
+        );
+        assert_eq!((c.new.algorithm, c.new.protocol), ("ring", "simple"));
+        assert!(
+            (c.expected_effect - 1.2 / 1.12).abs() < 1e-3,
+            "{}",
+            c.expected_effect
+        );
+        // Dropping a context: its forced region now goes to NCCL.
+        let mut nb = TableBuilder::new();
+        for c in old.contexts().filter(|c| c.spec().nodes != (2, 2)) {
+            nb.context(c.spec(), &c.rules().collect::<Vec<_>>())
+                .unwrap();
+        }
+        let nbytes = nb.build().unwrap();
+        let new = Table::from_bytes(&nbytes).unwrap();
+        let d = diff(&old, &new);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].nodes, (2, 2));
+        assert_eq!(d[0].new.algorithm, "default");
+        assert_eq!(d[0].new.context, None);
+    }
+}

@@ -1,0 +1,687 @@
+//! `dyncc explain`: the table's decisions as a person reads them. The
+//! distilled tree of each collective becomes one rule per leaf ("bytes <
+//! 256 KiB and nodes >= 4: tree/ll128, +18.0 % vs default, measured"), and
+//! `--contexts` lists the rules the plugin actually indexes, context by
+//! context. Text, Graphviz dot, or JSON.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use dyncc_tables::{
+    Coll, ContextView, Decision, Feature, Rule, Table, TreeNode, TreeView, NUM_FEATURES,
+};
+use serde::Serialize;
+
+use super::{
+    algo_name, basis_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name,
+    read_table,
+};
+use crate::units::{fmt_bytes, fmt_gain};
+
+/// Output format of `dyncc explain`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Dot,
+    Json,
+}
+
+/// Print a table's decisions as readable rules.
+///
+/// Each collective's distilled decision tree is printed as one rule per
+/// leaf: the conditions on message size and communicator shape, the
+/// setting forced (or "NCCL's choice"), the expected gain over NCCL's
+/// default and whether it is measured, interpolated or extrapolated. The
+/// tree is a readable summary; the per-context rules (--contexts) are what
+/// the plugin indexes, and `dyncc query` shows both for one call.
+///
+/// Examples:
+///   dyncc explain cluster.tbl
+///   dyncc explain cluster.tbl --contexts --coll allreduce
+///   dyncc explain cluster.tbl --format dot | dot -Tsvg > trees.svg
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct ExplainArgs {
+    /// The table (written by `dyncc compile`).
+    pub table: PathBuf,
+    /// text (rules), dot (Graphviz), or json.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Same as --format json.
+    #[arg(long)]
+    pub json: bool,
+    /// Also list every context's size rules (what the plugin indexes).
+    #[arg(long)]
+    pub contexts: bool,
+    /// Only this collective (allreduce, all_gather, ReduceScatter, ...).
+    #[arg(long)]
+    pub coll: Option<String>,
+}
+
+/// One condition on the path to a leaf, merged per feature.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Condition {
+    pub feature: &'static str,
+    /// Feature value >= this (raw, as stored: log2 for sizes).
+    pub min: Option<f32>,
+    /// Feature value < this.
+    pub below: Option<f32>,
+    pub text: String,
+}
+
+/// One leaf of a tree as a rule.
+#[derive(Clone, Debug, Serialize)]
+pub struct TreeRule {
+    pub leaf: u32,
+    pub conditions: Vec<Condition>,
+    pub when: String,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    pub channels: u8,
+    pub expected_gain: f32,
+    pub basis: &'static str,
+    pub then: String,
+}
+
+/// A collective's tree, raw and as rules.
+#[derive(Clone, Debug, Serialize)]
+pub struct TreeJson {
+    pub collective: &'static str,
+    pub nodes: Vec<NodeJson>,
+    pub rules: Vec<TreeRule>,
+}
+
+/// A stored tree node.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum NodeJson {
+    Split {
+        feature: &'static str,
+        threshold: f32,
+        left: u32,
+        right: u32,
+    },
+    Leaf {
+        algorithm: &'static str,
+        protocol: &'static str,
+        channels: u8,
+        expected_gain: f32,
+        basis: &'static str,
+    },
+}
+
+/// One size rule of a context.
+#[derive(Clone, Debug, Serialize)]
+pub struct RuleJson {
+    pub index: u32,
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    pub channels: u8,
+    pub expected_gain: f32,
+    pub basis: &'static str,
+}
+
+/// One context.
+#[derive(Clone, Debug, Serialize)]
+pub struct ContextJson {
+    pub index: u32,
+    pub collective: &'static str,
+    pub nodes: (u32, u32),
+    pub ppn: (u32, u32),
+    /// 0 = any numPipeOps.
+    pub max_pipe_ops: u32,
+    /// any, 0 or 1.
+    pub reg_buff: &'static str,
+    pub rules: Vec<RuleJson>,
+}
+
+pub fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule) -> RuleJson {
+    let first = prev_last.map_or(0, |p| p.saturating_add(1));
+    let (lo, hi) = (
+        dyncc_tables::bucket_lower_bound(first),
+        dyncc_tables::bucket_upper_bound(r.last_bucket),
+    );
+    // Rules starting in the empty buckets 4..=7 really start at 4 bytes.
+    let lo = if dyncc_tables::bucket_is_empty(first) {
+        4
+    } else {
+        lo
+    };
+    RuleJson {
+        index,
+        from_bytes: lo,
+        to_bytes: hi,
+        algorithm: algo_name(r.decision),
+        protocol: proto_name(r.decision),
+        channels: channels(r.decision),
+        expected_gain: r.gain,
+        basis: basis_name(r.basis),
+    }
+}
+
+pub fn reg_buff_name(r: dyncc_tables::RegBuff) -> &'static str {
+    match r {
+        dyncc_tables::RegBuff::Any => "any",
+        dyncc_tables::RegBuff::Only0 => "0",
+        dyncc_tables::RegBuff::Only1 => "1",
+    }
+}
+
+pub fn context_json(c: &ContextView) -> ContextJson {
+    let s = c.spec();
+    let mut prev = None;
+    let rules = c
+        .rules()
+        .enumerate()
+        .map(|(i, r)| {
+            let j = rule_json(i as u32, prev, &r);
+            prev = Some(r.last_bucket);
+            j
+        })
+        .collect();
+    ContextJson {
+        index: c.index(),
+        collective: s.coll.name(),
+        nodes: s.nodes,
+        ppn: s.ppn,
+        max_pipe_ops: s.max_pipe_ops,
+        reg_buff: reg_buff_name(s.reg_buff),
+        rules,
+    }
+}
+
+/// `allreduce  nodes 2  ranks/node 8` plus gates.
+pub fn context_title(c: &ContextJson) -> String {
+    let mut s = format!(
+        "#{} {}  nodes {}  ranks/node {}",
+        c.index,
+        c.collective,
+        fmt_span(c.nodes.0, c.nodes.1),
+        fmt_span(c.ppn.0, c.ppn.1)
+    );
+    if c.max_pipe_ops > 0 {
+        let _ = write!(s, "  only numPipeOps <= {}", c.max_pipe_ops);
+    }
+    if c.reg_buff != "any" {
+        let _ = write!(s, "  only regBuff={}", c.reg_buff);
+    }
+    s
+}
+
+/// `tree/ll, +30.0 % vs default, measured` or `NCCL's choice`.
+pub fn fmt_then(d: Decision, gain: f32, basis: &str) -> String {
+    match d {
+        Decision::Default => format!("NCCL's choice ({basis})"),
+        d => format!(
+            "{}, {} vs default, {basis}",
+            fmt_decision(d),
+            fmt_gain(gain as f64)
+        ),
+    }
+}
+
+fn feature_label(f: Feature) -> &'static str {
+    match f {
+        Feature::Log2Bytes => "bytes",
+        Feature::Nodes => "nodes",
+        Feature::Ranks => "ranks",
+        Feature::Ppn => "ranks/node",
+        Feature::Log2BytesPerRank => "bytes/rank",
+    }
+}
+
+/// The byte size a log2 threshold stands for. Thresholds are log2 of grid
+/// sizes (bucket lower bounds) stored as f32, so snapping to the nearest
+/// bucket edge recovers the size exactly.
+fn pow2_bytes(t: f32) -> u64 {
+    let v = 2f64.powf(t as f64);
+    if v >= u64::MAX as f64 {
+        return u64::MAX;
+    }
+    let v = v.round().max(0.0) as u64;
+    let b = dyncc_tables::size_bucket(v);
+    let lo = dyncc_tables::bucket_lower_bound(b);
+    let hi = if b == 255 {
+        lo
+    } else {
+        dyncc_tables::bucket_lower_bound(b + 1)
+    };
+    if v - lo <= hi.saturating_sub(v) {
+        lo
+    } else {
+        hi
+    }
+}
+
+/// Human text of one merged condition.
+pub fn condition_text(f: Feature, min: Option<f32>, below: Option<f32>) -> String {
+    let name = feature_label(f);
+    match f {
+        Feature::Log2Bytes | Feature::Log2BytesPerRank => {
+            let b = |t: f32| fmt_bytes(pow2_bytes(t));
+            match (min, below) {
+                (Some(lo), Some(hi)) => format!("{} <= {name} < {}", b(lo), b(hi)),
+                (Some(lo), None) => format!("{name} >= {}", b(lo)),
+                (None, Some(hi)) => format!("{name} < {}", b(hi)),
+                (None, None) => String::new(),
+            }
+        }
+        _ => {
+            // Integer features: x >= t <=> x >= ceil(t); x < t <=> x < ceil(t).
+            let c = |t: f32| (t as f64).ceil() as i64;
+            match (min, below) {
+                (Some(lo), Some(hi)) if c(hi) - c(lo) == 1 => format!("{name} = {}", c(lo)),
+                (Some(lo), Some(hi)) => format!("{} <= {name} < {}", c(lo), c(hi)),
+                (Some(lo), None) => format!("{name} >= {}", c(lo)),
+                (None, Some(hi)) => format!("{name} < {}", c(hi)),
+                (None, None) => String::new(),
+            }
+        }
+    }
+}
+
+/// Every leaf of `tree` as a rule, in depth-first (left before right) order.
+pub fn tree_rules(tree: &TreeView) -> Vec<TreeRule> {
+    let mut out = Vec::new();
+    // (node, per-feature [min, below)) on an explicit stack; children have
+    // larger indices than parents (validated), so this terminates.
+    type Bounds = [(Option<f32>, Option<f32>); NUM_FEATURES];
+    let mut stack: Vec<(usize, Bounds)> = vec![(0, [(None, None); NUM_FEATURES])];
+    while let Some((i, bounds)) = stack.pop() {
+        let Some(node) = tree.node(i) else { continue };
+        match node {
+            TreeNode::Split {
+                feature,
+                threshold,
+                left,
+                right,
+            } => {
+                let f = feature as usize;
+                let mut l = bounds;
+                l[f].1 = Some(l[f].1.map_or(threshold, |b| b.min(threshold)));
+                let mut r = bounds;
+                r[f].0 = Some(r[f].0.map_or(threshold, |b| b.max(threshold)));
+                if (right as usize) > i {
+                    stack.push((right as usize, r));
+                }
+                if (left as usize) > i {
+                    stack.push((left as usize, l));
+                }
+            }
+            TreeNode::Leaf {
+                decision,
+                basis,
+                gain,
+            } => {
+                let conditions: Vec<Condition> = Feature::ALL
+                    .iter()
+                    .filter_map(|&f| {
+                        let (min, below) = bounds[f as usize];
+                        (min.is_some() || below.is_some()).then(|| Condition {
+                            feature: f.name(),
+                            min,
+                            below,
+                            text: condition_text(f, min, below),
+                        })
+                    })
+                    .collect();
+                let when = if conditions.is_empty() {
+                    "always".to_string()
+                } else {
+                    conditions
+                        .iter()
+                        .map(|c| c.text.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                };
+                out.push(TreeRule {
+                    leaf: i as u32,
+                    when,
+                    conditions,
+                    algorithm: algo_name(decision),
+                    protocol: proto_name(decision),
+                    channels: channels(decision),
+                    expected_gain: gain,
+                    basis: basis_name(basis),
+                    then: fmt_then(decision, gain, basis_name(basis)),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn node_json(n: TreeNode) -> NodeJson {
+    match n {
+        TreeNode::Split {
+            feature,
+            threshold,
+            left,
+            right,
+        } => NodeJson::Split {
+            feature: feature.name(),
+            threshold,
+            left,
+            right,
+        },
+        TreeNode::Leaf {
+            decision,
+            basis,
+            gain,
+        } => NodeJson::Leaf {
+            algorithm: algo_name(decision),
+            protocol: proto_name(decision),
+            channels: channels(decision),
+            expected_gain: gain,
+            basis: basis_name(basis),
+        },
+    }
+}
+
+pub fn tree_json(tree: &TreeView) -> TreeJson {
+    TreeJson {
+        collective: tree.coll().name(),
+        nodes: tree.nodes().map(node_json).collect(),
+        rules: tree_rules(tree),
+    }
+}
+
+/// Parses `--coll`; the error lists the names.
+pub fn parse_coll(s: &str) -> anyhow::Result<Coll> {
+    Coll::parse(s).ok_or_else(|| {
+        anyhow::anyhow!(
+            "`{s}` is not a collective a tuner decides: use allreduce, allgather, reducescatter, broadcast or reduce \
+             (any spelling: all_reduce, AllReduce, all_reduce_perf)"
+        )
+    })
+}
+
+/// The whole explanation as text.
+pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "{name}: {}", super::verify::one_line_summary(table));
+    let mut any_tree = false;
+    for &coll in colls {
+        let Some(tree) = table.tree(coll) else {
+            continue;
+        };
+        any_tree = true;
+        let rules = tree_rules(&tree);
+        let _ = writeln!(
+            s,
+            "\n{}: {} rules (distilled tree of {} nodes)",
+            coll.name(),
+            rules.len(),
+            tree.len()
+        );
+        let w = rules.iter().map(|r| r.when.len()).max().unwrap_or(0);
+        for r in &rules {
+            let _ = writeln!(s, "  {:<w$}  : {}", r.when, r.then);
+        }
+    }
+    let no_tree: Vec<&str> = colls
+        .iter()
+        .filter(|c| table.tree(**c).is_none() && table.contexts().any(|x| x.spec().coll == **c))
+        .map(|c| c.name())
+        .collect();
+    let with_contexts: Vec<Coll> = colls
+        .iter()
+        .copied()
+        .filter(|c| table.contexts().any(|x| x.spec().coll == *c))
+        .collect();
+    if !any_tree {
+        let _ = writeln!(
+            s,
+            "\nthis table stores no distilled trees; its per-context rules follow"
+        );
+    } else if !no_tree.is_empty() {
+        let _ = writeln!(s, "\nno distilled tree for: {}", no_tree.join(", "));
+    }
+    if any_tree {
+        let _ = writeln!(
+            s,
+            "\n(the trees are readable summaries of the decisions; the per-context rules below{} are what the plugin \
+             indexes, and `dyncc query` shows both for one call)",
+            if contexts { "" } else { " (--contexts)" }
+        );
+    }
+    if contexts || !any_tree {
+        let _ = writeln!(
+            s,
+            "\ncontexts (the first one matching a communicator's nodes and ranks per node wins):"
+        );
+        let mut shown = 0;
+        for c in table
+            .contexts()
+            .filter(|c| with_contexts.contains(&c.spec().coll))
+        {
+            shown += 1;
+            let j = context_json(&c);
+            let _ = writeln!(s, "  {}", context_title(&j));
+            for r in &j.rules {
+                let d = c
+                    .rules()
+                    .nth(r.index as usize)
+                    .map(|r| r.decision)
+                    .unwrap_or(Decision::Default);
+                let then = match d {
+                    Decision::Default => format!("NCCL's choice ({})", r.basis),
+                    d => format!(
+                        "{:<20} {:>8}  {}",
+                        fmt_decision(d),
+                        fmt_gain(r.expected_gain as f64),
+                        r.basis
+                    ),
+                };
+                let _ = writeln!(
+                    s,
+                    "      {:<28} {then}",
+                    fmt_sizes(r.from_bytes, r.to_bytes)
+                );
+            }
+        }
+        if shown == 0 {
+            let _ = writeln!(s, "  none: the plugin leaves NCCL alone for every call");
+        }
+    }
+    s
+}
+
+fn dot_escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"")
+}
+
+/// Graphviz: one cluster per collective; leaves coloured by decision.
+pub fn render_dot(table: &Table, colls: &[Coll]) -> String {
+    let mut s = String::from(
+        "digraph dyncc {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n",
+    );
+    for &coll in colls {
+        let Some(tree) = table.tree(coll) else {
+            continue;
+        };
+        let c = coll.name();
+        let _ = writeln!(s, "  subgraph cluster_{c} {{\n    label=\"{c}\";");
+        for (i, n) in tree.nodes().enumerate() {
+            match n {
+                TreeNode::Split {
+                    feature,
+                    threshold,
+                    left,
+                    right,
+                } => {
+                    let cond = condition_text(feature, None, Some(threshold));
+                    let _ = writeln!(
+                        s,
+                        "    {c}_{i} [shape=box, label=\"{}\"];",
+                        dot_escape(&cond)
+                    );
+                    let _ = writeln!(s, "    {c}_{i} -> {c}_{left} [label=\"yes\"];");
+                    let _ = writeln!(s, "    {c}_{i} -> {c}_{right} [label=\"no\"];");
+                }
+                TreeNode::Leaf {
+                    decision,
+                    basis,
+                    gain,
+                } => {
+                    let (fill, label) = match decision {
+                        Decision::Default => (
+                            "#eeeeee".to_string(),
+                            format!("NCCL's choice\\n{}", basis_name(basis)),
+                        ),
+                        d => (
+                            super::plot::colour_hex(d),
+                            format!(
+                                "{}\\n{} vs default\\n{}",
+                                fmt_decision(d),
+                                fmt_gain(gain as f64),
+                                basis_name(basis)
+                            ),
+                        ),
+                    };
+                    let _ = writeln!(
+                        s,
+                        "    {c}_{i} [shape=ellipse, style=filled, fillcolor=\"{fill}\", label=\"{}\"];",
+                        dot_escape(&label).replace("\\\\n", "\\n")
+                    );
+                }
+            }
+        }
+        s.push_str("  }\n");
+    }
+    s.push_str("}\n");
+    s
+}
+
+#[derive(Serialize)]
+struct ExplainJson {
+    table: String,
+    digest: String,
+    platform: Option<String>,
+    trees: Vec<TreeJson>,
+    contexts: Vec<ContextJson>,
+}
+
+pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
+    let bytes = read_table(&a.table)?;
+    let table = open(&a.table, &bytes)?;
+    let colls: Vec<Coll> = match &a.coll {
+        Some(c) => vec![parse_coll(c)?],
+        None => Coll::ALL.iter().rev().copied().collect(),
+    };
+    let format = if a.json { Format::Json } else { a.format };
+    let name = a.table.display().to_string();
+    match format {
+        Format::Text => print!("{}", render_text(&table, &name, &colls, a.contexts)),
+        Format::Dot => {
+            if colls.iter().all(|c| table.tree(*c).is_none()) {
+                anyhow::bail!(
+                    "{name} stores no distilled tree{}: there is nothing to draw. `dyncc explain {name} --contexts` \
+                     lists its rules; `dyncc plot` draws its decision map",
+                    a.coll.as_ref().map(|c| format!(" for {c}")).unwrap_or_default()
+                );
+            }
+            print!("{}", render_dot(&table, &colls))
+        }
+        Format::Json => {
+            let j = ExplainJson {
+                table: name,
+                digest: format!("{:016x}", table.digest()),
+                platform: table
+                    .meta("platform")
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string),
+                trees: colls
+                    .iter()
+                    .filter_map(|c| table.tree(*c))
+                    .map(|t| tree_json(&t))
+                    .collect(),
+                contexts: table
+                    .contexts()
+                    .filter(|c| colls.contains(&c.spec().coll))
+                    .map(|c| context_json(&c))
+                    .collect(),
+            };
+            println!("{}", serde_json::to_string_pretty(&j)?);
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::testutil;
+
+    #[test]
+    fn leaves_become_rules_with_merged_conditions() {
+        let bytes = testutil::sample();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let rules = tree_rules(&t.tree(Coll::AllReduce).unwrap());
+        let whens: Vec<&str> = rules.iter().map(|r| r.when.as_str()).collect();
+        assert_eq!(
+            whens,
+            [
+                "bytes < 128 KiB and nodes < 4",
+                "bytes < 128 KiB and nodes >= 4",
+                "bytes >= 128 KiB and nodes < 4",
+                "bytes >= 128 KiB and nodes >= 4"
+            ]
+        );
+        assert_eq!(rules[0].then, "tree/ll, +30.0 % vs default, measured");
+        assert_eq!(
+            rules[3].then,
+            "ring/ll128/16ch, +12.0 % vs default, measured"
+        );
+        assert_eq!(rules[1].algorithm, "default");
+    }
+
+    #[test]
+    fn integer_conditions_read_naturally() {
+        assert_eq!(
+            condition_text(Feature::Nodes, Some(3.5), Some(4.5)),
+            "nodes = 4"
+        );
+        assert_eq!(
+            condition_text(Feature::Nodes, Some(2.0), Some(8.0)),
+            "2 <= nodes < 8"
+        );
+        assert_eq!(
+            condition_text(Feature::Ppn, None, Some(2.0)),
+            "ranks/node < 2"
+        );
+        assert_eq!(
+            condition_text(Feature::Log2Bytes, Some(10.0), Some(20.0)),
+            "1 KiB <= bytes < 1 MiB"
+        );
+    }
+
+    #[test]
+    fn text_without_trees_falls_back_to_contexts() {
+        let mut b = dyncc_tables::TableBuilder::new();
+        b.context(
+            dyncc_tables::ContextSpec {
+                coll: Coll::AllGather,
+                nodes: (1, 1),
+                ppn: (8, 8),
+                max_pipe_ops: 0,
+                reg_buff: dyncc_tables::RegBuff::Any,
+            },
+            &[Rule {
+                last_bucket: 255,
+                decision: testutil::force(dyncc_tables::Algo::Ring, dyncc_tables::Proto::Simple, 0),
+                basis: dyncc_tables::Basis::Measured,
+                gain: 1.1,
+            }],
+        )
+        .unwrap();
+        let bytes = b.build().unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let s = render_text(&t, "x.tbl", &Coll::ALL, false);
+        assert!(s.contains("stores no distilled trees"), "{s}");
+        assert!(s.contains("#0 allgather  nodes 1  ranks/node 8"), "{s}");
+        assert!(s.contains("ring/simple"), "{s}");
+    }
+}

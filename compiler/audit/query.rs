@@ -1,0 +1,735 @@
+//! `dyncc query`: one call, answered exactly as the plugin answers it
+//! (`Table::specialise(nRanks, nNodes)` then `Specialised::decide`, the
+//! plugin's own path), with the context and rule that produced it, the
+//! path through the collective's explain tree, and, given the sweep data,
+//! the measured cells nearest to the call.
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use dyncc_tables::{Coll, Decision, Feature, Table, TreeNode, NUM_FEATURES};
+use serde::Serialize;
+
+use super::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
+use super::{
+    algo_name, basis_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name,
+    read_table,
+};
+use crate::ingest::{self, IngestOptions};
+use crate::record::{Cell, Collective, Config};
+use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
+
+/// Show the decision for one collective call, and why.
+///
+/// The answer is computed the way the plugin computes it inside NCCL
+/// (specialise the table to the communicator's nRanks and nNodes, then
+/// index by collective and size), so it is exactly what a job using this
+/// table gets. Also shown: the table context and size rule used, the path
+/// through the collective's explain tree, and with --data the measured
+/// cells nearest to the call and their times.
+///
+/// Examples:
+///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 16 --ranks 128
+///   dyncc query cluster.tbl --coll all_gather --bytes 64K --nodes 2 --ranks 16 --data sweeps/
+///   dyncc query cluster.tbl --batch calls.csv  # coll,bytes,nodes,ranks[,pipe_ops,reg_buff]
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct QueryArgs {
+    /// The table (written by `dyncc compile`).
+    pub table: PathBuf,
+    /// Collective: allreduce, allgather, reducescatter, broadcast, reduce (any spelling).
+    #[arg(long, required_unless_present = "batch")]
+    pub coll: Option<String>,
+    /// Message size as NCCL passes it to a tuner (nccl-tests `size`): 4096, 256K, 4MiB.
+    #[arg(long, required_unless_present = "batch")]
+    pub bytes: Option<String>,
+    /// Number of nodes of the communicator (nNodes).
+    #[arg(long, required_unless_present = "batch")]
+    pub nodes: Option<u64>,
+    /// Number of ranks of the communicator (nRanks), e.g. nodes x GPUs per node.
+    #[arg(long, required_unless_present = "batch")]
+    pub ranks: Option<u64>,
+    /// numPipeOps NCCL passes (1 for a single operation).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub pipe_ops: i32,
+    /// regBuff NCCL passes (0 = buffer not registered).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    pub reg_buff: i32,
+    /// Sweep files or directories to show the nearest measured cells from.
+    #[arg(long, num_args = 1..)]
+    pub data: Vec<PathBuf>,
+    /// Facts the --data inputs do not state (as for `dyncc compile`).
+    #[arg(long = "assume", value_name = "KEY=VALUE")]
+    pub assume: Vec<String>,
+    /// Answer every call in FILE (CSV lines `coll,bytes,nodes,ranks[,pipe_ops,reg_buff]`;
+    /// `#` comments), one JSON object per line.
+    #[arg(long, conflicts_with_all = ["coll", "bytes", "nodes", "ranks"])]
+    pub batch: Option<PathBuf>,
+    /// Print a JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One call, as NCCL's getCollInfo sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub coll: Coll,
+    pub bytes: u64,
+    pub nodes: u64,
+    pub ranks: u64,
+    pub pipe_ops: i32,
+    pub reg_buff: i32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ContextRef {
+    pub index: u32,
+    pub nodes: (u32, u32),
+    pub ppn: (u32, u32),
+    pub max_pipe_ops: u32,
+    pub reg_buff: &'static str,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub feature: &'static str,
+    pub value: f32,
+    pub threshold: f32,
+    /// The condition tested, e.g. `bytes < 128 KiB`.
+    pub test: String,
+    pub holds: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TreePath {
+    pub steps: Vec<Step>,
+    pub leaf: u32,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    pub channels: u8,
+    pub expected_gain: f32,
+    pub basis: &'static str,
+    /// Whether the summary tree's leaf says what the table decides.
+    pub agrees: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MeasuredCell {
+    pub config: String,
+    pub time_us: f64,
+    pub samples: u32,
+    pub spread: f64,
+    /// time / time of NCCL's default at this cell (None without a default run).
+    pub vs_default: Option<f64>,
+    pub is_decision: bool,
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct MeasuredSize {
+    pub bytes: u64,
+    pub cells: Vec<MeasuredCell>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Evidence {
+    pub nodes: u32,
+    pub ranks: u32,
+    /// Whether the data has this exact communicator shape.
+    pub exact_shape: bool,
+    pub sizes: Vec<MeasuredSize>,
+    /// Inputs that could not be read (skipped).
+    pub skipped: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Answer {
+    pub collective: &'static str,
+    pub bytes: u64,
+    pub nodes: u64,
+    pub ranks: u64,
+    pub num_pipe_ops: i32,
+    pub reg_buff: i32,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    /// 0 = NCCL's choice.
+    pub channels: u8,
+    /// Expected speedup over NCCL's default (t_default / t_choice); 1.0 when left alone.
+    pub expected_gain: f32,
+    /// measured / interpolated / extrapolated; null when no rule applies.
+    pub basis: Option<&'static str>,
+    pub decision: String,
+    pub context: Option<ContextRef>,
+    pub rule: Option<RuleJson>,
+    pub why: String,
+    pub tree: Option<TreePath>,
+    /// Nearest measured cells (only with --data).
+    pub evidence: Option<Evidence>,
+}
+
+/// The feature vector the explain trees split on (`dyncc_tables::Feature` order).
+pub fn features(call: &Call) -> [f32; NUM_FEATURES] {
+    let lb = (call.bytes.max(1) as f64).log2();
+    let ranks = (call.ranks.max(1)) as f64;
+    let nodes = call.nodes.max(1) as f64;
+    [
+        lb as f32,
+        nodes as f32,
+        ranks as f32,
+        (ranks / nodes) as f32,
+        (lb - ranks.log2()) as f32,
+    ]
+}
+
+fn tree_path(table: &Table, call: &Call, decided: Decision) -> Option<TreePath> {
+    let tree = table.tree(call.coll)?;
+    let x = features(call);
+    let mut steps = Vec::new();
+    let mut i = 0usize;
+    loop {
+        match tree.node(i)? {
+            TreeNode::Split {
+                feature,
+                threshold,
+                left,
+                right,
+            } => {
+                let v = x[feature as usize];
+                let holds = v < threshold;
+                steps.push(Step {
+                    feature: feature.name(),
+                    value: v,
+                    threshold,
+                    test: condition_text(feature, None, Some(threshold)),
+                    holds,
+                });
+                let next = if holds { left } else { right } as usize;
+                if next <= i {
+                    return None;
+                }
+                i = next;
+            }
+            TreeNode::Leaf {
+                decision,
+                basis,
+                gain,
+            } => {
+                return Some(TreePath {
+                    steps,
+                    leaf: i as u32,
+                    algorithm: algo_name(decision),
+                    protocol: proto_name(decision),
+                    channels: channels(decision),
+                    expected_gain: gain,
+                    basis: basis_name(basis),
+                    agrees: decision == decided,
+                })
+            }
+        }
+    }
+}
+
+/// Answers one call. The decision comes from the plugin's own path
+/// (`specialise` + `decide`); the provenance from `lookup`, which the
+/// table crate guarantees agrees (checked here anyway).
+pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
+    let spec = table.specialise(call.ranks, call.nodes);
+    let d = spec.decide(call.coll as u32, call.bytes, call.pipe_ops, call.reg_buff);
+    let l = table.lookup(
+        call.coll as u32,
+        call.ranks,
+        call.nodes,
+        call.bytes,
+        call.pipe_ops,
+        call.reg_buff,
+    );
+    if l.decision != d {
+        bail!(
+            "internal error: Table::lookup says {} but the plugin path says {}; please report this",
+            l.decision,
+            d
+        );
+    }
+    let ctx = l.context.and_then(|i| table.context(i));
+    let context = ctx.map(|c| {
+        let j = context_json(&c);
+        ContextRef {
+            index: j.index,
+            nodes: j.nodes,
+            ppn: j.ppn,
+            max_pipe_ops: j.max_pipe_ops,
+            reg_buff: j.reg_buff,
+        }
+    });
+    let rule = match (ctx, l.rule) {
+        (Some(c), Some(i)) => context_json(&c).rules.into_iter().nth(i as usize),
+        _ => None,
+    };
+    let shape = format!(
+        "{} node{} x {} ranks/node",
+        call.nodes,
+        if call.nodes == 1 { "" } else { "s" },
+        if call.nodes > 0 && call.ranks % call.nodes == 0 {
+            (call.ranks / call.nodes).to_string()
+        } else {
+            format!("{:.2}", call.ranks as f64 / call.nodes.max(1) as f64)
+        }
+    );
+    let why = match (&context, &rule) {
+        (None, _) => format!(
+            "no {} context covers {shape}: the table leaves NCCL alone for this communicator (a shape the sweep \
+             did not measure, or one compiled without --extrapolate)",
+            call.coll.name()
+        ),
+        (Some(c), None) => format!(
+            "context #{} (nodes {}, ranks/node {}) matches, but it decides only for {}: this call (numPipeOps {}, \
+             regBuff {}) is left to NCCL",
+            c.index,
+            fmt_span(c.nodes.0, c.nodes.1),
+            fmt_span(c.ppn.0, c.ppn.1),
+            gate_text(c),
+            call.pipe_ops,
+            call.reg_buff
+        ),
+        (Some(c), Some(r)) => format!(
+            "context #{} (nodes {}, ranks/node {}), rule {} (sizes {}): {}",
+            c.index,
+            fmt_span(c.nodes.0, c.nodes.1),
+            fmt_span(c.ppn.0, c.ppn.1),
+            r.index,
+            fmt_sizes(r.from_bytes, r.to_bytes),
+            fmt_then(d, l.gain, r.basis)
+        ),
+    };
+    Ok(Answer {
+        collective: call.coll.name(),
+        bytes: call.bytes,
+        nodes: call.nodes,
+        ranks: call.ranks,
+        num_pipe_ops: call.pipe_ops,
+        reg_buff: call.reg_buff,
+        algorithm: algo_name(d),
+        protocol: proto_name(d),
+        channels: channels(d),
+        expected_gain: l.gain,
+        basis: l.basis.map(basis_name),
+        decision: fmt_decision(d),
+        context,
+        rule,
+        why,
+        tree: tree_path(table, call, d),
+        evidence: None,
+    })
+}
+
+fn gate_text(c: &ContextRef) -> String {
+    let mut v = Vec::new();
+    if c.max_pipe_ops > 0 {
+        v.push(format!("numPipeOps <= {}", c.max_pipe_ops));
+    }
+    if c.reg_buff != "any" {
+        v.push(format!("regBuff={}", c.reg_buff));
+    }
+    v.join(" and ")
+}
+
+/// The measured cells nearest to `call`: the closest communicator shape in
+/// the data (log distance in nodes and ranks per node), then the measured
+/// sizes nearest below and above.
+pub fn evidence(
+    cells: &[Cell],
+    call: &Call,
+    decided: Decision,
+    skipped: usize,
+) -> Option<Evidence> {
+    let want = Collective::from_coll(call.coll);
+    let mine: Vec<&Cell> = cells.iter().filter(|c| c.key.collective == want).collect();
+    let lg = |v: f64| v.max(1.0).log2();
+    let ppn = call.ranks as f64 / call.nodes.max(1) as f64;
+    let dist = |c: &Cell| {
+        let cppn = c.key.nranks as f64 / c.key.nnodes.max(1) as f64;
+        (lg(c.key.nnodes as f64) - lg(call.nodes as f64)).abs() + (lg(cppn) - lg(ppn)).abs()
+    };
+    let best = mine.iter().min_by(|a, b| dist(a).total_cmp(&dist(b)))?;
+    let (nodes, ranks) = (best.key.nnodes, best.key.nranks);
+    let shape: Vec<&Cell> = mine
+        .iter()
+        .copied()
+        .filter(|c| c.key.nnodes == nodes && c.key.nranks == ranks)
+        .collect();
+    let mut sizes: Vec<u64> = shape.iter().map(|c| c.key.nbytes).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let below = sizes.iter().rev().find(|s| **s <= call.bytes).copied();
+    let above = sizes.iter().find(|s| **s >= call.bytes).copied();
+    let mut pick: Vec<u64> = below.into_iter().chain(above).collect();
+    pick.dedup();
+    let want_cfg = match decided {
+        Decision::Default => Config::DEFAULT,
+        Decision::Force {
+            algo,
+            proto,
+            channels,
+        } => Config {
+            algo: Some(algo),
+            proto: Some(proto),
+            channels: (channels > 0).then_some(channels as u32),
+        },
+    };
+    let sizes = pick
+        .into_iter()
+        .map(|b| {
+            let mut at: Vec<&Cell> = shape
+                .iter()
+                .copied()
+                .filter(|c| c.key.nbytes == b)
+                .collect();
+            at.sort_by(|x, y| x.time_us.total_cmp(&y.time_us));
+            let t_def = at
+                .iter()
+                .find(|c| c.key.config.is_default())
+                .map(|c| c.time_us);
+            MeasuredSize {
+                bytes: b,
+                cells: at
+                    .iter()
+                    .map(|c| MeasuredCell {
+                        config: c.key.config.to_string(),
+                        time_us: c.time_us,
+                        samples: c.n,
+                        spread: c.spread,
+                        vs_default: t_def.map(|t| c.time_us / t),
+                        is_decision: c.key.config == want_cfg,
+                        source: c.source.to_string(),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    Some(Evidence {
+        nodes,
+        ranks,
+        exact_shape: nodes as u64 == call.nodes && ranks as u64 == call.ranks,
+        sizes,
+        skipped,
+    })
+}
+
+pub fn print_answer(a: &Answer, data_given: bool) {
+    println!(
+        "{} of {} on {} node{}, {} ranks (numPipeOps {}, regBuff {})",
+        a.collective,
+        fmt_bytes(a.bytes),
+        a.nodes,
+        if a.nodes == 1 { "" } else { "s" },
+        a.ranks,
+        a.num_pipe_ops,
+        a.reg_buff
+    );
+    match a.algorithm {
+        "default" => {
+            println!("decision: leave NCCL alone (NCCL's own algorithm, protocol and channels)")
+        }
+        _ => println!(
+            "decision: algorithm {}, protocol {}, channels {}",
+            a.algorithm,
+            a.protocol,
+            if a.channels == 0 {
+                "NCCL's choice".to_string()
+            } else {
+                a.channels.to_string()
+            }
+        ),
+    }
+    match a.basis {
+        Some(b) if a.algorithm != "default" => {
+            println!(
+                "expected: {} vs NCCL's default ({b})",
+                fmt_gain(a.expected_gain as f64)
+            )
+        }
+        Some(b) => println!("expected: same as NCCL's default ({b})"),
+        None => println!("expected: same as NCCL's default (no rule applies)"),
+    }
+    println!("why: {}", a.why);
+    match &a.tree {
+        None => println!(
+            "tree: the table stores no explain tree for {}",
+            a.collective
+        ),
+        Some(t) => {
+            println!("tree path ({} summary tree):", a.collective);
+            for s in &t.steps {
+                let f = Feature::ALL
+                    .iter()
+                    .find(|f| f.name() == s.feature)
+                    .copied()
+                    .unwrap_or(Feature::Log2Bytes);
+                let v = match f {
+                    Feature::Log2Bytes | Feature::Log2BytesPerRank => {
+                        fmt_bytes(2f64.powf(s.value as f64).round() as u64)
+                    }
+                    _ => format!("{}", s.value),
+                };
+                println!(
+                    "  {:<24} ({} = {v}): {}",
+                    s.test,
+                    feature_word(f),
+                    if s.holds { "yes" } else { "no" }
+                );
+            }
+            let d = if t.algorithm == "default" {
+                format!("NCCL's choice ({})", t.basis)
+            } else {
+                let ch = if t.channels > 0 {
+                    format!("/{}ch", t.channels)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "{}/{}{ch}, {} vs default, {}",
+                    t.algorithm,
+                    t.protocol,
+                    fmt_gain(t.expected_gain as f64),
+                    t.basis
+                )
+            };
+            println!(
+                "  leaf {}: {d}{}",
+                t.leaf,
+                if t.agrees {
+                    ""
+                } else {
+                    "  [the summary tree differs here; the table's rule above is what the plugin does]"
+                }
+            );
+        }
+    }
+    match &a.evidence {
+        None if data_given => println!("evidence: the data has no {} measurements", a.collective),
+        None => println!(
+            "evidence: the table stores decisions, not measurements; pass --data SWEEPS (the files it was compiled \
+             from) to see the measured cells nearest to this call"
+        ),
+        Some(e) => {
+            println!(
+                "evidence: {} measurements at {} node{}, {} ranks{}:",
+                if e.exact_shape { "measured" } else { "nearest" },
+                e.nodes,
+                if e.nodes == 1 { "" } else { "s" },
+                e.ranks,
+                if e.exact_shape { "" } else { " (the data has no cell of this exact shape)" }
+            );
+            for s in &e.sizes {
+                println!("  {}:", fmt_bytes(s.bytes));
+                for c in &s.cells {
+                    println!(
+                        "    {:<20} {:>11.2} us  {:>9}  n={:<3} {}{}",
+                        c.config,
+                        c.time_us,
+                        c.vs_default.map(|v| format!("{:.3}x", v)).unwrap_or_else(|| "-".into()),
+                        c.samples,
+                        c.source,
+                        if c.is_decision { "   <- decision" } else { "" }
+                    );
+                }
+            }
+            if e.skipped > 0 {
+                println!("  ({} inputs could not be read and were skipped)", e.skipped);
+            }
+        }
+    }
+}
+
+fn feature_word(f: Feature) -> &'static str {
+    match f {
+        Feature::Log2Bytes => "bytes",
+        Feature::Nodes => "nodes",
+        Feature::Ranks => "ranks",
+        Feature::Ppn => "ranks/node",
+        Feature::Log2BytesPerRank => "bytes/rank",
+    }
+}
+
+/// Checks a call's shape the way NCCL guarantees it.
+pub fn make_call(
+    coll: &str,
+    bytes: &str,
+    nodes: u64,
+    ranks: u64,
+    pipe_ops: i32,
+    reg_buff: i32,
+) -> anyhow::Result<Call> {
+    let coll = parse_coll(coll)?;
+    let bytes = parse_bytes(bytes).map_err(|e| anyhow::anyhow!("--bytes {e}"))?;
+    if nodes == 0 {
+        bail!("--nodes 0: a communicator spans at least one node");
+    }
+    if ranks < nodes {
+        bail!("--ranks {ranks} is less than --nodes {nodes}: every node holds at least one rank (ranks = nodes x GPUs per node, e.g. --nodes 2 --ranks 16)");
+    }
+    Ok(Call {
+        coll,
+        bytes,
+        nodes,
+        ranks,
+        pipe_ops,
+        reg_buff,
+    })
+}
+
+fn parse_batch_line(line: &str) -> anyhow::Result<Call> {
+    let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    if !(4..=6).contains(&f.len()) {
+        bail!(
+            "expected `coll,bytes,nodes,ranks[,pipe_ops,reg_buff]`, found {} fields",
+            f.len()
+        );
+    }
+    let num = |s: &str, what: &str| {
+        s.parse::<u64>()
+            .with_context(|| format!("{what} `{s}` is not a whole number"))
+    };
+    let int = |s: &str, what: &str| {
+        s.parse::<i32>()
+            .with_context(|| format!("{what} `{s}` is not an integer"))
+    };
+    make_call(
+        f[0],
+        f[1],
+        num(f[2], "nodes")?,
+        num(f[3], "ranks")?,
+        f.get(4)
+            .map(|s| int(s, "pipe_ops"))
+            .transpose()?
+            .unwrap_or(1),
+        f.get(5)
+            .map(|s| int(s, "reg_buff"))
+            .transpose()?
+            .unwrap_or(0),
+    )
+}
+
+pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
+    let bytes = read_table(&a.table)?;
+    let table = open(&a.table, &bytes)?;
+    let data = if a.data.is_empty() {
+        None
+    } else {
+        let opts = IngestOptions {
+            lenient: true,
+            assume: crate::compile::parse_assume(&a.assume)?,
+            progress: false,
+            ..Default::default()
+        };
+        let ds = ingest::read_paths(&a.data, &opts).context("reading --data")?;
+        let trusted: Vec<_> = ds
+            .records
+            .iter()
+            .filter(|r| r.flags == 0)
+            .cloned()
+            .collect();
+        Some((ingest::aggregate(&trusted), ds.skipped.len()))
+    };
+    let with_evidence = |mut ans: Answer, call: &Call, d: Decision| {
+        if let Some((cells, skipped)) = &data {
+            ans.evidence = evidence(cells, call, d, *skipped);
+        }
+        ans
+    };
+    let decision_of = |t: &Table, c: &Call| {
+        t.specialise(c.ranks, c.nodes)
+            .decide(c.coll as u32, c.bytes, c.pipe_ops, c.reg_buff)
+    };
+    if let Some(batch) = &a.batch {
+        let f = std::fs::File::open(batch)
+            .with_context(|| format!("cannot open --batch file {}", batch.display()))?;
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        for (no, line) in std::io::BufReader::new(f).lines().enumerate() {
+            let line =
+                line.with_context(|| format!("{}:{}: cannot read", batch.display(), no + 1))?;
+            let t = line.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            let call =
+                parse_batch_line(t).with_context(|| format!("{}:{}", batch.display(), no + 1))?;
+            let ans = with_evidence(answer(&table, &call)?, &call, decision_of(&table, &call));
+            use std::io::Write;
+            writeln!(out, "{}", serde_json::to_string(&ans)?)?;
+        }
+        return Ok(0);
+    }
+    let (Some(coll), Some(b), Some(nodes), Some(ranks)) = (&a.coll, &a.bytes, a.nodes, a.ranks)
+    else {
+        bail!("--coll, --bytes, --nodes and --ranks are required (or --batch FILE)");
+    };
+    let call = make_call(coll, b, nodes, ranks, a.pipe_ops, a.reg_buff)?;
+    let ans = with_evidence(answer(&table, &call)?, &call, decision_of(&table, &call));
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&ans)?);
+    } else {
+        print_answer(&ans, data.is_some());
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::testutil;
+    use proptest::prelude::*;
+
+    #[test]
+    fn answers_with_provenance() {
+        let bytes = testutil::sample();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let a = answer(&t, &make_call("all_reduce", "4K", 2, 16, 1, 0).unwrap()).unwrap();
+        assert_eq!((a.algorithm, a.protocol, a.channels), ("tree", "ll", 0));
+        assert_eq!(a.basis, Some("measured"));
+        assert!((a.expected_gain - 1.3).abs() < 1e-6);
+        assert_eq!(a.context.as_ref().unwrap().index, 0);
+        assert!(a.tree.as_ref().unwrap().agrees);
+        let a = answer(&t, &make_call("allreduce", "4MiB", 4, 32, 1, 0).unwrap()).unwrap();
+        assert_eq!((a.algorithm, a.protocol, a.channels), ("ring", "ll128", 16));
+        let a = answer(&t, &make_call("allreduce", "4MiB", 8, 64, 1, 0).unwrap()).unwrap();
+        assert_eq!(
+            (a.algorithm, a.protocol, a.basis),
+            ("default", "default", None)
+        );
+        assert!(
+            a.why
+                .contains("no allreduce context covers 8 nodes x 8 ranks/node"),
+            "{}",
+            a.why
+        );
+    }
+
+    #[test]
+    fn rejects_impossible_shapes() {
+        assert!(make_call("allreduce", "4K", 0, 8, 1, 0).is_err());
+        assert!(make_call("allreduce", "4K", 4, 2, 1, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("less than --nodes"));
+        assert!(make_call("alltoall", "4K", 1, 8, 1, 0)
+            .unwrap_err()
+            .to_string()
+            .contains("allreduce, allgather"));
+    }
+
+    proptest! {
+        #[test]
+        fn answer_is_the_plugin_path(coll in 0u32..5, bytes in any::<u64>(), nodes in 1u64..10, ppn in 1u64..10, pipe in -2i32..4, reg in -1i32..3) {
+            let b = testutil::sample();
+            let t = Table::from_bytes(&b).unwrap();
+            let call = Call { coll: Coll::from_nccl(coll).unwrap(), bytes, nodes, ranks: nodes * ppn, pipe_ops: pipe, reg_buff: reg };
+            let a = answer(&t, &call).unwrap();
+            let d = t.specialise(call.ranks, call.nodes).decide(coll, bytes, pipe, reg);
+            prop_assert_eq!(a.algorithm, algo_name(d));
+            prop_assert_eq!(a.protocol, proto_name(d));
+            prop_assert_eq!(a.channels, channels(d));
+        }
+    }
+}

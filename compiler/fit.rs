@@ -1,0 +1,260 @@
+//! Fit: per grid, a noise estimate for every (node, size), and one
+//! gradient-boosted model per candidate predicting its log-time advantage
+//! over NCCL's default, so node counts and sizes between measured ones are
+//! predicted rather than guessed.
+
+use forust_ml::objective::ObjectiveType;
+use forust_ml::{GradientBooster, Matrix};
+
+use crate::features::{features, Grid, N_FEATURES};
+use crate::tree::Forest;
+
+/// The floor of the noise estimate: even perfectly repeatable runs differ
+/// this much from one job to the next.
+const MIN_SIGMA: f64 = 0.005;
+const MAX_SIGMA: f64 = 0.5;
+
+/// The models and noise levels of one grid.
+pub struct Fitted {
+    /// Per candidate config (index as in the grid; entry 0, the default, is
+    /// `None`): predicted ln(t_default) - ln(t_candidate).
+    pub advantage: Vec<Option<Forest>>,
+    /// Per candidate: RMS residual of the model on its training cells.
+    pub resid: Vec<f64>,
+    /// Per (node, size): estimated sd of ln(time) of one measurement.
+    sigma: Vec<f64>,
+    n_sizes: usize,
+}
+
+impl Fitted {
+    /// sd of ln(time) of a single sample at (node, size).
+    pub fn sigma(&self, node: usize, size: usize) -> f64 {
+        self.sigma[node * self.n_sizes + size]
+    }
+
+    /// Predicted advantage of candidate `cfg` over the default (ln ratio;
+    /// positive = faster than the default).
+    pub fn predict(&self, cfg: usize, nbytes: u64, nnodes: u32, ppn: u32) -> Option<f64> {
+        let f = self.advantage.get(cfg)?.as_ref()?;
+        Some(f.predict(&features(nbytes, nnodes, ppn)))
+    }
+}
+
+/// Fits the models of one grid.
+pub fn fit(grid: &Grid) -> Fitted {
+    let sigma = noise(grid);
+    let mut advantage = vec![None];
+    let mut resid = vec![0.0];
+    for c in 1..grid.configs.len() {
+        let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
+        let mut y = Vec::new();
+        let mut w = Vec::new();
+        for ni in 0..grid.nodes.len() {
+            for si in 0..grid.sizes.len() {
+                let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
+                    continue;
+                };
+                x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
+                y.push(d.ln_t - m.ln_t);
+                // Noisier cells count less.
+                let s = sigma[ni * grid.sizes.len() + si];
+                w.push(1.0 / (s * s).max(1e-4));
+            }
+        }
+        if y.len() < 4 {
+            advantage.push(None);
+            resid.push(f64::INFINITY);
+            continue;
+        }
+        let forest = boost(&x, &y, &w);
+        let r = (x
+            .iter()
+            .zip(&y)
+            .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
+            .sum::<f64>()
+            / y.len() as f64)
+            .sqrt();
+        advantage.push(Some(forest));
+        resid.push(r);
+    }
+    Fitted {
+        advantage,
+        resid,
+        sigma,
+        n_sizes: grid.sizes.len(),
+    }
+}
+
+/// Gradient-boosted trees on (x, y, w), converted to the flat IR.
+fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
+    let n = x.len();
+    // forust takes column-major data.
+    let mut cols = vec![0.0; n * N_FEATURES];
+    for (i, row) in x.iter().enumerate() {
+        for (j, v) in row.iter().enumerate() {
+            cols[j * n + i] = *v;
+        }
+    }
+    let m = Matrix::new(&cols, n, N_FEATURES);
+    let mut b = GradientBooster::default()
+        .set_objective_type(ObjectiveType::SquaredLoss)
+        .set_iterations(300)
+        .set_learning_rate(0.1)
+        .set_max_depth(4)
+        .set_min_leaf_weight(3.0)
+        .set_l2(1.0)
+        .set_parallel(false)
+        .set_seed(0);
+    // Weights are relative; normalise them to mean 1 so that l2 and the
+    // minimum leaf weight (about three cells: no leaf may isolate a single,
+    // possibly noisy, measurement) mean the same at any noise level.
+    let mean_w = w.iter().sum::<f64>() / n as f64;
+    let w: Vec<f64> = w.iter().map(|v| v / mean_w).collect();
+    match b.fit(&m, y, &w, None) {
+        Ok(()) => Forest::from_forust(&b),
+        Err(_) => {
+            // Degenerate data (e.g. one distinct feature row): the mean.
+            let mean = y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() / w.iter().sum::<f64>();
+            Forest {
+                base: mean,
+                trees: Vec::new(),
+            }
+        }
+    }
+}
+
+/// Noise of one sample's ln(time) at every (node, size) of the grid.
+///
+/// With repeats, the spread of the repeats gives it directly (range / d_n,
+/// the expected range of n normal samples). Single runs carry no spread, so
+/// it comes from roughness: for independent noise of sd s on a smooth curve,
+/// the second difference of neighbouring sizes has variance 6 s^2. Real
+/// curvature only makes the estimate larger, which errs towards caution.
+fn noise(grid: &Grid) -> Vec<f64> {
+    let (nn, ns, nc) = (grid.nodes.len(), grid.sizes.len(), grid.configs.len());
+    let mut out = vec![MIN_SIGMA; nn * ns];
+    for ni in 0..nn {
+        // Per size: variance estimates from repeats, and from roughness.
+        let mut rep: Vec<Vec<f64>> = vec![Vec::new(); ns];
+        let mut rough: Vec<Vec<f64>> = vec![Vec::new(); ns];
+        for c in 0..nc {
+            for si in 0..ns {
+                let Some(m) = grid.get(ni, si, c) else {
+                    continue;
+                };
+                if m.n >= 2 {
+                    let s = (1.0 + m.spread.max(0.0)).ln() / range_factor(m.n);
+                    rep[si].push(s * s);
+                } else if si >= 1 && si + 1 < ns {
+                    if let (Some(a), Some(b)) = (grid.get(ni, si - 1, c), grid.get(ni, si + 1, c)) {
+                        let d2 = a.ln_t - 2.0 * m.ln_t + b.ln_t;
+                        rough[si].push(d2 * d2 / 6.0);
+                    }
+                }
+            }
+        }
+        // Pool a window of neighbouring sizes: noise varies slowly. Repeats
+        // measure noise directly: their median. Roughness also picks up the
+        // curves' real bends (protocol switches, the latency-to-bandwidth
+        // knee), so it uses the lower quartile, which stays unbiased while
+        // up to three quarters of the estimates are bent; 0.1015 is the
+        // lower quartile of chi-square(1).
+        for si in 0..ns {
+            let lo = si.saturating_sub(2);
+            let hi = (si + 2).min(ns - 1);
+            let mut r: Vec<f64> = rep[lo..=hi].iter().flatten().copied().collect();
+            let mut q: Vec<f64> = rough[lo..=hi].iter().flatten().copied().collect();
+            let var = if !r.is_empty() {
+                median(&mut r)
+            } else if q.len() >= 4 {
+                quantile(&mut q, 0.25) / 0.1015
+            } else {
+                0.05 * 0.05
+            };
+            out[ni * ns + si] = var.sqrt().clamp(MIN_SIGMA, MAX_SIGMA);
+        }
+    }
+    out
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let pos = q * (v.len() - 1) as f64;
+    let (i, f) = (pos.floor() as usize, pos.fract());
+    if i + 1 < v.len() {
+        v[i] * (1.0 - f) + v[i + 1] * f
+    } else {
+        v[i]
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Expected range of n standard normal samples (d2 constants).
+fn range_factor(n: u32) -> f64 {
+    match n {
+        0 | 1 => 1.0,
+        2 => 1.128,
+        3 => 1.693,
+        4 => 2.059,
+        5 => 2.326,
+        6 => 2.534,
+        7 => 2.704,
+        8 => 2.847,
+        9 => 2.970,
+        _ => 3.078,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::build_grids;
+    use crate::features::tests::{cell, cfg};
+    use crate::record::{Algo, Collective, Config, Proto};
+
+    #[test]
+    fn model_learns_where_a_candidate_wins() {
+        let mut cells = Vec::new();
+        for nodes in [1u32, 2, 4, 8] {
+            for k in 3..30 {
+                let b = 1u64 << k;
+                let base = 10.0 + b as f64 / 1e4;
+                cells.push(cell(
+                    Collective::AllReduce,
+                    nodes,
+                    8,
+                    b,
+                    Config::DEFAULT,
+                    base,
+                ));
+                // Tree/LL is 20 % faster below 64 KiB, 30 % slower above.
+                let t = if b < 65536 { base * 0.8 } else { base * 1.3 };
+                cells.push(cell(
+                    Collective::AllReduce,
+                    nodes,
+                    8,
+                    b,
+                    cfg(Algo::Tree, Proto::LL),
+                    t,
+                ));
+            }
+        }
+        let (grids, _) = build_grids(&cells);
+        let f = fit(&grids[0]);
+        let small = f.predict(1, 1024, 3, 8).unwrap();
+        let large = f.predict(1, 1 << 24, 3, 8).unwrap();
+        assert!((small - (1.0f64 / 0.8).ln()).abs() < 0.05, "{small}");
+        assert!((large - (1.0f64 / 1.3).ln()).abs() < 0.05, "{large}");
+        // Smooth noiseless curves: the noise estimate stays small.
+        assert!(f.sigma(0, 10) < 0.05, "{}", f.sigma(0, 10));
+    }
+}

@@ -1,0 +1,1021 @@
+//! nccl-tests text logs, every era: old (no root column, float error
+//! column, rank lines without Group), middle (2.1x), and 2.17+ (version line,
+//! several collectives per file between `Collective test starting/concluded`
+//! markers, `N/A` in #wrong, exponent and inf/nan numbers, `-I` and `-S`
+//! columns, `-d all`/`-o all` rows, linear steps, zero-size rows).
+//!
+//! Launcher prefixes are stripped (srun `-l` labels `N: `, OpenMPI
+//! `[1,0]<stdout>:` tags and `--timestamp-output` stamps, fused `[N]` rank
+//! tags); NCCL INFO/WARN lines and launcher noise are skipped, except for
+//! what they tell us: the NCCL version banner, `... set by environment to`
+//! knob lines and the per-collective `Bytes -> Algo` choice lines (used to
+//! flag runs where NCCL ignored a forced knob).
+//!
+//! Shape: nRanks = number of `# Rank` lines of one job, nNodes = distinct
+//! hosts among them, GPU from the same lines. Rank ids restarting at 0 (or
+//! several header blocks before any row) mean independent jobs interleaved
+//! in one file: never read as one bigger job. If the jobs have the same
+//! shape the rows are read as repeats of that shape (and reported);
+//! otherwise the rows cannot be attributed and the block is unresolved.
+//!
+//! The file is streamed line by line; only the parsed rows of the file are
+//! kept until its end (knob lines may come anywhere in it).
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::sync::Arc;
+
+use memchr::memmem;
+
+use super::knobs::{self, Assumptions, KnobSource};
+use super::{FileCtx, FileOutput, Format, UNRESOLVED};
+use crate::record::{flags, Algo, Collective, Proto, Record};
+
+/// Does the start of a file look like nccl-tests output?
+pub fn looks_like_nccl_tests(head: &[u8]) -> bool {
+    [
+        &b"# nThread"[..],
+        b"# Using devices",
+        b"Collective test starting",
+        b"out-of-place",
+        b"# nccl-tests version",
+        b" NCCL INFO ",
+        b"# dyncc:",
+    ]
+    .iter()
+    .any(|m| memmem::find(head, m).is_some())
+}
+
+/// Names launchers give captured output (error-only logs are read, and
+/// reported, as logs).
+pub fn looks_like_launch_log(name: &str) -> bool {
+    name.ends_with(".out")
+        || name.ends_with(".log")
+        || name.ends_with(".err")
+        || name.contains(".dat")
+        || name.contains(".out.")
+        || name.contains(".log.")
+}
+
+/// Column positions of a table, from its header line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Layout {
+    /// Tokens in a data row.
+    ntok: usize,
+    type_i: usize,
+    time: [usize; 2],
+    /// `#wrong` / `error` column of each half.
+    wrong: [usize; 2],
+    /// Old format: the error column is a float max error, not a count.
+    float_error: bool,
+}
+
+impl Layout {
+    const NEW: Layout = Layout {
+        ntok: 13,
+        type_i: 2,
+        time: [5, 9],
+        wrong: [8, 12],
+        float_error: false,
+    };
+    const OLD: Layout = Layout {
+        ntok: 12,
+        type_i: 2,
+        time: [4, 8],
+        wrong: [7, 11],
+        float_error: true,
+    };
+
+    /// From the column-name line (`size count type redop root time ...`),
+    /// tokens after the `#`.
+    fn from_header(toks: &[&[u8]]) -> Option<Layout> {
+        if toks.first() != Some(&&b"size"[..]) || toks.get(1) != Some(&&b"count"[..]) {
+            return None;
+        }
+        let mut time = Vec::new();
+        let mut wrong = Vec::new();
+        let mut float_error = false;
+        let mut stamp = 0;
+        for (i, t) in toks.iter().enumerate() {
+            match *t {
+                b"time" | b"cputime" => time.push(i),
+                b"#wrong" => wrong.push(i),
+                b"error" => {
+                    wrong.push(i);
+                    float_error = true;
+                }
+                b"timestamp" => stamp = 1,
+                _ => {}
+            }
+        }
+        let type_i = toks.iter().position(|t| *t == b"type")?;
+        if time.len() != 2 || wrong.len() != 2 {
+            return None;
+        }
+        Some(Layout {
+            // -S prints the timestamp as two tokens (date and time).
+            ntok: toks.len() + stamp,
+            type_i,
+            time: [time[0], time[1]],
+            wrong: [wrong[0], wrong[1]],
+            float_error,
+        })
+    }
+
+    fn describe(&self) -> &'static str {
+        if self.float_error {
+            "size count type redop time algbw busbw error time algbw busbw error"
+        } else {
+            "size count type redop root time algbw busbw #wrong time algbw busbw #wrong"
+        }
+    }
+}
+
+/// (function, bytes) -> the algorithm and protocol NCCL's INFO lines say it chose.
+type ChosenMap = HashMap<(Option<Collective>, u64), (Option<Algo>, Option<Proto>)>;
+
+/// One job's rank lines.
+#[derive(Default, Debug)]
+struct Job {
+    ranks: u32,
+    last_rank: Option<u32>,
+    /// A set: a 100k-rank job would make a list quadratic.
+    hosts: std::collections::HashSet<Box<[u8]>>,
+    gpu: Option<Arc<str>>,
+    elided: bool,
+}
+
+#[derive(Debug)]
+struct RawRow {
+    line: u32,
+    size: u64,
+    dtype: Arc<str>,
+    time: [Option<f64>; 2],
+    wrong: [bool; 2],
+}
+
+/// One test section (a header block and its table).
+#[derive(Default, Debug)]
+struct Block {
+    line: u32,
+    coll: Option<Collective>,
+    jobs: Vec<Job>,
+    /// `# nThread` lines seen before any row (more than one: interleaved).
+    headers: u32,
+    layouts: u32,
+    footers: u32,
+    layout: Option<Layout>,
+    elided: bool,
+    concluded: bool,
+    rows: Vec<RawRow>,
+}
+
+impl Block {
+    fn started(&self) -> bool {
+        self.headers > 0 || !self.jobs.is_empty() || self.layout.is_some() || !self.rows.is_empty()
+    }
+    fn in_table(&self) -> bool {
+        self.layout.is_some() && self.footers < self.layouts
+    }
+}
+
+/// Everything file-level the text gives.
+struct State {
+    blocks: Vec<Block>,
+    cur: Block,
+    info: KnobSource,
+    header: Assumptions,
+    nccl_version: Option<u32>,
+    launcher_coll: Option<Collective>,
+    /// (function, bytes) -> what NCCL chose, from `Bytes -> Algo` lines.
+    chosen: ChosenMap,
+    dtypes: Vec<Arc<str>>,
+    first_error: Option<(u32, String)>,
+    zero_rows: usize,
+    rows: usize,
+    in_ranks: bool,
+}
+
+/// Reads one nccl-tests text log.
+pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<FileOutput> {
+    let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
+    let mut st = State {
+        blocks: Vec::new(),
+        cur: Block::default(),
+        info: KnobSource::named("NCCL INFO"),
+        header: Assumptions {
+            knobs: KnobSource::named("# dyncc"),
+            ..Default::default()
+        },
+        nccl_version: None,
+        launcher_coll: None,
+        chosen: HashMap::new(),
+        dtypes: Vec::new(),
+        first_error: None,
+        zero_rows: 0,
+        rows: 0,
+        in_ranks: false,
+    };
+    let mut out = FileOutput::empty(Format::NcclTestsText);
+    let mut buf = Vec::with_capacity(256);
+    let mut lineno = 0u32;
+    loop {
+        buf.clear();
+        let n = rd.read_until(b'\n', &mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.bytes += n as u64;
+        lineno += 1;
+        line(ctx, &mut st, lineno, &buf)?;
+    }
+    let cur = std::mem::take(&mut st.cur);
+    if cur.started() {
+        st.blocks.push(cur);
+    }
+    finish(ctx, st, &assume, out)
+}
+
+/// Strips launcher prefixes and surrounding whitespace.
+fn strip_prefixes(mut l: &[u8]) -> &[u8] {
+    // OpenMPI --tag-output `[1,0]<stdout>:` and --timestamp-output
+    // `Thu Jul 18 15:41:05 2024<stdout>:`.
+    let win = &l[..l.len().min(80)];
+    // memchr first: almost no line has a `<`, and it is much cheaper.
+    if let Some(p) =
+        memchr::memchr(b'<', win).and_then(|i| memmem::find(&win[i..], b"<std").map(|p| p + i))
+    {
+        let rest = &l[p..];
+        if rest.starts_with(b"<stdout>:") || rest.starts_with(b"<stderr>:") {
+            l = &rest[9..];
+        }
+    }
+    // srun -l: `0: `, ` 12: `.
+    let mut i = 0;
+    while i < l.len() && l[i] == b' ' {
+        i += 1;
+    }
+    let d0 = i;
+    while i < l.len() && l[i].is_ascii_digit() {
+        i += 1;
+    }
+    if i > d0 && i < l.len() && l[i] == b':' && (i + 1 == l.len() || l[i + 1].is_ascii_whitespace())
+    {
+        l = &l[i + 1..];
+    }
+    l.trim_ascii()
+}
+
+/// Splits on whitespace into `toks`; `[N]` launcher tags fused into tokens
+/// (`-1[0]`) are dropped. Returns the number of tokens (capped).
+fn tokenize<'a>(l: &'a [u8], toks: &mut [&'a [u8]; 40]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    let len = l.len();
+    while i < len {
+        while i < len && l[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= len {
+            break;
+        }
+        let s = i;
+        while i < len && !l[i].is_ascii_whitespace() && l[i] != b'[' {
+            i += 1;
+        }
+        if i > s {
+            if n < toks.len() {
+                toks[n] = &l[s..i];
+            }
+            n += 1;
+        }
+        if i < len && l[i] == b'[' {
+            // Skip a `[digits]` tag; anything else in brackets is a token.
+            let t = i + 1;
+            let mut j = t;
+            while j < len && l[j].is_ascii_digit() {
+                j += 1;
+            }
+            if j > t && j < len && l[j] == b']' {
+                i = j + 1;
+            } else {
+                let s = i;
+                while i < len && !l[i].is_ascii_whitespace() {
+                    i += 1;
+                }
+                if n < toks.len() {
+                    toks[n] = &l[s..i];
+                }
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+fn parse_u64(t: &[u8]) -> Option<u64> {
+    if t.is_empty() || t.len() > 19 {
+        return None;
+    }
+    let mut v = 0u64;
+    for &b in t {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (b - b'0') as u64;
+    }
+    Some(v)
+}
+
+fn parse_f64(t: &[u8]) -> Option<f64> {
+    std::str::from_utf8(t).ok()?.parse::<f64>().ok()
+}
+
+fn is_int(t: &[u8]) -> bool {
+    let t = t.strip_prefix(b"-").unwrap_or(t);
+    !t.is_empty() && t.iter().all(u8::is_ascii_digit)
+}
+
+fn line(ctx: &mut FileCtx, st: &mut State, no: u32, raw: &[u8]) -> anyhow::Result<()> {
+    let l = strip_prefixes(raw);
+    if l.is_empty() {
+        return Ok(());
+    }
+    if l[0] == b'#' {
+        return meta(ctx, st, no, l);
+    }
+    if l[0].is_ascii_digit() && try_row(ctx, st, no, l)? {
+        return Ok(());
+    }
+    if let Some(p) = memmem::find(l, b"NCCL INFO ") {
+        info(st, &l[p + 10..]);
+        return Ok(());
+    }
+    if memmem::find(l, b"NCCL WARN").is_some() {
+        if st.first_error.is_none() {
+            st.first_error = Some((no, String::from_utf8_lossy(l).into_owned()));
+        }
+        return Ok(());
+    }
+    if st.in_ranks && (l == b"..." || l == b"\xe2\x80\xa6") {
+        st.cur.elided = true;
+        return Ok(());
+    }
+    // Launcher command lines name the binary: `srun ... all_reduce_perf -b 8`.
+    if let Some(p) = memmem::find(l, b"_perf") {
+        let end = p + 5;
+        let boundary =
+            end == l.len() || !l[end].is_ascii_alphanumeric() || l[end..].starts_with(b"_mpi");
+        if boundary {
+            let start = l[..p]
+                .iter()
+                .rposition(|b| b.is_ascii_whitespace() || *b == b'/' || *b == b'\'' || *b == b'"')
+                .map(|i| i + 1)
+                .unwrap_or(0);
+            if let Ok(s) = std::str::from_utf8(&l[start..end]) {
+                if let Some(c) = Collective::parse(s) {
+                    st.launcher_coll = Some(c);
+                }
+            }
+        }
+    }
+    if st.first_error.is_none() {
+        let low = String::from_utf8_lossy(l).to_ascii_lowercase();
+        if low.contains("fail") || low.contains("error") || low.contains("abort") {
+            st.first_error = Some((no, String::from_utf8_lossy(l).into_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// Starts a new block if the current one already holds a finished or
+/// started table.
+fn new_block_if_used(st: &mut State, no: u32) {
+    if !st.cur.rows.is_empty() || st.cur.concluded {
+        let b = std::mem::take(&mut st.cur);
+        st.blocks.push(b);
+    }
+    if !st.cur.started() {
+        st.cur.line = no;
+    }
+}
+
+fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<()> {
+    let body = l[1..].trim_ascii();
+    let mut toks: [&[u8]; 40] = [&[]; 40];
+    if body.starts_with(b"Rank ") {
+        let n = tokenize(body, &mut toks).min(40);
+        rank_line(st, &toks[..n]);
+        return Ok(());
+    }
+    if body.starts_with(b"...") && st.in_ranks {
+        st.cur.elided = true;
+        return Ok(());
+    }
+    st.in_ranks = false;
+    if body.starts_with(b"size ") {
+        let n = tokenize(body, &mut toks).min(40);
+        if let Some(lay) = Layout::from_header(&toks[..n]) {
+            if !st.cur.rows.is_empty() && st.cur.footers >= st.cur.layouts {
+                // A table header after a finished table without new header
+                // lines: a new section of the same job setup.
+                new_block_if_used(st, no);
+            }
+            if let Some(old) = st.cur.layout {
+                if old != lay {
+                    ctx.bad(
+                        no,
+                        "a second table header with different columns in one section",
+                    )?;
+                }
+            }
+            st.cur.layout = Some(lay);
+            st.cur.layouts += 1;
+        }
+        return Ok(());
+    }
+    if body.starts_with(b"nThread") {
+        new_block_if_used(st, no);
+        st.cur.headers += 1;
+        return Ok(());
+    }
+    if body.starts_with(b"Using devices") {
+        st.in_ranks = true;
+        return Ok(());
+    }
+    if let Some(rest) = body.strip_prefix(b"nccl-tests version") {
+        new_block_if_used(st, no);
+        if let Some(p) = memmem::find(rest, b"nccl-library=") {
+            let v = &rest[p + 13..];
+            let end = v
+                .iter()
+                .position(|b| !b.is_ascii_digit())
+                .unwrap_or(v.len());
+            if let Some(code) = parse_u64(&v[..end]) {
+                st.nccl_version = Some(code as u32);
+            }
+        }
+        return Ok(());
+    }
+    if let Some(rest) = body.strip_prefix(b"Collective test starting:") {
+        new_block_if_used(st, no);
+        let name = String::from_utf8_lossy(rest.trim_ascii()).into_owned();
+        st.cur.coll = Collective::parse(knobs::strip_binary_suffix(&name));
+        return Ok(());
+    }
+    if body.starts_with(b"Collective test concluded") {
+        st.cur.concluded = true;
+        return Ok(());
+    }
+    if body.starts_with(b"Avg bus bandwidth") {
+        st.cur.footers += 1;
+        return Ok(());
+    }
+    if let Some(rest) = body.strip_prefix(b"dyncc:") {
+        let s = String::from_utf8_lossy(rest).into_owned();
+        if let Err(e) = st.header.parse_header_line(&s) {
+            ctx.bad(no, format!("`# dyncc:` line: {e}"))?;
+        }
+        return Ok(());
+    }
+    if let Some(rest) = body.strip_prefix(b"error:") {
+        if st.first_error.is_none() {
+            st.first_error = Some((no, format!("# error:{}", String::from_utf8_lossy(rest))));
+        }
+    }
+    Ok(())
+}
+
+/// `Rank  0 Group  0 Pid 4242 on host device  0 [0000:07:00] NVIDIA H100`
+/// (old logs have no `Group`).
+fn rank_line(st: &mut State, toks: &[&[u8]]) {
+    st.in_ranks = true;
+    let Some(rank) = toks.get(1).and_then(|t| parse_u64(t)) else {
+        return;
+    };
+    let rank = rank as u32;
+    let host = toks
+        .iter()
+        .position(|t| *t == b"on")
+        .and_then(|i| toks.get(i + 1));
+    // GPU name: everything after the bracketed PCI id.
+    let gpu = toks
+        .iter()
+        .position(|t| t.starts_with(b"[") && t.ends_with(b"]"))
+        .map(|i| {
+            toks[i + 1..]
+                .iter()
+                .map(|t| String::from_utf8_lossy(t))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .filter(|s| !s.is_empty());
+    let new_job = match st.cur.jobs.last() {
+        None => true,
+        Some(j) => j.last_rank.is_some_and(|lr| rank <= lr),
+    };
+    if new_job {
+        st.cur.jobs.push(Job {
+            elided: rank != 0,
+            ..Default::default()
+        });
+    }
+    let job = st.cur.jobs.last_mut().expect("pushed above");
+    if let Some(lr) = job.last_rank {
+        if rank != lr + 1 {
+            job.elided = true;
+        }
+    }
+    job.last_rank = Some(rank);
+    job.ranks += 1;
+    if let Some(h) = host {
+        if !job.hosts.contains(*h) {
+            job.hosts.insert((*h).into());
+        }
+    }
+    if job.gpu.is_none() {
+        job.gpu = gpu.map(|g| Arc::from(g.as_str()));
+    }
+}
+
+/// An NCCL INFO line (text after `NCCL INFO `).
+fn info(st: &mut State, rest: &[u8]) {
+    if let Some(v) = rest.strip_prefix(b"NCCL version ") {
+        st.info.complete = true;
+        let end = v
+            .iter()
+            .position(|b| b.is_ascii_whitespace())
+            .unwrap_or(v.len());
+        if st.nccl_version.is_none() {
+            st.nccl_version = std::str::from_utf8(&v[..end])
+                .ok()
+                .and_then(knobs::parse_nccl_version);
+        }
+        return;
+    }
+    if let Some(p) = memmem::find(rest, b" set by environment to ") {
+        st.info.complete = true;
+        let var = String::from_utf8_lossy(rest[..p].trim_ascii());
+        let var = var.rsplit(' ').next().unwrap_or("");
+        let val = &rest[p + 23..];
+        let end = val
+            .iter()
+            .position(|b| b.is_ascii_whitespace())
+            .unwrap_or(val.len());
+        let val = String::from_utf8_lossy(&val[..end]);
+        let val = val.trim_end_matches(['.', ',']);
+        st.info.set(var, val);
+        return;
+    }
+    if let Some(p) = memmem::find(rest, b" Bytes -> Algo ") {
+        let mut toks: [&[u8]; 40] = [&[]; 40];
+        let before = &rest[..p];
+        let nb = tokenize(before, &mut toks).min(40);
+        let Some(bytes) = nb.checked_sub(1).and_then(|i| parse_u64(toks[i])) else {
+            return;
+        };
+        let func = if nb >= 2 {
+            let f = toks[nb - 2];
+            let f = f.strip_suffix(b":").unwrap_or(f);
+            std::str::from_utf8(f).ok().and_then(Collective::parse)
+        } else {
+            None
+        };
+        let after = &rest[p + 15..];
+        let na = tokenize(after, &mut toks).min(40);
+        let a = toks[..na].first().copied().unwrap_or(b"");
+        let algo = parse_u64(a)
+            .and_then(|i| Algo::from_u8(i as u8))
+            .or_else(|| std::str::from_utf8(a).ok().and_then(Algo::parse));
+        let proto = toks[..na]
+            .iter()
+            .position(|t| *t == b"proto")
+            .and_then(|i| toks[..na].get(i + 1))
+            .and_then(|t| {
+                parse_u64(t)
+                    .and_then(|i| Proto::from_u8(i as u8))
+                    .or_else(|| std::str::from_utf8(t).ok().and_then(Proto::parse))
+            });
+        st.chosen.insert((func, bytes), (algo, proto));
+    }
+}
+
+/// Tries `l` as a data row. Ok(false): not a row (noise).
+fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<bool> {
+    let mut toks: [&[u8]; 40] = [&[]; 40];
+    let n = tokenize(l, &mut toks);
+    if n < 2 || parse_u64(toks[0]).is_none() || parse_u64(toks[1]).is_none() {
+        return Ok(false);
+    }
+    let in_table = st.cur.in_table();
+    let layout = match st.cur.layout {
+        Some(lay) => lay,
+        None if n == 13 && is_int(toks[4]) => Layout::NEW,
+        None if n == 12 => Layout::OLD,
+        None => return Ok(false),
+    };
+    // A -S timestamp (date and time tokens) the header did not announce.
+    let stamped = n > layout.ntok
+        && n <= layout.ntok + 2
+        && toks[layout.ntok..n.min(40)]
+            .iter()
+            .all(|t| t.iter().any(u8::is_ascii_digit) && t.iter().any(|&b| b == b'-' || b == b':'));
+    if n != layout.ntok && !stamped {
+        if in_table {
+            ctx.bad(
+                no,
+                format!(
+                    "a data row with {n} fields; expected {} ({})",
+                    layout.ntok,
+                    layout.describe()
+                ),
+            )?;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    // Rows outside a table are accepted only when they parse fully.
+    let size = parse_u64(toks[0]).unwrap_or(0);
+    let mut time = [None, None];
+    let mut wrong = [false, false];
+    for h in 0..2 {
+        let t = toks[layout.time[h]];
+        match parse_f64(t) {
+            Some(v) if v.is_finite() && v > 0.0 => time[h] = Some(v),
+            _ => {
+                if !in_table {
+                    return Ok(false);
+                }
+                ctx.bad(
+                    no,
+                    format!(
+                        "{} time {:?}: expected a positive number of microseconds",
+                        if h == 0 { "out-of-place" } else { "in-place" },
+                        String::from_utf8_lossy(t)
+                    ),
+                )?;
+                return Ok(true);
+            }
+        }
+        let w = toks[layout.wrong[h]];
+        wrong[h] = if w == b"0" || w == b"N/A" {
+            false
+        } else {
+            match parse_f64(w) {
+                // Old logs print the max error as a float (2e-07 is normal).
+                Some(v) if layout.float_error => v.is_nan() || v > 1e-2,
+                Some(v) => v != 0.0,
+                None => {
+                    if !in_table {
+                        return Ok(false);
+                    }
+                    ctx.bad(
+                        no,
+                        format!(
+                            "#wrong {:?}: expected a count or N/A",
+                            String::from_utf8_lossy(w)
+                        ),
+                    )?;
+                    return Ok(true);
+                }
+            }
+        };
+    }
+    st.rows += 1;
+    if size == 0 {
+        st.zero_rows += 1;
+        return Ok(true);
+    }
+    let ty = toks[layout.type_i];
+    let dtype = match st.dtypes.iter().find(|d| d.as_bytes() == ty) {
+        Some(d) => d.clone(),
+        None => {
+            let d: Arc<str> = String::from_utf8_lossy(ty).as_ref().into();
+            st.dtypes.push(d.clone());
+            d
+        }
+    };
+    if st.cur.layout.is_none() && !st.cur.started() {
+        st.cur.line = no;
+    }
+    st.cur.rows.push(RawRow {
+        line: no,
+        size,
+        dtype,
+        time,
+        wrong,
+    });
+    Ok(true)
+}
+
+/// Collective from a file name (`all_reduce_output.dat.1`, `ag.log` no).
+pub fn collective_from_name(name: &str) -> Option<Collective> {
+    let k: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    for (pat, c) in [
+        ("reducescatter", Collective::ReduceScatter),
+        ("allreduce", Collective::AllReduce),
+        ("allgather", Collective::AllGather),
+        ("alltoall", Collective::AllToAll),
+        ("sendrecv", Collective::SendRecv),
+        ("broadcast", Collective::Broadcast),
+        ("hypercube", Collective::HyperCube),
+    ] {
+        if k.contains(pat) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+fn finish(
+    ctx: &mut FileCtx,
+    st: State,
+    assume: &Assumptions,
+    mut out: FileOutput,
+) -> anyhow::Result<FileOutput> {
+    out.report.rows = st.rows;
+    out.report.zero_size_rows = st.zero_rows;
+    let path = ctx.path.clone();
+    let path_src = knobs::from_path(&path);
+    let name_coll = path
+        .file_name()
+        .and_then(|n| collective_from_name(&n.to_string_lossy()));
+    let sources: [&KnobSource; 4] = [&st.info, &st.header.knobs, &path_src, &assume.knobs];
+    let mut knob_desc = Vec::new();
+    let mut resolved_all = true;
+    if st.rows == 0 {
+        let why = match &st.first_error {
+            Some((l, e)) => format!("no data rows (failed run?): line {l}: {}", e.trim()),
+            None => "no data rows".to_string(),
+        };
+        ctx.skip(0, why);
+        out.report.knobs = "n/a".into();
+        return Ok(out);
+    }
+    let mut ignored = 0usize;
+    for b in st.blocks {
+        if b.rows.is_empty() {
+            continue;
+        }
+        let mut problems: Vec<String> = Vec::new();
+        // Collective.
+        let coll = b
+            .coll
+            .or(st.header.coll)
+            .or(st.launcher_coll)
+            .or(name_coll)
+            .or(assume.coll);
+        if coll.is_none() {
+            problems.push(
+                "collective unknown: no `Collective test starting` line, launcher command or \
+                 collective in the file name; pass --assume coll=allreduce (or the right one)"
+                    .into(),
+            );
+        }
+        // Shape.
+        let (mut nranks, mut nnodes, mut gpu) = (None, None, None);
+        let jobs: Vec<&Job> = b.jobs.iter().filter(|j| j.ranks > 0).collect();
+        let elided = b.elided || jobs.iter().any(|j| j.elided);
+        if !jobs.is_empty() && !elided {
+            let shape = |j: &Job| (j.ranks, j.hosts.len() as u32, j.gpu.clone());
+            let first = shape(jobs[0]);
+            if jobs.len() > 1 || b.headers > 1 {
+                if jobs.iter().all(|j| shape(j) == first) {
+                    ctx.anomaly(
+                        b.line,
+                        "interleaved-jobs",
+                        format!(
+                            "{} independent {}-rank jobs are interleaved in this section (rank ids \
+                             restart at 0{}); rows read as repeats of one {}-rank, {}-node job, \
+                             not one {}-rank job",
+                            jobs.len().max(b.headers as usize),
+                            first.0,
+                            if b.headers > 1 { ", header blocks repeat" } else { "" },
+                            first.0,
+                            first.1,
+                            first.0 as usize * jobs.len()
+                        ),
+                    );
+                } else {
+                    problems.push(format!(
+                        "{} interleaved jobs of different shapes ({}): rows cannot be \
+                         attributed to one of them; split the file per job",
+                        jobs.len(),
+                        jobs.iter()
+                            .map(|j| format!("{} ranks on {} nodes", j.ranks, j.hosts.len()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            }
+            nranks = Some(first.0);
+            nnodes = Some(first.1.max(1));
+            gpu = first.2;
+        }
+        let facts = [&st.header, assume];
+        if nranks.is_none() {
+            nranks = facts.iter().find_map(|a| a.ranks);
+        }
+        if nnodes.is_none() {
+            nnodes = facts.iter().find_map(|a| a.nodes).or_else(|| {
+                let g = facts.iter().find_map(|a| a.gpus_per_node)?;
+                nranks.map(|r| r.div_ceil(g))
+            });
+        }
+        if nranks.is_none() && nnodes.is_some() {
+            if let Some(g) = facts.iter().find_map(|a| a.gpus_per_node) {
+                nranks = nnodes.map(|n| n * g);
+            }
+        }
+        if gpu.is_none() {
+            // An elided rank list still names the GPU.
+            gpu = jobs
+                .iter()
+                .find_map(|j| j.gpu.clone())
+                .or_else(|| facts.iter().find_map(|a| a.gpu.clone()));
+        }
+        if nranks.is_none() || nnodes.is_none() {
+            problems.push(format!(
+                "ranks/nodes unknown: {}; pass --assume ranks=N nodes=M (or gpus_per_node=G)",
+                if elided {
+                    "the rank list is elided"
+                } else {
+                    "no `# Rank` lines"
+                }
+            ));
+        }
+        let platform = facts.iter().find_map(|a| a.platform.clone());
+        let nccl_version = st
+            .nccl_version
+            .or_else(|| facts.iter().find_map(|a| a.nccl_version));
+        // Knobs.
+        let knob = match coll.map(|c| knobs::resolve(&sources, c)) {
+            Some(Ok(k)) => Some(k),
+            Some(Err(e)) => {
+                problems.push(e);
+                None
+            }
+            None => None,
+        };
+        if let Some(k) = &knob {
+            if !knob_desc.contains(&k.how) {
+                knob_desc.push(k.how.clone());
+            }
+        }
+        let mut flags0 = 0u8;
+        if !problems.is_empty() {
+            resolved_all = false;
+            let msg = problems.join("; ");
+            if !knob_desc.contains(&msg) {
+                knob_desc.push(msg.clone());
+            }
+            // Without a collective the rows cannot even be labelled: they
+            // are counted (rows) but never become records.
+            if !ctx.unresolved(b.line, &msg)? || coll.is_none() {
+                continue;
+            }
+            flags0 = UNRESOLVED;
+        }
+        let coll = coll.unwrap_or(Collective::AllReduce);
+        let (algo, proto, channels) = knob
+            .as_ref()
+            .map(|k| (k.algo, k.proto, k.channels))
+            .unwrap_or((None, None, None));
+        let nr = nranks.unwrap_or(0);
+        for r in &b.rows {
+            let mut f = flags0;
+            if (algo.is_some() || proto.is_some()) && !st.chosen.is_empty() {
+                if let Some((ca, cp)) = chosen_for(&st.chosen, coll, r.size, nr) {
+                    if (algo.is_some() && ca.is_some() && ca != algo)
+                        || (proto.is_some() && cp.is_some() && cp != proto)
+                    {
+                        f |= flags::KNOB_IGNORED;
+                        ignored += 1;
+                    }
+                }
+            }
+            for h in 0..2 {
+                let Some(t) = r.time[h] else { continue };
+                let mut ff = f;
+                if r.wrong[h] {
+                    ff |= flags::WRONG_DATA;
+                    ctx.anomaly(
+                        r.line,
+                        "wrong-data",
+                        format!(
+                            "{} B {}: nccl-tests reported wrong elements; kept out of fitting",
+                            r.size,
+                            if h == 0 { "out-of-place" } else { "in-place" }
+                        ),
+                    );
+                }
+                out.records.push(Record {
+                    collective: coll,
+                    nbytes: r.size,
+                    nranks: nr,
+                    nnodes: nnodes.unwrap_or(0),
+                    gpu: gpu.clone(),
+                    nccl_version,
+                    platform: platform.clone(),
+                    algo,
+                    proto,
+                    channels,
+                    time_us: t,
+                    in_place: h == 1,
+                    dtype: Some(r.dtype.clone()),
+                    pipe_ops: 1,
+                    reg_buff: false,
+                    source: ctx.source(r.line),
+                    flags: ff,
+                });
+            }
+        }
+    }
+    if ignored > 0 {
+        ctx.anomaly(
+            0,
+            "knob-ignored",
+            format!(
+                "{ignored} rows: the log's own `Bytes -> Algo` lines show NCCL ran a different \
+                 algorithm/protocol than the forced knob; flagged and kept out of fitting"
+            ),
+        );
+    }
+    out.report.resolved = resolved_all;
+    out.report.knobs = knob_desc.join(" | ");
+    Ok(out)
+}
+
+/// What NCCL's INFO lines say it chose for (coll, nbytes). Since 2.24 the
+/// bytes are per rank for AllGather/ReduceScatter.
+fn chosen_for(
+    chosen: &ChosenMap,
+    coll: Collective,
+    nbytes: u64,
+    nranks: u32,
+) -> Option<(Option<Algo>, Option<Proto>)> {
+    let mut keys = vec![(Some(coll), nbytes), (None, nbytes)];
+    if matches!(coll, Collective::AllGather | Collective::ReduceScatter) && nranks > 0 {
+        keys.push((Some(coll), nbytes / nranks as u64));
+    }
+    keys.iter().find_map(|k| chosen.get(k).copied())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_are_stripped() {
+        assert_eq!(strip_prefixes(b"0: # nThread 1"), b"# nThread 1");
+        assert_eq!(strip_prefixes(b" 12:            8  2"), b"8  2");
+        assert_eq!(strip_prefixes(b"[1,0]<stdout>:#  Rank  0"), b"#  Rank  0");
+        assert_eq!(
+            strip_prefixes(b"Thu Jul 18 15:41:05 2024<stdout>:  1024  256"),
+            b"1024  256"
+        );
+        assert_eq!(
+            strip_prefixes(b"           8             2     float"),
+            b"8             2     float"
+        );
+        // A hostname with a colon is not a srun label.
+        assert_eq!(
+            strip_prefixes(b"2e3f:195:195 [0] NCCL INFO x"),
+            b"2e3f:195:195 [0] NCCL INFO x"
+        );
+    }
+
+    #[test]
+    fn fused_rank_tags_are_split() {
+        let mut t: [&[u8]; 40] = [&[]; 40];
+        let n = tokenize(b"8  2  float  sum  -1[0]    1626.5", &mut t);
+        assert_eq!(
+            &t[..n],
+            &[&b"8"[..], b"2", b"float", b"sum", b"-1", b"1626.5"]
+        );
+        let n = tokenize(b"dev  0 [0000:07:00] NVIDIA H100", &mut t);
+        assert_eq!(n, 5);
+        assert_eq!(t[2], b"[0000:07:00]");
+    }
+
+    #[test]
+    fn collective_names() {
+        assert_eq!(
+            collective_from_name("all_reduce_output.dat.1"),
+            Some(Collective::AllReduce)
+        );
+        assert_eq!(
+            collective_from_name("nccl_sendrecv.out"),
+            Some(Collective::SendRecv)
+        );
+        assert_eq!(
+            collective_from_name("reduce_scatter.log"),
+            Some(Collective::ReduceScatter)
+        );
+        assert_eq!(collective_from_name("job-n-00004.out"), None);
+    }
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Instructions per getCollInfo call through ncclTunerPlugin_v6, measured with
+# callgrind as (instructions for N calls - instructions for 0 calls) / N, for
+# repeated and random inputs. Deterministic, so it does not care how busy the
+# machine is. Usage: runtime/benches/instructions.sh [N]   (default 100000)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+n="${1:-100000}"
+command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
+cargo build --release -q -p dyncc-runtime --example callgrind_getcollinfo
+exe="${CARGO_TARGET_DIR:-target}/release/examples/callgrind_getcollinfo"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+total() { # N MODE -> total instructions (Ir)
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$exe" "$1" "$2" >/dev/null 2>&1
+  awk '/^summary:/ {print $2}' "$tmp/out"
+}
+for mode in repeated random; do
+  base="$(total 0 "$mode")"
+  full="$(total "$n" "$mode")"
+  awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
+    'BEGIN { printf "getCollInfo v6 (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
+done

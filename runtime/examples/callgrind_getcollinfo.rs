@@ -1,0 +1,76 @@
+//! Drives `ncclTunerPlugin_v6.getCollInfo` N times for instruction counting
+//! under callgrind (see runtime/benches/instructions.sh, which runs this with
+//! N calls and with 0 calls and divides the difference by N).
+//!
+//! Usage: `callgrind_getcollinfo N repeated|random`
+
+use std::hint::black_box;
+
+use dyncc_runtime::ncclTunerPlugin_v6;
+use dyncc_runtime::plugin::{init_with, Config};
+
+#[path = "../../tests/c/harness_table.rs"]
+mod harness_table;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("usage: callgrind_getcollinfo N repeated|random");
+    let random = match args.next().as_deref() {
+        Some("random") => true,
+        Some("repeated") | None => false,
+        Some(other) => panic!("mode must be repeated or random, not {other}"),
+    };
+    let dir = std::env::temp_dir().join(format!("dyncc-callgrind-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.tbl");
+    std::fs::write(&path, harness_table::harness_table()).unwrap();
+    let cfg = Config {
+        table: Some(path.clone().into_os_string()),
+        strict: true,
+    };
+    let mut ctx = std::ptr::null_mut();
+    // SAFETY: writable context pointer.
+    assert_eq!(unsafe { init_with(&cfg, &mut ctx, 8, 1, None) }, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // The same fixed-size input set whatever N is, so it cancels out.
+    let mut x = 0x2545f4914f6cdd1du64;
+    let inputs: Vec<(i32, usize)> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x % 5) as i32, ((x >> 16) as usize) >> (32 + (x % 32)))
+        })
+        .collect();
+    let mut table = [[1.0f32; 3]; 7];
+    let mut nch = 0;
+    let gci = black_box(&ncclTunerPlugin_v6).getCollInfo.unwrap();
+    for i in 0..n {
+        let (coll, bytes) = if random {
+            inputs[i & 4095]
+        } else {
+            (4, 1 << 20)
+        };
+        // SAFETY: contiguous float[7][3], writable nChannels.
+        unsafe {
+            gci(
+                ctx,
+                black_box(coll),
+                black_box(bytes),
+                1,
+                table.as_mut_ptr().cast(),
+                7,
+                3,
+                0,
+                &mut nch,
+            )
+        };
+    }
+    black_box(table);
+    // SAFETY: ctx came from init.
+    unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
+}

@@ -1,0 +1,123 @@
+//! Proves the `getCollInfo` path allocates nothing: a counting global
+//! allocator (per thread, so the test harness's own threads do not count)
+//! wraps the system allocator, and every ABI version's `getCollInfo` runs
+//! on many inputs between two readings of the counter. Its own test binary,
+//! so the allocator affects nothing else.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::ptr::null_mut;
+
+use dyncc_runtime::plugin::{init_with, Config};
+use dyncc_runtime::*;
+
+#[path = "../../tests/c/harness_table.rs"]
+mod harness_table;
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: forwards to System unchanged; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: same contract as the caller's.
+        unsafe { System.realloc(p, l, n) }
+    }
+}
+
+#[global_allocator]
+static A: Counting = Counting;
+
+fn allocs() -> u64 {
+    ALLOCS.with(|c| c.get())
+}
+
+#[test]
+fn get_coll_info_allocates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.tbl");
+    std::fs::write(&path, harness_table::harness_table()).unwrap();
+    let cfg = Config {
+        table: Some(path.into_os_string()),
+        strict: true,
+    };
+    let mut ctx = null_mut();
+    let before_init = allocs();
+    // SAFETY: writable context pointer.
+    assert_eq!(unsafe { init_with(&cfg, &mut ctx, 8, 1, None) }, 0);
+    assert!(
+        allocs() > before_init,
+        "the counter works (init allocates the context)"
+    );
+
+    // Inputs prepared up front: every collective value, sizes across the
+    // whole range, pipe ops and regBuff, IGNORE cells and odd dimensions.
+    let mut inputs = Vec::new();
+    let mut x = 0x9e3779b97f4a7c15u64;
+    for i in 0..20_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let coll = (x % 9) as i32 - 1;
+        let n = (x >> 8) >> (x % 64);
+        inputs.push((
+            coll,
+            n as usize,
+            (i % 3) as i32,
+            (i % 2) as i32,
+            (i % 7) as usize,
+        ));
+    }
+
+    let v2 = ncclTunerPlugin_v2.getCollInfo.unwrap();
+    let v3 = ncclTunerPlugin_v3.getCollInfo.unwrap();
+    let v4 = ncclTunerPlugin_v4.getCollInfo.unwrap();
+    let v5 = ncclTunerPlugin_v5.getCollInfo.unwrap();
+    let v6 = ncclTunerPlugin_v6.getCollInfo.unwrap();
+    let mut forced = 0u64;
+    let start = allocs();
+    for &(coll, n, pipe, reg, ignore) in &inputs {
+        let mut t = [1.0f32; 21];
+        t[ignore * 3] = -1.0;
+        let mut ch = 0;
+        let tp = t.as_mut_ptr().cast();
+        let (mut a, mut p) = (-1, -1);
+        // SAFETY: contiguous float[7][3] and writable outs, as NCCL passes.
+        unsafe {
+            v2(ctx, coll, n, 1, 1, pipe, &mut a, &mut p, &mut ch);
+            v3(ctx, coll, n, pipe, tp, 7, 3, &mut ch);
+            v4(ctx, coll, n, pipe, tp, 6, 3, reg, &mut ch);
+            v5(ctx, coll, n, pipe, tp, 7, 2, reg, &mut ch);
+            v6(ctx, coll, n, pipe, tp, 7, 3, reg, &mut ch);
+            v6(null_mut(), coll, n, pipe, tp, 7, 3, reg, &mut ch);
+        }
+        forced += t.iter().filter(|&&c| c == 0.0).count() as u64;
+    }
+    let during = allocs() - start;
+    assert!(
+        forced > 1000,
+        "the inputs exercise forced decisions ({forced})"
+    );
+    assert_eq!(
+        during,
+        0,
+        "getCollInfo allocated {during} times over {} calls",
+        inputs.len() * 6
+    );
+
+    // SAFETY: ctx came from init.
+    unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
+}

@@ -1,0 +1,415 @@
+//! The logical content of a table: decisions, rules, contexts and tree nodes.
+//!
+//! These are the values the reader hands out and the builder takes in; the
+//! byte layout they are stored in lives in `raw.rs`.
+
+use crate::nccl::{Algo, Coll, Proto};
+
+/// What the plugin tells NCCL for one collective call.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub enum Decision {
+    /// Leave NCCL's own choice alone.
+    Default,
+    /// Force this algorithm and protocol; `channels == 0` leaves the channel
+    /// count to NCCL.
+    Force {
+        /// The algorithm to force.
+        algo: Algo,
+        /// The protocol to force.
+        proto: Proto,
+        /// Channel count, 0 = NCCL's choice.
+        channels: u8,
+    },
+}
+
+/// `to_packed()` of [`Decision::Default`].
+pub const PACKED_DEFAULT: u32 = 0x0000_FFFF;
+
+impl Decision {
+    /// The file encoding: byte0 algo (0xFF = Default), byte1 proto (0xFF for
+    /// Default), byte2 channels, byte3 reserved 0.
+    #[inline]
+    pub const fn to_packed(self) -> u32 {
+        match self {
+            Decision::Default => PACKED_DEFAULT,
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            } => algo as u32 | (proto as u32) << 8 | (channels as u32) << 16,
+        }
+    }
+
+    /// Decodes [`Decision::to_packed`]; `None` for any other value (unknown
+    /// algorithm or protocol, Default with a protocol or channels, reserved
+    /// byte set).
+    #[inline]
+    pub fn from_packed(v: u32) -> Option<Decision> {
+        let [a, p, ch, reserved] = v.to_le_bytes();
+        if reserved != 0 {
+            return None;
+        }
+        if a == 0xFF {
+            return (p == 0xFF && ch == 0).then_some(Decision::Default);
+        }
+        Some(Decision::Force {
+            algo: Algo::from_u8(a)?,
+            proto: Proto::from_u8(p)?,
+            channels: ch,
+        })
+    }
+
+    /// True unless this is [`Decision::Default`].
+    pub const fn is_forced(self) -> bool {
+        matches!(self, Decision::Force { .. })
+    }
+}
+
+impl core::fmt::Display for Decision {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Decision::Default => f.write_str("default"),
+            Decision::Force {
+                algo,
+                proto,
+                channels: 0,
+            } => {
+                write!(f, "{}/{}", algo.name(), proto.name())
+            }
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            } => {
+                write!(f, "{}/{}/{}ch", algo.name(), proto.name(), channels)
+            }
+        }
+    }
+}
+
+/// How well a rule's decision is backed by measurements.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Basis {
+    /// Measured at this size and shape.
+    Measured = 0,
+    /// Between measured points.
+    Interpolated = 1,
+    /// Outside what was measured.
+    Extrapolated = 2,
+}
+
+impl Basis {
+    /// All values, in numbering order.
+    pub const ALL: [Basis; 3] = [Basis::Measured, Basis::Interpolated, Basis::Extrapolated];
+
+    /// From the file's byte; `None` if out of range.
+    pub const fn from_u8(v: u8) -> Option<Basis> {
+        match v {
+            0 => Some(Basis::Measured),
+            1 => Some(Basis::Interpolated),
+            2 => Some(Basis::Extrapolated),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name (`measured`, `interpolated`, `extrapolated`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Basis::Measured => "measured",
+            Basis::Interpolated => "interpolated",
+            Basis::Extrapolated => "extrapolated",
+        }
+    }
+}
+
+/// One run of size buckets with one decision.
+///
+/// A context's rules are sorted by `last_bucket`, strictly increasing; rule
+/// `i` covers buckets `(rules[i-1].last_bucket, rules[i].last_bucket]` and
+/// the last rule has `last_bucket == 255`.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub struct Rule {
+    /// Last bucket (inclusive) this rule covers.
+    pub last_bucket: u8,
+    /// What to do in these buckets.
+    pub decision: Decision,
+    /// How well it is backed.
+    pub basis: Basis,
+    /// Expected speedup over NCCL's default (`t_default / t_choice`; 1.0 for
+    /// Default). Finite and > 0.
+    pub gain: f32,
+}
+
+/// Which `regBuff` values a context's decisions apply to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+#[repr(u8)]
+pub enum RegBuff {
+    /// Any value.
+    Any = 0,
+    /// Only `regBuff == 0` (buffer not registered).
+    Only0 = 1,
+    /// Only `regBuff != 0` (buffer registered).
+    Only1 = 2,
+}
+
+impl RegBuff {
+    /// From the file's byte; `None` if out of range.
+    pub const fn from_u8(v: u8) -> Option<RegBuff> {
+        match v {
+            0 => Some(RegBuff::Any),
+            1 => Some(RegBuff::Only0),
+            2 => Some(RegBuff::Only1),
+            _ => None,
+        }
+    }
+
+    /// Whether NCCL's `regBuff` argument is one this context decides for.
+    #[inline]
+    pub const fn allows(self, reg_buff: i32) -> bool {
+        match self {
+            RegBuff::Any => true,
+            RegBuff::Only0 => reg_buff == 0,
+            RegBuff::Only1 => reg_buff != 0,
+        }
+    }
+}
+
+/// Whether NCCL's `numPipeOps` is one a context with this `max_pipe_ops`
+/// decides for (0 = any).
+#[inline]
+pub const fn pipe_ops_allowed(max_pipe_ops: u32, num_pipe_ops: i32) -> bool {
+    max_pipe_ops == 0 || (num_pipe_ops as i64) <= max_pipe_ops as i64
+}
+
+/// The communicator shapes one set of rules applies to.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+pub struct ContextSpec {
+    /// The collective.
+    pub coll: Coll,
+    /// Inclusive range of `nNodes`.
+    pub nodes: (u32, u32),
+    /// Inclusive range of ranks per node.
+    pub ppn: (u32, u32),
+    /// 0 = any `numPipeOps`; else decisions apply only when `numPipeOps <= this`.
+    pub max_pipe_ops: u32,
+    /// Which `regBuff` values decisions apply to.
+    pub reg_buff: RegBuff,
+}
+
+impl ContextSpec {
+    /// Whether a communicator of `n_ranks` ranks on `n_nodes` nodes is in
+    /// this context: `nodes.0 <= n_nodes <= nodes.1` and
+    /// `ppn.0 * n_nodes <= n_ranks <= ppn.1 * n_nodes` (saturating).
+    #[inline]
+    pub const fn matches(&self, n_ranks: u64, n_nodes: u64) -> bool {
+        (self.nodes.0 as u64) <= n_nodes
+            && n_nodes <= self.nodes.1 as u64
+            && (self.ppn.0 as u64).saturating_mul(n_nodes) <= n_ranks
+            && n_ranks <= (self.ppn.1 as u64).saturating_mul(n_nodes)
+    }
+}
+
+/// A feature a tree split tests.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
+#[repr(u8)]
+pub enum Feature {
+    /// log2 of the message size in bytes.
+    Log2Bytes = 0,
+    /// Number of nodes.
+    Nodes = 1,
+    /// Number of ranks.
+    Ranks = 2,
+    /// Ranks per node.
+    Ppn = 3,
+    /// log2 of bytes per rank.
+    Log2BytesPerRank = 4,
+}
+
+/// Number of tree features (the length of [`crate::TreeView::eval`]'s input).
+pub const NUM_FEATURES: usize = 5;
+
+impl Feature {
+    /// All features, in numbering order (= index into the feature vector).
+    pub const ALL: [Feature; NUM_FEATURES] = [
+        Feature::Log2Bytes,
+        Feature::Nodes,
+        Feature::Ranks,
+        Feature::Ppn,
+        Feature::Log2BytesPerRank,
+    ];
+
+    /// From the file's byte; `None` if out of range.
+    pub const fn from_u8(v: u8) -> Option<Feature> {
+        match v {
+            0 => Some(Feature::Log2Bytes),
+            1 => Some(Feature::Nodes),
+            2 => Some(Feature::Ranks),
+            3 => Some(Feature::Ppn),
+            4 => Some(Feature::Log2BytesPerRank),
+            _ => None,
+        }
+    }
+
+    /// Snake-case name (`log2_bytes`, `nodes`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Feature::Log2Bytes => "log2_bytes",
+            Feature::Nodes => "nodes",
+            Feature::Ranks => "ranks",
+            Feature::Ppn => "ppn",
+            Feature::Log2BytesPerRank => "log2_bytes_per_rank",
+        }
+    }
+}
+
+/// One node of a flat decision tree (for `dyncc explain`).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub enum TreeNode {
+    /// Go to `left` when the feature value `< threshold`, else to `right`.
+    /// Children indices are greater than this node's index and less than the
+    /// number of nodes, so every walk ends.
+    Split {
+        /// The feature tested.
+        feature: Feature,
+        /// Finite threshold.
+        threshold: f32,
+        /// Index of the `<` child.
+        left: u32,
+        /// Index of the `>=` (or NaN) child.
+        right: u32,
+    },
+    /// A decision.
+    Leaf {
+        /// The decision.
+        decision: Decision,
+        /// How well it is backed.
+        basis: Basis,
+        /// Expected speedup, finite and > 0.
+        gain: f32,
+    },
+}
+
+/// Checks a rule list the way the reader does; `Err((index, what))`.
+pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
+    rules: I,
+) -> Result<(), (u32, &'static str)> {
+    // (last_bucket, packed decision, basis byte, gain) per rule.
+    let mut prev: Option<u8> = None;
+    let mut last: Option<u8> = None;
+    let mut i = 0u32;
+    for (lb, packed, basis, gain) in rules {
+        if let Some(p) = prev {
+            if lb <= p {
+                return Err((i, "last_bucket values are not strictly increasing"));
+            }
+        }
+        let Some(decision) = Decision::from_packed(packed) else {
+            return Err((
+                i,
+                "decision is not a valid algorithm/protocol/channels encoding",
+            ));
+        };
+        if Basis::from_u8(basis).is_none() {
+            return Err((
+                i,
+                "basis is not 0 (measured), 1 (interpolated) or 2 (extrapolated)",
+            ));
+        }
+        check_gain(gain).map_err(|w| (i, w))?;
+        let _ = decision;
+        prev = Some(lb);
+        last = Some(lb);
+        i += 1;
+    }
+    match last {
+        None => Err((
+            0,
+            "context has no rules (it needs at least one, ending at bucket 255)",
+        )),
+        Some(255) => Ok(()),
+        Some(_) => Err((i - 1, "last rule does not end at bucket 255")),
+    }
+}
+
+pub(crate) fn check_gain(gain: f32) -> Result<(), &'static str> {
+    if !gain.is_finite() {
+        Err("gain is not finite")
+    } else if gain <= 0.0 {
+        Err("gain is not > 0")
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_round_trip_and_rejects() {
+        assert_eq!(Decision::Default.to_packed(), PACKED_DEFAULT);
+        assert_eq!(
+            Decision::from_packed(PACKED_DEFAULT),
+            Some(Decision::Default)
+        );
+        for a in Algo::ALL {
+            for p in Proto::ALL {
+                for ch in [0u8, 1, 16, 255] {
+                    let d = Decision::Force {
+                        algo: a,
+                        proto: p,
+                        channels: ch,
+                    };
+                    assert_eq!(Decision::from_packed(d.to_packed()), Some(d));
+                }
+            }
+        }
+        assert_eq!(Decision::from_packed(0x0000_FF07), None, "algo 7");
+        assert_eq!(Decision::from_packed(0x0000_0300), None, "proto 3");
+        assert_eq!(
+            Decision::from_packed(0x0001_FFFF),
+            None,
+            "default with channels"
+        );
+        assert_eq!(
+            Decision::from_packed(0x0000_00FF),
+            None,
+            "default with proto 0"
+        );
+        assert_eq!(Decision::from_packed(0x0100_0000), None, "reserved byte");
+    }
+
+    #[test]
+    fn context_matching_uses_per_node_ranks() {
+        let c = ContextSpec {
+            coll: Coll::AllReduce,
+            nodes: (2, 2),
+            ppn: (8, 8),
+            max_pipe_ops: 0,
+            reg_buff: RegBuff::Any,
+        };
+        assert!(c.matches(16, 2));
+        assert!(!c.matches(15, 2));
+        assert!(!c.matches(16, 1));
+        let wide = ContextSpec {
+            nodes: (0, u32::MAX),
+            ppn: (0, u32::MAX),
+            ..c
+        };
+        assert!(wide.matches(
+            u64::from(u32::MAX) * u64::from(u32::MAX),
+            u64::from(u32::MAX)
+        ));
+        assert!(!wide.matches(u64::MAX, u64::from(u32::MAX) + 1));
+    }
+
+    #[test]
+    fn pipe_ops_and_reg_buff_gates() {
+        assert!(pipe_ops_allowed(0, i32::MAX));
+        assert!(pipe_ops_allowed(1, 1));
+        assert!(!pipe_ops_allowed(1, 2));
+        assert!(RegBuff::Only0.allows(0) && !RegBuff::Only0.allows(1));
+        assert!(RegBuff::Only1.allows(1) && !RegBuff::Only1.allows(0));
+    }
+}

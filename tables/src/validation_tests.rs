@@ -1,0 +1,707 @@
+//! One test per validation error: start from a valid table, break exactly
+//! one thing (re-sealing the CRC so the structural check is what fires),
+//! and check `from_bytes` names that thing.
+
+use std::vec::Vec;
+
+use crate::build::{assemble, TableBuilder};
+use crate::raw::{kind, HEADER_LEN};
+use crate::*;
+
+const CRC_AT: usize = 32;
+
+fn ll() -> Decision {
+    Decision::Force {
+        algo: Algo::Tree,
+        proto: Proto::LL,
+        channels: 0,
+    }
+}
+
+/// Two contexts (allreduce: rules ending at 10 and 255; allgather: one
+/// rule), two trees (broadcast: 1 leaf; allreduce: split + 2 leaves) and
+/// metadata keys a, b, nccl_enum.
+fn fixture() -> Vec<u8> {
+    let spec = |coll| ContextSpec {
+        coll,
+        nodes: (1, 4),
+        ppn: (1, 8),
+        max_pipe_ops: 0,
+        reg_buff: RegBuff::Any,
+    };
+    let r = |last_bucket, decision| Rule {
+        last_bucket,
+        decision,
+        basis: Basis::Measured,
+        gain: 1.5,
+    };
+    let leaf = |decision| TreeNode::Leaf {
+        decision,
+        basis: Basis::Measured,
+        gain: 1.5,
+    };
+    let mut b = TableBuilder::new();
+    b.meta("a", "1").meta("b", "2");
+    b.context(
+        spec(Coll::AllReduce),
+        &[r(10, ll()), r(255, Decision::Default)],
+    )
+    .unwrap();
+    b.context(spec(Coll::AllGather), &[r(255, ll())]).unwrap();
+    b.tree(Coll::Broadcast, &[leaf(ll())]).unwrap();
+    b.tree(
+        Coll::AllReduce,
+        &[
+            TreeNode::Split {
+                feature: Feature::Log2Bytes,
+                threshold: 16.0,
+                left: 1,
+                right: 2,
+            },
+            leaf(ll()),
+            leaf(Decision::Default),
+        ],
+    )
+    .unwrap();
+    b.build().unwrap()
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+fn reseal(b: &mut [u8]) {
+    let crc = crc32fast::hash(&b[HEADER_LEN..]);
+    put_u32(b, CRC_AT, crc);
+}
+
+/// (directory entry offset, section offset) of section `k`.
+fn section(b: &[u8], k: u32) -> (usize, usize) {
+    let n = u32_at(b, 28) as usize;
+    (0..n)
+        .map(|i| HEADER_LEN + 12 * i)
+        .find(|&e| u32_at(b, e) == k)
+        .map(|e| (e, u32_at(b, e + 4) as usize))
+        .unwrap()
+}
+
+fn ctx(b: &[u8], i: usize) -> usize {
+    section(b, kind::CONTEXTS).1 + 32 * i
+}
+fn rule(b: &[u8], i: usize) -> usize {
+    section(b, kind::RULES).1 + 12 * i
+}
+fn tree_entry(b: &[u8], t: usize) -> usize {
+    section(b, kind::TREES).1 + 8 + 12 * t
+}
+fn node(b: &[u8], k: usize) -> usize {
+    let s = section(b, kind::TREES).1;
+    s + 8 + 12 * u32_at(b, s) as usize + 16 * k
+}
+fn meta_entry(b: &[u8], i: usize) -> usize {
+    section(b, kind::META).1 + 8 + 16 * i
+}
+
+/// Applies `f` to a fresh fixture, reseals and returns the error.
+fn broken(f: impl FnOnce(&mut Vec<u8>)) -> Error {
+    let mut b = fixture();
+    f(&mut b);
+    reseal(&mut b);
+    Table::from_bytes(&b).expect_err("corrupted table must be rejected")
+}
+
+fn err(b: &[u8]) -> Error {
+    Table::from_bytes(b).expect_err("must be rejected")
+}
+
+#[test]
+fn fixture_is_valid() {
+    let b = fixture();
+    let t = Table::from_bytes(&b).unwrap();
+    assert_eq!(t.context_count(), 2);
+    assert_eq!(t.meta("b"), Some("2"));
+    assert_eq!(t.tree(Coll::AllReduce).unwrap().len(), 3);
+}
+
+#[test]
+fn header_errors() {
+    let b = fixture();
+    let have = |n: usize| n as u64;
+    assert_eq!(err(&[]), Error::Truncated { need: 40, have: 0 });
+    assert_eq!(err(&b[..5]), Error::Truncated { need: 40, have: 5 });
+    assert_eq!(err(&b[..9]), Error::Truncated { need: 40, have: 9 });
+    assert_eq!(err(&b[..39]), Error::Truncated { need: 40, have: 39 });
+    let total = b.len();
+    assert_eq!(
+        err(&b[..total - 1]),
+        Error::Truncated {
+            need: have(total),
+            have: have(total - 1)
+        }
+    );
+    let mut long = b.clone();
+    long.push(0);
+    assert_eq!(
+        err(&long),
+        Error::LengthMismatch {
+            header: have(total),
+            actual: have(total + 1)
+        }
+    );
+    let mut m = b.clone();
+    m[0] = b'X';
+    assert_eq!(err(&m), Error::BadMagic);
+    assert_eq!(err(b"NOTATABLE"), Error::BadMagic);
+}
+
+#[test]
+fn newer_and_older_major_are_rejected_before_anything_else() {
+    for major in [0u16, 2, 0xFFFF] {
+        let mut b = fixture();
+        b[8..10].copy_from_slice(&major.to_le_bytes());
+        // Even with the rest of the header garbled, the version is reported.
+        b.truncate(12);
+        let e = Table::from_bytes(&b).unwrap_err();
+        assert_eq!(
+            e,
+            Error::UnsupportedVersion {
+                found: major,
+                supported: 1
+            }
+        );
+        let msg = std::format!("{e}");
+        assert!(
+            msg.contains(if major > 1 { "newer" } else { "not supported" }),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn newer_minor_with_unknown_section_loads() {
+    // A 1.1 table may add section kinds; 1.0 readers skip them.
+    let good = fixture();
+    let t = Table::from_bytes(&good).unwrap();
+    let secs: Vec<(u32, &[u8])> = [kind::CONTEXTS, kind::RULES, kind::TREES, kind::META]
+        .iter()
+        .map(|&k| {
+            let (e, off) = section(&good, k);
+            (k, &good[off..off + u32_at(&good, e + 8) as usize])
+        })
+        .chain([(99u32, &b"future"[..])])
+        .collect();
+    let mut b = assemble(&secs).unwrap();
+    b[10..12].copy_from_slice(&1u16.to_le_bytes());
+    reseal(&mut b);
+    let t2 = Table::from_bytes(&b).unwrap();
+    assert_eq!(t2.version(), (1, 1));
+    assert_eq!(t2.coverage(), t.coverage());
+    assert_eq!(t2.lookup(4, 4, 1, 100, 1, 0), t.lookup(4, 4, 1, 100, 1, 0));
+}
+
+#[test]
+fn header_field_errors() {
+    let e = broken(|b| put_u32(b, 12, 39));
+    assert!(matches!(e, Error::BadHeader { .. }), "{e:?}");
+    let e = broken(|b| {
+        let n = b.len() as u32;
+        put_u32(b, 12, n + 1)
+    });
+    assert!(matches!(e, Error::BadHeader { .. }), "{e:?}");
+    assert_eq!(
+        broken(|b| put_u32(b, 24, 2)),
+        Error::UnsupportedNcclLayout(2)
+    );
+    let e = broken(|b| put_u32(b, 28, 65));
+    assert_eq!(
+        e,
+        Error::BadHeader {
+            what: "more than 64 sections in the directory"
+        }
+    );
+    let e = broken(|b| put_u32(b, 28, 64));
+    assert_eq!(
+        e,
+        Error::BadHeader {
+            what: "section directory runs past the end of the table"
+        }
+    );
+}
+
+#[test]
+fn checksum_error() {
+    let mut b = fixture();
+    let expected = u32_at(&b, CRC_AT);
+    let last = b.len() - 1;
+    b[last] ^= 0x40;
+    match Table::from_bytes(&b) {
+        Err(Error::Checksum { expected: e, found }) => {
+            assert_eq!(e, expected);
+            assert_ne!(found, expected);
+        }
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+}
+
+#[test]
+fn section_errors() {
+    let k = kind::CONTEXTS;
+    let e = broken(|b| {
+        let (e, _) = section(b, k);
+        put_u32(b, e + 4, 0)
+    });
+    assert_eq!(
+        e,
+        Error::BadSection {
+            kind: k,
+            what: "section lies outside the table body"
+        }
+    );
+    let e = broken(|b| {
+        let (e, _) = section(b, k);
+        put_u32(b, e + 8, 1 << 20)
+    });
+    assert_eq!(
+        e,
+        Error::BadSection {
+            kind: k,
+            what: "section lies outside the table body"
+        }
+    );
+    let e = broken(|b| {
+        let (_, ctx_off) = section(b, kind::CONTEXTS);
+        let (e, _) = section(b, kind::RULES);
+        put_u32(b, e + 4, ctx_off as u32 + 4)
+    });
+    assert_eq!(
+        e,
+        Error::BadSection {
+            kind: kind::RULES,
+            what: "section overlaps another"
+        }
+    );
+    let e = broken(|b| {
+        let (e, _) = section(b, kind::RULES);
+        put_u32(b, e, kind::CONTEXTS)
+    });
+    assert_eq!(
+        e,
+        Error::BadSection {
+            kind: k,
+            what: "section appears twice"
+        }
+    );
+    for missing in [kind::CONTEXTS, kind::RULES, kind::TREES, kind::META] {
+        let e = broken(|b| {
+            let (e, _) = section(b, missing);
+            put_u32(b, e, 1000)
+        });
+        assert_eq!(e, Error::MissingSection { kind: missing });
+    }
+    let e = broken(|b| {
+        let (e, _) = section(b, k);
+        let l = u32_at(b, e + 8);
+        put_u32(b, e + 8, l - 1)
+    });
+    assert!(matches!(e, Error::BadSection { kind: 1, .. }), "{e:?}");
+    let e = broken(|b| {
+        let (e, _) = section(b, kind::RULES);
+        let l = u32_at(b, e + 8);
+        put_u32(b, e + 8, l - 4)
+    });
+    assert!(matches!(e, Error::BadSection { kind: 2, .. }), "{e:?}");
+    // Dropping context 1 leaves its rule owned by nobody.
+    let e = broken(|b| {
+        let (e, _) = section(b, k);
+        put_u32(b, e + 8, 32)
+    });
+    assert_eq!(
+        e,
+        Error::BadSection {
+            kind: 2,
+            what: "some rules belong to no context"
+        }
+    );
+}
+
+#[test]
+fn context_errors() {
+    let cases: &[(usize, u32, &str)] = &[
+        (0, 5, "collective is not 0..=4 (broadcast..allreduce)"),
+        (1, 3, "reg_buff is not 0 (any), 1 (only 0) or 2 (only 1)"),
+        (2, 1, "reserved bytes are not zero"),
+    ];
+    for &(at, v, what) in cases {
+        let e = broken(|b| {
+            let c = ctx(b, 1);
+            b[c + at] = v as u8
+        });
+        assert_eq!(e, Error::BadContext { index: 1, what });
+    }
+    let cases: &[(usize, u32, &str)] = &[
+        (4, 5, "node range is empty (min > max)"),
+        (12, 9, "ranks-per-node range is empty (min > max)"),
+        (
+            24,
+            1,
+            "rule ranges do not tile the RULES section in context order",
+        ),
+        (
+            28,
+            0,
+            "context has no rules (it needs at least one, ending at bucket 255)",
+        ),
+        (28, 2, "rule range runs past the end of the RULES section"),
+    ];
+    for &(at, v, what) in cases {
+        let e = broken(|b| {
+            let c = ctx(b, 1);
+            put_u32(b, c + at, v)
+        });
+        assert_eq!(e, Error::BadContext { index: 1, what }, "field at {at}");
+    }
+}
+
+#[test]
+fn rule_errors() {
+    let bad = |index, what| Error::BadRule {
+        context: 0,
+        index,
+        what,
+    };
+    assert_eq!(
+        broken(|b| {
+            let r = rule(b, 1);
+            b[r] = 10
+        }),
+        bad(1, "last_bucket values are not strictly increasing")
+    );
+    assert_eq!(
+        broken(|b| {
+            let r = rule(b, 1);
+            b[r] = 200
+        }),
+        bad(1, "last rule does not end at bucket 255")
+    );
+    for packed in [
+        0x0000_0007u32,
+        0x0000_0300,
+        0x0001_FFFF,
+        0x0100_0000,
+        0x0000_00FF,
+    ] {
+        assert_eq!(
+            broken(|b| {
+                let r = rule(b, 0);
+                put_u32(b, r + 4, packed)
+            }),
+            bad(
+                0,
+                "decision is not a valid algorithm/protocol/channels encoding"
+            ),
+            "{packed:#x}"
+        );
+    }
+    assert_eq!(
+        broken(|b| {
+            let r = rule(b, 0);
+            b[r + 1] = 3
+        }),
+        bad(
+            0,
+            "basis is not 0 (measured), 1 (interpolated) or 2 (extrapolated)"
+        )
+    );
+    assert_eq!(
+        broken(|b| {
+            let r = rule(b, 0);
+            b[r + 3] = 1
+        }),
+        bad(0, "reserved bytes are not zero")
+    );
+    for (g, what) in [
+        (f32::NAN, "gain is not finite"),
+        (f32::INFINITY, "gain is not finite"),
+        (0.0, "gain is not > 0"),
+        (-1.0, "gain is not > 0"),
+    ] {
+        let e = broken(|b| {
+            let r = rule(b, 0);
+            put_u32(b, r + 8, g.to_bits())
+        });
+        assert_eq!(e, bad(0, what));
+    }
+}
+
+#[test]
+fn tree_errors() {
+    let sec = |what| Error::BadSection {
+        kind: kind::TREES,
+        what,
+    };
+    assert_eq!(
+        broken(|b| {
+            let (e, _) = section(b, kind::TREES);
+            put_u32(b, e + 8, 4)
+        }),
+        sec("shorter than its 8-byte count prefix")
+    );
+    assert_eq!(
+        broken(|b| {
+            let (_, s) = section(b, kind::TREES);
+            put_u32(b, s + 4, 1)
+        }),
+        sec("reserved field is not zero")
+    );
+    assert_eq!(
+        broken(|b| {
+            let (_, s) = section(b, kind::TREES);
+            put_u32(b, s, 1000)
+        }),
+        sec("entry count runs past the section end")
+    );
+    assert_eq!(
+        broken(|b| {
+            let (e, _) = section(b, kind::TREES);
+            let l = u32_at(b, e + 8);
+            put_u32(b, e + 8, l - 1)
+        }),
+        sec("node area is not a multiple of the 16-byte node record")
+    );
+    assert_eq!(
+        broken(|b| {
+            // Tree 1 keeps its split and first leaf; the last node is orphaned.
+            let t = tree_entry(b, 1);
+            put_u32(b, t + 8, 2);
+            let n = node(b, 1);
+            put_u32(b, n + 12, 1)
+        }),
+        sec("some tree nodes belong to no tree")
+    );
+
+    let tree1 = |what| Error::BadTree {
+        tree: 1,
+        node: 0,
+        what,
+    };
+    let cases: &[(usize, u8, &str)] = &[
+        (0, 5, "collective is not 0..=4"),
+        (0, 0, "a second tree for the same collective"),
+        (2, 1, "reserved bytes are not zero"),
+    ];
+    for &(at, v, what) in cases {
+        let e = broken(|b| {
+            let t = tree_entry(b, 1);
+            b[t + at] = v
+        });
+        assert_eq!(e, tree1(what));
+    }
+    let cases: &[(usize, u32, &str)] = &[
+        (4, 0, "node ranges do not tile the node area in tree order"),
+        (8, 0, "tree has no nodes"),
+        (8, 4, "node range runs past the end of the node area"),
+    ];
+    for &(at, v, what) in cases {
+        let e = broken(|b| {
+            let t = tree_entry(b, 1);
+            put_u32(b, t + at, v)
+        });
+        assert_eq!(e, tree1(what));
+    }
+
+    // Node 0 of tree 1 (global node 1) is the split; node 1 (global 2) a leaf.
+    let split = |what| Error::BadTree {
+        tree: 1,
+        node: 0,
+        what,
+    };
+    let leaf = |what| Error::BadTree {
+        tree: 1,
+        node: 1,
+        what,
+    };
+    let child = "child index is not after its parent and inside the tree";
+    // (global node, field offset, 4-byte field?, value, expected error)
+    let cases: &[(usize, usize, bool, u32, Error)] = &[
+        (1, 1, false, 5, split("split feature is not 0..=4")),
+        (
+            1,
+            4,
+            true,
+            f32::NAN.to_bits(),
+            split("split threshold is not finite"),
+        ),
+        (
+            1,
+            4,
+            true,
+            f32::NEG_INFINITY.to_bits(),
+            split("split threshold is not finite"),
+        ),
+        (1, 8, true, 0, split(child)),  // self loop
+        (1, 12, true, 3, split(child)), // past the end
+        (
+            1,
+            0,
+            false,
+            2,
+            split("node kind is not 0 (split) or 1 (leaf)"),
+        ),
+        (1, 2, false, 1, split("reserved bytes are not zero")),
+        (2, 1, false, 3, leaf("leaf basis is not 0..=2")),
+        (
+            2,
+            4,
+            true,
+            0x0000_0009,
+            leaf("leaf decision is not a valid encoding"),
+        ),
+        (2, 8, true, f32::NAN.to_bits(), leaf("gain is not finite")),
+        (2, 8, true, 0, leaf("gain is not > 0")),
+        (2, 12, true, 1, leaf("leaf's unused word is not zero")),
+    ];
+    for &(k, at, wide, v, want) in cases {
+        let e = broken(|b| {
+            let n = node(b, k) + at;
+            if wide {
+                put_u32(b, n, v)
+            } else {
+                b[n] = v as u8
+            }
+        });
+        assert_eq!(e, want, "node {k} field {at}");
+    }
+}
+
+#[test]
+fn child_loop_back_to_root_is_rejected() {
+    // A split in a deeper position pointing back at the root would loop
+    // forever in a naive walk.
+    let e = broken(|b| {
+        let n = node(b, 1);
+        put_u32(b, n + 12, 0)
+    });
+    assert_eq!(
+        e,
+        Error::BadTree {
+            tree: 1,
+            node: 0,
+            what: "child index is not after its parent and inside the tree"
+        }
+    );
+}
+
+#[test]
+fn meta_errors() {
+    let bad = |index, what| Error::BadMeta { index, what };
+    let strings_len = |b: &[u8]| {
+        let (e, s) = section(b, kind::META);
+        u32_at(b, e + 8) as usize - 8 - 16 * u32_at(b, s) as usize
+    };
+    assert_eq!(
+        broken(|b| {
+            let m = meta_entry(b, 0);
+            let n = strings_len(b) as u32;
+            put_u32(b, m, n)
+        }),
+        bad(0, "key lies outside the string area")
+    );
+    assert_eq!(
+        broken(|b| {
+            let m = meta_entry(b, 0);
+            put_u32(b, m + 12, u32::MAX)
+        }),
+        bad(0, "value lies outside the string area")
+    );
+    // Strings are "a" "1" "b" "2" "nccl_enum" ...: offsets 0, 1, 2, 3, 4.
+    let strings = |b: &[u8]| {
+        let (_, s) = section(b, kind::META);
+        s + 8 + 16 * u32_at(b, s) as usize
+    };
+    assert_eq!(
+        broken(|b| {
+            let s = strings(b);
+            b[s] = 0xFF
+        }),
+        bad(0, "key is not UTF-8")
+    );
+    assert_eq!(
+        broken(|b| {
+            let s = strings(b);
+            b[s + 1] = 0xC0
+        }),
+        bad(0, "value is not UTF-8")
+    );
+    assert_eq!(
+        broken(|b| {
+            let m = meta_entry(b, 1);
+            put_u32(b, m + 4, 0)
+        }),
+        bad(1, "key is empty")
+    );
+    assert_eq!(
+        broken(|b| {
+            let s = strings(b);
+            b[s + 2] = b'a' // key 1 "b" -> "a", a duplicate
+        }),
+        bad(1, "keys are not sorted and unique")
+    );
+    assert_eq!(
+        broken(|b| {
+            let s = strings(b);
+            b[s] = b'z' // key 0 "a" -> "z", after "b"
+        }),
+        bad(1, "keys are not sorted and unique")
+    );
+}
+
+#[test]
+fn errors_display_in_plain_words() {
+    let e = Error::Truncated {
+        need: 4096,
+        have: 100,
+    };
+    assert_eq!(
+        std::format!("{e}"),
+        "table is truncated: it needs 4096 bytes, the file has 100 (was the copy interrupted?)"
+    );
+    let e = Error::BadRule {
+        context: 3,
+        index: 2,
+        what: "gain is not finite",
+    };
+    assert_eq!(
+        std::format!("{e}"),
+        "table context 3, rule 2 is invalid: gain is not finite"
+    );
+}
+
+#[test]
+fn newer_minor_with_longer_header_loads() {
+    // A later minor may append header fields; readers start the directory
+    // at header_len and the CRC still covers the appended bytes.
+    let old = fixture();
+    let mut b = old[..HEADER_LEN].to_vec();
+    b.extend_from_slice(&[0xAB; 8]);
+    b.extend_from_slice(&old[HEADER_LEN..]);
+    put_u32(&mut b, 12, 48);
+    let total = b.len() as u32;
+    put_u32(&mut b, 16, total);
+    let n = u32_at(&b, 28) as usize;
+    for i in 0..n {
+        let e = 48 + 12 * i;
+        let off = u32_at(&b, e + 4);
+        put_u32(&mut b, e + 4, off + 8);
+    }
+    reseal(&mut b);
+    let t = Table::from_bytes(&b).unwrap();
+    let t0 = Table::from_bytes(&old).unwrap();
+    assert_eq!(t.coverage(), t0.coverage());
+    assert_eq!(t.meta("a"), Some("1"));
+    b[44] ^= 1; // inside the appended header bytes: caught by the CRC
+    assert!(matches!(Table::from_bytes(&b), Err(Error::Checksum { .. })));
+}

@@ -1,0 +1,441 @@
+//! Golden tables: committed `.tbl` files that today's reader must keep
+//! loading and answering the same way.
+//!
+//! `tables/golden/*_v1.0.tbl` are written by `generate()` below. With the
+//! `build` feature this test also checks that the builder still produces
+//! them byte for byte; to rewrite them after an intentional format change:
+//!
+//! ```text
+//! DYNCC_REGEN_GOLDEN=1 cargo test -p dyncc-tables --features build --test golden
+//! ```
+//!
+//! Files of older format versions are never regenerated: they stay as the
+//! proof that later readers still load what earlier writers wrote.
+
+use std::path::{Path, PathBuf};
+
+use dyncc_tables::{Algo, Basis, Coll, Decision, Proto, Table, NUM_FEATURES};
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
+}
+
+fn load(name: &str) -> Vec<u8> {
+    let p = golden_dir().join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("cannot read golden table {}: {e}", p.display()))
+}
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+const AR: u32 = Coll::AllReduce as u32;
+
+fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
+    Decision::Force {
+        algo,
+        proto,
+        channels,
+    }
+}
+
+#[cfg(feature = "build")]
+mod gen {
+    //! The generator. Everything is fixed (no clock, no paths), so the
+    //! output is byte-stable.
+    use super::*;
+    use dyncc_tables::{size_bucket, ContextSpec, Feature, RegBuff, Rule, TableBuilder, TreeNode};
+
+    fn common_meta(b: &mut TableBuilder, what: &str) {
+        b.meta("dyncc_version", "0.1.0")
+            .meta(
+                "command",
+                "DYNCC_REGEN_GOLDEN=1 cargo test -p dyncc-tables --features build --test golden",
+            )
+            .meta("inputs", "")
+            .meta("platform", "golden-fixture")
+            .meta("gpu", "none (hand-written fixture)")
+            .meta("gpus_per_node", "8")
+            .meta("created", "1970-01-01T00:00:00Z")
+            .meta("coverage", what);
+    }
+
+    fn rule(last: u64, decision: Decision, basis: Basis, gain: f32) -> Rule {
+        Rule {
+            last_bucket: last as u8,
+            decision,
+            basis,
+            gain,
+        }
+    }
+
+    /// allreduce on 2 nodes x 8 ranks: tree/ll below 64 KiB, tree/ll128
+    /// below 2 MiB, ring/simple on 16 channels below 256 MiB, Default from
+    /// 256 MiB (extrapolated, left to NCCL). Plus the tree that explains it.
+    fn allreduce_2x8() -> Vec<u8> {
+        let mut b = TableBuilder::new();
+        common_meta(&mut b, "allreduce 2x8: 4 rules, 3 forced");
+        let spec = ContextSpec {
+            coll: Coll::AllReduce,
+            nodes: (2, 2),
+            ppn: (8, 8),
+            max_pipe_ops: 0,
+            reg_buff: RegBuff::Any,
+        };
+        let below = |n: u64| size_bucket(n) as u64 - 1;
+        b.context(
+            spec,
+            &[
+                rule(
+                    below(64 * KIB),
+                    force(Algo::Tree, Proto::LL, 0),
+                    Basis::Measured,
+                    1.8,
+                ),
+                rule(
+                    below(2 * MIB),
+                    force(Algo::Tree, Proto::LL128, 0),
+                    Basis::Measured,
+                    1.25,
+                ),
+                rule(
+                    below(256 * MIB),
+                    force(Algo::Ring, Proto::Simple, 16),
+                    Basis::Interpolated,
+                    1.1,
+                ),
+                rule(255, Decision::Default, Basis::Extrapolated, 1.0),
+            ],
+        )
+        .unwrap();
+        let split = |threshold: f32, left, right| TreeNode::Split {
+            feature: Feature::Log2Bytes,
+            threshold,
+            left,
+            right,
+        };
+        let leaf = |decision, basis, gain| TreeNode::Leaf {
+            decision,
+            basis,
+            gain,
+        };
+        b.tree(
+            Coll::AllReduce,
+            &[
+                split(16.0, 1, 2),
+                leaf(force(Algo::Tree, Proto::LL, 0), Basis::Measured, 1.8),
+                split(21.0, 3, 4),
+                leaf(force(Algo::Tree, Proto::LL128, 0), Basis::Measured, 1.25),
+                split(28.0, 5, 6),
+                leaf(
+                    force(Algo::Ring, Proto::Simple, 16),
+                    Basis::Interpolated,
+                    1.1,
+                ),
+                leaf(Decision::Default, Basis::Extrapolated, 1.0),
+            ],
+        )
+        .unwrap();
+        b.build().unwrap()
+    }
+
+    /// Contexts of different specificity, most specific first.
+    fn multi_context() -> Vec<u8> {
+        let mut b = TableBuilder::new();
+        common_meta(&mut b, "6 contexts over allreduce, allgather, broadcast");
+        let any = ContextSpec {
+            coll: Coll::AllReduce,
+            nodes: (0, u32::MAX),
+            ppn: (0, u32::MAX),
+            max_pipe_ops: 0,
+            reg_buff: RegBuff::Any,
+        };
+        let all = |d: Decision| {
+            [rule(
+                255,
+                d,
+                Basis::Measured,
+                if d.is_forced() { 1.2 } else { 1.0 },
+            )]
+        };
+        // 0: one node of 8 GPUs, single pipelined op, unregistered buffers.
+        b.context(
+            ContextSpec {
+                nodes: (1, 1),
+                ppn: (8, 8),
+                max_pipe_ops: 1,
+                reg_buff: RegBuff::Only0,
+                ..any
+            },
+            &[
+                rule(
+                    size_bucket(MIB) as u64 - 1,
+                    force(Algo::Ring, Proto::LL, 0),
+                    Basis::Measured,
+                    1.3,
+                ),
+                rule(
+                    255,
+                    force(Algo::Nvls, Proto::Simple, 0),
+                    Basis::Measured,
+                    1.4,
+                ),
+            ],
+        )
+        .unwrap();
+        // 1: one node, up to 8 GPUs.
+        b.context(
+            ContextSpec {
+                nodes: (1, 1),
+                ppn: (1, 8),
+                ..any
+            },
+            &all(force(Algo::Ring, Proto::LL128, 0)),
+        )
+        .unwrap();
+        // 2: 2..1024 nodes, up to 8 GPUs each.
+        b.context(
+            ContextSpec {
+                nodes: (2, 1024),
+                ppn: (1, 8),
+                ..any
+            },
+            &all(force(Algo::Tree, Proto::Simple, 8)),
+        )
+        .unwrap();
+        // 3: allgather anywhere: PAT below 1 MiB, Default above.
+        b.context(
+            ContextSpec {
+                coll: Coll::AllGather,
+                ..any
+            },
+            &[
+                rule(
+                    size_bucket(MIB) as u64 - 1,
+                    force(Algo::Pat, Proto::Simple, 0),
+                    Basis::Measured,
+                    1.5,
+                ),
+                rule(255, Decision::Default, Basis::Measured, 1.0),
+            ],
+        )
+        .unwrap();
+        // 4: broadcast, registered buffers only.
+        b.context(
+            ContextSpec {
+                coll: Coll::Broadcast,
+                reg_buff: RegBuff::Only1,
+                ..any
+            },
+            &all(force(Algo::Ring, Proto::Simple, 4)),
+        )
+        .unwrap();
+        // 5: allreduce catch-all: leave NCCL alone.
+        b.context(any, &all(Decision::Default)).unwrap();
+        b.build().unwrap()
+    }
+
+    /// No contexts: "leave NCCL alone" everywhere.
+    fn empty() -> Vec<u8> {
+        let mut b = TableBuilder::new();
+        common_meta(&mut b, "no contexts: NCCL decides everything");
+        b.build().unwrap()
+    }
+
+    pub fn generate() -> Vec<(&'static str, Vec<u8>)> {
+        vec![
+            ("allreduce_2x8_v1.0.tbl", allreduce_2x8()),
+            ("multi_context_v1.0.tbl", multi_context()),
+            ("empty_v1.0.tbl", empty()),
+        ]
+    }
+
+    /// Writes `bytes` to `path` atomically (temp file in the same dir + rename).
+    fn write_atomic(path: &Path, bytes: &[u8]) {
+        let tmp = path.with_extension("tbl.tmp");
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    #[test]
+    fn golden_tables_match_the_generator() {
+        let regen = std::env::var_os("DYNCC_REGEN_GOLDEN").is_some_and(|v| v == "1");
+        for (name, bytes) in generate() {
+            let path = golden_dir().join(name);
+            if regen {
+                write_atomic(&path, &bytes);
+                continue;
+            }
+            assert!(
+                load(name) == bytes,
+                "golden table {name} differs from what the builder writes today. If the format \
+                 changed on purpose, bump the version, add new golden files and keep the old \
+                 ones; to rewrite the current ones run: DYNCC_REGEN_GOLDEN=1 cargo test -p \
+                 dyncc-tables --features build --test golden"
+            );
+        }
+    }
+
+    #[test]
+    fn generator_is_deterministic() {
+        assert_eq!(generate(), generate());
+    }
+}
+
+#[test]
+fn every_golden_table_loads() {
+    let mut n = 0;
+    for entry in std::fs::read_dir(golden_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "tbl") {
+            let bytes = std::fs::read(&path).unwrap();
+            let t = Table::from_bytes(&bytes)
+                .unwrap_or_else(|e| panic!("{} no longer loads: {e}", path.display()));
+            assert_eq!(t.version().0, 1, "{}", path.display());
+            assert!(t.meta("nccl_enum").is_some());
+            n += 1;
+        }
+    }
+    assert!(n >= 3, "expected at least 3 golden tables, found {n}");
+}
+
+#[test]
+fn allreduce_2x8_answers_known_queries() {
+    let bytes = load("allreduce_2x8_v1.0.tbl");
+    let t = Table::from_bytes(&bytes).unwrap();
+    assert_eq!(t.meta("platform"), Some("golden-fixture"));
+    let cov = t.coverage();
+    assert_eq!(
+        (cov.contexts, cov.rules, cov.forced_rules, cov.trees),
+        (1, 4, 3, 1)
+    );
+    let tree_ll = force(Algo::Tree, Proto::LL, 0);
+    let tree_ll128 = force(Algo::Tree, Proto::LL128, 0);
+    let ring16 = force(Algo::Ring, Proto::Simple, 16);
+    let cases = [
+        (0, tree_ll),
+        (8, tree_ll),
+        (64 * KIB - 1, tree_ll),
+        (64 * KIB, tree_ll128),
+        (2 * MIB - 1, tree_ll128),
+        (2 * MIB, ring16),
+        (256 * MIB - 1, ring16),
+        (256 * MIB, Decision::Default),
+        (u64::MAX, Decision::Default),
+    ];
+    let comm = t.specialise(16, 2);
+    assert_eq!(comm.context(Coll::AllReduce), Some(0));
+    for (n, want) in cases {
+        assert_eq!(t.lookup(AR, 16, 2, n, 1, 0).decision, want, "{n} bytes");
+        assert_eq!(comm.decide(AR, n, 1, 0), want, "{n} bytes (specialised)");
+        // The tree says the same at the size's log2 (f32 cannot tell
+        // log2(2^k - 1) from k for large k, so those sizes are skipped).
+        if n.wrapping_add(1).is_power_of_two() && n > 1024 {
+            continue;
+        }
+        let mut f = [0.0f32; NUM_FEATURES];
+        f[0] = if n == 0 {
+            0.0
+        } else {
+            (n as f64).log2() as f32
+        };
+        let (d, _, _) = t.tree(Coll::AllReduce).unwrap().eval(&f).unwrap();
+        assert_eq!(d, want, "tree at {n} bytes");
+    }
+    let l = t.lookup(AR, 16, 2, 4 * MIB, 1, 0);
+    assert_eq!(
+        (l.basis, l.gain, l.context, l.rule),
+        (Some(Basis::Interpolated), 1.1, Some(0), Some(2))
+    );
+    // Other shapes and collectives are left alone.
+    for (ranks, nodes) in [(8, 1), (32, 4), (24, 2), (15, 2)] {
+        assert!(
+            t.specialise(ranks, nodes).is_empty(),
+            "{ranks} ranks on {nodes} nodes"
+        );
+    }
+    assert_eq!(
+        comm.decide(Coll::AllGather as u32, 4096, 1, 0),
+        Decision::Default
+    );
+    assert_eq!(comm.decide(99, 4096, 1, 0), Decision::Default);
+}
+
+#[test]
+fn multi_context_first_match_wins() {
+    let bytes = load("multi_context_v1.0.tbl");
+    let t = Table::from_bytes(&bytes).unwrap();
+    assert_eq!(t.context_count(), 6);
+    let ctx = |coll: Coll, ranks, nodes| t.find_context(coll, ranks, nodes).map(|c| c.index());
+    assert_eq!(ctx(Coll::AllReduce, 8, 1), Some(0));
+    assert_eq!(ctx(Coll::AllReduce, 4, 1), Some(1));
+    assert_eq!(ctx(Coll::AllReduce, 16, 2), Some(2));
+    assert_eq!(
+        ctx(Coll::AllReduce, 32, 2),
+        Some(5),
+        "16 ppn is outside contexts 0..2"
+    );
+    assert_eq!(ctx(Coll::AllGather, 32, 2), Some(3));
+    assert_eq!(ctx(Coll::Broadcast, 8, 1), Some(4));
+    assert_eq!(ctx(Coll::Reduce, 8, 1), None);
+
+    let one_node = t.specialise(8, 1);
+    let ring_ll = force(Algo::Ring, Proto::LL, 0);
+    let nvls = force(Algo::Nvls, Proto::Simple, 0);
+    assert_eq!(one_node.decide(AR, 4 * KIB, 1, 0), ring_ll);
+    assert_eq!(one_node.decide(AR, 4 * MIB, 1, 0), nvls);
+    // Context 0 wins the match but gates numPipeOps and regBuff: Default,
+    // not a fall-through to context 1.
+    assert_eq!(one_node.decide(AR, 4 * MIB, 2, 0), Decision::Default);
+    assert_eq!(one_node.decide(AR, 4 * MIB, 1, 1), Decision::Default);
+    let l = t.lookup(AR, 8, 1, 4 * MIB, 2, 0);
+    assert_eq!(
+        (l.decision, l.context, l.rule),
+        (Decision::Default, Some(0), None)
+    );
+    assert_eq!(
+        one_node.decide(Coll::AllGather as u32, 4 * KIB, 1, 0),
+        force(Algo::Pat, Proto::Simple, 0)
+    );
+    assert_eq!(
+        one_node.decide(Coll::AllGather as u32, 4 * MIB, 1, 0),
+        Decision::Default
+    );
+    assert_eq!(
+        one_node.decide(Coll::Broadcast as u32, 4 * MIB, 1, 1),
+        force(Algo::Ring, Proto::Simple, 4)
+    );
+    assert_eq!(
+        one_node.decide(Coll::Broadcast as u32, 4 * MIB, 1, 0),
+        Decision::Default
+    );
+    assert_eq!(
+        one_node.decide(Coll::Reduce as u32, 4 * MIB, 1, 0),
+        Decision::Default
+    );
+    assert_eq!(
+        t.specialise(16, 2).decide(AR, KIB, 7, 1),
+        force(Algo::Tree, Proto::Simple, 8)
+    );
+    assert_eq!(
+        t.specialise(32, 4).decide(AR, KIB, 1, 0),
+        force(Algo::Tree, Proto::Simple, 8)
+    );
+    assert_eq!(t.specialise(32, 2).decide(AR, KIB, 1, 0), Decision::Default);
+    assert_eq!(t.specialise(32, 2).context(Coll::AllReduce), Some(5));
+}
+
+#[test]
+fn empty_table_leaves_nccl_alone() {
+    let bytes = load("empty_v1.0.tbl");
+    let t = Table::from_bytes(&bytes).unwrap();
+    assert_eq!(t.context_count(), 0);
+    assert!(t.specialise(16, 2).is_empty());
+    for coll in 0..5 {
+        for n in [0, 1, KIB, MIB, u64::MAX] {
+            assert_eq!(t.lookup(coll, 16, 2, n, 1, 0).decision, Decision::Default);
+        }
+    }
+    assert_eq!(
+        t.meta("coverage"),
+        Some("no contexts: NCCL decides everything")
+    );
+}

@@ -1,0 +1,123 @@
+//! `dyncc inspect` as users run it: JSON fields, human summary, exit codes.
+
+use std::path::Path;
+use std::process::Command;
+
+fn dyncc() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dyncc"))
+}
+
+fn data(p: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(p)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn inspect_json_has_the_documented_fields() {
+    let out = dyncc()
+        .args([
+            "inspect",
+            "--json",
+            &data("nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json"),
+        ])
+        .args([
+            &data("info_nvls_ignored_all_reduce.log"),
+            &data("NCCL_ALGO=Tree"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["files"], 3);
+    assert_eq!(v["rows"], 25 + 3 + 7);
+    assert_eq!(v["records"], 50 + 6 + 14);
+    assert_eq!(v["collectives"]["allreduce"], 70);
+    assert_eq!(v["algorithms"]["ring"], 50);
+    assert_eq!(v["algorithms"]["nvls"], 6);
+    // The Tree/Simple path sets no channel count: knobs unknown, still counted.
+    assert_eq!(v["algorithms"]["unknown"], 14);
+    assert_eq!(v["protocols"]["ll128"], 50);
+    assert_eq!(v["protocols"]["default"], 6);
+    assert_eq!(v["channels"]["16"], 50);
+    assert_eq!(v["channels"]["default"], 6);
+    assert_eq!(v["nodes"], serde_json::json!([1, 2]));
+    assert_eq!(v["knob_ignored"], 4);
+    assert!(v["skipped"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn inspect_assume_default_and_human_summary() {
+    let out = dyncc()
+        .args(["inspect", &data("NCCL_ALGO=Tree"), "--assume", "default"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        s.contains("1 sweep files, 7 rows (0 zero-size), 14 records"),
+        "{s}"
+    );
+    assert!(s.contains("tree/simple"), "{s}");
+}
+
+#[test]
+fn inspect_reports_skips_with_file_and_line() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("all_gather_output.dat.1");
+    std::fs::write(
+        &p,
+        "launch failed on x3006c0s1b1n0: Couldn't allocate a port for PMI to use\n",
+    )
+    .unwrap();
+    let q = d.path().join("t.csv");
+    std::fs::write(&q, "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\nallreduce,8,ring,ll,-1,1,8,4.5\nallreduce,x,ring,ll,-1,1,8,4.5\n").unwrap();
+    let out = dyncc()
+        .args(["inspect", "--json"])
+        .arg(d.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sk = v["skipped"].as_array().unwrap();
+    assert_eq!(sk.len(), 2);
+    assert!(sk
+        .iter()
+        .any(|s| s["line"] == 3 && s["reason"].as_str().unwrap().contains("size_bytes")));
+    assert!(sk
+        .iter()
+        .any(|s| s["reason"].as_str().unwrap().contains("launch failed")));
+    assert_eq!(
+        (v["rows"].as_u64(), v["records"].as_u64()),
+        (Some(2), Some(1))
+    );
+}
+
+#[test]
+fn inspect_exits_non_zero_when_nothing_was_read() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("notes.md"), "# nothing here\n").unwrap();
+    let out = dyncc().arg("inspect").arg(d.path()).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(e.contains("no measurements found"), "{e}");
+    let out = dyncc()
+        .args(["inspect", "/nonexistent/x"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/x"));
+    let out = dyncc()
+        .args(["inspect", ".", "--assume", "nodez=3"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
+}

@@ -1,0 +1,314 @@
+//! `dyncc plan`: the generated sweep scripts are shellcheck-clean and run
+//! end to end against the fake nccl-tests in tests/data/fake-nccl-tests
+//! (with fake srun/mpirun for the cluster launchers), writing the log tree
+//! `dyncc compile` reads.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::audit::ensure_tool;
+
+fn fake_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fake-nccl-tests")
+}
+
+fn plan(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let script = dir.join(name);
+    let fake = fake_dir();
+    let mut all = vec![
+        "plan",
+        "--nccl-tests",
+        fake.to_str().unwrap(),
+        "-o",
+        script.to_str().unwrap(),
+    ];
+    all.extend_from_slice(args);
+    let o = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+        .args(&all)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "dyncc {all:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    script
+}
+
+fn shellcheck(script: &Path) {
+    ensure_tool("shellcheck", "shellcheck");
+    let o = Command::new("shellcheck").arg(script).output().unwrap();
+    assert!(
+        o.status.success(),
+        "shellcheck {}:\n{}",
+        script.display(),
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+/// Runs a script with the fake launchers first on PATH; returns stderr.
+fn run_script(script: &Path, out: &Path, env: &[(&str, &str)]) -> String {
+    let path = format!(
+        "{}:{}",
+        fake_dir().join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let o = Command::new("bash")
+        .arg(script)
+        .env("PATH", path)
+        .env("DYNCC_OUT", out)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{} failed:\n{err}", script.display());
+    err
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                files(&p, out);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+}
+
+#[test]
+fn scripts_for_every_launcher_are_shellcheck_clean() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        (
+            "slurm.sh",
+            &[
+                "--launcher",
+                "slurm",
+                "--nodes",
+                "1,2,4,8",
+                "--nvls",
+                "--collnet",
+                "--channels",
+                "0,8",
+                "--launcher-args",
+                "--partition=gpu --account='my acct'",
+            ][..],
+        ),
+        (
+            "mpirun.sh",
+            &[
+                "--launcher",
+                "mpirun",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+                "--colls",
+                "allgather,broadcast,reduce",
+            ][..],
+        ),
+        (
+            "local.sh",
+            &[
+                "--launcher",
+                "local",
+                "--nodes",
+                "1",
+                "--platform",
+                "dgx h100",
+            ][..],
+        ),
+    ] {
+        let s = plan(d.path(), name, args);
+        shellcheck(&s);
+        let text = std::fs::read_to_string(&s).unwrap();
+        assert!(text.contains("# Estimated duration: "), "{text}");
+        assert!(text.contains("NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING"));
+    }
+    let slurm = std::fs::read_to_string(d.path().join("slurm.sh")).unwrap();
+    assert!(slurm.contains("#SBATCH --nodes=8") && slurm.contains("#SBATCH --time="));
+    assert!(
+        slurm.contains("all_reduce_perf 2 NVLSTree Simple 8 1"),
+        "NVLSTree swept at 2 nodes"
+    );
+    assert!(
+        !slurm.contains("all_reduce_perf 1 NVLSTree"),
+        "NVLSTree needs more than one node"
+    );
+    assert!(slurm.contains("all_reduce_perf 4 CollNetChain LL128 default 3"));
+    let mpi = std::fs::read_to_string(d.path().join("mpirun.sh")).unwrap();
+    assert!(
+        mpi.contains("all_gather_perf 2 PAT Simple default 1"),
+        "PAT at 1 GPU per node"
+    );
+    assert!(
+        !mpi.contains("broadcast_perf 2 PAT"),
+        "broadcast runs Ring only"
+    );
+}
+
+#[test]
+fn local_sweep_runs_end_to_end_and_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let s = plan(
+        d.path(),
+        "sweep.sh",
+        &[
+            "--launcher",
+            "local",
+            "--nodes",
+            "1",
+            "--gpus-per-node",
+            "4",
+            "--colls",
+            "allreduce,allgather",
+            "--max-bytes",
+            "64K",
+            "--repeats",
+            "2",
+            "--nvls",
+        ],
+    );
+    shellcheck(&s);
+    let out = d.path().join("out");
+    // No NVLS on this "machine": those runs fail, are recorded, and do not stop the sweep.
+    let err = run_script(&s, &out, &[("FAKE_NO_NVLS", "1")]);
+    assert!(err.contains("estimated"), "{err}");
+    let mut logs = Vec::new();
+    files(&out.join("logs"), &mut logs);
+    let mut json = Vec::new();
+    files(&out.join("json"), &mut json);
+    let mut failed = Vec::new();
+    files(&out.join("failed"), &mut failed);
+    // allreduce: default + 6 Tree/Ring + NVLS; allgather: default + 3 Ring + NVLS; x 2 repeats.
+    assert_eq!(logs.len(), 2 * (1 + 6 + 1 + 3), "{logs:?}");
+    assert_eq!(failed.len(), 2 * 2, "{failed:?}");
+    assert_eq!(json.len(), logs.len());
+    let one = out.join(
+        "logs/allreduce/nodes=1/NCCL_ALGO=Tree/NCCL_PROTO=LL128/channels=default/repeat=2.log",
+    );
+    let text = std::fs::read_to_string(&one).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("# dyncc: NCCL_ALGO=Tree NCCL_PROTO=LL128 NCCL_MIN_NCHANNELS=default NCCL_MAX_NCHANNELS=default repeat=2"));
+    assert_eq!(
+        lines.next(),
+        Some("# dyncc: coll=allreduce nodes=1 gpus_per_node=4 launcher=local")
+    );
+    assert!(text.contains("NCCL INFO NCCL_ALGO set by environment to Tree"));
+    assert!(text.contains("# Avg bus bandwidth"));
+    let def = std::fs::read_to_string(out.join(
+        "logs/allreduce/nodes=1/NCCL_ALGO=default/NCCL_PROTO=default/channels=default/repeat=1.log",
+    ))
+    .unwrap();
+    assert!(
+        !def.contains("set by environment"),
+        "default runs must not inherit knobs:\n{def}"
+    );
+    let j: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join(
+            "json/allreduce/nodes=1/NCCL_ALGO=Tree/NCCL_PROTO=LL128/channels=default/repeat=2.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let env: Vec<&str> = j["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        env.contains(&"NCCL_ALGO=Tree") && env.contains(&"NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING"),
+        "{env:?}"
+    );
+    assert_eq!(j["results"].as_array().unwrap().len(), 14);
+    let bad = std::fs::read_to_string(&failed[0]).unwrap();
+    assert!(bad.contains("# dyncc: status=failed exit=3"), "{bad}");
+    // Nothing half-written is left where the ingest looks.
+    let mut hidden = Vec::new();
+    files(&out, &mut hidden);
+    assert!(hidden
+        .iter()
+        .all(|p| !p.to_string_lossy().contains(".partial")));
+    // A second run skips what finished (and retries what failed).
+    let err = run_script(&s, &out, &[("FAKE_NO_NVLS", "1")]);
+    assert!(
+        err.contains("0 ran, 4 failed") && err.contains(&format!("{} already done", logs.len())),
+        "{err}"
+    );
+
+    // The logs feed `dyncc compile` (needs the ingest, merged separately).
+    let tbl = d.path().join("cluster.tbl");
+    let o = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+        .args([
+            "compile",
+            out.join("logs").to_str().unwrap(),
+            "-o",
+            tbl.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let cerr = String::from_utf8_lossy(&o.stderr);
+    if cerr.contains("ingest is not implemented yet") {
+        eprintln!("SKIPPED the compile step: this build's ingest is a placeholder");
+        return;
+    }
+    assert!(o.status.success(), "compile of the sweep failed: {cerr}");
+    let out = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+        .args(["verify", tbl.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn slurm_and_mpirun_sweeps_run_through_their_launchers() {
+    let d = tempfile::tempdir().unwrap();
+    for l in ["slurm", "mpirun"] {
+        let s = plan(
+            d.path(),
+            &format!("{l}.sh"),
+            &[
+                "--launcher",
+                l,
+                "--nodes",
+                "1,2",
+                "--gpus-per-node",
+                "2",
+                "--colls",
+                "allreduce",
+                "--max-bytes",
+                "4K",
+                "--repeats",
+                "1",
+                "--channels",
+                "0,2",
+                "--algos",
+                "ring",
+            ],
+        );
+        let out = d.path().join(l);
+        run_script(&s, &out, &[]);
+        let mut logs = Vec::new();
+        files(&out.join("logs"), &mut logs);
+        // Per node count: default + Ring x 3 protocols x 2 channel settings.
+        assert_eq!(logs.len(), 2 * (1 + 3 * 2), "{l}: {logs:?}");
+        let two = std::fs::read_to_string(out.join(
+            "logs/allreduce/nodes=2/NCCL_ALGO=Ring/NCCL_PROTO=Simple/channels=2/repeat=1.log",
+        ))
+        .unwrap();
+        assert!(
+            two.contains("NCCL_MIN_NCHANNELS=2 NCCL_MAX_NCHANNELS=2"),
+            "{two}"
+        );
+        assert!(
+            two.contains("NCCL INFO NCCL_MAX_NCHANNELS set by environment to 2"),
+            "{l}: knobs reach the ranks\n{two}"
+        );
+        assert_eq!(two.matches("#  Rank").count(), 4, "2 nodes x 2 GPUs");
+        assert!(two.contains(" on fakehost-1 device"), "{two}");
+    }
+}
