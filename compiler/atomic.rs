@@ -47,6 +47,16 @@ mod tests {
         assert_eq!(names.len(), 1, "{names:?}");
     }
 
+    #[cfg(unix)]
+    #[test]
+    fn written_files_are_world_readable() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("cluster.tbl");
+        write_atomic(&p, b"x").unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644);
+    }
+
     #[test]
     fn failure_to_write_leaves_the_previous_file() {
         let d = tempfile::tempdir().unwrap();
