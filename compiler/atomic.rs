@@ -21,6 +21,15 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
     tmp.write_all(bytes)
         .with_context(|| format!("cannot write {}", tmp.path().display()))?;
+    // Temporary files are created 0600; what dyncc writes (tables shipped
+    // to every node, sweeps, maps) is meant to be read by others.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))
+            .with_context(|| format!("cannot set permissions on {}", tmp.path().display()))?;
+    }
     tmp.as_file()
         .sync_all()
         .with_context(|| format!("cannot sync {}", tmp.path().display()))?;
@@ -54,7 +63,10 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("cluster.tbl");
         write_atomic(&p, b"x").unwrap();
-        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o644);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
     }
 
     #[test]
