@@ -3,3 +3,5 @@ mod compile; // compile and eval end to end on the shipped datasets
 mod ingest; // every real log format, golden row counts
 mod ingest_errors; // malformed input: file, line, what was expected
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
+mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
+mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
