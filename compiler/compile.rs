@@ -463,7 +463,10 @@ pub fn print_report(r: &Report) {
         println!("  skipped {}:{}: {}", s.file.display(), s.line, s.reason);
     }
     if r.skipped.len() > SHOWN {
-        println!("  ... and {} more (--json lists them all)", r.skipped.len() - SHOWN);
+        println!(
+            "  ... and {} more (--json lists them all)",
+            r.skipped.len() - SHOWN
+        );
     }
     let p = &r.platform;
     println!(
@@ -629,6 +632,48 @@ pub fn parse_assume(v: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// A collective measured only with forced settings has nothing to compare
+/// against (the gain is over NCCL's own choice), so nothing of it could be
+/// compiled. Strict: an error naming its first file. Lenient: its records
+/// are dropped and listed as skipped.
+pub fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
+    /// Records, whether one is a default run, and the first place seen.
+    type Seen = (usize, bool, Option<(PathBuf, u32)>);
+    let mut seen: BTreeMap<&'static str, Seen> = BTreeMap::new();
+    for r in &ds.records {
+        let e = seen.entry(r.collective.name()).or_insert((0, false, None));
+        e.0 += 1;
+        e.1 |= r.algo.is_none() && r.proto.is_none() && r.channels.is_none();
+        if e.2.is_none() {
+            e.2 = Some(((*r.source.file).clone(), r.source.line));
+        }
+    }
+    for (coll, (n, has_default, first)) in seen {
+        if has_default {
+            continue;
+        }
+        let (file, line) = first.unwrap_or_default();
+        let why = format!(
+            "{coll}: {n} measurements, none with NCCL's own choice (a run without NCCL_ALGO, \
+             NCCL_PROTO or channel settings); expected a default run of {coll} to compare \
+             the forced settings against"
+        );
+        if !lenient {
+            bail!(
+                "{}:{line}: {why}; add one, or pass --lenient to compile the other collectives",
+                file.display()
+            );
+        }
+        ds.records.retain(|r| r.collective.name() != coll);
+        ds.skipped.push(ingest::Skip {
+            file,
+            line,
+            reason: format!("{why}; dropped {coll}"),
+        });
+    }
+    Ok(())
+}
+
 /// Repeats of one measurement from different runs (files) whose medians
 /// differ by more than this factor are not noise: one run was broken.
 pub const REPEAT_FACTOR: f64 = 10.0;
@@ -641,14 +686,20 @@ pub const REPEAT_FACTOR: f64 = 10.0;
 pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
     use std::collections::HashMap;
     type Group<'a> = (crate::record::CellKey, Option<&'a str>, Option<&'a str>);
+    /// Per file: the group's times there and its first line.
+    type PerFile<'a> = BTreeMap<&'a std::path::Path, (Vec<f64>, u32)>;
     // Per group, per file: (times, first line).
-    let mut groups: HashMap<Group<'_>, BTreeMap<&std::path::Path, (Vec<f64>, u32)>> = HashMap::new();
+    let mut groups: HashMap<Group<'_>, PerFile<'_>> = HashMap::new();
     for r in &ds.records {
         if r.flags != 0 {
             continue;
         }
         let g = (r.key(), r.platform.as_deref(), r.gpu.as_deref());
-        let e = groups.entry(g).or_default().entry(r.source.file.as_path()).or_insert((Vec::new(), r.source.line));
+        let e = groups
+            .entry(g)
+            .or_default()
+            .entry(r.source.file.as_path())
+            .or_insert((Vec::new(), r.source.line));
         e.0.push(r.time_us);
         e.1 = e.1.min(r.source.line);
     }
@@ -695,7 +746,11 @@ pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
         bail!(
             "{}{}; remove the bad run, or pass --lenient to drop the cell",
             bad[0].2,
-            if bad.len() > 1 { format!(" (and {} more such cells)", bad.len() - 1) } else { String::new() }
+            if bad.len() > 1 {
+                format!(" (and {} more such cells)", bad.len() - 1)
+            } else {
+                String::new()
+            }
         );
     }
     let drop: BTreeSet<String> = bad.iter().map(|(k, p, _)| format!("{k:?}{p:?}")).collect();
@@ -733,9 +788,11 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     };
     let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
     check_repeats(&mut ds, a.lenient)?;
+    check_default_runs(&mut ds, a.lenient)?;
     if ds.records.is_empty() {
         bail!(
-            "no measurements found in {}",
+            "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
+             (`dyncc inspect PATH` shows what each file held)",
             a.paths
                 .iter()
                 .map(|p| p.display().to_string())

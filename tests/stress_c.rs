@@ -24,7 +24,8 @@ use crate::plugin_c::{
 /// size; nothing else. Differs from the harness table in digest and decisions.
 fn table_b() -> Vec<u8> {
     let mut b = TableBuilder::new();
-    b.meta("platform", "stress-b").meta("command", "tests/stress_c.rs");
+    b.meta("platform", "stress-b")
+        .meta("command", "tests/stress_c.rs");
     let spec = ContextSpec {
         coll: Coll::AllReduce,
         nodes: (1, 4),
@@ -34,7 +35,11 @@ fn table_b() -> Vec<u8> {
     };
     let rule = Rule {
         last_bucket: 255,
-        decision: Decision::Force { algo: Algo::Ring, proto: Proto::Simple, channels: 0 },
+        decision: Decision::Force {
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 0,
+        },
         basis: Basis::Measured,
         gain: 1.3,
     };
@@ -73,7 +78,10 @@ impl Stress {
     /// Runs `exe` (behind `wrapper`) on a fresh copy of the harness table
     /// (stress.c deletes and replaces it).
     fn run(&self, exe: &Path, wrapper: &[&str], scale: u32, env: &[(&str, &str)]) -> Output {
-        let table = self.dir.path().join(format!("a-{scale}-{}.tbl", wrapper.len()));
+        let table = self
+            .dir
+            .path()
+            .join(format!("a-{scale}-{}.tbl", wrapper.len()));
         std::fs::write(&table, harness_table::harness_table()).unwrap();
         let mut cmd = match wrapper.split_first() {
             Some((w, args)) => {
@@ -98,17 +106,32 @@ impl Stress {
 fn check_stress(what: &str, out: &Output, min_calls: u64) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what} failed ({}):\n{stdout}\n{stderr}", out.status);
-    let summary = stdout.lines().find(|l| l.starts_with("stress: ") && l.contains(" passed, "));
-    assert!(summary.is_some_and(|s| s.ends_with(" 0 failed")), "{what}: {summary:?}\n{stderr}");
-    let figures = stdout.lines().find(|l| l.starts_with("stress figures:")).unwrap_or("");
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("stress: ") && l.contains(" passed, "));
+    assert!(
+        summary.is_some_and(|s| s.ends_with(" 0 failed")),
+        "{what}: {summary:?}\n{stderr}"
+    );
+    let figures = stdout
+        .lines()
+        .find(|l| l.starts_with("stress figures:"))
+        .unwrap_or("");
     let calls: u64 = figures
         .split(';')
         .find(|p| p.contains("getCollInfo calls"))
         .and_then(|p| p.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
-    assert!(calls >= min_calls, "{what}: only {calls} calls checked: {figures}");
+    assert!(
+        calls >= min_calls,
+        "{what}: only {calls} calls checked: {figures}"
+    );
     eprintln!("{what}:\n{stdout}");
     stdout
 }
@@ -116,7 +139,9 @@ fn check_stress(what: &str, out: &Output, min_calls: u64) -> String {
 #[test]
 fn stress_harness_many_communicators_races_file_changes_reloads() {
     let Some(cc) = ["gcc", "cc", "clang"].into_iter().find(|c| have(c)) else {
-        eprintln!("\n\n*** SKIPPED the stress harness: no C compiler on PATH (CI installs gcc) ***\n\n");
+        eprintln!(
+            "\n\n*** SKIPPED the stress harness: no C compiler on PATH (CI installs gcc) ***\n\n"
+        );
         return;
     };
     let s = Stress::new();
@@ -124,9 +149,18 @@ fn stress_harness_many_communicators_races_file_changes_reloads() {
     let out = s.run(&exe, &[], 1, &[]);
     let stdout = check_stress("the stress harness", &out, 800_000);
     // 512 communicators initialised at once read the file once.
-    assert!(stdout.contains("16 threads x 32 communicators alive at once, 1 file read(s)"), "{stdout}");
-    assert!(stdout.contains("file deleted: 64 new communicators still init"), "{stdout}");
-    assert!(stdout.contains("the next init loads the new file"), "{stdout}");
+    assert!(
+        stdout.contains("16 threads x 32 communicators alive at once, 1 file read(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("file deleted: 64 new communicators still init"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the next init loads the new file"),
+        "{stdout}"
+    );
     assert!(stdout.contains("50 dlclose/dlopen cycles"), "{stdout}");
 }
 
@@ -146,7 +180,13 @@ fn stress_harness_is_clean_under_valgrind() {
     // 512-communicator init and the file changes run in full.
     let out = s.run(
         &exe,
-        &["valgrind", "--error-exitcode=99", "--leak-check=full", "--errors-for-leak-kinds=definite,indirect,possible", "--quiet"],
+        &[
+            "valgrind",
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+            "--quiet",
+        ],
         10,
         &[],
     );
@@ -156,15 +196,31 @@ fn stress_harness_is_clean_under_valgrind() {
 /// Sanitizer reports that must fail the run even if the exit code were 0.
 fn assert_no_sanitizer_report(what: &str, out: &Output) {
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for needle in ["ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: "] {
-        assert!(!stderr.contains(needle), "{what}: sanitizer report ({needle}):\n{stderr}");
+    for needle in [
+        "ERROR: AddressSanitizer",
+        "ERROR: LeakSanitizer",
+        "runtime error:",
+        "SUMMARY: ",
+    ] {
+        assert!(
+            !stderr.contains(needle),
+            "{what}: sanitizer report ({needle}):\n{stderr}"
+        );
     }
 }
 
-const SAN_FLAGS: [&str; 5] =
-    ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-fno-common"];
+const SAN_FLAGS: [&str; 5] = [
+    "-O1",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=all",
+    "-fno-omit-frame-pointer",
+    "-fno-common",
+];
 const SAN_ENV: [(&str, &str); 2] = [
-    ("ASAN_OPTIONS", "detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1"),
+    (
+        "ASAN_OPTIONS",
+        "detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1",
+    ),
     ("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1"),
 ];
 
@@ -222,9 +278,16 @@ fn asan_catches_an_out_of_bounds_write_in_this_setup() {
     )
     .unwrap();
     let exe = dir.path().join("oob");
-    run(Command::new("clang").args(SAN_FLAGS).arg(&src).arg("-o").arg(&exe));
+    run(Command::new("clang")
+        .args(SAN_FLAGS)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe));
     let out = Command::new(&exe).envs(SAN_ENV).output().unwrap();
-    assert!(!out.status.success(), "ASan did not fail an out-of-bounds write");
+    assert!(
+        !out.status.success(),
+        "ASan did not fail an out-of-bounds write"
+    );
     assert!(String::from_utf8_lossy(&out.stderr).contains("heap-buffer-overflow"));
 }
 
@@ -234,7 +297,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -254,7 +321,9 @@ fn edited(offset: usize, value: &[u8]) -> Vec<u8> {
 /// `strict` (None: DYNCC_STRICT unset); returns what it printed.
 fn init_log(exe: &Path, table: Option<&Path>, strict: Option<&str>) -> String {
     let mut cmd = Command::new(exe);
-    cmd.env("DYNCC_INITLOG_LIB", plugin_lib()).env_remove("DYNCC_TABLE").env_remove("DYNCC_STRICT");
+    cmd.env("DYNCC_INITLOG_LIB", plugin_lib())
+        .env_remove("DYNCC_TABLE")
+        .env_remove("DYNCC_STRICT");
     if let Some(t) = table {
         cmd.env("DYNCC_TABLE", t);
     }
@@ -262,7 +331,11 @@ fn init_log(exe: &Path, table: Option<&Path>, strict: Option<&str>) -> String {
         cmd.env("DYNCC_STRICT", s);
     }
     let out = cmd.output().unwrap();
-    assert!(out.status.success(), "initlog failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "initlog failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -306,48 +379,95 @@ fn failure_semantics_of_init_for_every_kind_of_bad_table() {
     // No table configured: leave NCCL alone, say so at INFO.
     let out = init_log(&exe, None, None);
     show("DYNCC_TABLE unset", &out);
-    assert!(out.contains("INFO dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone"), "{out}");
-    assert!(out.contains("rc 0 ctx null") && out.contains("answer cell -1 nChannels 0"), "{out}");
+    assert!(
+        out.contains("INFO dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rc 0 ctx null") && out.contains("answer cell -1 nChannels 0"),
+        "{out}"
+    );
 
     // A valid table: one INFO line with path, digest, platform, coverage.
     let out = init_log(&exe, Some(&good), None);
     show("valid table", &out);
-    assert!(out.contains("rc 0 ctx set") && out.contains("answer cell 4 nChannels 4"), "{out}");
+    assert!(
+        out.contains("rc 0 ctx set") && out.contains("answer cell 4 nChannels 4"),
+        "{out}"
+    );
     assert!(!out.contains("WARN"), "{out}");
     let d_good = digest(&out);
     // A rank with another table logs another digest: the mismatch is visible.
     let out = init_log(&exe, Some(&other), None);
     show("a different table on another rank", &out);
-    assert_ne!(digest(&out), d_good, "different tables must log different digests");
+    assert_ne!(
+        digest(&out),
+        d_good,
+        "different tables must log different digests"
+    );
     assert!(out.contains("answer cell 5 nChannels 0"), "{out}");
 
     // Each bad table: strict fails init with a WARN naming path and cause;
     // DYNCC_STRICT=0 warns and leaves NCCL alone.
     let cases: [(&str, &Path, i32, &str); 5] = [
         ("missing file", &missing, 2, "cannot read DYNCC_TABLE="),
-        ("corrupt (checksum)", &corrupt, 5, "table is corrupt: CRC-32 of the body is"),
-        ("newer format version", &newer, 5, "table format version 2 is newer than this reader"),
-        ("other NCCL enum layout", &layout, 5, "built for NCCL enum layout 2"),
+        (
+            "corrupt (checksum)",
+            &corrupt,
+            5,
+            "table is corrupt: CRC-32 of the body is",
+        ),
+        (
+            "newer format version",
+            &newer,
+            5,
+            "table format version 2 is newer than this reader",
+        ),
+        (
+            "other NCCL enum layout",
+            &layout,
+            5,
+            "built for NCCL enum layout 2",
+        ),
         ("not a table", &garbage, 5, "invalid table DYNCC_TABLE="),
     ];
     for (what, path, rc, cause) in cases {
         let out = init_log(&exe, Some(path), None);
         show(&format!("{what}, strict (default)"), &out);
         assert!(out.contains(&format!("rc {rc} ctx null")), "{what}: {out}");
-        let warn = out.lines().find(|l| l.starts_with("WARN ")).unwrap_or_else(|| panic!("{what}: no WARN: {out}"));
-        assert!(warn.contains(cause) && warn.contains(&path.display().to_string()), "{what}: {warn}");
-        assert!(warn.contains("failing this communicator's init") && warn.contains("DYNCC_STRICT=0"), "{warn}");
+        let warn = out
+            .lines()
+            .find(|l| l.starts_with("WARN "))
+            .unwrap_or_else(|| panic!("{what}: no WARN: {out}"));
+        assert!(
+            warn.contains(cause) && warn.contains(&path.display().to_string()),
+            "{what}: {warn}"
+        );
+        assert!(
+            warn.contains("failing this communicator's init") && warn.contains("DYNCC_STRICT=0"),
+            "{warn}"
+        );
         for off in ["0", "false", "no", "off", "OFF"] {
             let out = init_log(&exe, Some(path), Some(off));
             if off == "0" {
                 show(&format!("{what}, DYNCC_STRICT=0"), &out);
             }
-            assert!(out.contains("rc 0 ctx null") && out.contains("answer cell -1 nChannels 0"), "{what}: {out}");
+            assert!(
+                out.contains("rc 0 ctx null") && out.contains("answer cell -1 nChannels 0"),
+                "{what}: {out}"
+            );
             let warn = out.lines().find(|l| l.starts_with("WARN ")).unwrap_or("");
-            assert!(warn.contains(cause) && warn.contains("DYNCC_STRICT=0, so leaving NCCL's own tuning alone"), "{warn}");
+            assert!(
+                warn.contains(cause)
+                    && warn.contains("DYNCC_STRICT=0, so leaving NCCL's own tuning alone"),
+                "{warn}"
+            );
         }
         // Anything else keeps strict on.
         let out = init_log(&exe, Some(path), Some("1"));
-        assert!(out.contains(&format!("rc {rc} ctx null")), "DYNCC_STRICT=1 is strict: {out}");
+        assert!(
+            out.contains(&format!("rc {rc} ctx null")),
+            "DYNCC_STRICT=1 is strict: {out}"
+        );
     }
 }

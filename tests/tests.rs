@@ -1,7 +1,7 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod compile; // compile and eval end to end on the shipped datasets
+mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts
 mod ingest_errors; // malformed input: file, line, what was expected
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
-mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
