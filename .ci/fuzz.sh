@@ -14,7 +14,7 @@
 # it into a regression case replayed by plain `cargo test`:
 #   cargo fuzz tmin -s none <target> <artifact>      (in the fuzz dir)
 #   tables: copy the minimised file to tables/testdata/fuzz/crash-<what broke>
-#   ingest: copy it to tests/data/fuzz/<text|csv|json>/crash-<what broke>
+#   ingest: copy it to tests/fuzz_inputs/ingest/<text|csv|json>/crash-<what broke>
 #   then fix the bug; tests/fuzz_replay.rs and tables/tests/fuzz_regressions.rs
 #   replay every file in those directories.
 #
@@ -83,9 +83,9 @@ run_target() {
 
 run_target "$root/tables/fuzz" from_bytes "$root/tables/golden" "$root/tables/testdata/fuzz"
 if [ -f "$root/fuzz/Cargo.toml" ]; then
-  run_target "$root/fuzz" ingest_text "$root/tests/data" "$root/tests/data/fuzz/text"
-  run_target "$root/fuzz" ingest_csv "$root/tests/data/nvidia-raw" "$root/tests/data/fuzz/csv"
-  run_target "$root/fuzz" ingest_json "$root/tests/data" "$root/tests/data/fuzz/json"
+  run_target "$root/fuzz" ingest_text "$root/tests/data" "$root/tests/fuzz_inputs/ingest/text"
+  run_target "$root/fuzz" ingest_csv "$root/tests/data/nvidia-raw" "$root/tests/fuzz_inputs/ingest/csv"
+  run_target "$root/fuzz" ingest_json "$root/tests/data" "$root/tests/fuzz_inputs/ingest/json"
 else
   echo "fuzz: no fuzz/Cargo.toml (ingest fuzz targets); skipping the ingest targets"
 fi

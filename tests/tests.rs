@@ -1,5 +1,6 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod compile; // compile and eval end to end on the shipped datasets
+mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts
 mod ingest_errors; // malformed input: file, line, what was expected
