@@ -678,6 +678,10 @@ pub fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()>
 /// differ by more than this factor are not noise: one run was broken.
 pub const REPEAT_FACTOR: f64 = 10.0;
 
+/// ... at this many cells between the same two files (fewer is a warm-up
+/// artefact, not a broken run).
+pub const REPEAT_MIN_CELLS: usize = 3;
+
 /// Compares repeats of each cell across files: when two runs of the same
 /// collective, shape, size and setting on the same platform disagree by more
 /// than [`REPEAT_FACTOR`], the median would silently blend a broken run into
@@ -703,7 +707,13 @@ pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
         e.0.push(r.time_us);
         e.1 = e.1.min(r.source.line);
     }
-    let mut bad: Vec<(crate::record::CellKey, Option<String>, String)> = Vec::new();
+    type Bad = (
+        crate::record::CellKey,
+        Option<String>,
+        String,
+        (PathBuf, PathBuf),
+    );
+    let mut bad: Vec<Bad> = Vec::new();
     for ((key, platform, gpu), files) in &groups {
         if files.len() < 2 {
             continue;
@@ -735,9 +745,18 @@ pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
                 lo.2,
                 hi.1 / lo.1,
             );
-            bad.push((*key, platform.or(*gpu).map(String::from), what));
+            let pair = (hi.0.to_path_buf(), lo.0.to_path_buf());
+            bad.push((*key, platform.or(*gpu).map(String::from), what, pair));
         }
     }
+    // One cell far off is a warm-up artefact (the first size of a run often
+    // is); a broken run is off at many sizes against the same other run.
+    let mut pairs: BTreeMap<(PathBuf, PathBuf), usize> = BTreeMap::new();
+    for b in &bad {
+        *pairs.entry(b.3.clone()).or_default() += 1;
+    }
+    bad.retain(|b| pairs[&b.3] >= REPEAT_MIN_CELLS);
+    let mut bad: Vec<_> = bad.into_iter().map(|(k, p, w, _)| (k, p, w)).collect();
     if bad.is_empty() {
         return Ok(());
     }
