@@ -52,6 +52,8 @@ pub struct Report {
     pub outside: Vec<String>,
     pub trees: BTreeMap<String, Fidelity>,
     pub notes: Vec<String>,
+    /// What `--lenient` skipped (file, line, why), so nothing is dropped silently.
+    pub skipped: Vec<ingest::Skip>,
     pub table: TableInfo,
 }
 
@@ -119,6 +121,7 @@ pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Co
         skipped: ds.skipped.len(),
         cells: cells.len(),
     };
+    c.report.skipped = ds.skipped.clone();
     Ok(c)
 }
 
@@ -479,6 +482,16 @@ pub fn print_report(r: &Report) {
         "read {} file(s): {} rows, {} records ({} flagged, not fitted), {} cells; {} skipped",
         i.files, i.rows, i.records, i.untrusted, i.cells, i.skipped
     );
+    const SHOWN: usize = 50;
+    for s in r.skipped.iter().take(SHOWN) {
+        println!("  skipped {}:{}: {}", s.file.display(), s.line, s.reason);
+    }
+    if r.skipped.len() > SHOWN {
+        println!(
+            "  ... and {} more (--json lists them all)",
+            r.skipped.len() - SHOWN
+        );
+    }
     let p = &r.platform;
     println!(
         "platform: {}{}{}",
@@ -643,6 +656,163 @@ pub fn parse_assume(v: &[String]) -> anyhow::Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// A collective measured only with forced settings has nothing to compare
+/// against (the gain is over NCCL's own choice), so nothing of it could be
+/// compiled. Strict: an error naming its first file. Lenient: its records
+/// are dropped and listed as skipped.
+pub fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
+    /// Records, whether one is a default run, and the first place seen.
+    type Seen = (usize, bool, Option<(PathBuf, u32)>);
+    let mut seen: BTreeMap<&'static str, Seen> = BTreeMap::new();
+    for r in &ds.records {
+        let e = seen.entry(r.collective.name()).or_insert((0, false, None));
+        e.0 += 1;
+        e.1 |= r.algo.is_none() && r.proto.is_none() && r.channels.is_none();
+        if e.2.is_none() {
+            e.2 = Some(((*r.source.file).clone(), r.source.line));
+        }
+    }
+    for (coll, (n, has_default, first)) in seen {
+        if has_default {
+            continue;
+        }
+        let (file, line) = first.unwrap_or_default();
+        let why = format!(
+            "{coll}: {n} measurements, none with NCCL's own choice (a run without NCCL_ALGO, \
+             NCCL_PROTO or channel settings); expected a default run of {coll} to compare \
+             the forced settings against"
+        );
+        if !lenient {
+            bail!(
+                "{}:{line}: {why}; add one, or pass --lenient to compile the other collectives",
+                file.display()
+            );
+        }
+        ds.records.retain(|r| r.collective.name() != coll);
+        ds.skipped.push(ingest::Skip {
+            file,
+            line,
+            reason: format!("{why}; dropped {coll}"),
+        });
+    }
+    Ok(())
+}
+
+/// Repeats of one measurement from different runs (files) whose medians
+/// differ by more than this factor are not noise: one run was broken.
+pub const REPEAT_FACTOR: f64 = 10.0;
+
+/// ... at this many cells between the same two files (fewer is a warm-up
+/// artefact, not a broken run).
+pub const REPEAT_MIN_CELLS: usize = 3;
+
+/// Compares repeats of each cell across files: when two runs of the same
+/// collective, shape, size and setting on the same platform disagree by more
+/// than [`REPEAT_FACTOR`], the median would silently blend a broken run into
+/// the decision. Strict: an error naming both places. Lenient: the cell's
+/// records are dropped and listed as skipped.
+pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
+    use std::collections::HashMap;
+    type Group<'a> = (crate::record::CellKey, Option<&'a str>, Option<&'a str>);
+    /// Per file: the group's times there and its first line.
+    type PerFile<'a> = BTreeMap<&'a std::path::Path, (Vec<f64>, u32)>;
+    // Per group, per file: (times, first line).
+    let mut groups: HashMap<Group<'_>, PerFile<'_>> = HashMap::new();
+    for r in &ds.records {
+        if r.flags != 0 {
+            continue;
+        }
+        let g = (r.key(), r.platform.as_deref(), r.gpu.as_deref());
+        let e = groups
+            .entry(g)
+            .or_default()
+            .entry(r.source.file.as_path())
+            .or_insert((Vec::new(), r.source.line));
+        e.0.push(r.time_us);
+        e.1 = e.1.min(r.source.line);
+    }
+    type Bad = (
+        crate::record::CellKey,
+        Option<String>,
+        String,
+        (PathBuf, PathBuf),
+    );
+    let mut bad: Vec<Bad> = Vec::new();
+    for ((key, platform, gpu), files) in &groups {
+        if files.len() < 2 {
+            continue;
+        }
+        let med = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let meds: Vec<(&std::path::Path, f64, u32)> =
+            files.iter().map(|(f, (t, l))| (*f, med(t), *l)).collect();
+        let lo = meds.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+        let hi = meds.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
+        if hi.1 > lo.1 * REPEAT_FACTOR {
+            let what = format!(
+                "{}:{}: {} {} ranks on {} node(s), {} bytes, {}: {:.2} us here but {:.2} us at {}:{} \
+                 ({:.0}x apart); expected repeats of one measurement to agree within {REPEAT_FACTOR}x \
+                 (was one run on a broken node or other hardware?)",
+                hi.0.display(),
+                hi.2,
+                key.collective.name(),
+                key.nranks,
+                key.nnodes,
+                key.nbytes,
+                key.config,
+                hi.1,
+                lo.1,
+                lo.0.display(),
+                lo.2,
+                hi.1 / lo.1,
+            );
+            let pair = (hi.0.to_path_buf(), lo.0.to_path_buf());
+            bad.push((*key, platform.or(*gpu).map(String::from), what, pair));
+        }
+    }
+    // One cell far off is a warm-up artefact (the first size of a run often
+    // is); a broken run is off at many sizes against the same other run.
+    let mut pairs: BTreeMap<(PathBuf, PathBuf), usize> = BTreeMap::new();
+    for b in &bad {
+        *pairs.entry(b.3.clone()).or_default() += 1;
+    }
+    bad.retain(|b| pairs[&b.3] >= REPEAT_MIN_CELLS);
+    let mut bad: Vec<_> = bad.into_iter().map(|(k, p, w, _)| (k, p, w)).collect();
+    if bad.is_empty() {
+        return Ok(());
+    }
+    bad.sort_by(|a, b| a.2.cmp(&b.2));
+    if !lenient {
+        bail!(
+            "{}{}; remove the bad run, or pass --lenient to drop the cell",
+            bad[0].2,
+            if bad.len() > 1 {
+                format!(" (and {} more such cells)", bad.len() - 1)
+            } else {
+                String::new()
+            }
+        );
+    }
+    let drop: BTreeSet<String> = bad.iter().map(|(k, p, _)| format!("{k:?}{p:?}")).collect();
+    ds.records.retain(|r| {
+        let p = r.platform.as_deref().or(r.gpu.as_deref()).map(String::from);
+        !drop.contains(&format!("{:?}{p:?}", r.key()))
+    });
+    for (_, _, what) in bad {
+        let (place, reason) = what.split_once(": ").unwrap_or(("", &what));
+        let (file, line) = place.rsplit_once(':').unwrap_or((place, "0"));
+        ds.skipped.push(ingest::Skip {
+            file: file.into(),
+            line: line.parse().unwrap_or(0),
+            reason: format!("{reason}; dropped the cell"),
+        });
+    }
+    Ok(())
+}
+
 pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     if !(a.margin.is_finite() && (0.0..1.0).contains(&a.margin)) {
         bail!(
@@ -659,10 +829,13 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         progress: !a.json,
         keep_unresolved: false,
     };
-    let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+    let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+    check_repeats(&mut ds, a.lenient)?;
+    check_default_runs(&mut ds, a.lenient)?;
     if ds.records.is_empty() {
         bail!(
-            "no measurements found in {}",
+            "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
+             (`dyncc inspect PATH` shows what each file held)",
             a.paths
                 .iter()
                 .map(|p| p.display().to_string())

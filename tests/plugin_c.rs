@@ -8,9 +8,9 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 #[path = "c/harness_table.rs"]
-mod harness_table;
+pub(crate) mod harness_table;
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -32,7 +32,7 @@ fn newest_mtime(dir: &Path) -> std::time::SystemTime {
 /// when it is missing or older than its sources; `make test` builds it
 /// first, so normally this only checks. `DYNCC_TEST_PLUGIN_LIB=/path/to.so`
 /// tests another build instead (e.g. the installed release library).
-pub fn plugin_lib() -> &'static Path {
+pub(crate) fn plugin_lib() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         if let Some(lib) = std::env::var_os("DYNCC_TEST_PLUGIN_LIB") {
@@ -76,11 +76,11 @@ pub fn plugin_lib() -> &'static Path {
     })
 }
 
-fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     Command::new(tool).arg("--version").output().is_ok()
 }
 
-fn run(cmd: &mut Command) -> String {
+pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
@@ -191,9 +191,9 @@ fn plugin_depends_only_on_libc_and_libgcc() {
     }
 }
 
-struct HarnessFiles {
+pub(crate) struct HarnessFiles {
     _dir: tempfile::TempDir,
-    exe: PathBuf,
+    pub(crate) exe: PathBuf,
     table: PathBuf,
     corrupt: PathBuf,
     missing: PathBuf,
@@ -201,7 +201,7 @@ struct HarnessFiles {
 
 /// Builds the harness tables and compiles tests/c/harness.c; `None` (after
 /// a loud message) only when no C compiler is installed.
-fn harness() -> Option<HarnessFiles> {
+pub(crate) fn harness() -> Option<HarnessFiles> {
     let cc = ["gcc", "cc"].into_iter().find(|c| have(c));
     let Some(cc) = cc else {
         eprintln!("\n\n*** SKIPPED the C harness: neither gcc nor cc is on PATH (CI installs gcc) ***\n\n");
@@ -235,7 +235,7 @@ fn harness() -> Option<HarnessFiles> {
     })
 }
 
-fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
+pub(crate) fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
     let mut cmd = match wrapper.split_first() {
         Some((w, args)) => {
             let mut c = Command::new(w);
@@ -260,7 +260,7 @@ fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
     cmd
 }
 
-fn check_harness_output(what: &str, out: &std::process::Output) -> String {
+pub(crate) fn check_harness_output(what: &str, out: &std::process::Output) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(

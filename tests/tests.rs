@@ -1,9 +1,12 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
 mod compile; // compile and eval end to end on the shipped datasets
+mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
+mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts
 mod ingest_cli;
 mod ingest_errors; // malformed input: file, line, what was expected
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
 mod simulate;
+mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)

@@ -322,6 +322,22 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 
 /// Reads one file, detecting its format from its name and first bytes.
 pub fn read_file(path: &Path, opts: &IngestOptions) -> anyhow::Result<Dataset> {
+    // Opening a FIFO blocks until some writer appears (forever, for a stale
+    // `mkfifo`), and devices never end: only regular files are read.
+    if let Ok(m) = std::fs::metadata(path) {
+        if !m.is_file() {
+            let mut ctx = FileCtx::new(path, opts);
+            ctx.bad(
+                0,
+                "not a regular file (a FIFO, socket or device); expected an nccl-tests log, \
+                 JSON or CSV file",
+            )?;
+            return Ok(Dataset {
+                skipped: ctx.skipped,
+                ..Default::default()
+            });
+        }
+    }
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) => {

@@ -22,7 +22,7 @@
 //! kept until its end (knob lines may come anywhere in it).
 
 use std::collections::HashMap;
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::sync::Arc;
 
 use memchr::memmem;
@@ -30,6 +30,10 @@ use memchr::memmem;
 use super::knobs::{self, Assumptions, KnobSource};
 use super::{FileCtx, FileOutput, Format, UNRESOLVED};
 use crate::record::{flags, Algo, Collective, Proto, Record};
+
+/// Longest line the text reader accepts (nccl-tests lines are < 1 KiB; rank
+/// lists of huge jobs stay far below this).
+pub const MAX_LINE: usize = 1 << 20;
 
 /// Does the start of a file look like nccl-tests output?
 pub fn looks_like_nccl_tests(head: &[u8]) -> bool {
@@ -221,12 +225,38 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<F
     let mut lineno = 0u32;
     loop {
         buf.clear();
-        let n = rd.read_until(b'\n', &mut buf)?;
+        // At most MAX_LINE + 1 bytes per line: a file whose newlines are
+        // gone (or a binary dump) must not be read whole into memory.
+        let n = (&mut rd)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut buf)?;
         if n == 0 {
             break;
         }
         out.bytes += n as u64;
         lineno += 1;
+        if buf.len() > MAX_LINE {
+            ctx.bad(
+                lineno,
+                format!(
+                    "line longer than {} KiB; expected nccl-tests text output (a binary or \
+                     corrupted file?); the rest of the file is not read",
+                    MAX_LINE >> 10
+                ),
+            )?;
+            break;
+        }
+        if let Some(i) = memchr::memchr(0, &buf) {
+            ctx.bad(
+                lineno,
+                format!(
+                    "binary data (a NUL byte at column {}); expected nccl-tests text output; \
+                     the rest of the file is not read",
+                    i + 1
+                ),
+            )?;
+            break;
+        }
         line(ctx, &mut st, lineno, &buf)?;
     }
     let cur = std::mem::take(&mut st.cur);

@@ -3,9 +3,7 @@
 //! record the knobs the run was made under, and the atomic file writer.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 
@@ -198,7 +196,10 @@ pub fn c_g(v: f64) -> String {
     }
 }
 
-/// Writes `bytes` to `path` atomically: a temp file in the same directory, then rename.
+/// Writes `bytes` to `path` atomically, creating its directory first. The
+/// temp file, fsync and rename are `crate::atomic::write_atomic`'s (one
+/// implementation: this one used to rename without syncing, so a crash right
+/// after a simulate could leave an empty sweep file in place of a whole one).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let dir = path
         .parent()
@@ -206,29 +207,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
         .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .with_context(|| format!("cannot create directory {}", dir.display()))?;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(
-        ".{name}.tmp.{}.{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let res = (|| -> anyhow::Result<()> {
-        let mut f = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot create temp file {}", tmp.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, path)
-            .with_context(|| format!("cannot rename {} to {}", tmp.display(), path.display()))
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res?;
-    Ok(())
+    crate::atomic::write_atomic(path, bytes)
 }
 
 #[cfg(test)]
