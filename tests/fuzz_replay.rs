@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use dyncc::ingest::{self, Format, IngestOptions};
 
 fn dir(kind: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_inputs/ingest").join(kind)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fuzz_inputs/ingest")
+        .join(kind)
 }
 
 /// What every ingest fuzz target checks, for one input.
@@ -28,7 +30,9 @@ fn exercise(name: &str, data: &[u8], format: Format) {
         match r {
             Ok(mut ds) => {
                 assert!(
-                    ds.records.iter().all(|r| r.time_us.is_finite() && r.time_us > 0.0),
+                    ds.records
+                        .iter()
+                        .all(|r| r.time_us.is_finite() && r.time_us > 0.0),
                     "{name}: a record with a non-finite or non-positive time"
                 );
                 ingest::flag_outliers(&mut ds);
@@ -42,9 +46,11 @@ fn exercise(name: &str, data: &[u8], format: Format) {
 #[test]
 fn replay_every_ingest_fuzz_input() {
     let mut n = 0;
-    for (kind, format) in
-        [("text", Format::NcclTestsText), ("csv", Format::TunerCsv), ("json", Format::NcclTestsJson)]
-    {
+    for (kind, format) in [
+        ("text", Format::NcclTestsText),
+        ("csv", Format::TunerCsv),
+        ("json", Format::NcclTestsJson),
+    ] {
         for e in std::fs::read_dir(dir(kind)).unwrap() {
             let p = e.unwrap().path();
             let data = std::fs::read(&p).unwrap();
@@ -69,5 +75,8 @@ fn binary_data_in_a_log_is_an_error_naming_the_line() {
         &IngestOptions::default(),
     )
     .unwrap_err();
-    assert!(format!("{e:#}").contains("seed.log:4: binary data"), "{e:#}");
+    assert!(
+        format!("{e:#}").contains("seed.log:4: binary data"),
+        "{e:#}"
+    );
 }
