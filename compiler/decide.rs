@@ -190,22 +190,6 @@ fn decide_measured(
         return Choice::default(Why::NoDefaultRun, Basis::Measured);
     };
     let sigma = fit.sigma(ni, si);
-    if std::env::var_os("DYNCC_DEBUG_DECIDE").is_some() {
-        for c in 1..grid.configs.len() {
-            if let Some(m) = grid.get(ni, si, c) {
-                eprintln!(
-                    "n{} s{} {} g {:.3} sigma {:.3} gp {:?}",
-                    grid.nodes[ni],
-                    grid.sizes[si],
-                    grid.configs[c],
-                    d.ln_t - m.ln_t,
-                    sigma,
-                    fit.predict(c, grid.sizes[si], grid.nodes[ni], grid.ppn)
-                        .map(|v| (v * 1000.0).round() / 1000.0)
-                );
-            }
-        }
-    }
     let mut best: Option<(f64, usize, f64)> = None;
     let mut why = Why::DefaultBest;
     for c in 1..grid.configs.len() {
