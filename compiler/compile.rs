@@ -523,7 +523,14 @@ pub fn print_report(r: &Report) {
     }
     println!("\nforces (expected gain over NCCL's default):");
     if r.forced.is_empty() {
-        println!("  nothing: NCCL's own choices are best or within noise everywhere measured");
+        if r.coverage.iter().all(|c| c.configs.len() <= 1) {
+            println!(
+                "  nothing: only NCCL's default was measured, so there is nothing to compare it with; \
+                 sweep NCCL_ALGO/NCCL_PROTO settings too (`dyncc plan` writes such a sweep)"
+            );
+        } else {
+            println!("  nothing: NCCL's own choices are best or within noise everywhere measured");
+        }
     }
     for f in &r.forced {
         let nodes = if f.nodes.0 == f.nodes.1 {
@@ -636,24 +643,13 @@ pub struct CompileArgs {
     /// Skip (and report) input that cannot be read instead of failing.
     #[arg(long)]
     pub lenient: bool,
-    /// Facts the inputs do not state, e.g. NCCL_ALGO=Ring, gpus_per_node=8.
+    /// Facts the inputs do not state: KEY=VALUE (NCCL_ALGO=Ring, nodes=2,
+    /// coll=allreduce, ...) or `default` for logs of NCCL's own choice.
     #[arg(long = "assume", value_name = "KEY=VALUE")]
     pub assume: Vec<String>,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
-}
-
-pub fn parse_assume(v: &[String]) -> anyhow::Result<Vec<(String, String)>> {
-    v.iter()
-        .map(|s| {
-            s.split_once('=')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .with_context(|| {
-                    format!("--assume `{s}`: expected KEY=VALUE, e.g. --assume NCCL_ALGO=Ring")
-                })
-        })
-        .collect()
 }
 
 /// A collective measured only with forced settings has nothing to compare
@@ -825,7 +821,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     }
     let ingest_opts = IngestOptions {
         lenient: a.lenient,
-        assume: parse_assume(&a.assume)?,
+        assume: IngestOptions::parse_assume(&a.assume)?,
         progress: !a.json,
         keep_unresolved: false,
     };

@@ -54,6 +54,8 @@ pub enum Why {
     NoDefaultRun,
     /// Unmeasured node count whose measured neighbours disagree.
     NeighboursDisagree,
+    /// Only NCCL's default was measured: nothing to compare it with.
+    OnlyDefaultMeasured,
 }
 
 /// The choice at one (node count, measured size).
@@ -189,6 +191,9 @@ fn decide_measured(
     let Some(d) = grid.get(ni, si, 0) else {
         return Choice::default(Why::NoDefaultRun, Basis::Measured);
     };
+    if (1..grid.configs.len()).all(|c| grid.get(ni, si, c).is_none()) {
+        return Choice::default(Why::OnlyDefaultMeasured, Basis::Measured);
+    }
     let sigma = fit.sigma(ni, si);
     let mut best: Option<(f64, usize, f64)> = None;
     let mut why = Why::DefaultBest;

@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use dyncc_tables::{Decision, Table};
 use serde::Serialize;
 
-use crate::compile::{compile_dataset, parse_assume, CompileOptions};
+use crate::compile::{compile_dataset, CompileOptions};
 use crate::decide::DecideOptions;
 use crate::ingest::{self, Dataset, IngestOptions};
 use crate::record::{Cell, Collective, Config};
@@ -358,7 +358,7 @@ pub struct EvalArgs {
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
     let ingest_opts = IngestOptions {
         lenient: a.lenient,
-        assume: parse_assume(&a.assume)?,
+        assume: IngestOptions::parse_assume(&a.assume)?,
         progress: !a.json,
         keep_unresolved: false,
     };

@@ -619,7 +619,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     } else {
         let opts = IngestOptions {
             lenient: true,
-            assume: crate::compile::parse_assume(&a.assume)?,
+            assume: IngestOptions::parse_assume(&a.assume)?,
             progress: false,
             ..Default::default()
         };
