@@ -220,12 +220,7 @@ fn select_platform(
         Some(w) => {
             let v: Vec<Record> = records
                 .iter()
-                .filter(|r| {
-                    r.platform
-                        .as_deref()
-                        .is_some_and(|p| p.eq_ignore_ascii_case(w))
-                        || r.gpu.as_deref().is_some_and(|g| g.eq_ignore_ascii_case(w))
-                })
+                .filter(|r| r.is_platform(w))
                 .cloned()
                 .collect();
             if v.is_empty() {

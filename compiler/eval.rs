@@ -409,12 +409,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
         let mut records = ds.records;
         if let Some(p) = &a.platform {
-            records.retain(|r| {
-                r.platform
-                    .as_deref()
-                    .is_some_and(|x| x.eq_ignore_ascii_case(p))
-                    || r.gpu.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(p))
-            });
+            records.retain(|r| r.is_platform(p));
         }
         let (s, c) = score_cells(&table, &ingest::aggregate(&records));
         (

@@ -147,6 +147,13 @@ impl Record {
         self.algo.is_none() && self.proto.is_none() && self.channels.is_none()
     }
 
+    /// Whether `--platform LABEL` selects this record: its platform label
+    /// or its GPU model, compared case-insensitively.
+    pub fn is_platform(&self, label: &str) -> bool {
+        let eq = |v: &Option<Arc<str>>| v.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(label));
+        eq(&self.platform) || eq(&self.gpu)
+    }
+
     pub fn key(&self) -> CellKey {
         CellKey {
             collective: self.collective,
