@@ -665,7 +665,11 @@ fi
 declare -A JSON_OK=()
 json_ok() {
   if [[ -z "${JSON_OK[$1]:-}" ]]; then
-    if "$NCCL_TESTS_DIR/$1" -h 2>&1 | grep -q -- 'output_file'; then JSON_OK[$1]=1; else JSON_OK[$1]=0; fi
+    # Captured first: with pipefail, `... | grep -q` fails whenever grep
+    # exits before the binary finishes writing (SIGPIPE), at random.
+    local help
+    help=$("$NCCL_TESTS_DIR/$1" -h 2>&1 </dev/null || true)
+    if [[ $help == *output_file* ]]; then JSON_OK[$1]=1; else JSON_OK[$1]=0; fi
   fi
   [[ "${JSON_OK[$1]}" == 1 ]]
 }
@@ -729,7 +733,9 @@ while read -r coll bin nodes algo proto ch rep; do
   } > "$tmp"
   start=$SECONDS
   rc=0
-  launch "$nodes" "$bin" >> "$tmp" 2>&1 || rc=$?
+  # stdin from /dev/null: srun and mpirun forward stdin to a rank and would
+  # swallow the rest of the run list this loop reads.
+  launch "$nodes" "$bin" >> "$tmp" 2>&1 </dev/null || rc=$?
   if [[ $rc == 0 ]] && grep -q '^# Avg bus bandwidth' "$tmp"; then
     mv "$tmp" "$log"
     ok=$((ok + 1))
