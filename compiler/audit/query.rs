@@ -270,7 +270,7 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         "{} node{} x {} ranks/node",
         call.nodes,
         if call.nodes == 1 { "" } else { "s" },
-        if call.nodes > 0 && call.ranks % call.nodes == 0 {
+        if call.nodes > 0 && call.ranks.is_multiple_of(call.nodes) {
             (call.ranks / call.nodes).to_string()
         } else {
             format!("{:.2}", call.ranks as f64 / call.nodes.max(1) as f64)
