@@ -9,8 +9,8 @@ mod gen_sweep;
 
 use std::path::PathBuf;
 
-use dyncc::compile::{compile_dataset, CompileOptions};
 use dyncc::ingest::{read_paths, IngestOptions};
+use dyncc::pipeline::{compile_dataset, CompileOptions};
 
 fn main() {
     divan::main();

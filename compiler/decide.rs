@@ -1,39 +1,61 @@
 //! Decide: per grid, per node count and per message size, force a
 //! candidate only where the evidence says it beats NCCL's default by more
-//! than the noise and a margin, inside the measured hull; otherwise leave
-//! NCCL alone. Then spread the per-size choices over the table's size
-//! buckets and node ranges.
+//! than its uncertainty and a margin; otherwise leave NCCL alone. At a
+//! measured node count the evidence is the measurement (its noise from
+//! repeats or neighbouring sizes, corroborated by the fitted model); at an
+//! unmeasured one it is the reading of [`crate::nodes`], with the
+//! uncertainty calibrated on the sweep's own node counts. Then spread the
+//! per-size choices over the table's size buckets.
 
-use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, Decision, NUM_BUCKETS};
+use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, BucketDecision, Decision, NUM_BUCKETS};
 use serde::Serialize;
 
 use crate::features::Grid;
 use crate::fit::Fitted;
+use crate::nodes::{self, NodeModel, OffTrend, Widen};
 use crate::record::Config;
+
+/// Default `--margin`: force only past a 3 % expected gain.
+pub const DEFAULT_MARGIN: f64 = 0.03;
+/// Default `--noise-z`: standard deviations of uncertainty a gain must clear.
+pub const DEFAULT_NOISE_Z: f64 = 0.5;
+/// Default `--node-reach`: node counts up to this factor beyond the measured
+/// multi-node counts are decided (extrapolated); beyond, NCCL decides.
+pub const DEFAULT_NODE_REACH: f64 = 8.0;
+/// Largest node count the table names one by one; above it, node counts
+/// are decided in quarter-octave ranges.
+const NODE_STEP_UNTIL: u32 = 16;
+/// Node counts beyond this are one range even when extrapolating freely.
+const NODE_LADDER_MAX: u32 = 1 << 16;
 
 /// Noise sds past the margin at which a measured advantage needs no
 /// corroboration from the model.
 const STRONG: f64 = 2.0;
 
-/// What the user can set.
+/// What the user can set. `Default` is the command line's defaults.
 #[derive(Clone, Debug)]
 pub struct DecideOptions {
     /// Force only when the expected gain exceeds this fraction (0.03 = 3 %)
-    /// on top of the noise.
+    /// on top of the uncertainty.
     pub margin: f64,
-    /// How many standard deviations of measurement noise a gain must clear.
+    /// How many standard deviations of uncertainty (measurement noise, or
+    /// the calibrated error of a reading at an unmeasured node count) a
+    /// gain must clear.
     pub z: f64,
-    /// Extend decisions beyond the measured node counts, ranks per node and
-    /// sizes.
+    /// Extend decisions to every size, node count and ranks per node.
     pub extrapolate: bool,
+    /// Decide node counts up to this factor beyond the measured multi-node
+    /// counts (1 = only between them).
+    pub node_reach: f64,
 }
 
 impl Default for DecideOptions {
     fn default() -> Self {
         DecideOptions {
-            margin: 0.03,
-            z: 1.0,
+            margin: DEFAULT_MARGIN,
+            z: DEFAULT_NOISE_Z,
             extrapolate: false,
+            node_reach: DEFAULT_NODE_REACH,
         }
     }
 }
@@ -52,8 +74,12 @@ pub enum Why {
     ModelDisagrees,
     /// No default run at this cell: no baseline to claim a gain against.
     NoDefaultRun,
-    /// Unmeasured node count whose measured neighbours disagree.
-    NeighboursDisagree,
+    /// Unmeasured node count: predicted faster, but not by more than the
+    /// uncertainty of the prediction and the margin.
+    Uncertain,
+    /// Unmeasured node count, and fewer than two measured multi-node counts
+    /// to calibrate a prediction on.
+    Uncalibrated,
     /// Only NCCL's default was measured: nothing to compare it with.
     OnlyDefaultMeasured,
 }
@@ -80,10 +106,16 @@ impl Choice {
     }
 }
 
-/// The choices at one node count: measured, or an interpolated anchor.
+/// The choices at one node count (measured) or range of node counts
+/// (decided at one point inside it).
 #[derive(Clone, Debug)]
 pub struct Anchor {
+    /// The first node count of the range.
     pub nodes: u32,
+    /// Inclusive range of node counts these choices serve.
+    pub span: (u32, u32),
+    /// Where an unmeasured range was decided (its geometric middle).
+    pub at: f64,
     pub measured: bool,
     /// One per grid size.
     pub per_size: Vec<Choice>,
@@ -93,96 +125,195 @@ pub struct Anchor {
 #[derive(Clone, Debug)]
 pub struct GridDecisions {
     pub anchors: Vec<Anchor>,
+    /// The model of unmeasured node counts.
+    pub model: NodeModel,
+    /// Runs found off the trend of their neighbours (their decisions are
+    /// less certain).
+    pub off_trend: Vec<OffTrend>,
+    /// Node counts decided: (first, last), or `None` when only measured
+    /// counts are.
+    pub reach: Option<(u32, u32)>,
 }
 
 /// Decides one grid.
 pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
     let lm = (1.0 + opt.margin).ln();
-    let mut anchors: Vec<Anchor> = (0..grid.nodes.len())
-        .map(|ni| Anchor {
+    let sigma = |ni: usize, si: usize| fit.sigma(ni, si);
+    let (off_trend, widen) = nodes::consistency(grid, &sigma);
+    let model = nodes::calibrate(grid, &sigma, &widen);
+    let mut anchors: Vec<Anchor> = Vec::new();
+    for ni in 0..grid.nodes.len() {
+        let mut a = Anchor {
             nodes: grid.nodes[ni],
+            span: (grid.nodes[ni], grid.nodes[ni]),
+            at: grid.nodes[ni] as f64,
             measured: true,
             per_size: (0..grid.sizes.len())
-                .map(|si| decide_measured(grid, fit, ni, si, lm, opt))
+                .map(|si| decide_measured(grid, fit, &widen, ni, si, lm, opt))
                 .collect(),
-        })
-        .collect();
-    for a in &mut anchors {
-        smooth(grid, a, fit, lm, opt);
+        };
+        smooth(grid, &mut a, fit, lm, opt);
+        anchors.push(a);
     }
-    // Powers of two between measured node counts: the node counts users
-    // most often run. Their decisions come from the models, and only where
-    // both measured neighbours agree.
-    let mut extra = Vec::new();
-    for w in grid.nodes.windows(2) {
-        let (lo, hi) = (w[0], w[1]);
-        let mut k = lo.next_power_of_two();
-        if k == lo {
-            k *= 2;
+    let reach = node_reach(grid, opt);
+    if let Some((lo, hi)) = reach {
+        for (span, at) in node_bins(grid, lo, hi) {
+            let per_size = (0..grid.sizes.len())
+                .map(|si| decide_unmeasured(grid, fit, &model, &widen, at, si, lm, opt))
+                .collect();
+            anchors.push(Anchor {
+                nodes: span.0,
+                span,
+                at,
+                measured: false,
+                per_size,
+            });
         }
-        while k < hi {
-            extra.push(k);
-            k *= 2;
-        }
-    }
-    for k in extra {
-        let li = grid.nodes.iter().rposition(|&n| n < k).unwrap_or(0);
-        let ui = grid
-            .nodes
-            .iter()
-            .position(|&n| n > k)
-            .unwrap_or(grid.nodes.len() - 1);
-        let per_size = (0..grid.sizes.len())
-            .map(|si| {
-                // Candidates both measured neighbours found faster than the
-                // default by the margin; the model picks among them for k.
-                let beats = |ni: usize, c: usize| match (grid.get(ni, si, 0), grid.get(ni, si, c)) {
-                    (Some(d), Some(m)) => d.ln_t - m.ln_t > lm,
-                    _ => false,
-                };
-                let mut best: Option<(f64, usize)> = None;
-                for c in 1..grid.configs.len() {
-                    if !(beats(li, c) && beats(ui, c)) {
-                        continue;
-                    }
-                    if let Some(g) = fit.predict(c, grid.sizes[si], k, grid.ppn) {
-                        if g > lm && best.is_none_or(|b| g > b.0) {
-                            best = Some((g, c));
-                        }
-                    }
-                }
-                match best {
-                    Some((g, c)) => Choice {
-                        cfg: c,
-                        basis: Basis::Interpolated,
-                        gain: g.exp(),
-                        why: Why::Forced,
-                    },
-                    None => {
-                        let (l, u) = (anchors[li].per_size[si], anchors[ui].per_size[si]);
-                        let why = if l.cfg == 0 && u.cfg == 0 {
-                            Why::DefaultBest
-                        } else {
-                            Why::NeighboursDisagree
-                        };
-                        Choice::default(why, Basis::Interpolated)
-                    }
-                }
-            })
-            .collect();
-        anchors.push(Anchor {
-            nodes: k,
-            measured: false,
-            per_size,
-        });
     }
     anchors.sort_by_key(|a| a.nodes);
-    GridDecisions { anchors }
+    GridDecisions {
+        anchors,
+        model,
+        off_trend,
+        reach,
+    }
+}
+
+/// The node counts decided beyond the measured ones: from 2 (never one
+/// node from several) or the smallest multi-node count over the reach
+/// factor, to the largest times it; every count with `--extrapolate`.
+fn node_reach(grid: &Grid, opt: &DecideOptions) -> Option<(u32, u32)> {
+    let multi: Vec<u32> = grid.nodes.iter().copied().filter(|&n| n >= 2).collect();
+    let (&lo, &hi) = (multi.first()?, multi.last()?);
+    if opt.extrapolate {
+        return Some((2, u32::MAX));
+    }
+    let f = opt.node_reach.max(1.0);
+    let lo = ((lo as f64 / f).ceil() as u32).max(2);
+    let hi = (hi as f64 * f).floor().min(u32::MAX as f64) as u32;
+    Some((lo, hi))
+}
+
+/// Ranges of unmeasured node counts within `lo..=hi`, each with the point
+/// it is decided at: one per count up to [`NODE_STEP_UNTIL`], quarter
+/// octaves above (crossovers move smoothly with the node count).
+fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<((u32, u32), f64)> {
+    let mut starts: Vec<u32> = (lo..=hi.min(NODE_STEP_UNTIL)).collect();
+    let mut j = 4 * NODE_STEP_UNTIL.ilog2() + 1;
+    loop {
+        let v = 2f64.powf(j as f64 / 4.0).round() as u32;
+        if v > hi || v > NODE_LADDER_MAX {
+            break;
+        }
+        if v >= lo {
+            starts.push(v);
+        }
+        j += 1;
+    }
+    // Measured counts are their own (measured) anchors: a range resumes
+    // after each.
+    for &n in &grid.nodes {
+        if n < hi && n >= lo {
+            starts.push(n + 1);
+        }
+    }
+    starts.sort_unstable();
+    starts.dedup();
+    let measured = |n: u32| grid.nodes.binary_search(&n).is_ok();
+    let mut out = Vec::new();
+    for (i, &a) in starts.iter().enumerate() {
+        if measured(a) || a > hi {
+            continue;
+        }
+        let next = starts.get(i + 1).copied().unwrap_or(u32::MAX);
+        let first_measured_after = grid
+            .nodes
+            .iter()
+            .copied()
+            .find(|&n| n > a)
+            .unwrap_or(u32::MAX);
+        let b = next
+            .saturating_sub(1)
+            .min(first_measured_after.saturating_sub(1))
+            .min(hi);
+        let at = if b == u32::MAX {
+            a as f64
+        } else {
+            (a as f64 * b as f64).sqrt()
+        };
+        out.push(((a, b), at));
+    }
+    out
+}
+
+/// At an unmeasured node count: the candidate whose reading clears the
+/// margin by the most uncertainty sds, if any.
+#[allow(clippy::too_many_arguments)]
+fn decide_unmeasured(
+    grid: &Grid,
+    fit: &Fitted,
+    model: &NodeModel,
+    widen: &Widen,
+    at: f64,
+    si: usize,
+    lm: f64,
+    opt: &DecideOptions,
+) -> Choice {
+    let basis_of = |between: bool| {
+        if between {
+            Basis::Interpolated
+        } else {
+            Basis::Extrapolated
+        }
+    };
+    if !model.calibrated() {
+        return Choice::default(Why::Uncalibrated, Basis::Interpolated);
+    }
+    let mut best: Option<(f64, usize, f64, bool)> = None;
+    let mut why = Why::DefaultBest;
+    let mut basis = Basis::Interpolated;
+    for c in 1..grid.configs.len() {
+        let Some(r) = nodes::read(
+            grid,
+            &|ni, s| fit.sigma(ni, s),
+            widen,
+            model.align,
+            at,
+            si,
+            c,
+            None,
+        ) else {
+            continue;
+        };
+        basis = basis.max(basis_of(r.between));
+        let Some(sd) = model.sd(si, &r) else { continue };
+        if r.gain <= lm {
+            continue;
+        }
+        let lcb = r.gain - opt.z * sd;
+        if lcb <= lm {
+            why = why.max(Why::Uncertain);
+            continue;
+        }
+        if best.is_none_or(|b| lcb > b.0) {
+            best = Some((lcb, c, r.gain, r.between));
+        }
+    }
+    match best {
+        Some((_, c, g, between)) => Choice {
+            cfg: c,
+            basis: basis_of(between),
+            gain: g.exp(),
+            why: Why::Forced,
+        },
+        None => Choice::default(why, basis),
+    }
 }
 
 fn decide_measured(
     grid: &Grid,
     fit: &Fitted,
+    widen: &Widen,
     ni: usize,
     si: usize,
     lm: f64,
@@ -205,7 +336,12 @@ fn decide_measured(
         if g <= lm {
             continue;
         }
-        let sd = sigma * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64).sqrt();
+        // Runs off their neighbours' trend (either side of the ratio) make
+        // the gain less certain.
+        let sd = (sigma * sigma * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64)
+            + widen.get(ni, 0)
+            + widen.get(ni, c))
+        .sqrt();
         if g <= lm + opt.z * sd {
             why = why.max(Why::WithinNoise);
             continue;
@@ -276,9 +412,6 @@ fn smooth(grid: &Grid, a: &mut Anchor, fit: &Fitted, lm: f64, opt: &DecideOption
     }
 }
 
-/// One bucket's decision, as the table stores it.
-pub type BucketChoice = (Decision, Basis, f32);
-
 /// Converts a grid config into a table decision.
 pub fn to_decision(cfg: &Config) -> Decision {
     match (cfg.algo, cfg.proto) {
@@ -294,8 +427,8 @@ pub fn to_decision(cfg: &Config) -> Decision {
 /// Spreads an anchor's per-size choices over the size buckets: every bucket
 /// takes the choice of the nearest measured size (in log space); outside the
 /// measured sizes, NCCL's default unless extrapolating.
-pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketChoice; NUM_BUCKETS]> {
-    let dflt: BucketChoice = (Decision::Default, Basis::Measured, 1.0);
+pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecision; NUM_BUCKETS]> {
+    let dflt = BucketDecision::leave(Basis::Measured);
     let mut out = Box::new([dflt; NUM_BUCKETS]);
     if grid.sizes.is_empty() {
         return out;
@@ -326,7 +459,9 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketChoice;
         let c = a.per_size[si];
         let basis = if outside {
             Basis::Extrapolated
-        } else if !a.measured || size_bucket(grid.sizes[si]) as usize != b {
+        } else if !a.measured {
+            c.basis.max(Basis::Interpolated)
+        } else if size_bucket(grid.sizes[si]) as usize != b {
             // Between measured sizes: measured only if both sides agree.
             let other = if bucket_lower_bound(b as u8) < grid.sizes[si] {
                 si.checked_sub(1)
@@ -334,7 +469,7 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketChoice;
                 Some(si + 1).filter(|&j| j < grid.sizes.len())
             };
             match other {
-                Some(j) if a.per_size[j].cfg == c.cfg && a.measured => c.basis,
+                Some(j) if a.per_size[j].cfg == c.cfg => c.basis,
                 _ => Basis::Interpolated,
             }
         } else {
@@ -346,15 +481,15 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketChoice;
         } else {
             c.gain as f32
         };
-        *slot = (
-            d,
-            if d == Decision::Default && !outside {
+        *slot = BucketDecision {
+            decision: d,
+            basis: if d == Decision::Default && !outside && a.measured {
                 Basis::Measured
             } else {
                 basis
             },
             gain,
-        );
+        };
     }
     out
 }
@@ -465,10 +600,12 @@ mod tests {
             .filter(|c| !c.key.config.is_default())
             .collect();
         let (_, d) = run(&cells, &DecideOptions::default());
-        assert!(d.anchors.iter().all(|a| a
-            .per_size
+        assert!(d.anchors.iter().all(|a| a.per_size.iter().all(|c| c.cfg == 0)));
+        assert!(d
+            .anchors
             .iter()
-            .all(|c| c.cfg == 0 && c.why == Why::NoDefaultRun)));
+            .filter(|a| a.measured)
+            .all(|a| a.per_size.iter().all(|c| c.why == Why::NoDefaultRun)));
     }
 
     #[test]
@@ -488,11 +625,11 @@ mod tests {
     fn sizes_outside_the_measured_range_stay_default_unless_extrapolating() {
         let (g, d) = run(&sweep(&[1, 2], 0.8), &DecideOptions::default());
         let b = buckets(&g, &d.anchors[1], false);
-        assert_eq!(b[size_bucket(4) as usize].0, Decision::Default); // below 8 B
-        assert_ne!(b[size_bucket(8) as usize].0, Decision::Default);
+        assert_eq!(b[size_bucket(4) as usize].decision, Decision::Default); // below 8 B
+        assert_ne!(b[size_bucket(8) as usize].decision, Decision::Default);
         let b = buckets(&g, &d.anchors[1], true);
-        assert_ne!(b[size_bucket(4) as usize].0, Decision::Default);
-        assert_eq!(b[size_bucket(4) as usize].1, Basis::Extrapolated);
+        assert_ne!(b[size_bucket(4) as usize].decision, Decision::Default);
+        assert_eq!(b[size_bucket(4) as usize].basis, Basis::Extrapolated);
     }
 
     /// Multiplies every time by independent log-normal noise of sd `sigma`.
@@ -591,13 +728,14 @@ mod tests {
     #[test]
     fn a_lone_size_between_agreeing_neighbours_takes_their_choice() {
         // Ring/Simple and Tree/LL both win by 20 % in the small sizes; at one
-        // size Ring/Simple is 0.5 % better than Tree/LL. No flip-flop: it
+        // size Ring/Simple is 0.2 % better than Tree/LL (within the noise at the
+        // shipped --noise-z). No flip-flop: it
         // follows its neighbours' Tree/LL.
         let mut cells = sweep(&[1, 2], 0.8);
         for c in &mut cells {
             if c.key.config.algo == Some(Algo::Ring) && c.key.nbytes < 65536 {
                 c.time_us *= if c.key.nbytes == 1024 {
-                    0.8 / 1.005
+                    0.8 / 1.002
                 } else {
                     0.85
                 };
@@ -610,6 +748,7 @@ mod tests {
             .position(|c| c.algo == Some(Algo::Tree))
             .unwrap();
         let si = g.sizes.iter().position(|&s| s == 1024).unwrap();
-        assert_eq!(d.anchors[0].per_size[si].cfg, tree);
+        let first = d.anchors.iter().find(|a| a.measured).unwrap();
+        assert_eq!(first.per_size[si].cfg, tree);
     }
 }

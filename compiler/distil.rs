@@ -3,26 +3,26 @@
 //! weight of a grid point is what choosing wrong there costs (its expected
 //! gain), so the tree spends its depth where decisions matter.
 
-use dyncc_tables::{Basis, Decision};
+use dyncc_tables::{Basis, Decision, Feature, NUM_FEATURES};
 
 use crate::tree::{FlatTree, Node};
 
-/// Feature numbering, as the table stores it (`dyncc_tables::Feature`).
-pub const F_LOG2_BYTES: usize = 0;
-pub const F_NODES: usize = 1;
-pub const F_RANKS: usize = 2;
-pub const F_PPN: usize = 3;
-pub const F_LOG2_BYTES_PER_RANK: usize = 4;
-pub const N_TREE_FEATURES: usize = 5;
+/// Length of the tree feature vector (`dyncc_tables::tree_features`).
+pub const N_TREE_FEATURES: usize = NUM_FEATURES;
 
 /// Features a split may use: sizes, node counts and ranks per node read
 /// naturally; the derived ones only blur the explanation.
-const SPLIT_FEATURES: [usize; 3] = [F_LOG2_BYTES, F_NODES, F_PPN];
+const SPLIT_FEATURES: [usize; 3] = [
+    Feature::Log2Bytes as usize,
+    Feature::Nodes as usize,
+    Feature::Ppn as usize,
+];
 
+/// The features of one shape, as the table's readers compute them (f32
+/// values, so a threshold taken from them compares the same in the plugin,
+/// `query` and `explain`).
 pub fn tree_features(nbytes: u64, nodes: u32, ppn: u32) -> [f64; N_TREE_FEATURES] {
-    let lb = (nbytes.max(1) as f64).log2();
-    let ranks = (nodes as f64 * ppn as f64).max(1.0);
-    [lb, nodes as f64, ranks, ppn as f64, lb - ranks.log2()]
+    dyncc_tables::tree_features(nbytes, nodes as u64, nodes as u64 * ppn as u64).map(f64::from)
 }
 
 /// One point of the decision grid.

@@ -3,11 +3,11 @@
 
 use anyhow::Context;
 use dyncc_tables::{
-    rules_from_buckets, Basis, Coll, ContextSpec, Decision, Feature, RegBuff, TableBuilder,
-    TreeNode, NUM_BUCKETS,
+    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, RegBuff,
+    TableBuilder, TreeNode, NUM_BUCKETS,
 };
 
-use crate::decide::{buckets, BucketChoice, GridDecisions};
+use crate::decide::{buckets, GridDecisions};
 use crate::distil::Leaf;
 use crate::features::Grid;
 use crate::tree::{FlatTree, Node};
@@ -18,83 +18,28 @@ pub struct PlannedContext {
     pub coll: Coll,
     pub nodes: (u32, u32),
     pub ppn: (u32, u32),
-    pub buckets: Box<[BucketChoice; NUM_BUCKETS]>,
+    pub buckets: Box<[BucketDecision; NUM_BUCKETS]>,
 }
 
-/// Lays out the contexts of every grid, most specific first (the plugin
-/// takes the first match): measured and interpolated node counts exactly,
-/// then the node ranges between them, then (only when extrapolating) what
-/// lies beyond the measured node counts and ranks per node.
+/// Lays out the contexts of every grid: one per anchor (a measured node
+/// count, or a range of unmeasured ones decided together), then, only when
+/// extrapolating, the best-covered grid's contexts for every other number
+/// of ranks per node. Ranges never overlap within a grid, so the plugin's
+/// first match is the only match.
 pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec<PlannedContext> {
-    let mut exact = Vec::new();
-    let mut between = Vec::new();
-    let mut beyond = Vec::new();
-    let mut any_ppn: Vec<(Coll, usize, usize)> = Vec::new(); // (coll, grid, measured cells)
+    let mut out = Vec::new();
+    // Per collective: (grid, measured cells) of the best-covered grid.
+    let mut any_ppn: Vec<(Coll, usize, usize)> = Vec::new();
     for (gi, (g, d)) in grids.iter().zip(decided).enumerate() {
-        let per_anchor: Vec<_> = d
-            .anchors
-            .iter()
-            .map(|a| buckets(g, a, extrapolate))
-            .collect();
-        for (a, b) in d.anchors.iter().zip(&per_anchor) {
-            exact.push(PlannedContext {
+        for a in &d.anchors {
+            out.push(PlannedContext {
                 coll: g.coll,
-                nodes: (a.nodes, a.nodes),
+                nodes: a.span,
                 ppn: (g.ppn, g.ppn),
-                buckets: b.clone(),
-            });
-        }
-        for (i, w) in d.anchors.windows(2).enumerate() {
-            let (lo, hi) = (w[0].nodes, w[1].nodes);
-            if hi <= lo + 1 {
-                continue;
-            }
-            // Between two node counts: only what both agree on.
-            let mut b = Box::new([(Decision::Default, Basis::Interpolated, 1.0f32); NUM_BUCKETS]);
-            for (k, slot) in b.iter_mut().enumerate() {
-                let (x, y) = (per_anchor[i][k], per_anchor[i + 1][k]);
-                if x.0 == y.0 && x.0 != Decision::Default {
-                    let basis = if x.1 == Basis::Extrapolated || y.1 == Basis::Extrapolated {
-                        Basis::Extrapolated
-                    } else {
-                        Basis::Interpolated
-                    };
-                    *slot = (x.0, basis, x.2.min(y.2));
-                } else if x.1 == Basis::Extrapolated && y.1 == Basis::Extrapolated {
-                    *slot = (Decision::Default, Basis::Extrapolated, 1.0);
-                }
-            }
-            between.push(PlannedContext {
-                coll: g.coll,
-                nodes: (lo + 1, hi - 1),
-                ppn: (g.ppn, g.ppn),
-                buckets: b,
+                buckets: buckets(g, a, extrapolate),
             });
         }
         if extrapolate {
-            let mark = |src: &[BucketChoice; NUM_BUCKETS]| {
-                let mut b = Box::new(*src);
-                for s in b.iter_mut() {
-                    s.1 = Basis::Extrapolated;
-                }
-                b
-            };
-            if let (Some(first), Some(last)) = (d.anchors.first(), d.anchors.last()) {
-                if first.nodes > 1 {
-                    beyond.push(PlannedContext {
-                        coll: g.coll,
-                        nodes: (1, first.nodes - 1),
-                        ppn: (g.ppn, g.ppn),
-                        buckets: mark(&per_anchor[0]),
-                    });
-                }
-                beyond.push(PlannedContext {
-                    coll: g.coll,
-                    nodes: (last.nodes + 1, u32::MAX),
-                    ppn: (g.ppn, g.ppn),
-                    buckets: mark(&per_anchor[per_anchor.len() - 1]),
-                });
-            }
             match any_ppn.iter_mut().find(|e| e.0 == g.coll) {
                 Some(e) if e.2 >= g.measured() => {}
                 Some(e) => *e = (g.coll, gi, g.measured()),
@@ -102,10 +47,6 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
             }
         }
     }
-    let mut out = exact;
-    out.append(&mut between);
-    out.append(&mut beyond);
-    // Other ranks per node: the best-covered grid's contexts, marked extrapolated.
     for (coll, gi, _) in any_ppn {
         let extra: Vec<PlannedContext> = out
             .iter()
@@ -113,7 +54,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
             .map(|c| {
                 let mut b = c.buckets.clone();
                 for s in b.iter_mut() {
-                    s.1 = Basis::Extrapolated;
+                    s.basis = Basis::Extrapolated;
                 }
                 PlannedContext {
                     coll,

@@ -1,20 +1,17 @@
-//! `dyncc eval`: score a table on measurements, in-sample or on held-out
-//! node counts. Per cell (collective, size, nodes, ranks): the time of the
+//! Scoring: a table on measurements, in-sample or on held-out node counts
+//! (cross-validation through the one compile pipeline). Per cell (collective, size, nodes, ranks): the time of the
 //! table's choice over the best measured setting (NCCL's default
 //! included), the same for the default, the share of the available gain
 //! captured, and how often the table is more than 5 % slower than the
 //! default.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
-
 use anyhow::{bail, Context};
 use dyncc_tables::{Decision, Table};
 use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
 
-use crate::compile::{compile_dataset, CompileOptions};
-use crate::decide::DecideOptions;
-use crate::ingest::{self, Dataset, IngestOptions};
+use crate::ingest::{self, Dataset};
+use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::record::{Cell, Collective, Config};
 
 /// A cell more than this much slower than NCCL's default is a regression.
@@ -266,29 +263,108 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
     Ok(out)
 }
 
-/// Leave-one-node-count-out: for every interior node count, compile on the
-/// others and score the held-out one.
-pub fn cross_validate_nodes(
+/// How a user's next job differs from the sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum CvMode {
+    /// Each inner node count left out in turn, scored on it.
+    Nodes,
+    /// Every other measured node count kept, the rest scored.
+    Sparse,
+    /// The smaller half of the node counts kept, the larger scored.
+    Upward,
+}
+
+impl CvMode {
+    pub const ALL: [CvMode; 3] = [CvMode::Nodes, CvMode::Sparse, CvMode::Upward];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CvMode::Nodes => "nodes",
+            CvMode::Sparse => "sparse",
+            CvMode::Upward => "upward",
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            CvMode::Nodes => "each inner node count left out",
+            CvMode::Sparse => "every other node count kept, the rest scored",
+            CvMode::Upward => "the smaller half of the node counts kept, the larger scored",
+        }
+    }
+}
+
+/// One compile of a cross-validation: the node counts it kept and scored.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fold {
+    pub train: Vec<u32>,
+    pub test: Vec<u32>,
+}
+
+/// The folds of `mode` over the measured node counts (sorted, distinct).
+pub fn folds(nodes: &[u32], mode: CvMode) -> anyhow::Result<Vec<Fold>> {
+    let need = match mode {
+        CvMode::Nodes | CvMode::Sparse => 3,
+        CvMode::Upward => 2,
+    };
+    if nodes.len() < need {
+        bail!(
+            "--cv {} needs at least {need} measured node counts; the inputs have {} ({}); sweep more \
+             node counts (`dyncc plan --nodes ...`)",
+            mode.name(),
+            nodes.len(),
+            nodes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let split = |keep: &dyn Fn(usize) -> bool| Fold {
+        train: (0..nodes.len())
+            .filter(|&i| keep(i))
+            .map(|i| nodes[i])
+            .collect(),
+        test: (0..nodes.len())
+            .filter(|&i| !keep(i))
+            .map(|i| nodes[i])
+            .collect(),
+    };
+    Ok(match mode {
+        CvMode::Nodes => (1..nodes.len() - 1).map(|k| split(&|i| i != k)).collect(),
+        CvMode::Sparse => vec![split(&|i| i % 2 == 0)],
+        CvMode::Upward => {
+            let half = nodes.len().div_ceil(2);
+            vec![split(&|i| i < half)]
+        }
+    })
+}
+
+/// A cross-validation's result: every fold's cells, pooled.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrossValidation {
+    pub mode: CvMode,
+    pub folds: Vec<Fold>,
+    pub score: Score,
+    #[serde(skip)]
+    pub cells: Vec<Scored>,
+}
+
+/// Compiles a table from each fold's kept node counts with the one
+/// pipeline and the given options, and scores it on the counts left out.
+pub fn cross_validate(
     ds: &Dataset,
     opts: &CompileOptions,
-) -> anyhow::Result<(Score, Vec<Scored>, Vec<u32>)> {
+    mode: CvMode,
+) -> anyhow::Result<CrossValidation> {
     let mut nodes: Vec<u32> = ds.records.iter().map(|r| r.nnodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
-    if nodes.len() < 3 {
-        bail!(
-            "--cv nodes needs at least three node counts (it holds out each interior one); the inputs have {}",
-            nodes.len()
-        );
-    }
-    let interior = nodes[1..nodes.len() - 1].to_vec();
+    let folds = folds(&nodes, mode)?;
     let mut all = Vec::new();
-    for &k in &interior {
+    for f in &folds {
         let train = Dataset {
             records: ds
                 .records
                 .iter()
-                .filter(|r| r.nnodes != k)
+                .filter(|r| f.train.contains(&r.nnodes))
                 .cloned()
                 .collect(),
             ..Default::default()
@@ -296,200 +372,30 @@ pub fn cross_validate_nodes(
         let test: Vec<_> = ds
             .records
             .iter()
-            .filter(|r| r.nnodes == k)
+            .filter(|r| f.test.contains(&r.nnodes))
             .cloned()
             .collect();
-        let c = compile_dataset(&train, opts)
-            .with_context(|| format!("compiling without {k} nodes"))?;
+        let c = compile_dataset(&train, opts).with_context(|| {
+            format!(
+                "compiling from node counts {:?} (--cv {})",
+                f.train,
+                mode.name()
+            )
+        })?;
         let table = Table::from_bytes(&c.bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let test = match &opts.platform {
+            Some(p) => test.into_iter().filter(|r| r.is_platform(p)).collect(),
+            None => test,
+        };
         let (_, scored) = score_cells(&table, &ingest::aggregate(&test));
         all.extend(scored);
     }
     let mut score = Score::default();
     summarise(&mut score, &all);
-    Ok((score, all, interior))
-}
-
-/// Score a decision table on measurements.
-///
-/// Per measured cell (collective, size, nodes, ranks) with a default run,
-/// compares the time of the table's choice with the best measured setting
-/// and with NCCL's default. With --cv nodes, it instead holds out each
-/// interior node count in turn, compiles a table from the rest, and scores
-/// the held-out count: how a table does on a job shape it never saw.
-///
-/// Examples:
-///   dyncc eval dgx1v.tbl datasets/real/nvidia-dgx1v-allreduce.csv
-///   dyncc eval --cv nodes datasets/real/nvidia-dgx1v-allreduce.csv
-#[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
-pub struct EvalArgs {
-    /// The table, then the measurement files or directories
-    /// (with --cv, only measurements).
-    #[arg(required = true, value_name = "TABLE|PATH")]
-    pub paths: Vec<PathBuf>,
-    /// Cross-validate instead: `nodes` = leave one node count out.
-    #[arg(long, value_parser = ["nodes"])]
-    pub cv: Option<String>,
-    /// With --cv: the compile margin (see `dyncc compile --help`).
-    #[arg(long, default_value_t = 0.03)]
-    pub margin: f64,
-    /// With --cv: noise standard deviations a gain must clear.
-    #[arg(long, default_value_t = 0.5)]
-    pub noise_z: f64,
-    /// Keep only records of this platform label or GPU model.
-    #[arg(long)]
-    pub platform: Option<String>,
-    #[arg(long)]
-    pub lenient: bool,
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
-    /// Score against a simulator's ground truth (`truth.csv` from `dyncc
-    /// simulate`: true mean times, noise-free) instead of measurements.
-    #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
-    pub truth: Option<PathBuf>,
-    /// Also list every scored cell.
-    #[arg(long)]
-    pub cells: bool,
-    #[arg(long)]
-    pub json: bool,
-}
-
-pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
-    let ingest_opts = IngestOptions {
-        lenient: a.lenient,
-        assume: IngestOptions::parse_assume(&a.assume)?,
-        progress: !a.json,
-        keep_unresolved: false,
-    };
-    let (score, scored, title) = if a.cv.is_some() {
-        let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
-        let opts = CompileOptions {
-            decide: DecideOptions {
-                margin: a.margin,
-                z: a.noise_z,
-                extrapolate: false,
-            },
-            platform: a.platform.clone(),
-            command: String::new(),
-        };
-        let (s, c, held) = cross_validate_nodes(&ds, &opts)?;
-        let held: Vec<String> = held.iter().map(|n| n.to_string()).collect();
-        (
-            s,
-            c,
-            format!(
-                "leave-one-node-count-out cross-validation (held out: {})",
-                held.join(", ")
-            ),
-        )
-    } else if let Some(truth) = &a.truth {
-        let bytes = std::fs::read(&a.paths[0])
-            .with_context(|| format!("reading table {}", a.paths[0].display()))?;
-        let table = Table::from_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
-        let (s, c) = score_cells(&table, &read_truth(truth)?);
-        (
-            s,
-            c,
-            format!(
-                "{} on the ground truth {}",
-                a.paths[0].display(),
-                truth.display()
-            ),
-        )
-    } else {
-        if a.paths.len() < 2 {
-            bail!("dyncc eval TABLE PATH...: give the table and at least one measurement file or directory");
-        }
-        let bytes = std::fs::read(&a.paths[0])
-            .with_context(|| format!("reading table {}", a.paths[0].display()))?;
-        let table = Table::from_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
-        let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
-        let mut records = ds.records;
-        if let Some(p) = &a.platform {
-            records.retain(|r| r.is_platform(p));
-        }
-        let (s, c) = score_cells(&table, &ingest::aggregate(&records));
-        (
-            s,
-            c,
-            format!("{} on the given measurements", a.paths[0].display()),
-        )
-    };
-    if score.cells == 0 {
-        bail!(
-            "no cell could be scored: scoring needs cells with a default run (algorithm=default) and the \
-             table's choice measured ({} cells lacked a default run, {} lacked the table's choice)",
-            score.no_default,
-            score.unscorable
-        );
-    }
-    if a.json {
-        let mut v = serde_json::to_value(&score)?;
-        if a.cells {
-            v["scored"] = serde_json::to_value(&scored)?;
-        }
-        println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(0);
-    }
-    println!("{title}\n");
-    println!(
-        "{:<14} {:>6} {:>9} {:>7} {:>7} {:>9} {:>13}",
-        "", "cells", "geomean", "p95", "max", "captured", "regressions"
-    );
-    println!(
-        "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>8.1}% {:>6} ({:.1}%)",
-        "dyncc table",
-        score.cells,
-        score.table.geomean,
-        score.table.p95,
-        score.table.max,
-        100.0 * score.captured,
-        score.regressions,
-        100.0 * score.regression_share
-    );
-    println!(
-        "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>9} {:>13}",
-        "NCCL default",
-        score.cells,
-        score.default.geomean,
-        score.default.p95,
-        score.default.max,
-        "-",
-        "-"
-    );
-    println!("\n(times over the best measured setting per cell; regressions: > 5 % slower than the default)");
-    println!(
-        "\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}",
-        "nodes", "cells", "table", "default", "captured", "regressions"
-    );
-    for (n, s) in &score.by_nodes {
-        println!(
-            "{:>6} {:>6} {:>9.4} {:>9.4} {:>8.1}% {:>11}",
-            n,
-            s.cells,
-            s.table_geomean,
-            s.default_geomean,
-            100.0 * s.captured,
-            s.regressions
-        );
-    }
-    if score.unscorable + score.no_default > 0 {
-        println!(
-            "\nnot scored: {} cells without a default run, {} where the table's choice was not measured",
-            score.no_default, score.unscorable
-        );
-    }
-    if a.cells {
-        println!();
-        for c in &scored {
-            println!(
-                "{:<14} {:>10} nodes {:>3} ranks {:>5}  {:<20} table {:.3} default {:.3}",
-                c.collective, c.nbytes, c.nnodes, c.nranks, c.choice, c.table, c.default
-            );
-        }
-    }
-    Ok(0)
+    Ok(CrossValidation {
+        mode,
+        folds,
+        score,
+        cells: all,
+    })
 }

@@ -3,13 +3,14 @@
 //! The data path reads top to bottom: [`ingest`] turns sweep logs into
 //! [`record::Record`]s, [`features`] and [`fit`] model them, [`decide`]
 //! chooses per region, [`distil`] makes the decisions readable, and [`emit`]
-//! writes the table through `dyncc-tables`; [`compile`] runs them in that
-//! order and [`eval`] scores the result. [`simulate`] produces sweeps
+//! writes the table through `dyncc-tables`; [`pipeline`] runs them in that
+//! order and [`eval`] scores the result. [`cmd`] holds one file per
+//! subcommand (arguments, run, printing). [`simulate`] produces sweeps
 //! without a cluster; [`audit`] answers questions about a table.
 
 pub mod atomic;
 pub mod audit;
-pub mod compile;
+pub mod cmd;
 pub mod decide;
 pub mod distil;
 pub mod emit;
@@ -17,7 +18,10 @@ pub mod eval;
 pub mod features;
 pub mod fit;
 pub mod ingest;
+pub mod nodes;
+pub mod pipeline;
 pub mod record;
+pub mod report;
 pub mod simulate;
 pub mod tree;
 pub mod units;

@@ -16,8 +16,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Inspect(dyncc::ingest::cli::InspectArgs),
-    Compile(dyncc::compile::CompileArgs),
-    Eval(dyncc::eval::EvalArgs),
+    Compile(dyncc::cmd::compile::CompileArgs),
+    Eval(dyncc::cmd::eval::EvalArgs),
     Simulate(dyncc::simulate::cli::SimulateArgs),
     Explain(dyncc::audit::explain::ExplainArgs),
     Query(dyncc::audit::query::QueryArgs),
@@ -40,8 +40,8 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(a) => dyncc::ingest::cli::run(a),
         Command::Simulate(a) => dyncc::simulate::cli::run(a),
-        Command::Compile(a) => dyncc::compile::run(a),
-        Command::Eval(a) => dyncc::eval::run(a),
+        Command::Compile(a) => dyncc::cmd::compile::run(a),
+        Command::Eval(a) => dyncc::cmd::eval::run(a),
         Command::Explain(a) => dyncc::audit::explain::run(a),
         Command::Query(a) => dyncc::audit::query::run(a),
         Command::Diff(a) => dyncc::audit::diff::run(a),

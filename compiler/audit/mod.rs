@@ -273,7 +273,7 @@ pub fn run_bytes(r: (u8, u8)) -> (u64, u64) {
 
 /// `measured` / `interpolated` / `extrapolated`.
 pub fn basis_name(b: Basis) -> &'static str {
-    crate::compile::basis_name(b)
+    b.name()
 }
 
 /// Writes `bytes` to `path` atomically with mode `mode` (the temporary file

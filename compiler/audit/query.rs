@@ -8,7 +8,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use dyncc_tables::{Coll, Decision, Feature, Table, TreeNode, NUM_FEATURES};
+use dyncc_tables::{Coll, Decision, Feature, Table};
 use serde::Serialize;
 
 use super::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
@@ -168,66 +168,29 @@ pub struct Answer {
     pub evidence: Option<Evidence>,
 }
 
-/// The feature vector the explain trees split on (`dyncc_tables::Feature` order).
-pub fn features(call: &Call) -> [f32; NUM_FEATURES] {
-    let lb = (call.bytes.max(1) as f64).log2();
-    let ranks = (call.ranks.max(1)) as f64;
-    let nodes = call.nodes.max(1) as f64;
-    [
-        lb as f32,
-        nodes as f32,
-        ranks as f32,
-        (ranks / nodes) as f32,
-        (lb - ranks.log2()) as f32,
-    ]
-}
-
 fn tree_path(table: &Table, call: &Call, decided: Decision) -> Option<TreePath> {
     let tree = table.tree(call.coll)?;
-    let x = features(call);
+    let x = dyncc_tables::tree_features(call.bytes, call.nodes, call.ranks);
     let mut steps = Vec::new();
-    let mut i = 0usize;
-    loop {
-        match tree.node(i)? {
-            TreeNode::Split {
-                feature,
-                threshold,
-                left,
-                right,
-            } => {
-                let v = x[feature as usize];
-                let holds = v < threshold;
-                steps.push(Step {
-                    feature: feature.name(),
-                    value: v,
-                    threshold,
-                    test: condition_text(feature, None, Some(threshold)),
-                    holds,
-                });
-                let next = if holds { left } else { right } as usize;
-                if next <= i {
-                    return None;
-                }
-                i = next;
-            }
-            TreeNode::Leaf {
-                decision,
-                basis,
-                gain,
-            } => {
-                return Some(TreePath {
-                    steps,
-                    leaf: i as u32,
-                    algorithm: algo_name(decision),
-                    protocol: proto_name(decision),
-                    channels: channels(decision),
-                    expected_gain: gain,
-                    basis: basis_name(basis),
-                    agrees: decision == decided,
-                })
-            }
-        }
-    }
+    let (leaf, l) = tree.walk(&x, |s| {
+        steps.push(Step {
+            feature: s.feature.name(),
+            value: s.value,
+            threshold: s.threshold,
+            test: condition_text(s.feature, None, Some(s.threshold)),
+            holds: s.holds,
+        })
+    })?;
+    Some(TreePath {
+        steps,
+        leaf: leaf as u32,
+        algorithm: algo_name(l.decision),
+        protocol: proto_name(l.decision),
+        channels: channels(l.decision),
+        expected_gain: l.gain,
+        basis: l.basis.name(),
+        agrees: l.decision == decided,
+    })
 }
 
 /// Answers one call. The decision comes from the plugin's own path

@@ -15,7 +15,7 @@ use zerocopy::IntoBytes;
 
 use crate::bucket::NUM_BUCKETS;
 use crate::model::{
-    check_gain, check_rules, Basis, ContextSpec, Decision, Rule, TreeNode, NUM_FEATURES,
+    check_gain, check_rules, BucketDecision, ContextSpec, Rule, TreeNode, NUM_FEATURES,
 };
 use crate::nccl::Coll;
 use crate::raw::{
@@ -351,9 +351,17 @@ fn encode_node(n: &TreeNode) -> NodeRecord {
 ///
 /// The result always ends at bucket 255; it passes
 /// [`TableBuilder::context`] when every gain is finite and > 0.
-pub fn rules_from_buckets(per_bucket: &[(Decision, Basis, f32); NUM_BUCKETS]) -> Vec<Rule> {
+pub fn rules_from_buckets(per_bucket: &[BucketDecision; NUM_BUCKETS]) -> Vec<Rule> {
     let mut out: Vec<Rule> = Vec::new();
-    for (b, &(decision, basis, gain)) in per_bucket.iter().enumerate() {
+    for (
+        b,
+        &BucketDecision {
+            decision,
+            basis,
+            gain,
+        },
+    ) in per_bucket.iter().enumerate()
+    {
         match out.last_mut() {
             Some(r) if r.decision == decision && r.basis == basis => {
                 r.last_bucket = b as u8;
@@ -379,6 +387,7 @@ const _: () = assert!(NUM_FEATURES == 5);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Basis, Decision};
     use crate::model::{Feature, RegBuff};
     use crate::nccl::{Algo, Proto};
     use crate::Table;
@@ -486,11 +495,15 @@ mod tests {
             proto: Proto::LL,
             channels: 0,
         };
-        let mut per = [(Decision::Default, Basis::Measured, 1.0f32); NUM_BUCKETS];
+        let mut per = [BucketDecision::leave(Basis::Measured); NUM_BUCKETS];
         for (b, cell) in per.iter_mut().enumerate().take(20) {
-            *cell = (tree_ll, Basis::Measured, 1.5 + b as f32 / 100.0);
+            *cell = BucketDecision {
+                decision: tree_ll,
+                basis: Basis::Measured,
+                gain: 1.5 + b as f32 / 100.0,
+            };
         }
-        per[10].1 = Basis::Interpolated;
+        per[10].basis = Basis::Interpolated;
         let rules = rules_from_buckets(&per);
         assert_eq!(rules.len(), 4);
         assert_eq!((rules[0].last_bucket, rules[0].gain), (9, 1.5));

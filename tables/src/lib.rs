@@ -70,10 +70,10 @@ pub use bucket::{
 pub use build::{rules_from_buckets, BuildError, TableBuilder};
 pub use error::Error;
 pub use model::{
-    pipe_ops_allowed, Basis, ContextSpec, Decision, Feature, RegBuff, Rule, TreeNode, NUM_FEATURES,
-    PACKED_DEFAULT,
+    pipe_ops_allowed, tree_features, Basis, BucketDecision, ContextSpec, Decision, Feature,
+    RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{Algo, Coll, Proto, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
 pub use raw::{kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, NCCL_ENUM, NCCL_LAYOUT};
 pub use specialised::Specialised;
-pub use table::{fnv1a64, ContextView, Coverage, Lookup, Table, TreeView};
+pub use table::{fnv1a64, ContextView, Coverage, Lookup, SplitStep, Table, TreeView};

@@ -210,6 +210,78 @@ impl ContextSpec {
     }
 }
 
+/// The feature vector the explain trees split on, indexed by [`Feature`]
+/// numbering: log2 bytes, nodes, ranks, ranks per node, log2 bytes per
+/// rank. The compiler fits trees on it and every reader walks them with it,
+/// so both compute it here.
+pub fn tree_features(n_bytes: u64, n_nodes: u64, n_ranks: u64) -> [f32; NUM_FEATURES] {
+    let lb = log2(n_bytes.max(1));
+    let nodes = n_nodes.max(1) as f64;
+    let ranks = n_ranks.max(1) as f64;
+    [
+        lb as f32,
+        nodes as f32,
+        ranks as f32,
+        (ranks / nodes) as f32,
+        (lb - log2(n_ranks.max(1))) as f32,
+    ]
+}
+
+/// log2 without `std` (no_std has no `f64::log2`): exponent plus a
+/// polynomial for the mantissa, exact at powers of two and within 1e-6
+/// elsewhere, which is far below what a split threshold resolves.
+fn log2(x: u64) -> f64 {
+    let e = 63 - x.leading_zeros();
+    // Mantissa m in [1, 2).
+    let m = x as f64 / (1u64 << e) as f64;
+    // log2(m) = ln(m) / ln 2 with ln(m) = 2 atanh((m-1)/(m+1)) series.
+    let t = (m - 1.0) / (m + 1.0);
+    let t2 = t * t;
+    let mut term = t;
+    let mut sum = 0.0;
+    let mut k = 1.0;
+    while k < 40.0 {
+        sum += term / k;
+        term *= t2;
+        k += 2.0;
+    }
+    e as f64 + 2.0 * sum / core::f64::consts::LN_2
+}
+
+/// What a tree's leaf says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TreeLeaf {
+    /// The decision.
+    pub decision: Decision,
+    /// How it was established.
+    pub basis: Basis,
+    /// Expected speedup over NCCL's default.
+    pub gain: f32,
+}
+
+/// One size bucket's decision, before runs of equal buckets are merged into
+/// [`Rule`]s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BucketDecision {
+    /// What to tell NCCL.
+    pub decision: Decision,
+    /// How the decision was established.
+    pub basis: Basis,
+    /// Expected speedup over NCCL's default (1 when leaving NCCL alone).
+    pub gain: f32,
+}
+
+impl BucketDecision {
+    /// Leave NCCL alone, on the given basis.
+    pub const fn leave(basis: Basis) -> BucketDecision {
+        BucketDecision {
+            decision: Decision::Default,
+            basis,
+            gain: 1.0,
+        }
+    }
+}
+
 /// A feature a tree split tests.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 #[repr(u8)]

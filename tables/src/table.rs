@@ -13,7 +13,7 @@ use crate::bucket::{size_bucket, NUM_BUCKETS};
 use crate::error::Error;
 use crate::model::{
     check_gain, check_rules, pipe_ops_allowed, Basis, ContextSpec, Decision, Feature, RegBuff,
-    Rule, TreeNode, NUM_FEATURES,
+    Rule, TreeLeaf, TreeNode, NUM_FEATURES,
 };
 use crate::nccl::Coll;
 use crate::raw::{
@@ -164,9 +164,20 @@ impl<'a> TreeView<'a> {
 
     /// Walks from the root: at a split go left when
     /// `features[feature] < threshold` (so NaN goes right). The feature
-    /// vector is indexed by [`Feature`] numbering. `None` only if the walk
-    /// leaves the tree, which validation rules out.
-    pub fn eval(&self, features: &[f32; NUM_FEATURES]) -> Option<(Decision, Basis, f32)> {
+    /// vector is indexed by [`Feature`] numbering ([`crate::tree_features`]
+    /// computes it). `None` only if the walk leaves the tree, which
+    /// validation rules out.
+    pub fn eval(&self, features: &[f32; NUM_FEATURES]) -> Option<TreeLeaf> {
+        self.walk(features, |_| {}).map(|(_, leaf)| leaf)
+    }
+
+    /// [`TreeView::eval`], telling `on_split` every split passed on the way
+    /// (for printing the path); returns the leaf's index and what it says.
+    pub fn walk(
+        &self,
+        features: &[f32; NUM_FEATURES],
+        mut on_split: impl FnMut(SplitStep),
+    ) -> Option<(usize, TreeLeaf)> {
         let mut i = 0usize;
         loop {
             match self.node(i)? {
@@ -174,15 +185,31 @@ impl<'a> TreeView<'a> {
                     decision,
                     basis,
                     gain,
-                } => return Some((decision, basis, gain)),
+                } => {
+                    return Some((
+                        i,
+                        TreeLeaf {
+                            decision,
+                            basis,
+                            gain,
+                        },
+                    ))
+                }
                 TreeNode::Split {
                     feature,
                     threshold,
                     left,
                     right,
                 } => {
-                    let v = *features.get(feature as usize)?;
-                    let next = if v < threshold { left } else { right } as usize;
+                    let value = *features.get(feature as usize)?;
+                    let holds = value < threshold;
+                    on_split(SplitStep {
+                        feature,
+                        threshold,
+                        value,
+                        holds,
+                    });
+                    let next = if holds { left } else { right } as usize;
                     // Children are validated to be > their parent; this
                     // keeps the walk finite even if that ever regressed.
                     if next <= i {
@@ -193,6 +220,19 @@ impl<'a> TreeView<'a> {
             }
         }
     }
+}
+
+/// One split passed by [`TreeView::walk`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SplitStep {
+    /// The feature tested.
+    pub feature: Feature,
+    /// The split's threshold.
+    pub threshold: f32,
+    /// The feature's value in the walk.
+    pub value: f32,
+    /// Whether `value < threshold` (the walk went left).
+    pub holds: bool,
 }
 
 fn decode_rule(r: &RuleRecord) -> Rule {

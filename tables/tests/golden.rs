@@ -337,7 +337,7 @@ fn allreduce_2x8_answers_known_queries() {
         } else {
             (n as f64).log2() as f32
         };
-        let (d, _, _) = t.tree(Coll::AllReduce).unwrap().eval(&f).unwrap();
+        let d = t.tree(Coll::AllReduce).unwrap().eval(&f).unwrap().decision;
         assert_eq!(d, want, "tree at {n} bytes");
     }
     let l = t.lookup(AR, 16, 2, 4 * MIB, 1, 0);

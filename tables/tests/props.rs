@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use dyncc_tables::{
-    Algo, Basis, Coll, ContextSpec, Decision, Feature, Proto, RegBuff, Rule, Table, TableBuilder,
-    TreeNode, NUM_FEATURES,
+    Algo, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, Proto, RegBuff, Rule, Table,
+    TableBuilder, TreeNode, NUM_FEATURES,
 };
 use proptest::prelude::*;
 
@@ -274,7 +274,7 @@ proptest! {
                 (Some(view), Some(nodes)) => {
                     prop_assert_eq!(&view.nodes().collect::<Vec<_>>(), nodes);
                     for f in &features {
-                        prop_assert_eq!(view.eval(f), Some(walk(nodes, f)));
+                        prop_assert_eq!(view.eval(f).map(|l| (l.decision, l.basis, l.gain)), Some(walk(nodes, f)));
                     }
                 }
                 (a, b) => prop_assert!(false, "tree presence differs: {:?} vs {:?}", a.is_some(), b.is_some()),
@@ -369,19 +369,19 @@ proptest! {
         gains in proptest::collection::vec(0.01f32..10.0, 256),
     ) {
         // Expand runs into 256 per-bucket cells (the last run is stretched).
-        let mut per = [(Decision::Default, Basis::Measured, 1.0f32); 256];
+        let mut per = [BucketDecision::leave(Basis::Measured); 256];
         let mut b = 0usize;
         for (d, ba, len) in &runs {
             for _ in 0..*len {
                 if b < 256 {
-                    per[b] = (*d, *ba, gains[b]);
+                    per[b] = BucketDecision { decision: *d, basis: *ba, gain: gains[b] };
                     b += 1;
                 }
             }
         }
         let last = runs.last().unwrap();
         while b < 256 {
-            per[b] = (last.0, last.1, gains[b]);
+            per[b] = BucketDecision { decision: last.0, basis: last.1, gain: gains[b] };
             b += 1;
         }
         let rules = dyncc_tables::rules_from_buckets(&per);

@@ -1,28 +1,39 @@
-//! `dyncc compile`: the whole pipeline, top to bottom. Ingest the sweeps,
-//! arrange them into grids (features), fit the models, decide, distil the
-//! readable trees, emit the table, and say what it does and why.
+//! The one pipeline, top to bottom: check the ingested records (repeats
+//! that disagree, collectives without a default run, mixed platforms),
+//! aggregate them into cells, arrange grids ([`features`]), fit the models
+//! ([`fit`]), decide ([`decide`]), distil the readable trees ([`distil`]) and
+//! emit the table ([`emit`]). `dyncc compile`, every `dyncc eval` mode, the
+//! benchmarks and the tests call [`compile_dataset`] with [`CompileOptions`],
+//! whose defaults are the command line's.
+//!
+//! [`features`]: crate::features
+//! [`fit`]: crate::fit
+//! [`decide`]: crate::decide
+//! [`distil`]: crate::distil
+//! [`emit`]: crate::emit
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
-use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, Basis, Coll, Decision, Table};
-use serde::Serialize;
+use anyhow::bail;
+use dyncc_tables::{bucket_lower_bound, size_bucket, Coll, Table, NCCL_ENUM, NUM_BUCKETS};
 
-use crate::decide::{decide, DecideOptions, GridDecisions, Why};
+use crate::decide::{decide, DecideOptions, GridDecisions};
 use crate::distil::{distil, tree_features, Fidelity, Leaf, Sample};
 use crate::emit::{self, PlannedContext};
-use crate::features::{build_grids, Grid, GridNotes};
+use crate::features::{build_grids, Grid};
 use crate::fit::fit;
-use crate::ingest::{self, Dataset, IngestOptions};
+use crate::ingest::{self, Dataset};
 use crate::record::{Cell, Record};
+use crate::report::{describe, Inputs, Platform, Report, TableInfo};
 use crate::tree::FlatTree;
-use crate::units::{fmt_bytes, fmt_gain};
+use crate::units::fmt_bytes;
 
 /// Deepest distilled tree; deeper ones stop being readable.
 const MAX_TREE_DEPTH: usize = 8;
 
-/// Options of a compile.
+/// Options of a compile. `Default` is what `dyncc compile` does without
+/// options.
 #[derive(Clone, Debug, Default)]
 pub struct CompileOptions {
     pub decide: DecideOptions,
@@ -30,6 +41,8 @@ pub struct CompileOptions {
     pub platform: Option<String>,
     /// The command line, recorded in the table.
     pub command: String,
+    /// Drop (and report) what the checks refuse instead of failing.
+    pub lenient: bool,
 }
 
 /// A compiled table and everything that explains it.
@@ -41,76 +54,22 @@ pub struct Compiled {
     pub report: Report,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Report {
-    pub inputs: Inputs,
-    pub platform: Platform,
-    pub coverage: Vec<Coverage>,
-    pub forced: Vec<Forced>,
-    /// Per collective: measured points left to NCCL, by reason.
-    pub left_alone: BTreeMap<String, BTreeMap<String, usize>>,
-    pub outside: Vec<String>,
-    pub trees: BTreeMap<String, Fidelity>,
-    pub notes: Vec<String>,
-    /// What `--lenient` skipped (file, line, why), so nothing is dropped silently.
-    pub skipped: Vec<ingest::Skip>,
-    pub table: TableInfo,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Inputs {
-    pub files: usize,
-    pub rows: usize,
-    pub records: usize,
-    pub untrusted: usize,
-    pub skipped: usize,
-    pub cells: usize,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Platform {
-    pub label: Option<String>,
-    pub gpu: Option<String>,
-    pub gpus_per_node: Option<u32>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Coverage {
-    pub collective: String,
-    pub ppn: u32,
-    pub nodes: Vec<u32>,
-    pub min_bytes: u64,
-    pub max_bytes: u64,
-    pub configs: Vec<String>,
-    pub cells: usize,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Forced {
-    pub collective: String,
-    pub nodes: (u32, u32),
-    pub ppn: (u32, u32),
-    pub from_bytes: u64,
-    pub to_bytes: u64,
-    pub algorithm: String,
-    pub protocol: String,
-    pub channels: u8,
-    /// Smallest expected speedup over the run (t_default / t_choice).
-    pub gain: f64,
-    pub basis: String,
-}
-
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct TableInfo {
-    pub path: Option<PathBuf>,
-    pub bytes: usize,
-    pub digest: String,
-    pub contexts: u32,
-}
-
-/// Compiles records already read.
+/// Compiles records already read: the whole pipeline.
 pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
-    let (records, platform) = select_platform(&ds.records, opts.platform.as_deref())?;
+    let mut work = Dataset {
+        records: ds.records.clone(),
+        skipped: ds.skipped.clone(),
+        ..Default::default()
+    };
+    check_repeats(&mut work, opts.lenient)?;
+    check_default_runs(&mut work, opts.lenient)?;
+    if work.records.is_empty() {
+        bail!(
+            "no measurements to compile; expected nccl-tests logs (text or JSON) or a tuner CSV \
+             (`dyncc inspect PATH` shows what each file held)"
+        );
+    }
+    let (records, platform) = select_platform(work.records, opts.platform.as_deref())?;
     let cells = ingest::aggregate(&records);
     let mut c = compile_cells(&cells, &platform, opts, &input_digests(&records))?;
     c.report.inputs = Inputs {
@@ -118,10 +77,10 @@ pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Co
         rows: ds.rows,
         records: records.len(),
         untrusted: records.iter().filter(|r| r.flags != 0).count(),
-        skipped: ds.skipped.len(),
+        skipped: work.skipped.len(),
         cells: cells.len(),
     };
-    c.report.skipped = ds.skipped.clone();
+    c.report.skipped = work.skipped;
     Ok(c)
 }
 
@@ -175,15 +134,18 @@ pub fn compile_cells(
         ("inputs", inputs.to_string()),
         ("platform", platform.label.clone().unwrap_or_default()),
         ("gpu", platform.gpu.clone().unwrap_or_default()),
-        ("gpus_per_node", platform.gpus_per_node.map(|g| g.to_string()).unwrap_or_default()),
         (
-            "nccl_enum",
-            "algo:tree=0,ring=1,collnet_direct=2,collnet_chain=3,nvls=4,nvls_tree=5,pat=6;proto:ll=0,ll128=1,simple=2"
-                .to_string(),
+            "gpus_per_node",
+            platform
+                .gpus_per_node
+                .map(|g| g.to_string())
+                .unwrap_or_default(),
         ),
+        ("nccl_enum", NCCL_ENUM.to_string()),
         ("coverage", coverage_text),
         ("margin", format!("{}", opts.decide.margin)),
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
+        ("node_reach", format!("{}", opts.decide.node_reach)),
     ];
     let tree_list: Vec<(Coll, FlatTree<Leaf>)> =
         trees.into_iter().map(|(c, t, _)| (c, t)).collect();
@@ -207,7 +169,7 @@ pub fn compile_cells(
 
 /// One table serves one cluster type: refuse to blend platforms silently.
 fn select_platform(
-    records: &[Record],
+    records: Vec<Record>,
     want: Option<&str>,
 ) -> anyhow::Result<(Vec<Record>, Platform)> {
     let label = |r: &Record| -> Option<String> {
@@ -218,13 +180,9 @@ fn select_platform(
     };
     let selected: Vec<Record> = match want {
         Some(w) => {
-            let v: Vec<Record> = records
-                .iter()
-                .filter(|r| r.is_platform(w))
-                .cloned()
-                .collect();
+            let seen: BTreeSet<String> = records.iter().filter_map(label).collect();
+            let v: Vec<Record> = records.into_iter().filter(|r| r.is_platform(w)).collect();
             if v.is_empty() {
-                let seen: BTreeSet<String> = records.iter().filter_map(label).collect();
                 bail!(
                     "no records of platform `{w}`; the inputs hold: {}",
                     seen.into_iter().collect::<Vec<_>>().join(", ")
@@ -234,7 +192,7 @@ fn select_platform(
         }
         None => {
             let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            for r in records {
+            for r in &records {
                 if let Some(l) = label(r) {
                     *counts.entry(l).or_default() += 1;
                 }
@@ -250,7 +208,7 @@ fn select_platform(
                     list.join(", ")
                 );
             }
-            records.to_vec()
+            records
         }
     };
     let most = |f: &dyn Fn(&Record) -> Option<String>| -> Option<String> {
@@ -313,8 +271,14 @@ fn input_digests(records: &[Record]) -> String {
     )
 }
 
-/// The grid points the distilled trees must reproduce: every bucket of
-/// every node-count anchor, within the measured sizes.
+/// Node counts of one range sampled for the trees: all of a short range,
+/// geometrically spread points of a long one.
+const SAMPLES_PER_RANGE: u32 = 64;
+
+/// The shapes the distilled trees must reproduce, which are the shapes the
+/// plugin answers from this table: every size bucket it decides (inside the
+/// measured sizes, or all when extrapolating) at every node count it
+/// decides (each count of a range), for the grid's ranks per node.
 fn distil_all(
     grids: &[Grid],
     decided: &[GridDecisions],
@@ -323,19 +287,25 @@ fn distil_all(
     let mut by_coll: BTreeMap<Coll, Vec<Sample>> = BTreeMap::new();
     for (g, d) in grids.iter().zip(decided) {
         let s = by_coll.entry(g.coll).or_default();
+        let (lo, hi) = if extrapolate {
+            (0, NUM_BUCKETS - 1)
+        } else {
+            (
+                size_bucket(g.sizes[0]) as usize,
+                size_bucket(*g.sizes.last().unwrap_or(&0)) as usize,
+            )
+        };
         for a in &d.anchors {
             let b = crate::decide::buckets(g, a, extrapolate);
-            let (lo, hi) = (
-                dyncc_tables::size_bucket(g.sizes[0]) as usize,
-                dyncc_tables::size_bucket(*g.sizes.last().unwrap_or(&0)) as usize,
-            );
-            for (k, (decision, basis, gain)) in b.iter().enumerate().take(hi + 1).skip(lo) {
-                s.push(Sample {
-                    x: tree_features(bucket_lower_bound(k as u8), a.nodes, g.ppn),
-                    decision: *decision,
-                    basis: *basis,
-                    gain: *gain as f64,
-                });
+            for n in range_samples(a.span) {
+                for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
+                    s.push(Sample {
+                        x: tree_features(bucket_lower_bound(k as u8), n, g.ppn),
+                        decision: bd.decision,
+                        basis: bd.basis,
+                        gain: bd.gain as f64,
+                    });
+                }
             }
         }
     }
@@ -348,310 +318,30 @@ fn distil_all(
         .collect()
 }
 
-fn describe(
-    r: &mut Report,
-    grids: &[Grid],
-    decided: &[GridDecisions],
-    contexts: &[PlannedContext],
-    notes: &GridNotes,
-    opts: &CompileOptions,
-) {
-    for g in grids {
-        r.coverage.push(Coverage {
-            collective: g.coll.name().into(),
-            ppn: g.ppn,
-            nodes: g.nodes.clone(),
-            min_bytes: g.sizes[0],
-            max_bytes: *g.sizes.last().unwrap_or(&0),
-            configs: g.configs.iter().map(|c| c.to_string()).collect(),
-            cells: g.measured(),
-        });
+/// The node counts of `span` the trees are fitted and checked on.
+fn range_samples(span: (u32, u32)) -> Vec<u32> {
+    let (a, b) = span;
+    // An unbounded last range (extrapolating): its first count stands for it.
+    let b = if b == u32::MAX { a } else { b };
+    if b - a < SAMPLES_PER_RANGE {
+        return (a..=b).collect();
     }
-    for (g, d) in grids.iter().zip(decided) {
-        let e = r.left_alone.entry(g.coll.name().into()).or_default();
-        for a in d.anchors.iter().filter(|a| a.measured) {
-            for c in &a.per_size {
-                if c.why != Why::Forced {
-                    let k = serde_json::to_value(c.why)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string));
-                    *e.entry(k.unwrap_or_default()).or_default() += 1;
-                }
-            }
-        }
-    }
-    for c in contexts {
-        let mut k = 0;
-        while k < c.buckets.len() {
-            let (d, basis, _) = c.buckets[k];
-            let mut j = k;
-            let mut gain = f64::INFINITY;
-            // One region per decision: the table splits it further by
-            // basis, the report names the best basis inside it.
-            let mut basis = basis;
-            while j < c.buckets.len() && c.buckets[j].0 == d {
-                gain = gain.min(c.buckets[j].2 as f64);
-                basis = basis.min(c.buckets[j].1);
-                j += 1;
-            }
-            if let Decision::Force {
-                algo,
-                proto,
-                channels,
-            } = d
-            {
-                r.forced.push(Forced {
-                    collective: c.coll.name().into(),
-                    nodes: c.nodes,
-                    ppn: c.ppn,
-                    from_bytes: bucket_lower_bound(k as u8),
-                    to_bytes: bucket_upper_bound((j - 1) as u8),
-                    algorithm: algo.name().into(),
-                    protocol: proto.name().into(),
-                    channels,
-                    gain,
-                    basis: basis_name(basis).into(),
-                });
-            }
-            k = j;
-        }
-    }
-    if !opts.decide.extrapolate {
-        let colls: BTreeSet<&str> = grids.iter().map(|g| g.coll.name()).collect();
-        for coll in colls {
-            let gs: Vec<&Grid> = grids.iter().filter(|g| g.coll.name() == coll).collect();
-            let lo = gs.iter().map(|g| g.sizes[0]).min().unwrap_or(0);
-            let hi = gs
-                .iter()
-                .filter_map(|g| g.sizes.last().copied())
-                .max()
-                .unwrap_or(0);
-            let nlo = gs.iter().map(|g| g.nodes[0]).min().unwrap_or(0);
-            let nhi = gs
-                .iter()
-                .filter_map(|g| g.nodes.last().copied())
-                .max()
-                .unwrap_or(0);
-            let ppns: Vec<String> = gs.iter().map(|g| g.ppn.to_string()).collect();
-            r.outside.push(format!(
-                "{coll}: sizes outside {}..{}, node counts outside {nlo}..{nhi}, and ranks per node other than {} are left to NCCL (--extrapolate extends the edges)",
-                fmt_bytes(lo),
-                fmt_bytes(hi),
-                ppns.join("/")
-            ));
-        }
-    }
-    if notes.untunable > 0 {
-        r.notes.push(format!(
-            "{} cells of collectives NCCL never asks a tuner about (alltoall, sendrecv, ...) were read and not used",
-            notes.untunable
-        ));
-    }
-    if notes.uneven > 0 {
-        r.notes.push(format!(
-            "{} cells whose ranks are not a multiple of their nodes were not used",
-            notes.uneven
-        ));
-    }
-    if notes.partial_cells > 0 {
-        r.notes.push(format!(
-            "{} cells ran under settings a table cannot force ({}): they need both an algorithm and a protocol",
-            notes.partial_cells,
-            notes.partial_configs.iter().cloned().collect::<Vec<_>>().join(", ")
-        ));
-    }
-}
-
-pub fn basis_name(b: Basis) -> &'static str {
-    match b {
-        Basis::Measured => "measured",
-        Basis::Interpolated => "interpolated",
-        Basis::Extrapolated => "extrapolated",
-    }
-}
-
-/// Human-readable report.
-pub fn print_report(r: &Report) {
-    let i = &r.inputs;
-    println!(
-        "read {} file(s): {} rows, {} records ({} flagged, not fitted), {} cells; {} skipped",
-        i.files, i.rows, i.records, i.untrusted, i.cells, i.skipped
-    );
-    const SHOWN: usize = 50;
-    for s in r.skipped.iter().take(SHOWN) {
-        println!("  skipped {}:{}: {}", s.file.display(), s.line, s.reason);
-    }
-    if r.skipped.len() > SHOWN {
-        println!(
-            "  ... and {} more (--json lists them all)",
-            r.skipped.len() - SHOWN
-        );
-    }
-    let p = &r.platform;
-    println!(
-        "platform: {}{}{}",
-        p.label.as_deref().unwrap_or("unnamed"),
-        p.gpu
-            .as_deref()
-            .map(|g| format!(", {g}"))
-            .unwrap_or_default(),
-        p.gpus_per_node
-            .map(|g| format!(", {g} GPUs per node"))
-            .unwrap_or_default()
-    );
-    println!("\ncoverage:");
-    for c in &r.coverage {
-        println!(
-            "  {:<14} {:>3} ranks/node  nodes {:<22} sizes {}..{}  {} configurations, {} cells",
-            c.collective,
-            c.ppn,
-            c.nodes
-                .iter()
-                .map(|n| n.to_string())
-                .collect::<Vec<_>>()
-                .join(","),
-            fmt_bytes(c.min_bytes),
-            fmt_bytes(c.max_bytes),
-            c.configs.len(),
-            c.cells
-        );
-    }
-    println!("\nforces (expected gain over NCCL's default):");
-    if r.forced.is_empty() {
-        if r.coverage.iter().all(|c| c.configs.len() <= 1) {
-            println!(
-                "  nothing: only NCCL's default was measured, so there is nothing to compare it with; \
-                 sweep NCCL_ALGO/NCCL_PROTO settings too (`dyncc plan` writes such a sweep)"
-            );
-        } else {
-            println!("  nothing: NCCL's own choices are best or within noise everywhere measured");
-        }
-    }
-    for f in &r.forced {
-        let nodes = if f.nodes.0 == f.nodes.1 {
-            format!("{}", f.nodes.0)
-        } else if f.nodes.1 == u32::MAX {
-            format!("{}+", f.nodes.0)
-        } else {
-            format!("{}-{}", f.nodes.0, f.nodes.1)
-        };
-        let ppn = if f.ppn.1 == u32::MAX {
-            "any".to_string()
-        } else {
-            f.ppn.0.to_string()
-        };
-        let ch = if f.channels > 0 {
-            format!("/{}ch", f.channels)
-        } else {
-            String::new()
-        };
-        println!(
-            "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
-            f.collective,
-            nodes,
-            ppn,
-            fmt_bytes(f.from_bytes),
-            fmt_bytes(f.to_bytes.saturating_add(1)),
-            format!("{}/{}{}", f.algorithm, f.protocol, ch),
-            fmt_gain(f.gain),
-            f.basis
-        );
-    }
-    println!("\nleaves NCCL alone (measured points):");
-    for (coll, why) in &r.left_alone {
-        let parts: Vec<String> = why
-            .iter()
-            .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
-            .collect();
-        println!(
-            "  {:<14} {}",
-            coll,
-            if parts.is_empty() {
-                "none".into()
-            } else {
-                parts.join(", ")
-            }
-        );
-    }
-    for o in &r.outside {
-        println!("  {o}");
-    }
-    for n in &r.notes {
-        println!("note: {n}");
-    }
-    println!("\nexplain trees:");
-    for (coll, f) in &r.trees {
-        println!(
-            "  {:<14} {} leaves, depth {}, reproduces {:.1} % of {} grid points",
-            coll,
-            f.leaves,
-            f.depth,
-            100.0 * (1.0 - f.disagree as f64 / f.points.max(1) as f64),
-            f.points
-        );
-    }
-    let t = &r.table;
-    println!(
-        "\n{} ({} bytes, {} contexts, digest {})",
-        t.path
-            .as_ref()
-            .map(|p| format!("wrote {}", p.display()))
-            .unwrap_or_else(|| "table".into()),
-        t.bytes,
-        t.contexts,
-        t.digest
-    );
-}
-
-/// Compile NCCL sweep measurements into a decision table.
-///
-/// Reads nccl-tests logs (text or -J JSON) and tuner CSVs from files or
-/// directories, fits a model per candidate setting, and writes a table that
-/// forces a setting only where the measurements say it beats NCCL's own
-/// choice by more than the noise and --margin. It prints where it forces
-/// what, the expected gain, and where it leaves NCCL alone and why.
-///
-/// Example:
-///   dyncc compile datasets/real/nvidia-dgx1v-allreduce.csv -o dgx1v.tbl
-#[derive(clap::Args, Debug)]
-#[command(verbatim_doc_comment)]
-pub struct CompileArgs {
-    /// Sweep files or directories (nccl-tests text or JSON logs, tuner CSV).
-    #[arg(required = true)]
-    pub paths: Vec<PathBuf>,
-    /// Where to write the table (written atomically; nothing is written on error).
-    #[arg(short, long)]
-    pub output: PathBuf,
-    /// Force a setting only when its expected gain over NCCL's default
-    /// exceeds this fraction on top of the measurement noise (0.03 = 3 %).
-    #[arg(long, default_value_t = 0.03)]
-    pub margin: f64,
-    /// Measurement-noise standard deviations a gain must clear.
-    #[arg(long, default_value_t = 0.5)]
-    pub noise_z: f64,
-    /// Extend decisions beyond the measured sizes, node counts and ranks per node.
-    #[arg(long)]
-    pub extrapolate: bool,
-    /// Compile only records of this platform label or GPU model.
-    #[arg(long)]
-    pub platform: Option<String>,
-    /// Skip (and report) input that cannot be read instead of failing.
-    #[arg(long)]
-    pub lenient: bool,
-    /// Facts the inputs do not state: KEY=VALUE (NCCL_ALGO=Ring, nodes=2,
-    /// coll=allreduce, ...) or `default` for logs of NCCL's own choice.
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    pub json: bool,
+    let (la, lb) = ((a as f64).ln(), (b as f64).ln());
+    let mut v: Vec<u32> = (0..SAMPLES_PER_RANGE)
+        .map(|i| {
+            let t = i as f64 / (SAMPLES_PER_RANGE - 1) as f64;
+            ((la + t * (lb - la)).exp().round() as u32).clamp(a, b)
+        })
+        .collect();
+    v.dedup();
+    v
 }
 
 /// A collective measured only with forced settings has nothing to compare
 /// against (the gain is over NCCL's own choice), so nothing of it could be
 /// compiled. Strict: an error naming its first file. Lenient: its records
 /// are dropped and listed as skipped.
-pub fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
+fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
     /// Records, whether one is a default run, and the first place seen.
     type Seen = (usize, bool, Option<(PathBuf, u32)>);
     let mut seen: BTreeMap<&'static str, Seen> = BTreeMap::new();
@@ -702,7 +392,7 @@ pub const REPEAT_MIN_CELLS: usize = 3;
 /// than [`REPEAT_FACTOR`], the median would silently blend a broken run into
 /// the decision. Strict: an error naming both places. Lenient: the cell's
 /// records are dropped and listed as skipped.
-pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
+fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
     use std::collections::HashMap;
     type Group<'a> = (crate::record::CellKey, Option<&'a str>, Option<&'a str>);
     /// Per file: the group's times there and its first line.
@@ -804,63 +494,13 @@ pub fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
-    if !(a.margin.is_finite() && (0.0..1.0).contains(&a.margin)) {
-        bail!(
-            "--margin {}: expected a fraction between 0 and 1, e.g. 0.03 for 3 %",
-            a.margin
-        );
-    }
-    if !(a.noise_z.is_finite() && a.noise_z >= 0.0) {
-        bail!("--noise-z {}: expected a non-negative number", a.noise_z);
-    }
-    let ingest_opts = IngestOptions {
-        lenient: a.lenient,
-        assume: IngestOptions::parse_assume(&a.assume)?,
-        progress: !a.json,
-        keep_unresolved: false,
-    };
-    let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
-    check_repeats(&mut ds, a.lenient)?;
-    check_default_runs(&mut ds, a.lenient)?;
-    if ds.records.is_empty() {
-        bail!(
-            "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
-             (`dyncc inspect PATH` shows what each file held)",
-            a.paths
-                .iter()
-                .map(|p| p.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    let opts = CompileOptions {
-        decide: DecideOptions {
-            margin: a.margin,
-            z: a.noise_z,
-            extrapolate: a.extrapolate,
-        },
-        platform: a.platform.clone(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
-    };
-    let mut c = compile_dataset(&ds, &opts)?;
-    crate::atomic::write_atomic(&a.output, &c.bytes)
-        .with_context(|| format!("writing the table to {}", a.output.display()))?;
-    c.report.table.path = Some(a.output.clone());
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&c.report)?);
-    } else {
-        print_report(&c.report);
-    }
-    Ok(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::features::tests::{cell, cfg};
-    use crate::record::{Algo, Collective, Config, Proto};
-    use dyncc_tables::{size_bucket, NUM_BUCKETS};
+    use crate::record::{Collective, Config};
+    use crate::decide::DecideOptions;
+    use dyncc_tables::{Algo, Basis, Decision, Proto};
 
     fn sweep() -> Vec<Cell> {
         let mut v = Vec::new();
@@ -938,7 +578,7 @@ mod tests {
                         if size_bucket(bytes) as usize != b {
                             continue; // buckets 4..=7 hold no size
                         }
-                        let want = first.buckets[b].0;
+                        let want = first.buckets[b].decision;
                         let got = t
                             .lookup(pc.coll as u32, ranks, nodes as u64, bytes, 1, 0)
                             .decision;
@@ -984,8 +624,14 @@ mod tests {
             t.lookup(Coll::AllReduce as u32, 64, 8, 1 << 26, 1, 0).basis,
             Some(Basis::Interpolated)
         );
-        // Outside the hull: 32 nodes, 4 ranks per node, 1 GiB.
-        assert_eq!(d(Coll::AllReduce, 32, 1024), Decision::Default);
+        // Within the node reach (8x beyond 16): extrapolated; beyond it, and
+        // at 4 ranks per node or 1 GiB, NCCL decides.
+        assert_eq!(d(Coll::AllReduce, 32, 1024), tree_ll);
+        assert_eq!(
+            t.lookup(Coll::AllReduce as u32, 256, 32, 1024, 1, 0).basis,
+            Some(Basis::Extrapolated)
+        );
+        assert_eq!(d(Coll::AllReduce, 256, 1024), Decision::Default);
         assert_eq!(
             t.lookup(Coll::AllReduce as u32, 8, 2, 1024, 1, 0).decision,
             Decision::Default
@@ -1028,12 +674,12 @@ mod tests {
             flags: 0,
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
-        let e = select_platform(&recs, None).err().unwrap().to_string();
+        let e = select_platform(recs.clone(), None).err().unwrap().to_string();
         assert!(
             e.contains("mix platforms") && e.contains("--platform"),
             "{e}"
         );
-        let (v, p) = select_platform(&recs, Some("dgx-2v")).unwrap();
+        let (v, p) = select_platform(recs, Some("dgx-2v")).unwrap();
         assert_eq!(v.len(), 1);
         assert_eq!(p.label.as_deref(), Some("DGX-2V"));
     }

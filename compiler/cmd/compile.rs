@@ -1,0 +1,222 @@
+//! `dyncc compile`: arguments, run, and the human-readable report.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+
+use crate::cmd::common::DecideArgs;
+use crate::ingest::{self, IngestOptions};
+use crate::pipeline::{compile_dataset, CompileOptions};
+use crate::report::Report;
+use crate::units::{fmt_bytes, fmt_gain};
+
+/// Compile NCCL sweep measurements into a decision table.
+///
+/// Reads nccl-tests logs (text or -J JSON) and tuner CSVs from files or
+/// directories, fits a model per candidate setting, and writes a table that
+/// forces a setting only where the measurements say it beats NCCL's own
+/// choice by more than the noise and --margin. It prints where it forces
+/// what, the expected gain, and where it leaves NCCL alone and why.
+///
+/// Example:
+///   dyncc compile datasets/real/nvidia-dgx1v-allreduce.csv -o dgx1v.tbl
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct CompileArgs {
+    /// Sweep files or directories (nccl-tests text or JSON logs, tuner CSV).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Where to write the table (written atomically; nothing is written on error).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub decide: DecideArgs,
+    /// Compile only records of this platform label or GPU model.
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Skip (and report) input that cannot be read instead of failing.
+    #[arg(long)]
+    pub lenient: bool,
+    /// Facts the inputs do not state: KEY=VALUE (NCCL_ALGO=Ring, nodes=2,
+    /// coll=allreduce, ...) or `default` for logs of NCCL's own choice.
+    #[arg(long = "assume", value_name = "KEY=VALUE")]
+    pub assume: Vec<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
+    let decide = a.decide.options()?;
+    let ingest_opts = IngestOptions {
+        lenient: a.lenient,
+        assume: IngestOptions::parse_assume(&a.assume)?,
+        progress: !a.json,
+        keep_unresolved: false,
+    };
+    let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+    if ds.records.is_empty() {
+        bail!(
+            "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
+             (`dyncc inspect PATH` shows what each file held)",
+            a.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let opts = CompileOptions {
+        decide,
+        platform: a.platform.clone(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        lenient: a.lenient,
+    };
+    let mut c = compile_dataset(&ds, &opts)?;
+    crate::atomic::write_atomic(&a.output, &c.bytes)
+        .with_context(|| format!("writing the table to {}", a.output.display()))?;
+    c.report.table.path = Some(a.output.clone());
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&c.report)?);
+    } else {
+        print_report(&c.report);
+    }
+    Ok(0)
+}
+
+/// Human-readable report.
+fn print_report(r: &Report) {
+    let i = &r.inputs;
+    println!(
+        "read {} file(s): {} rows, {} records ({} flagged, not fitted), {} cells; {} skipped",
+        i.files, i.rows, i.records, i.untrusted, i.cells, i.skipped
+    );
+    const SHOWN: usize = 50;
+    for s in r.skipped.iter().take(SHOWN) {
+        println!("  skipped {}:{}: {}", s.file.display(), s.line, s.reason);
+    }
+    if r.skipped.len() > SHOWN {
+        println!(
+            "  ... and {} more (--json lists them all)",
+            r.skipped.len() - SHOWN
+        );
+    }
+    let p = &r.platform;
+    println!(
+        "platform: {}{}{}",
+        p.label.as_deref().unwrap_or("unnamed"),
+        p.gpu
+            .as_deref()
+            .map(|g| format!(", {g}"))
+            .unwrap_or_default(),
+        p.gpus_per_node
+            .map(|g| format!(", {g} GPUs per node"))
+            .unwrap_or_default()
+    );
+    println!("\ncoverage:");
+    for c in &r.coverage {
+        println!(
+            "  {:<14} {:>3} ranks/node  nodes {:<22} sizes {}..{}  {} configurations, {} cells",
+            c.collective,
+            c.ppn,
+            c.nodes
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            fmt_bytes(c.min_bytes),
+            fmt_bytes(c.max_bytes),
+            c.configs.len(),
+            c.cells
+        );
+    }
+    println!("\nforces (expected gain over NCCL's default):");
+    if r.forced.is_empty() {
+        if r.coverage.iter().all(|c| c.configs.len() <= 1) {
+            println!(
+                "  nothing: only NCCL's default was measured, so there is nothing to compare it with; \
+                 sweep NCCL_ALGO/NCCL_PROTO settings too (`dyncc plan` writes such a sweep)"
+            );
+        } else {
+            println!("  nothing: NCCL's own choices are best or within noise everywhere measured");
+        }
+    }
+    for f in &r.forced {
+        let nodes = if f.nodes.0 == f.nodes.1 {
+            format!("{}", f.nodes.0)
+        } else if f.nodes.1 == u32::MAX {
+            format!("{}+", f.nodes.0)
+        } else {
+            format!("{}-{}", f.nodes.0, f.nodes.1)
+        };
+        let ppn = if f.ppn.1 == u32::MAX {
+            "any".to_string()
+        } else {
+            f.ppn.0.to_string()
+        };
+        let ch = if f.channels > 0 {
+            format!("/{}ch", f.channels)
+        } else {
+            String::new()
+        };
+        println!(
+            "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
+            f.collective,
+            nodes,
+            ppn,
+            fmt_bytes(f.from_bytes),
+            fmt_bytes(f.to_bytes.saturating_add(1)),
+            format!("{}/{}{}", f.algorithm, f.protocol, ch),
+            fmt_gain(f.gain),
+            f.basis
+        );
+    }
+    println!("\nleaves NCCL alone (measured points):");
+    for (coll, why) in &r.left_alone {
+        let parts: Vec<String> = why
+            .iter()
+            .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
+            .collect();
+        println!(
+            "  {:<14} {}",
+            coll,
+            if parts.is_empty() {
+                "none".into()
+            } else {
+                parts.join(", ")
+            }
+        );
+    }
+    for o in &r.outside {
+        println!("  {o}");
+    }
+    println!("\nnode counts:");
+    for o in &r.reach {
+        println!("  {o}");
+    }
+    for n in &r.notes {
+        println!("note: {n}");
+    }
+    println!("\nexplain trees:");
+    for (coll, f) in &r.trees {
+        println!(
+            "  {:<14} {} leaves, depth {}, reproduces {:.1} % of {} grid points",
+            coll,
+            f.leaves,
+            f.depth,
+            100.0 * (1.0 - f.disagree as f64 / f.points.max(1) as f64),
+            f.points
+        );
+    }
+    let t = &r.table;
+    println!(
+        "\n{} ({} bytes, {} contexts, digest {})",
+        t.path
+            .as_ref()
+            .map(|p| format!("wrote {}", p.display()))
+            .unwrap_or_else(|| "table".into()),
+        t.bytes,
+        t.contexts,
+        t.digest
+    );
+}

@@ -1,0 +1,276 @@
+//! `dyncc eval`: arguments, run, and the printed score.
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use dyncc_tables::Table;
+
+use crate::cmd::common::DecideArgs;
+use crate::eval::{cross_validate, read_truth, score_cells, summarise, CvMode, Score, Scored};
+use crate::ingest::{self, IngestOptions};
+use crate::pipeline::CompileOptions;
+
+/// Score a decision table on measurements.
+///
+/// Per measured cell (collective, size, nodes, ranks) with a default run,
+/// compares the time of the table's choice with the best measured setting
+/// and with NCCL's default. "captured" is the share of the available gain
+/// over the default that the table realised; "regressions" are cells more
+/// than 5 % slower than the default.
+///
+/// With --cv, it instead compiles tables (with the same pipeline and
+/// options as `dyncc compile`) from part of the measured node counts and
+/// scores them on the rest, the way a user's next job differs from the
+/// sweep:
+///   nodes   each inner node count left out in turn
+///   sparse  every other node count kept, the rest scored
+///   upward  the smaller half of the node counts kept, the larger scored
+///   all     the three above
+/// It tells how far a table can be trusted beyond the sweep.
+///
+/// Examples:
+///   dyncc eval dgx1v.tbl datasets/real/nvidia-dgx1v-allreduce.csv
+///   dyncc eval --cv nodes datasets/real/nvidia-dgx1v-allreduce.csv
+///   dyncc eval --cv all --json datasets/real/nvidia-dgx2v-allreduce.csv
+#[derive(clap::Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct EvalArgs {
+    /// The table, then the measurement files or directories
+    /// (with --cv, only measurements).
+    #[arg(required = true, value_name = "TABLE|PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Cross-validate instead of scoring a table: nodes, sparse, upward or all.
+    #[arg(long, value_name = "MODE", value_parser = ["nodes", "sparse", "upward", "all"])]
+    pub cv: Option<String>,
+    /// With --cv: how the tables are compiled (as `dyncc compile`).
+    #[command(flatten)]
+    pub decide: DecideArgs,
+    /// Keep only records of this platform label or GPU model.
+    #[arg(long)]
+    pub platform: Option<String>,
+    /// Skip (and report) input that cannot be read instead of failing.
+    #[arg(long)]
+    pub lenient: bool,
+    /// Facts the inputs do not state (see `dyncc compile --help`).
+    #[arg(long = "assume", value_name = "KEY=VALUE")]
+    pub assume: Vec<String>,
+    /// Score against a simulator's ground truth (`truth.csv` from `dyncc
+    /// simulate`: true mean times, noise-free) instead of measurements.
+    #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
+    pub truth: Option<PathBuf>,
+    /// Also list every scored cell.
+    #[arg(long)]
+    pub cells: bool,
+    /// Print the scores as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One scored scenario, as printed.
+struct Scenario {
+    title: String,
+    mode: Option<CvMode>,
+    score: Score,
+    cells: Vec<Scored>,
+}
+
+pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
+    let ingest_opts = IngestOptions {
+        lenient: a.lenient,
+        assume: IngestOptions::parse_assume(&a.assume)?,
+        progress: !a.json,
+        keep_unresolved: false,
+    };
+    let scenarios: Vec<Scenario> = if let Some(cv) = &a.cv {
+        let modes: Vec<CvMode> = match cv.as_str() {
+            "nodes" => vec![CvMode::Nodes],
+            "sparse" => vec![CvMode::Sparse],
+            "upward" => vec![CvMode::Upward],
+            _ => CvMode::ALL.to_vec(),
+        };
+        let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+        let opts = CompileOptions {
+            decide: a.decide.options()?,
+            platform: a.platform.clone(),
+            command: String::new(),
+            lenient: a.lenient,
+        };
+        let mut out = Vec::new();
+        for mode in modes {
+            let cv = cross_validate(&ds, &opts, mode)?;
+            let folds: Vec<String> = cv
+                .folds
+                .iter()
+                .map(|f| format!("{:?} -> {:?}", f.train, f.test))
+                .collect();
+            out.push(Scenario {
+                title: format!(
+                    "--cv {}: {} (kept -> scored: {})",
+                    mode.name(),
+                    mode.describe(),
+                    folds.join("; ")
+                ),
+                mode: Some(mode),
+                score: cv.score,
+                cells: cv.cells,
+            });
+        }
+        out
+    } else {
+        let table_path = &a.paths[0];
+        let bytes = std::fs::read(table_path)
+            .with_context(|| format!("reading table {}", table_path.display()))?;
+        let table = Table::from_bytes(&bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", table_path.display()))?;
+        let (score, cells, title) = if let Some(truth) = &a.truth {
+            let (s, c) = score_cells(&table, &read_truth(truth)?);
+            let t = format!(
+                "{} on the ground truth {}",
+                table_path.display(),
+                truth.display()
+            );
+            (s, c, t)
+        } else {
+            if a.paths.len() < 2 {
+                bail!(
+                    "dyncc eval TABLE PATH...: give the table and at least one measurement file or \
+                     directory (or --cv MODE PATH... to cross-validate)"
+                );
+            }
+            let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
+            let mut records = ds.records;
+            if let Some(p) = &a.platform {
+                records.retain(|r| r.is_platform(p));
+            }
+            let (s, c) = score_cells(&table, &ingest::aggregate(&records));
+            let t = format!("{} on the given measurements", table_path.display());
+            (s, c, t)
+        };
+        vec![Scenario {
+            title,
+            mode: None,
+            score,
+            cells,
+        }]
+    };
+    for s in &scenarios {
+        if s.score.cells == 0 {
+            bail!(
+                "{}: no cell could be scored: scoring needs cells with a default run \
+                 (algorithm=default) and the table's choice measured ({} cells lacked a default \
+                 run, {} lacked the table's choice)",
+                s.title,
+                s.score.no_default,
+                s.score.unscorable
+            );
+        }
+    }
+    if a.json {
+        let v: Vec<serde_json::Value> = scenarios
+            .iter()
+            .map(|s| {
+                let mut v = serde_json::to_value(&s.score)?;
+                v["title"] = s.title.clone().into();
+                if let Some(m) = s.mode {
+                    v["cv"] = m.name().into();
+                }
+                if a.cells {
+                    v["scored"] = serde_json::to_value(&s.cells)?;
+                }
+                Ok(v)
+            })
+            .collect::<anyhow::Result<_>>()?;
+        // One scenario prints as one object (as before --cv all existed).
+        let out = if v.len() == 1 {
+            v.into_iter().next().unwrap_or_default()
+        } else {
+            let mut pooled = Score::default();
+            let all: Vec<Scored> = scenarios.iter().flat_map(|s| s.cells.clone()).collect();
+            summarise(&mut pooled, &all);
+            serde_json::json!({ "scenarios": v, "pooled": pooled })
+        };
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(0);
+    }
+    for (i, s) in scenarios.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        print_score(&s.title, &s.score, a.cells.then_some(&s.cells[..]));
+    }
+    if scenarios.len() > 1 {
+        println!("\nsummary (captured share of the gain available over NCCL's default; regressions = cells > 5 % slower than it):");
+        for s in &scenarios {
+            println!(
+                "  {:<8} {:>5} cells  captured {:>6.1} %  regressions {:>4.1} %  table {:.4} vs default {:.4}",
+                s.mode.map(|m| m.name()).unwrap_or(""),
+                s.score.cells,
+                100.0 * s.score.captured,
+                100.0 * s.score.regression_share,
+                s.score.table.geomean,
+                s.score.default.geomean
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn print_score(title: &str, score: &Score, cells: Option<&[Scored]>) {
+    println!("{title}\n");
+    println!(
+        "{:<14} {:>6} {:>9} {:>7} {:>7} {:>9} {:>13}",
+        "", "cells", "geomean", "p95", "max", "captured", "regressions"
+    );
+    println!(
+        "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>8.1}% {:>6} ({:.1}%)",
+        "dyncc table",
+        score.cells,
+        score.table.geomean,
+        score.table.p95,
+        score.table.max,
+        100.0 * score.captured,
+        score.regressions,
+        100.0 * score.regression_share
+    );
+    println!(
+        "{:<14} {:>6} {:>9.4} {:>7.3} {:>7.3} {:>9} {:>13}",
+        "NCCL default",
+        score.cells,
+        score.default.geomean,
+        score.default.p95,
+        score.default.max,
+        "-",
+        "-"
+    );
+    println!("\n(times over the best measured setting per cell; regressions: > 5 % slower than the default)");
+    println!(
+        "\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}",
+        "nodes", "cells", "table", "default", "captured", "regressions"
+    );
+    for (n, s) in &score.by_nodes {
+        println!(
+            "{:>6} {:>6} {:>9.4} {:>9.4} {:>8.1}% {:>11}",
+            n,
+            s.cells,
+            s.table_geomean,
+            s.default_geomean,
+            100.0 * s.captured,
+            s.regressions
+        );
+    }
+    if score.unscorable + score.no_default > 0 {
+        println!(
+            "\nnot scored: {} cells without a default run, {} where the table's choice was not measured",
+            score.no_default, score.unscorable
+        );
+    }
+    if let Some(cells) = cells {
+        println!();
+        for c in cells {
+            println!(
+                "{:<14} {:>10} nodes {:>3} ranks {:>5}  {:<20} table {:.3} default {:.3}",
+                c.collective, c.nbytes, c.nnodes, c.nranks, c.choice, c.table, c.default
+            );
+        }
+    }
+}

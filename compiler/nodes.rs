@@ -1,0 +1,617 @@
+//! Node counts the sweep did not measure.
+//!
+//! A candidate's gain over NCCL's default, ln(t_default / t_candidate), is
+//! treated as drifting with log2 of the node count. At an unmeasured count it
+//! is interpolated linearly in log2 nodes between the measured multi-node
+//! counts around it, or carried flat from the nearest one beyond the edge;
+//! never across the boundary between one node (intra-node links only) and
+//! several. Sizes are matched across node counts either on total bytes or on
+//! bytes per rank, whichever predicts the sweep's own node counts better.
+//!
+//! The uncertainty of that reading is calibrated on the sweep itself: every
+//! measured multi-node count is predicted from the others (an internal
+//! leave-one-node-count-out), and the errors give, per size region, how fast
+//! gains drift per log2 node (a random walk: the variance of a reading grows
+//! with its distance to the measured counts, a Brownian bridge between two).
+//!
+//! [`consistency`] finds runs that sit off the trend of their neighbours; the
+//! uncertainty of every decision leaning on them is widened.
+
+use serde::Serialize;
+
+use crate::features::Grid;
+
+/// A reading counts for calibration only where a decision could hinge on
+/// it: the candidate measured or predicted faster than the default.
+/// Candidates far slower on both counts are never forced, and their larger
+/// errors would only inflate the uncertainty of the ones that could be.
+const RELEVANT: f64 = 0.0;
+
+/// Sizes within this many octaves of each other share a drift estimate.
+const REGION_OCTAVES: f64 = 2.0;
+
+/// The drift variance never goes below this (ln ratio squared per log2
+/// node): two node counts never predict each other perfectly.
+const MIN_KAPPA: f64 = 0.01 * 0.01;
+
+/// How sizes line up across node counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Align {
+    /// Same total bytes (nccl-tests' `size`): AllReduce curves line up so.
+    TotalBytes,
+    /// Same bytes per rank: AllGather and ReduceScatter curves line up so.
+    BytesPerRank,
+}
+
+impl Align {
+    pub fn name(self) -> &'static str {
+        match self {
+            Align::TotalBytes => "total bytes",
+            Align::BytesPerRank => "bytes per rank",
+        }
+    }
+}
+
+/// A gain read off the measured node counts.
+#[derive(Clone, Copy, Debug)]
+pub struct Reading {
+    /// Expected ln(t_default / t_candidate).
+    pub gain: f64,
+    /// Variance from the drift between node counts, in units of the drift
+    /// variance per log2 node (multiply by kappa).
+    pub drift: f64,
+    /// Variance carried from the measurements read (noise, and widening for
+    /// runs off their trend).
+    pub meas_var: f64,
+    /// log2 distance to the nearest measured node count read.
+    pub distance: f64,
+    /// Whether the count lies between measured ones (else beyond them).
+    pub between: bool,
+}
+
+/// The calibrated model of one grid.
+#[derive(Clone, Debug)]
+pub struct NodeModel {
+    pub align: Align,
+    /// Per grid size: drift variance per log2 node; `None` when the sweep
+    /// has fewer than two multi-node counts to calibrate it on.
+    kappa: Option<Vec<f64>>,
+    /// Internal cross-validation: RMS error of the readings, per alignment.
+    pub cv: Vec<(Align, f64, usize)>,
+}
+
+impl NodeModel {
+    /// Standard deviation of a reading at grid size `si`.
+    pub fn sd(&self, si: usize, r: &Reading) -> Option<f64> {
+        let k = self.kappa.as_ref()?.get(si)?;
+        Some((k * r.drift + r.meas_var).max(0.0).sqrt())
+    }
+
+    /// Whether unmeasured node counts can be decided at all.
+    pub fn calibrated(&self) -> bool {
+        self.kappa.is_some()
+    }
+}
+
+/// Extra variance of one configuration's ln(time) at one measured node
+/// count, from [`consistency`] (zero when its runs follow the trend).
+pub struct Widen {
+    n_cfg: usize,
+    var: Vec<f64>,
+}
+
+impl Widen {
+    pub fn none(grid: &Grid) -> Widen {
+        Widen {
+            n_cfg: grid.configs.len(),
+            var: vec![0.0; grid.nodes.len() * grid.configs.len()],
+        }
+    }
+    pub fn get(&self, ni: usize, cfg: usize) -> f64 {
+        self.var.get(ni * self.n_cfg + cfg).copied().unwrap_or(0.0)
+    }
+    pub fn set(&mut self, ni: usize, cfg: usize, v: f64) {
+        if let Some(x) = self.var.get_mut(ni * self.n_cfg + cfg) {
+            *x = x.max(v);
+        }
+    }
+}
+
+/// Measured gain of `cfg` at node index `ni`, at log2 size `ls`, read
+/// linearly in log2 size between the measured sizes around it; with the
+/// variance of that reading. `None` outside the sizes measured there.
+pub fn gain_at(
+    grid: &Grid,
+    sigma: &dyn Fn(usize, usize) -> f64,
+    widen: &Widen,
+    ni: usize,
+    cfg: usize,
+    ls: f64,
+) -> Option<(f64, f64)> {
+    let point = |si: usize| -> Option<(f64, f64)> {
+        let d = grid.get(ni, si, 0)?;
+        let m = grid.get(ni, si, cfg)?;
+        let s = sigma(ni, si);
+        let var = s * s * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64)
+            + widen.get(ni, 0)
+            + widen.get(ni, cfg);
+        Some((d.ln_t - m.ln_t, var))
+    };
+    let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
+    // Exact size, or the measured sizes on either side.
+    let hi = grid
+        .sizes
+        .partition_point(|&s| (s.max(1) as f64).log2() < ls - 1e-9);
+    if hi < grid.sizes.len() && (lsz(hi) - ls).abs() < 1e-9 {
+        return point(hi);
+    }
+    if hi == 0 || hi >= grid.sizes.len() {
+        return None;
+    }
+    let (a, b) = (point(hi - 1)?, point(hi)?);
+    let w = (ls - lsz(hi - 1)) / (lsz(hi) - lsz(hi - 1));
+    Some((
+        (1.0 - w) * a.0 + w * b.0,
+        (1.0 - w).powi(2) * a.1 + w * w * b.1,
+    ))
+}
+
+/// Reads the gain of `cfg` at `nodes` (not itself measured, or excluded)
+/// and grid size `si` off the measured multi-node counts, leaving out node
+/// index `exclude`.
+#[allow(clippy::too_many_arguments)]
+pub fn read(
+    grid: &Grid,
+    sigma: &dyn Fn(usize, usize) -> f64,
+    widen: &Widen,
+    align: Align,
+    nodes: f64,
+    si: usize,
+    cfg: usize,
+    exclude: Option<usize>,
+) -> Option<Reading> {
+    if nodes < 2.0 {
+        return None;
+    }
+    let lk = nodes.log2();
+    let ls = (grid.sizes[si].max(1) as f64).log2();
+    let multi = |ni: usize| grid.nodes[ni] >= 2 && Some(ni) != exclude;
+    let lo = (0..grid.nodes.len())
+        .rev()
+        .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes);
+    let hi = (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes);
+    let at = |ni: usize| -> Option<(f64, f64, f64)> {
+        let ln = (grid.nodes[ni] as f64).log2();
+        let ls_n = match align {
+            Align::TotalBytes => ls,
+            // Same bytes per rank: the total scales with the node count.
+            Align::BytesPerRank => ls + ln - lk,
+        };
+        let (g, v) = gain_at(grid, sigma, widen, ni, cfg, ls_n)?;
+        Some((g, v, ln))
+    };
+    match (lo.and_then(at), hi.and_then(at)) {
+        (Some((gl, vl, ll)), Some((gh, vh, lh))) => {
+            let w = (lk - ll) / (lh - ll);
+            Some(Reading {
+                gain: (1.0 - w) * gl + w * gh,
+                drift: (lk - ll) * (lh - lk) / (lh - ll),
+                meas_var: (1.0 - w).powi(2) * vl + w * w * vh,
+                distance: (lk - ll).min(lh - lk),
+                between: true,
+            })
+        }
+        (Some((g, v, l)), None) | (None, Some((g, v, l))) => Some(Reading {
+            gain: g,
+            drift: (lk - l).abs(),
+            meas_var: v,
+            distance: (lk - l).abs(),
+            between: lo.is_some() && hi.is_some(),
+        }),
+        (None, None) => None,
+    }
+}
+
+/// One internal cross-validation error.
+struct CvError {
+    si: usize,
+    /// Squared error less the part the measurements' own noise explains.
+    excess: f64,
+    drift: f64,
+}
+
+fn cv_errors(
+    grid: &Grid,
+    sigma: &dyn Fn(usize, usize) -> f64,
+    widen: &Widen,
+    align: Align,
+) -> Vec<CvError> {
+    let mut out = Vec::new();
+    for ni in 0..grid.nodes.len() {
+        if grid.nodes[ni] < 2 {
+            continue;
+        }
+        for si in 0..grid.sizes.len() {
+            for c in 1..grid.configs.len() {
+                let Some((g, v)) = gain_at(
+                    grid,
+                    sigma,
+                    widen,
+                    ni,
+                    c,
+                    (grid.sizes[si].max(1) as f64).log2(),
+                ) else {
+                    continue;
+                };
+                let Some(r) = read(
+                    grid,
+                    sigma,
+                    widen,
+                    align,
+                    grid.nodes[ni] as f64,
+                    si,
+                    c,
+                    Some(ni),
+                ) else {
+                    continue;
+                };
+                if g.max(r.gain) <= RELEVANT {
+                    continue;
+                }
+                out.push(CvError {
+                    si,
+                    excess: (g - r.gain).powi(2) - v - r.meas_var,
+                    drift: r.drift,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Calibrates the node-count model of one grid: picks the size alignment
+/// that predicts the sweep's own multi-node counts best, and the drift
+/// variance per size region.
+pub fn calibrate(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64, widen: &Widen) -> NodeModel {
+    let multi = grid.nodes.iter().filter(|&&n| n >= 2).count();
+    let mut cv = Vec::new();
+    let mut best: Option<(Align, f64, Vec<CvError>)> = None;
+    for align in [Align::TotalBytes, Align::BytesPerRank] {
+        let errs = cv_errors(grid, sigma, widen, align);
+        let drift: f64 = errs.iter().map(|e| e.drift).sum();
+        let excess: f64 = errs.iter().map(|e| e.excess).sum();
+        let kappa = if drift > 0.0 {
+            (excess / drift).max(MIN_KAPPA)
+        } else {
+            f64::INFINITY
+        };
+        let rms = if errs.is_empty() {
+            f64::NAN
+        } else {
+            (errs.iter().map(|e| e.excess.max(0.0)).sum::<f64>() / errs.len() as f64).sqrt()
+        };
+        cv.push((align, rms, errs.len()));
+        // Total bytes (nccl-tests' own axis) is kept unless bytes per rank
+        // predicts clearly better: by more than twice the standard error of
+        // a variance estimated from n errors, sqrt(2/n).
+        let clearly = |b: &(Align, f64, Vec<CvError>)| {
+            let n = errs.len().min(b.2.len()).max(1) as f64;
+            kappa < b.1 * (1.0 - 2.0 * (2.0 / n).sqrt())
+        };
+        if best.as_ref().is_none_or(clearly) {
+            best = Some((align, kappa, errs));
+        }
+    }
+    let (align, pooled, errs) = best.expect("two alignments tried");
+    if multi < 2 || errs.is_empty() || !pooled.is_finite() {
+        return NodeModel {
+            align,
+            kappa: None,
+            cv,
+        };
+    }
+    let lsz: Vec<f64> = grid
+        .sizes
+        .iter()
+        .map(|&s| (s.max(1) as f64).log2())
+        .collect();
+    let kappa = (0..grid.sizes.len())
+        .map(|si| {
+            let (mut ex, mut dr) = (0.0, 0.0);
+            for e in &errs {
+                if (lsz[e.si] - lsz[si]).abs() <= REGION_OCTAVES {
+                    ex += e.excess;
+                    dr += e.drift;
+                }
+            }
+            if dr > 0.0 {
+                (ex / dr).max(MIN_KAPPA)
+            } else {
+                pooled
+            }
+        })
+        .collect();
+    NodeModel {
+        align,
+        kappa: Some(kappa),
+        cv,
+    }
+}
+
+/// A configuration at a node count whose runs sit off the trend of the
+/// node counts around it at most sizes, while the other configurations
+/// there follow it.
+#[derive(Clone, Debug, Serialize)]
+pub struct OffTrend {
+    pub nodes: u32,
+    /// Neighbouring node counts the trend was read from.
+    pub between: (u32, u32),
+    pub config: String,
+    /// Median offset: ln(t_measured) - ln(t_trend), relative to the other
+    /// configurations at the same node count (negative = faster).
+    pub offset: f64,
+    /// Share of sizes whose offset has that sign and exceeds the noise.
+    pub share: f64,
+    pub sizes: usize,
+}
+
+/// An offset smaller than this (ln ratio) is not worth a report.
+const OFF_TREND_MIN: f64 = 0.05;
+/// ... and it must show at this share of sizes.
+const OFF_TREND_SHARE: f64 = 0.6;
+
+/// Finds runs off the trend of their neighbours: for every interior
+/// multi-node count and configuration, ln(time) against the line through
+/// the node counts on either side (log2 nodes), less the median of the same
+/// residual over all configurations there (what the whole node count shares
+/// is real, e.g. another network tier; what one configuration alone shows
+/// is its run's). Returns the findings and the widening they imply.
+pub fn consistency(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64) -> (Vec<OffTrend>, Widen) {
+    let mut widen = Widen::none(grid);
+    let mut found = Vec::new();
+    let multi: Vec<usize> = (0..grid.nodes.len())
+        .filter(|&ni| grid.nodes[ni] >= 2)
+        .collect();
+    let nc = grid.configs.len();
+    for w in multi.windows(3) {
+        let (a, m, b) = (w[0], w[1], w[2]);
+        let (la, lm, lb) = (
+            (grid.nodes[a] as f64).log2(),
+            (grid.nodes[m] as f64).log2(),
+            (grid.nodes[b] as f64).log2(),
+        );
+        let t = (lm - la) / (lb - la);
+        // Per size: residual of every configuration measured at all three.
+        let mut rel: Vec<Vec<(f64, f64)>> = vec![Vec::new(); nc];
+        for si in 0..grid.sizes.len() {
+            let res: Vec<Option<f64>> = (0..nc)
+                .map(|c| {
+                    let (x, y, z) = (
+                        grid.get(a, si, c)?,
+                        grid.get(m, si, c)?,
+                        grid.get(b, si, c)?,
+                    );
+                    Some(y.ln_t - ((1.0 - t) * x.ln_t + t * z.ln_t))
+                })
+                .collect();
+            let mut all: Vec<f64> = res.iter().flatten().copied().collect();
+            if all.len() < 3 {
+                continue;
+            }
+            all.sort_by(f64::total_cmp);
+            let med = all[all.len() / 2];
+            for (c, r) in res.iter().enumerate() {
+                if let Some(r) = r {
+                    rel[c].push((r - med, sigma(m, si)));
+                }
+            }
+        }
+        for (c, v) in rel.iter().enumerate() {
+            if v.len() < 4 {
+                continue;
+            }
+            let mut xs: Vec<f64> = v.iter().map(|x| x.0).collect();
+            xs.sort_by(f64::total_cmp);
+            let off = xs[xs.len() / 2];
+            if off.abs() < OFF_TREND_MIN {
+                continue;
+            }
+            let agree = v
+                .iter()
+                .filter(|(r, s)| r.signum() == off.signum() && r.abs() > (2.0 * s).max(0.02))
+                .count();
+            let share = agree as f64 / v.len() as f64;
+            if share < OFF_TREND_SHARE {
+                continue;
+            }
+            found.push(OffTrend {
+                nodes: grid.nodes[m],
+                between: (grid.nodes[a], grid.nodes[b]),
+                config: grid.configs[c].to_string(),
+                offset: off,
+                share,
+                sizes: v.len(),
+            });
+        }
+    }
+    // A run off the trend also bends the trend lines of the node counts
+    // beside it, which then look off by about half as much the other way:
+    // keep, per configuration, only counts more off than their neighbours.
+    let off_at = |f: &[OffTrend], cfg: &str, n: u32| {
+        f.iter()
+            .find(|o| o.config == cfg && o.nodes == n)
+            .map_or(0.0, |o| o.offset.abs())
+    };
+    let keep: Vec<bool> = found
+        .iter()
+        .map(|o| {
+            o.offset.abs() > off_at(&found, &o.config, o.between.0)
+                && o.offset.abs() > off_at(&found, &o.config, o.between.1)
+        })
+        .collect();
+    let found: Vec<OffTrend> = found
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(o, k)| k.then_some(o))
+        .collect();
+    for o in &found {
+        if let (Some(ni), Some(c)) = (
+            grid.nodes.iter().position(|&n| n == o.nodes),
+            grid.configs.iter().position(|c| c.to_string() == o.config),
+        ) {
+            widen.set(ni, c, o.offset * o.offset);
+        }
+    }
+    (found, widen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::build_grids;
+    use crate::features::tests::{cell, cfg};
+    use crate::record::{Algo, Cell, Collective, Config, Proto};
+
+    /// Default t = 10 + b/1e4 (x nodes^0.3); Tree/LL wins by `win(nodes)`
+    /// below 64 KiB and loses by 30 % above.
+    fn sweep(nodes: &[u32], win: impl Fn(u32) -> f64) -> Vec<Cell> {
+        let mut v = Vec::new();
+        for &n in nodes {
+            for k in 3..28 {
+                let b = 1u64 << k;
+                let t = (10.0 + b as f64 / 1e4) * (n as f64).powf(0.3);
+                v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
+                let f = if b < 65536 { 1.0 / win(n) } else { 1.3 };
+                v.push(cell(
+                    Collective::AllReduce,
+                    n,
+                    8,
+                    b,
+                    cfg(Algo::Tree, Proto::LL),
+                    t * f,
+                ));
+            }
+        }
+        v
+    }
+
+    const SIGMA: f64 = 0.01;
+
+    #[test]
+    fn readings_interpolate_in_log2_nodes_and_never_cross_to_one_node() {
+        let (grids, _) = build_grids(&sweep(&[1, 2, 8, 32], |n| 1.0 + 0.05 * (n as f64).log2()));
+        let g = &grids[0];
+        let w = Widen::none(g);
+        let sig = |_: usize, _: usize| SIGMA;
+        // 4 nodes lies a third of the way from 2 to 8 in log2... half: 1 of 2 octaves.
+        let r = read(g, &sig, &w, Align::TotalBytes, 4.0, 5, 1, None).unwrap();
+        let expect = (1.0f64 + 0.05).ln() * 0.5 + (1.0f64 + 0.15).ln() * 0.5;
+        assert!((r.gain - expect).abs() < 1e-9, "{} vs {expect}", r.gain);
+        assert!(r.between);
+        assert!((r.drift - 0.5).abs() < 1e-9, "bridge variance 1*1/2");
+        // Beyond the largest: flat from it, drift growing with distance.
+        let r = read(g, &sig, &w, Align::TotalBytes, 128.0, 5, 1, None).unwrap();
+        assert!((r.gain - 1.25f64.ln()).abs() < 1e-9);
+        assert!((r.drift - 2.0).abs() < 1e-9);
+        assert!(!r.between);
+        // One node is never read off several.
+        assert!(read(g, &sig, &w, Align::TotalBytes, 1.0, 5, 1, None).is_none());
+        // Leaving out 2 nodes, 2 nodes is read flat from 8 (not from 1).
+        let r = read(g, &sig, &w, Align::TotalBytes, 2.0, 5, 1, Some(1)).unwrap();
+        assert!((r.gain - 1.15f64.ln()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn uncertainty_grows_with_distance_and_with_drift() {
+        let sig = |_: usize, _: usize| SIGMA;
+        let steady = build_grids(&sweep(&[2, 4, 8, 16, 32], |_| 1.2)).0;
+        let drifting = build_grids(&sweep(&[2, 4, 8, 16, 32], |n| {
+            if n % 16 == 0 {
+                1.3
+            } else {
+                1.05
+            }
+        }))
+        .0;
+        let ms = calibrate(&steady[0], &sig, &Widen::none(&steady[0]));
+        let md = calibrate(&drifting[0], &sig, &Widen::none(&drifting[0]));
+        let w = Widen::none(&steady[0]);
+        let near = read(&steady[0], &sig, &w, ms.align, 40.0, 5, 1, None).unwrap();
+        let far = read(&steady[0], &sig, &w, ms.align, 128.0, 5, 1, None).unwrap();
+        assert!(ms.sd(5, &far).unwrap() > ms.sd(5, &near).unwrap());
+        let r = read(&drifting[0], &sig, &w, md.align, 12.0, 5, 1, None).unwrap();
+        let rs = read(&steady[0], &sig, &w, ms.align, 12.0, 5, 1, None).unwrap();
+        assert!(
+            md.sd(5, &r).unwrap() > 3.0 * ms.sd(5, &rs).unwrap(),
+            "drifting gains must be less certain: {} vs {}",
+            md.sd(5, &r).unwrap(),
+            ms.sd(5, &rs).unwrap()
+        );
+    }
+
+    #[test]
+    fn allgather_curves_are_matched_on_bytes_per_rank() {
+        // AllGather whose crossover sits at a fixed size per rank: Ring/LL
+        // wins below 8 KiB per rank, i.e. total bytes growing with ranks.
+        let mut v = Vec::new();
+        for n in [2u32, 4, 8, 16, 32] {
+            for k in 6..30 {
+                let b = 1u64 << k;
+                let per_rank = b / (n as u64 * 8);
+                let t = 10.0 + b as f64 / 1e4;
+                v.push(cell(Collective::AllGather, n, 8, b, Config::DEFAULT, t));
+                let f = if per_rank < 8192 { 0.8 } else { 1.25 };
+                v.push(cell(
+                    Collective::AllGather,
+                    n,
+                    8,
+                    b,
+                    cfg(Algo::Ring, Proto::LL),
+                    t * f,
+                ));
+            }
+        }
+        let (grids, _) = build_grids(&v);
+        let sig = |_: usize, _: usize| SIGMA;
+        let m = calibrate(&grids[0], &sig, &Widen::none(&grids[0]));
+        assert_eq!(m.align, Align::BytesPerRank, "{:?}", m.cv);
+    }
+
+    #[test]
+    fn default_runs_off_the_trend_at_one_node_count_are_found_and_widened() {
+        let mut cells = sweep(&[2, 4, 8, 16, 32], |_| 1.1);
+        // A third configuration, so "the others" have a median.
+        let ring: Vec<Cell> = cells
+            .iter()
+            .filter(|c| c.key.config.is_default())
+            .map(|c| {
+                let mut x = c.clone();
+                x.key.config = cfg(Algo::Ring, Proto::LL);
+                x.time_us *= 1.1;
+                x
+            })
+            .collect();
+        cells.extend(ring);
+        // The default runs at 8 nodes are 12 % faster than the trend.
+        for c in &mut cells {
+            if c.key.nnodes == 8 && c.key.config.is_default() {
+                c.time_us *= 0.88;
+            }
+        }
+        let (grids, _) = build_grids(&cells);
+        let g = &grids[0];
+        let sig = |_: usize, _: usize| SIGMA;
+        let (found, widen) = consistency(g, &sig);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].nodes, 8);
+        assert_eq!(found[0].config, "default");
+        assert!(found[0].offset < -0.1);
+        let ni = g.nodes.iter().position(|&n| n == 8).unwrap();
+        assert!(widen.get(ni, 0) > 0.01);
+        assert_eq!(widen.get(ni, 1), 0.0);
+        // Steady runs: nothing found.
+        let (grids, _) = build_grids(&sweep(&[2, 4, 8, 16, 32], |_| 1.1));
+        assert!(consistency(&grids[0], &sig).0.is_empty());
+    }
+}

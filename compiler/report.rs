@@ -1,0 +1,309 @@
+//! What a compile did and why: inputs, platform, coverage, every forced
+//! region with its expected gain and basis, what was left to NCCL, and the
+//! explain trees' fidelity. `dyncc compile` prints it (or its JSON).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision};
+use serde::Serialize;
+
+use crate::decide::{GridDecisions, Why};
+use crate::distil::Fidelity;
+use crate::emit::PlannedContext;
+use crate::features::{Grid, GridNotes};
+use crate::ingest;
+use crate::pipeline::CompileOptions;
+use crate::units::fmt_bytes;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    pub inputs: Inputs,
+    pub platform: Platform,
+    pub coverage: Vec<Coverage>,
+    pub forced: Vec<Forced>,
+    /// Per collective: measured points left to NCCL, by reason.
+    pub left_alone: BTreeMap<String, BTreeMap<String, usize>>,
+    pub outside: Vec<String>,
+    /// Per grid: which node counts are decided, and how.
+    pub reach: Vec<String>,
+    pub trees: BTreeMap<String, Fidelity>,
+    pub notes: Vec<String>,
+    /// What `--lenient` skipped (file, line, why), so nothing is dropped silently.
+    pub skipped: Vec<ingest::Skip>,
+    pub table: TableInfo,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Inputs {
+    pub files: usize,
+    pub rows: usize,
+    pub records: usize,
+    pub untrusted: usize,
+    pub skipped: usize,
+    pub cells: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Platform {
+    pub label: Option<String>,
+    pub gpu: Option<String>,
+    pub gpus_per_node: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Coverage {
+    pub collective: String,
+    pub ppn: u32,
+    pub nodes: Vec<u32>,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+    pub configs: Vec<String>,
+    pub cells: usize,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Forced {
+    pub collective: String,
+    pub nodes: (u32, u32),
+    pub ppn: (u32, u32),
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    pub algorithm: String,
+    pub protocol: String,
+    pub channels: u8,
+    /// Smallest expected speedup over the run (t_default / t_choice).
+    pub gain: f64,
+    pub basis: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TableInfo {
+    pub path: Option<PathBuf>,
+    pub bytes: usize,
+    pub digest: String,
+    pub contexts: u32,
+}
+
+pub(crate) fn describe(
+    r: &mut Report,
+    grids: &[Grid],
+    decided: &[GridDecisions],
+    contexts: &[PlannedContext],
+    notes: &GridNotes,
+    opts: &CompileOptions,
+) {
+    for g in grids {
+        r.coverage.push(Coverage {
+            collective: g.coll.name().into(),
+            ppn: g.ppn,
+            nodes: g.nodes.clone(),
+            min_bytes: g.sizes[0],
+            max_bytes: *g.sizes.last().unwrap_or(&0),
+            configs: g.configs.iter().map(|c| c.to_string()).collect(),
+            cells: g.measured(),
+        });
+    }
+    for (g, d) in grids.iter().zip(decided) {
+        let e = r.left_alone.entry(g.coll.name().into()).or_default();
+        for a in d.anchors.iter().filter(|a| a.measured) {
+            for c in &a.per_size {
+                if c.why != Why::Forced {
+                    let k = serde_json::to_value(c.why)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string));
+                    *e.entry(k.unwrap_or_default()).or_default() += 1;
+                }
+            }
+        }
+    }
+    for c in contexts {
+        let mut k = 0;
+        while k < c.buckets.len() {
+            let BucketDecision {
+                decision: d, basis, ..
+            } = c.buckets[k];
+            let mut j = k;
+            let mut gain = f64::INFINITY;
+            // One region per decision: the table splits it further by
+            // basis, the report names the best basis inside it.
+            let mut basis = basis;
+            while j < c.buckets.len() && c.buckets[j].decision == d {
+                gain = gain.min(c.buckets[j].gain as f64);
+                basis = basis.min(c.buckets[j].basis);
+                j += 1;
+            }
+            if let Decision::Force {
+                algo,
+                proto,
+                channels,
+            } = d
+            {
+                r.forced.push(Forced {
+                    collective: c.coll.name().into(),
+                    nodes: c.nodes,
+                    ppn: c.ppn,
+                    from_bytes: bucket_lower_bound(k as u8),
+                    to_bytes: bucket_upper_bound((j - 1) as u8),
+                    algorithm: algo.name().into(),
+                    protocol: proto.name().into(),
+                    channels,
+                    gain,
+                    basis: basis.name().into(),
+                });
+            }
+            k = j;
+        }
+    }
+    merge_node_ranges(&mut r.forced);
+    for (g, d) in grids.iter().zip(decided) {
+        let coll = g.coll.name();
+        for o in &d.off_trend {
+            r.notes.push(format!(
+                "{coll} ppn {}: the {} runs at {} nodes are {:.0} % {} than the trend of {} and {} nodes at {:.0} % of {} sizes, while the other settings follow it; decisions leaning on them are less certain",
+                g.ppn,
+                o.config,
+                o.nodes,
+                100.0 * (o.offset.abs().exp() - 1.0),
+                if o.offset < 0.0 { "faster" } else { "slower" },
+                o.between.0,
+                o.between.1,
+                100.0 * o.share,
+                o.sizes
+            ));
+        }
+        let measured = g
+            .nodes
+            .iter()
+            .map(|n| n.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let reach = match d.reach {
+            _ if !d.model.calibrated() && g.nodes.iter().any(|&n| n >= 2) => format!(
+                "only the measured node counts ({measured}) are decided: fewer than two multi-node counts to calibrate predictions between them on"
+            ),
+            None => format!("only the measured node counts ({measured}) are decided"),
+            Some((_, u32::MAX)) => format!(
+                "node counts measured {measured}; every other node count from 2 up is predicted (--extrapolate)"
+            ),
+            Some((lo, hi)) => format!(
+                "node counts measured {measured}; {lo}-{hi} predicted from them (sizes matched on {}; beyond the measured counts up to {}x, --node-reach), others left to NCCL",
+                d.model.align.name(),
+                opts.decide.node_reach
+            ),
+        };
+        r.reach.push(format!("{coll} ppn {}: {reach}", g.ppn));
+    }
+    if !opts.decide.extrapolate {
+        let colls: BTreeSet<&str> = grids.iter().map(|g| g.coll.name()).collect();
+        for coll in colls {
+            let gs: Vec<&Grid> = grids.iter().filter(|g| g.coll.name() == coll).collect();
+            let lo = gs.iter().map(|g| g.sizes[0]).min().unwrap_or(0);
+            let hi = gs
+                .iter()
+                .filter_map(|g| g.sizes.last().copied())
+                .max()
+                .unwrap_or(0);
+            let ppns: Vec<String> = gs.iter().map(|g| g.ppn.to_string()).collect();
+            r.outside.push(format!(
+                "{coll}: sizes outside {}..{} and ranks per node other than {} are left to NCCL (--extrapolate extends them)",
+                fmt_bytes(lo),
+                fmt_bytes(hi),
+                ppns.join("/")
+            ));
+        }
+    }
+    if notes.untunable > 0 {
+        r.notes.push(format!(
+            "{} cells of collectives NCCL never asks a tuner about (alltoall, sendrecv, ...) were read and not used",
+            notes.untunable
+        ));
+    }
+    if notes.uneven > 0 {
+        r.notes.push(format!(
+            "{} cells whose ranks are not a multiple of their nodes were not used",
+            notes.uneven
+        ));
+    }
+    if notes.partial_cells > 0 {
+        r.notes.push(format!(
+            "{} cells ran under settings a table cannot force ({}): they need both an algorithm and a protocol",
+            notes.partial_cells,
+            notes.partial_configs.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+}
+
+/// Joins forced regions that differ only in adjacent node ranges, so a
+/// decision predicted over many ranges reads as one line.
+fn merge_node_ranges(forced: &mut Vec<Forced>) {
+    forced.sort_by(|a, b| {
+        (
+            &a.collective,
+            a.ppn,
+            a.from_bytes,
+            a.to_bytes,
+            &a.algorithm,
+            &a.protocol,
+            a.channels,
+            &a.basis,
+            a.nodes,
+        )
+            .cmp(&(
+                &b.collective,
+                b.ppn,
+                b.from_bytes,
+                b.to_bytes,
+                &b.algorithm,
+                &b.protocol,
+                b.channels,
+                &b.basis,
+                b.nodes,
+            ))
+    });
+    let mut out: Vec<Forced> = Vec::with_capacity(forced.len());
+    for f in forced.drain(..) {
+        if let Some(l) = out.last_mut() {
+            let same = (
+                &l.collective,
+                l.ppn,
+                l.from_bytes,
+                l.to_bytes,
+                &l.algorithm,
+                &l.protocol,
+                l.channels,
+                &l.basis,
+            ) == (
+                &f.collective,
+                f.ppn,
+                f.from_bytes,
+                f.to_bytes,
+                &f.algorithm,
+                &f.protocol,
+                f.channels,
+                &f.basis,
+            );
+            if same && l.nodes.1.checked_add(1) == Some(f.nodes.0) {
+                l.nodes.1 = f.nodes.1;
+                l.gain = l.gain.min(f.gain);
+                continue;
+            }
+        }
+        out.push(f);
+    }
+    let rank = |b: &str| match b {
+        "measured" => 0,
+        "interpolated" => 1,
+        _ => 2,
+    };
+    out.sort_by(|a, b| {
+        (&a.collective, a.ppn, rank(&a.basis), a.nodes, a.from_bytes).cmp(&(
+            &b.collective,
+            b.ppn,
+            rank(&b.basis),
+            b.nodes,
+            b.from_bytes,
+        ))
+    });
+    *forced = out;
+}
