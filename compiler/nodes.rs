@@ -61,9 +61,11 @@ pub struct Reading {
     /// Variance from the drift between node counts, in units of the drift
     /// variance per log2 node (multiply by kappa).
     pub drift: f64,
-    /// Variance carried from the measurements read (noise, and widening for
-    /// runs off their trend).
+    /// Variance carried from the measurements read (their noise).
     pub meas_var: f64,
+    /// Extra variance from runs off their neighbours' trend that the
+    /// reading leans on.
+    pub widen_var: f64,
     /// log2 distance to the nearest measured node count read.
     pub distance: f64,
     /// Whether the count lies between measured ones (else beyond them).
@@ -85,7 +87,7 @@ impl NodeModel {
     /// Standard deviation of a reading at grid size `si`.
     pub fn sd(&self, si: usize, r: &Reading) -> Option<f64> {
         let k = self.kappa.as_ref()?.get(si)?;
-        Some((k * r.drift + r.meas_var).max(0.0).sqrt())
+        Some((k * r.drift + r.widen_var).max(0.0).sqrt())
     }
 
     /// Whether unmeasured node counts can be decided at all.
@@ -118,9 +120,30 @@ impl Widen {
     }
 }
 
+/// A measured gain, read at one size.
+#[derive(Clone, Copy, Debug)]
+pub struct GainPoint {
+    pub gain: f64,
+    /// Variance from the measurements' noise.
+    pub noise: f64,
+    /// Extra variance from runs off their neighbours' trend.
+    pub widen: f64,
+}
+
+impl GainPoint {
+    fn blend(a: GainPoint, b: GainPoint, w: f64) -> GainPoint {
+        let (u, v) = ((1.0 - w) * (1.0 - w), w * w);
+        GainPoint {
+            gain: (1.0 - w) * a.gain + w * b.gain,
+            noise: u * a.noise + v * b.noise,
+            widen: u * a.widen + v * b.widen,
+        }
+    }
+}
+
 /// Measured gain of `cfg` at node index `ni`, at log2 size `ls`, read
-/// linearly in log2 size between the measured sizes around it; with the
-/// variance of that reading. `None` outside the sizes measured there.
+/// linearly in log2 size between the measured sizes around it. `None`
+/// outside the sizes measured there.
 pub fn gain_at(
     grid: &Grid,
     sigma: &dyn Fn(usize, usize) -> f64,
@@ -128,15 +151,16 @@ pub fn gain_at(
     ni: usize,
     cfg: usize,
     ls: f64,
-) -> Option<(f64, f64)> {
-    let point = |si: usize| -> Option<(f64, f64)> {
+) -> Option<GainPoint> {
+    let point = |si: usize| -> Option<GainPoint> {
         let d = grid.get(ni, si, 0)?;
         let m = grid.get(ni, si, cfg)?;
         let s = sigma(ni, si);
-        let var = s * s * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64)
-            + widen.get(ni, 0)
-            + widen.get(ni, cfg);
-        Some((d.ln_t - m.ln_t, var))
+        Some(GainPoint {
+            gain: d.ln_t - m.ln_t,
+            noise: s * s * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64),
+            widen: widen.get(ni, 0) + widen.get(ni, cfg),
+        })
     };
     let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
     // Exact size, or the measured sizes on either side.
@@ -151,10 +175,7 @@ pub fn gain_at(
     }
     let (a, b) = (point(hi - 1)?, point(hi)?);
     let w = (ls - lsz(hi - 1)) / (lsz(hi) - lsz(hi - 1));
-    Some((
-        (1.0 - w) * a.0 + w * b.0,
-        (1.0 - w).powi(2) * a.1 + w * w * b.1,
-    ))
+    Some(GainPoint::blend(a, b, w))
 }
 
 /// Reads the gain of `cfg` at `nodes` (not itself measured, or excluded)
@@ -181,31 +202,33 @@ pub fn read(
         .rev()
         .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes);
     let hi = (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes);
-    let at = |ni: usize| -> Option<(f64, f64, f64)> {
+    let at = |ni: usize| -> Option<(GainPoint, f64)> {
         let ln = (grid.nodes[ni] as f64).log2();
         let ls_n = match align {
             Align::TotalBytes => ls,
             // Same bytes per rank: the total scales with the node count.
             Align::BytesPerRank => ls + ln - lk,
         };
-        let (g, v) = gain_at(grid, sigma, widen, ni, cfg, ls_n)?;
-        Some((g, v, ln))
+        Some((gain_at(grid, sigma, widen, ni, cfg, ls_n)?, ln))
     };
     match (lo.and_then(at), hi.and_then(at)) {
-        (Some((gl, vl, ll)), Some((gh, vh, lh))) => {
+        (Some((pl, ll)), Some((ph, lh))) => {
             let w = (lk - ll) / (lh - ll);
+            let p = GainPoint::blend(pl, ph, w);
             Some(Reading {
-                gain: (1.0 - w) * gl + w * gh,
+                gain: p.gain,
                 drift: (lk - ll) * (lh - lk) / (lh - ll),
-                meas_var: (1.0 - w).powi(2) * vl + w * w * vh,
+                meas_var: p.noise,
+                widen_var: p.widen,
                 distance: (lk - ll).min(lh - lk),
                 between: true,
             })
         }
-        (Some((g, v, l)), None) | (None, Some((g, v, l))) => Some(Reading {
-            gain: g,
+        (Some((p, l)), None) | (None, Some((p, l))) => Some(Reading {
+            gain: p.gain,
             drift: (lk - l).abs(),
-            meas_var: v,
+            meas_var: p.noise,
+            widen_var: p.widen,
             distance: (lk - l).abs(),
             between: lo.is_some() && hi.is_some(),
         }),
@@ -216,8 +239,8 @@ pub fn read(
 /// One internal cross-validation error.
 struct CvError {
     si: usize,
-    /// Squared error less the part the measurements' own noise explains.
-    excess: f64,
+    /// Squared error of the reading against the measured gain.
+    sq: f64,
     drift: f64,
 }
 
@@ -234,7 +257,7 @@ fn cv_errors(
         }
         for si in 0..grid.sizes.len() {
             for c in 1..grid.configs.len() {
-                let Some((g, v)) = gain_at(
+                let Some(p) = gain_at(
                     grid,
                     sigma,
                     widen,
@@ -256,12 +279,12 @@ fn cv_errors(
                 ) else {
                     continue;
                 };
-                if g.max(r.gain) <= RELEVANT {
+                if p.gain.max(r.gain) <= RELEVANT {
                     continue;
                 }
                 out.push(CvError {
                     si,
-                    excess: (g - r.gain).powi(2) - v - r.meas_var,
+                    sq: (p.gain - r.gain).powi(2),
                     drift: r.drift,
                 });
             }
@@ -280,16 +303,16 @@ pub fn calibrate(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64, widen: &Widen
     for align in [Align::TotalBytes, Align::BytesPerRank] {
         let errs = cv_errors(grid, sigma, widen, align);
         let drift: f64 = errs.iter().map(|e| e.drift).sum();
-        let excess: f64 = errs.iter().map(|e| e.excess).sum();
+        let sq: f64 = errs.iter().map(|e| e.sq).sum();
         let kappa = if drift > 0.0 {
-            (excess / drift).max(MIN_KAPPA)
+            (sq / drift).max(MIN_KAPPA)
         } else {
             f64::INFINITY
         };
         let rms = if errs.is_empty() {
             f64::NAN
         } else {
-            (errs.iter().map(|e| e.excess.max(0.0)).sum::<f64>() / errs.len() as f64).sqrt()
+            (sq / errs.len() as f64).sqrt()
         };
         cv.push((align, rms, errs.len()));
         // Total bytes (nccl-tests' own axis) is kept unless bytes per rank
@@ -321,7 +344,7 @@ pub fn calibrate(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64, widen: &Widen
             let (mut ex, mut dr) = (0.0, 0.0);
             for e in &errs {
                 if (lsz[e.si] - lsz[si]).abs() <= REGION_OCTAVES {
-                    ex += e.excess;
+                    ex += e.sq;
                     dr += e.drift;
                 }
             }

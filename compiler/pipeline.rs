@@ -497,9 +497,9 @@ fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::DecideOptions;
     use crate::features::tests::{cell, cfg};
     use crate::record::{Collective, Config};
-    use crate::decide::DecideOptions;
     use dyncc_tables::{Algo, Basis, Decision, Proto};
 
     fn sweep() -> Vec<Cell> {
@@ -674,7 +674,10 @@ mod tests {
             flags: 0,
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
-        let e = select_platform(recs.clone(), None).err().unwrap().to_string();
+        let e = select_platform(recs.clone(), None)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             e.contains("mix platforms") && e.contains("--platform"),
             "{e}"
