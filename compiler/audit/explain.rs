@@ -420,6 +420,34 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
         for r in &rules {
             let _ = writeln!(s, "  {:<w$}  : {}", r.when, r.then);
         }
+        if let Some(ag) = tree_agreement(table, coll) {
+            let _ = writeln!(
+                s,
+                "  (this tree gives the plugin's decision at {:.1} % of the {} shapes the table serves{})",
+                100.0 * (1.0 - ag.disagree as f64 / ag.shapes.max(1) as f64),
+                ag.shapes,
+                if ag.disagree > 0 { "; where it does not, the plugin does this:" } else { "" }
+            );
+            const SHOWN: usize = 40;
+            for r in ag.regions.iter().take(SHOWN) {
+                let _ = writeln!(
+                    s,
+                    "    nodes {:<5} ranks {:<6} {:<28} plugin: {:<22} (tree: {})",
+                    r.nodes,
+                    r.ranks,
+                    fmt_sizes(r.from_bytes, r.to_bytes),
+                    r.plugin,
+                    r.tree
+                );
+            }
+            if ag.regions.len() > SHOWN {
+                let _ = writeln!(
+                    s,
+                    "    ... and {} more regions (--json lists them all; `dyncc query` answers any one call)",
+                    ag.regions.len() - SHOWN
+                );
+            }
+        }
     }
     let no_tree: Vec<&str> = colls
         .iter()
@@ -487,6 +515,113 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
         }
     }
     s
+}
+
+/// Node counts of a context's range checked for agreement: all of a short
+/// range, geometrically spread ones of a long one, the first of an
+/// unbounded one.
+fn range_probe(lo: u32, hi: u32) -> Vec<u32> {
+    const MAX: u32 = 64;
+    let lo = lo.max(1);
+    let hi = if hi == u32::MAX { lo } else { hi };
+    if hi - lo < MAX {
+        return (lo..=hi).collect();
+    }
+    let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
+    let mut v: Vec<u32> = (0..MAX)
+        .map(|i| ((a + (b - a) * i as f64 / (MAX - 1) as f64).exp().round() as u32).clamp(lo, hi))
+        .collect();
+    v.dedup();
+    v
+}
+
+/// Where a distilled tree says something other than the plugin.
+#[derive(Clone, Debug, Serialize)]
+pub struct Disagreement {
+    pub nodes: u32,
+    pub ranks: u64,
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// What the plugin does (the table's rules).
+    pub plugin: String,
+    /// What the tree says.
+    pub tree: String,
+}
+
+/// How well a collective's tree reproduces what the plugin answers, over
+/// every shape the table's contexts serve (each size bucket, node counts of
+/// each context's range, its ranks per node).
+#[derive(Clone, Debug, Serialize)]
+pub struct Agreement {
+    pub collective: &'static str,
+    pub shapes: usize,
+    pub disagree: usize,
+    /// The disagreeing shapes, runs of sizes merged.
+    pub regions: Vec<Disagreement>,
+}
+
+pub fn tree_agreement(table: &Table, coll: Coll) -> Option<Agreement> {
+    let tree = table.tree(coll)?;
+    let mut a = Agreement {
+        collective: coll.name(),
+        shapes: 0,
+        disagree: 0,
+        regions: Vec::new(),
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for c in table.contexts().filter(|c| c.spec().coll == coll) {
+        let spec = c.spec();
+        for nodes in range_probe(spec.nodes.0, spec.nodes.1) {
+            let ranks = nodes as u64 * spec.ppn.0.max(1) as u64;
+            if !seen.insert((nodes, ranks)) {
+                continue;
+            }
+            let mut run: Option<Disagreement> = None;
+            for b in super::live_buckets() {
+                let bytes = dyncc_tables::bucket_lower_bound(b);
+                let plugin = table
+                    .lookup(coll as u32, ranks, nodes as u64, bytes, 1, 0)
+                    .decision;
+                let said = tree
+                    .eval(&dyncc_tables::tree_features(bytes, nodes as u64, ranks))
+                    .map(|l| l.decision);
+                a.shapes += 1;
+                if said == Some(plugin) {
+                    if let Some(r) = run.take() {
+                        a.regions.push(r);
+                    }
+                    continue;
+                }
+                a.disagree += 1;
+                let (p, t) = (
+                    fmt_decision(plugin),
+                    said.map(fmt_decision).unwrap_or_else(|| "nothing".into()),
+                );
+                match &mut run {
+                    Some(r) if r.plugin == p && r.tree == t => {
+                        r.to_bytes = dyncc_tables::bucket_upper_bound(b)
+                    }
+                    _ => {
+                        if let Some(r) = run.take() {
+                            a.regions.push(r);
+                        }
+                        run = Some(Disagreement {
+                            nodes,
+                            ranks,
+                            from_bytes: bytes,
+                            to_bytes: dyncc_tables::bucket_upper_bound(b),
+                            plugin: p,
+                            tree: t,
+                        });
+                    }
+                }
+            }
+            if let Some(r) = run.take() {
+                a.regions.push(r);
+            }
+        }
+    }
+    Some(a)
 }
 
 fn dot_escape(s: &str) -> String {
@@ -561,6 +696,8 @@ struct ExplainJson {
     digest: String,
     platform: Option<String>,
     trees: Vec<TreeJson>,
+    /// Per tree: where it reproduces the plugin's decision and where not.
+    agreement: Vec<Agreement>,
     contexts: Vec<ContextJson>,
 }
 
@@ -597,6 +734,10 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
                     .iter()
                     .filter_map(|c| table.tree(*c))
                     .map(|t| tree_json(&t))
+                    .collect(),
+                agreement: colls
+                    .iter()
+                    .filter_map(|c| tree_agreement(&table, *c))
                     .collect(),
                 contexts: table
                     .contexts()

@@ -394,12 +394,12 @@ proptest! {
         let bytes = tb.build().unwrap();
         let t = Table::from_bytes(&bytes).unwrap();
         let ctx = t.find_context(Coll::Reduce, 1, 1).unwrap();
-        for (bucket, &(d, ba, _)) in per.iter().enumerate() {
+        for (bucket, &BucketDecision { decision: d, basis: ba, .. }) in per.iter().enumerate() {
             let (i, r) = ctx.rule_for_bucket(bucket as u8).unwrap();
             prop_assert_eq!((r.decision, r.basis), (d, ba));
             // Gain is the minimum over the rule's run of buckets.
             let first = if i == 0 { 0 } else { rules[i as usize - 1].last_bucket as usize + 1 };
-            let min = per[first..=r.last_bucket as usize].iter().map(|c| c.2).fold(f32::INFINITY, f32::min);
+            let min = per[first..=r.last_bucket as usize].iter().map(|c| c.gain).fold(f32::INFINITY, f32::min);
             prop_assert_eq!(r.gain, min);
         }
     }
