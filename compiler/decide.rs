@@ -77,8 +77,9 @@ pub enum Why {
     /// Unmeasured node count: predicted faster, but not by more than the
     /// uncertainty of the prediction and the margin.
     Uncertain,
-    /// Unmeasured node count, and fewer than two measured multi-node counts
-    /// to calibrate a prediction on.
+    /// Unmeasured node count, and too few measured multi-node counts to
+    /// calibrate a prediction there on (two to read between them,
+    /// `nodes::MIN_COUNTS_TO_EXTRAPOLATE` to read beyond them).
     Uncalibrated,
     /// Only NCCL's default was measured: nothing to compare it with.
     OnlyDefaultMeasured,
@@ -286,7 +287,10 @@ fn decide_unmeasured(
             continue;
         };
         basis = basis.max(basis_of(r.between));
-        let Some(sd) = model.sd(si, &r) else { continue };
+        let Some(sd) = model.sd(si, &r) else {
+            why = why.max(Why::Uncalibrated);
+            continue;
+        };
         if r.gain <= lm {
             continue;
         }
@@ -704,7 +708,9 @@ mod tests {
             .iter()
             .position(|c| c.algo == Some(Algo::Tree))
             .unwrap();
-        for a in &d.anchors {
+        // (Measured counts: with two multi-node counts nothing is carried
+        // beyond them.)
+        for a in d.anchors.iter().filter(|a| a.measured) {
             let small: Vec<_> = a
                 .per_size
                 .iter()
@@ -775,8 +781,8 @@ mod tests {
             },
         );
         assert!(serving(&d, 1).is_none(), "not even when extrapolating");
-        // One node and a single multi-node count: nothing to calibrate a
-        // prediction on, so the counts between are NCCL's.
+        // One node and one multi-node count: nothing to calibrate a
+        // prediction on, so the counts around are NCCL's.
         let (_, d) = run(&sweep(&[1, 8], 0.8), &DecideOptions::default());
         let four = serving(&d, 4).expect("4 nodes is decided");
         assert!(!four.measured);
@@ -784,6 +790,23 @@ mod tests {
             .per_size
             .iter()
             .all(|c| c.cfg == 0 && c.why == Why::Uncalibrated));
+    }
+
+    #[test]
+    fn two_multi_node_counts_are_read_between_but_not_beyond() {
+        let (g, d) = run(&sweep(&[2, 8], 0.8), &DecideOptions::default());
+        let tree = g
+            .configs
+            .iter()
+            .position(|c| c.algo == Some(Algo::Tree))
+            .unwrap();
+        assert_eq!(serving(&d, 4).unwrap().per_size[0].cfg, tree);
+        let beyond = serving(&d, 16).expect("16 nodes is within the reach");
+        assert_eq!(beyond.per_size[0].cfg, 0);
+        assert_eq!(beyond.per_size[0].why, Why::Uncalibrated);
+        // A third count makes the gap-to-gap drift measurable: now carried.
+        let (_, d) = run(&sweep(&[2, 4, 8], 0.8), &DecideOptions::default());
+        assert_eq!(serving(&d, 16).unwrap().per_size[0].cfg, tree);
     }
 
     #[test]

@@ -34,6 +34,13 @@ const REGION_OCTAVES: f64 = 2.0;
 /// node): two node counts never predict each other perfectly.
 const MIN_KAPPA: f64 = 0.01 * 0.01;
 
+/// Predictions beyond the measured multi-node counts need at least this
+/// many of them: with two, the sweep shows one gap to learn how fast gains
+/// drift across node counts, enough to read between them but too little to
+/// carry a gain past them (two nodes, for one, often behaves unlike four
+/// and eight).
+pub const MIN_COUNTS_TO_EXTRAPOLATE: usize = 3;
+
 /// How sizes line up across node counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -79,13 +86,20 @@ pub struct NodeModel {
     /// Per grid size: drift variance per log2 node; `None` when the sweep
     /// has fewer than two multi-node counts to calibrate it on.
     kappa: Option<Vec<f64>>,
+    /// Whether readings beyond the measured multi-node counts are trusted
+    /// ([`MIN_COUNTS_TO_EXTRAPOLATE`]).
+    pub extrapolates: bool,
     /// Internal cross-validation: RMS error of the readings, per alignment.
     pub cv: Vec<(Align, f64, usize)>,
 }
 
 impl NodeModel {
-    /// Standard deviation of a reading at grid size `si`.
+    /// Standard deviation of a reading at grid size `si`; `None` when the
+    /// reading cannot be trusted at all.
     pub fn sd(&self, si: usize, r: &Reading) -> Option<f64> {
+        if !r.between && !self.extrapolates {
+            return None;
+        }
         let k = self.kappa.as_ref()?.get(si)?;
         Some((k * r.drift + r.widen_var).max(0.0).sqrt())
     }
@@ -331,6 +345,7 @@ pub fn calibrate(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64, widen: &Widen
         return NodeModel {
             align,
             kappa: None,
+            extrapolates: false,
             cv,
         };
     }
@@ -358,6 +373,7 @@ pub fn calibrate(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64, widen: &Widen
     NodeModel {
         align,
         kappa: Some(kappa),
+        extrapolates: multi >= MIN_COUNTS_TO_EXTRAPOLATE,
         cv,
     }
 }

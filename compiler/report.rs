@@ -180,11 +180,16 @@ pub(crate) fn describe(
             .join(",");
         let reach = match d.reach {
             _ if !d.model.calibrated() && g.nodes.iter().any(|&n| n >= 2) => format!(
-                "only the measured node counts ({measured}) are decided: fewer than two multi-node counts to calibrate predictions between them on"
+                "only the measured node counts ({measured}) are decided: fewer than two multi-node counts to calibrate predictions on"
             ),
             None => format!("only the measured node counts ({measured}) are decided"),
             Some((_, u32::MAX)) => format!(
                 "node counts measured {measured}; every other node count from 2 up is predicted (--extrapolate)"
+            ),
+            Some((lo, hi)) if !d.model.extrapolates => format!(
+                "node counts measured {measured}; those between the multi-node ones predicted from them (sizes matched on {}), others left to NCCL: carrying gains beyond the measured counts needs at least {} multi-node counts",
+                d.model.align.name(),
+                crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE
             ),
             Some((lo, hi)) => format!(
                 "node counts measured {measured}; {lo}-{hi} predicted from them (sizes matched on {}; beyond the measured counts up to {}x, --node-reach), others left to NCCL",
