@@ -1,6 +1,8 @@
-//! Compile time: the shipped real DGX-1V sweep, and a 1M-row synthetic
-//! sweep (read + compile, in process). Peak memory is measured outside
-//! (README, `/usr/bin/time -v`), since a bench cannot see its own peak.
+//! Compile time: the shipped real DGX-1V sweep, a 1M-row synthetic sweep
+//! of 38,850 distinct cells repeated, and a 1M-row sweep of 1M distinct
+//! cells (read + compile, in process). Peak memory is measured outside
+//! (README, `/usr/bin/time -v` on the files `examples/gen_sweep.rs`
+//! writes), since a bench cannot see its own peak.
 //!
 //!     cargo bench --bench compile
 
@@ -31,15 +33,37 @@ fn shipped_dgx1v() -> usize {
     )
 }
 
-#[divan::bench(sample_count = 2, sample_size = 1)]
-fn synthetic_1m_rows(b: divan::Bencher) {
-    let path = std::env::temp_dir().join("dyncc-bench-sweep-1m.csv");
+/// The generated sweep at `name` in the temp directory, written once.
+fn generated(
+    name: &str,
+    write: fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<usize>,
+) -> PathBuf {
+    let path = std::env::temp_dir().join(name);
     if !path.exists() {
         let tmp = path.with_extension("tmp");
         let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
-        gen_sweep::write_sweep(&mut f, 1_000_000).unwrap();
+        write(&mut f).unwrap();
+        std::io::Write::flush(&mut f).unwrap();
         drop(f);
         std::fs::rename(&tmp, &path).unwrap();
     }
+    path
+}
+
+/// 1,000,000 rows repeating 38,850 distinct cells.
+#[divan::bench(sample_count = 2, sample_size = 1)]
+fn synthetic_1m_rows(b: divan::Bencher) {
+    let path = generated("dyncc-bench-sweep-1m.csv", |f| {
+        gen_sweep::write_sweep(f, 1_000_000)
+    });
+    b.bench(|| compile(path.clone()));
+}
+
+/// 1,000,000 rows, every one its own cell (47 shapes, nodes 1-24).
+#[divan::bench(sample_count = 2, sample_size = 1)]
+fn synthetic_1m_distinct_cells(b: divan::Bencher) {
+    let path = generated("dyncc-bench-sweep-1m-distinct.csv", |f| {
+        gen_sweep::write_distinct_sweep(f, 1_000_000)
+    });
     b.bench(|| compile(path.clone()));
 }

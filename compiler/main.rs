@@ -5,7 +5,14 @@ use clap::{Parser, Subcommand};
 /// dyncc compiles NCCL sweep measurements into a decision table that the
 /// dyncc tuner plugin answers from in nanoseconds.
 #[derive(Parser)]
-#[command(name = "dyncc", version, about, long_about = None)]
+#[command(
+    name = "dyncc",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit status: 0 success; 1 a finding (diff: the decisions differ); \
+                  2 an error (bad usage, a missing, unreadable or invalid input, a failed write)."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -53,8 +60,10 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
+            // 2, like clap's usage errors: 1 is reserved for findings
+            // (`diff`: decisions differ), which scripts branch on.
             eprintln!("error: {e:#}");
-            std::process::exit(1);
+            std::process::exit(2);
         }
     }
 }

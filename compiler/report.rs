@@ -186,7 +186,7 @@ pub(crate) fn describe(
             Some((_, u32::MAX)) => format!(
                 "node counts measured {measured}; every other node count from 2 up is predicted (--extrapolate)"
             ),
-            Some((lo, hi)) if !d.model.extrapolates => format!(
+            Some(_) if !d.model.extrapolates => format!(
                 "node counts measured {measured}; those between the multi-node ones predicted from them (sizes matched on {}), others left to NCCL: carrying gains beyond the measured counts needs at least {} multi-node counts",
                 d.model.align.name(),
                 crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE

@@ -146,32 +146,266 @@ fn a_failed_compile_leaves_the_previous_table_intact() {
     assert_eq!(left.len(), 2, "no temporary files left: {left:?}");
 }
 
+/// `dyncc compile` under a file-size limit of `limit` bytes (RLIMIT_FSIZE),
+/// run in `dir`: writing the table past the limit fails for real, at the
+/// write. With `ignore_sigxfsz` the write returns EFBIG (a full disk, as the
+/// program sees it); without, the kernel kills the process with SIGXFSZ in
+/// the middle of writing the table.
+fn compile_with_file_size_limit(
+    dir: &Path,
+    input: &Path,
+    out: &Path,
+    limit: u64,
+    ignore_sigxfsz: bool,
+) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = dyncc();
+    cmd.current_dir(dir)
+        .arg("compile")
+        .arg(input)
+        .arg("-o")
+        .arg(out);
+    // SAFETY: the closure runs in the forked child before exec and calls
+    // only async-signal-safe functions (setrlimit, signal).
+    unsafe {
+        cmd.pre_exec(move || {
+            let fsize = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &fsize) != 0
+                || libc::setrlimit(libc::RLIMIT_CORE, &none) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if ignore_sigxfsz {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            }
+            Ok(())
+        })
+    };
+    cmd.output().unwrap()
+}
+
+/// Files in `dir` other than `keep`, sorted.
+fn others(dir: &Path, keep: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The write of the new table fails for real (the file-size limit: EFBIG,
+/// as on a full disk) with a previous table in place: the previous table is
+/// intact and no temporary file is left.
 #[test]
-fn a_killed_compile_leaves_the_previous_table_intact() {
-    // Kill compiles at several points in their run; whatever moment the
-    // signal lands, the target holds either the old table or a whole new one.
+fn a_compile_whose_write_fails_leaves_the_previous_table_intact() {
     let dir = tempfile::tempdir().unwrap();
     let tbl = dir.path().join("cluster.tbl");
-    std::fs::write(&tbl, b"previous table").unwrap();
-    for delay_ms in [0u64, 5, 20, 60] {
-        let mut child = dyncc()
+    compile(&real("nvidia-dgx1v-allreduce.csv"), &tbl);
+    let previous = std::fs::read(&tbl).unwrap();
+    dyncc_tables::Table::from_bytes(&previous).unwrap();
+    let limit = 512;
+    assert!(previous.len() as u64 > limit);
+    let out = compile_with_file_size_limit(
+        dir.path(),
+        &real("nvidia-dgx2v-allreduce.csv"),
+        &tbl,
+        limit,
+        true,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot write") && err.contains("cluster.tbl is unchanged"),
+        "{err}"
+    );
+    assert!(
+        std::fs::read(&tbl).unwrap() == previous,
+        "the previous table was changed"
+    );
+    assert_eq!(others(dir.path(), &["cluster.tbl"]), Vec::<String>::new());
+}
+
+/// The process is killed in the middle of writing the new table (SIGXFSZ
+/// from the file-size limit lands inside the write itself, deterministically,
+/// not at a guessed moment): the previous table is intact; the only trace is
+/// the partial temporary file beside it, never the target.
+#[test]
+fn a_compile_killed_while_writing_leaves_the_previous_table_intact() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let tbl = dir.path().join("cluster.tbl");
+    compile(&real("nvidia-dgx1v-allreduce.csv"), &tbl);
+    let previous = std::fs::read(&tbl).unwrap();
+    let out = compile_with_file_size_limit(
+        dir.path(),
+        &real("nvidia-dgx2v-allreduce.csv"),
+        &tbl,
+        512,
+        false,
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGXFSZ),
+        "killed while writing: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        std::fs::read(&tbl).unwrap() == previous,
+        "the previous table was changed"
+    );
+    let left = others(dir.path(), &["cluster.tbl"]);
+    assert!(
+        left.len() == 1 && left[0].starts_with(".dyncc-") && left[0].ends_with(".tmp"),
+        "{left:?}"
+    );
+    assert_eq!(
+        std::fs::metadata(dir.path().join(&left[0])).unwrap().len(),
+        512,
+        "the kill landed mid-write"
+    );
+}
+
+/// `compile s.csv -o s.csv` replaced the sweep with the table: an output
+/// that is an input (by name, by hard link, or as a file read from an input
+/// directory) is refused, and the input is untouched.
+#[test]
+fn compile_refuses_to_write_its_output_over_an_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweeps = dir.path().join("sweeps");
+    std::fs::create_dir(&sweeps).unwrap();
+    let s = sweeps.join("s.csv");
+    std::fs::copy(real("nvidia-dgx1v-allreduce.csv"), &s).unwrap();
+    let original = std::fs::read(&s).unwrap();
+    let link = dir.path().join("same-file.csv");
+    std::fs::hard_link(&s, &link).unwrap();
+    for (input, output) in [(&s, &s), (&s, &link), (&sweeps, &s)] {
+        let out = dyncc()
             .arg("compile")
-            .arg(real("nvidia-dgx2v-allreduce.csv"))
+            .arg(input)
             .arg("-o")
-            .arg(&tbl)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
+            .arg(output)
+            .output()
             .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
-        let _ = child.kill();
-        let _ = child.wait();
-        let bytes = std::fs::read(&tbl).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(
-            bytes == b"previous table" || dyncc_tables::Table::from_bytes(&bytes).is_ok(),
-            "after a kill at {delay_ms} ms the table is neither the old one nor a valid new one"
+            err.contains("is an input of this command") && err.contains(".tbl"),
+            "{input:?} -o {output:?}: {err}"
         );
+        assert_eq!(std::fs::read(&s).unwrap(), original);
     }
+    // A table next to the sweep, in the directory compiled, is fine.
+    compile(&sweeps, &sweeps.join("s.tbl"));
+    compile(&sweeps, &sweeps.join("s.tbl"));
+}
+
+/// As root, `-o` onto a device node turned it into a regular file: only a
+/// regular file is ever replaced (a FIFO stands for any special file here;
+/// a symbolic link is not followed or replaced either).
+#[test]
+fn compile_replaces_only_a_regular_file() {
+    use std::os::unix::fs::FileTypeExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("out.tbl");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let link = dir.path().join("link.tbl");
+    std::os::unix::fs::symlink("elsewhere.tbl", &link).unwrap();
+    for target in [&fifo, &link] {
+        let out = dyncc()
+            .arg("compile")
+            .arg(real("nvidia-dgx1v-allreduce.csv"))
+            .arg("-o")
+            .arg(target)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("only ever replaces regular files"), "{err}");
+    }
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+    assert!(std::fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    // Every other command writes through the same rule.
+    let tbl = dir.path().join("t.tbl");
+    compile(&real("nvidia-dgx1v-allreduce.csv"), &tbl);
+    let out = dyncc()
+        .arg("plot")
+        .arg(&tbl)
+        .arg("-o")
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(std::fs::symlink_metadata(&fifo)
+        .unwrap()
+        .file_type()
+        .is_fifo());
+}
+
+/// `--dry-run` reads, checks and compiles everything, prints the report,
+/// and writes nothing; it refuses what a real run would refuse.
+#[test]
+fn compile_dry_run_checks_everything_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let tbl = dir.path().join("new.tbl");
+    let out = dyncc()
+        .arg("compile")
+        .arg(real("nvidia-dgx1v-allreduce.csv"))
+        .args(["--dry-run", "--json", "-o"])
+        .arg(&tbl)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["table"]["path"].is_null(), "{report}");
+    assert!(err.contains("dry run: nothing written"), "{err}");
+    assert!(!tbl.exists());
+    assert_eq!(others(dir.path(), &[]), Vec::<String>::new());
+    // The same checks as a real run.
+    let s = dir.path().join("s.csv");
+    std::fs::copy(real("nvidia-dgx1v-allreduce.csv"), &s).unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .args(["--dry-run", "-o"])
+        .arg(&s)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(
+        &bad,
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us\n\
+         allreduce,8,ring,ll,-1,1,8,1,0,12.7,0.001,not-a-number\n",
+    )
+    .unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(&bad)
+        .args(["--dry-run", "-o"])
+        .arg(&tbl)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.csv:2"));
 }
 
 #[test]

@@ -156,7 +156,7 @@ impl Case {
             "compile succeeded on bad input:\n{}",
             String::from_utf8_lossy(&out.stdout)
         );
-        assert_eq!(out.status.code(), Some(1), "exit code: {err}");
+        assert_eq!(out.status.code(), Some(2), "exit code: {err}");
         for w in wants {
             assert!(err.contains(w), "error lacks {w:?}:\n{err}");
         }
@@ -441,7 +441,7 @@ fn enormous_line_is_rejected_in_bounded_memory() {
         .arg(c.table());
     let out = run_bounded(cmd);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(&format!("{}:2", name(&bad))), "{err}");
     assert!(
         err.len() < 4096,

@@ -1,4 +1,4 @@
-//! Ingest golden tests over the real shared datasets and the fixtures in
+//! Ingest golden tests over the real datasets (tests/data/real) and the fixtures in
 //! tests/data (row and record counts pinned per file and per variant).
 
 use std::path::{Path, PathBuf};
@@ -6,19 +6,16 @@ use std::path::{Path, PathBuf};
 use dyncc::ingest::{self, IngestOptions};
 use dyncc::record::{Algo, Collective, Proto};
 
-/// `../shared/datasets/real` beside the checkout, or `None` (with a loud
-/// message) when it is absent.
-pub fn real_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/datasets/real");
-    if d.is_dir() {
-        Some(d)
-    } else {
-        eprintln!(
-            "!!! SKIPPING: {} is absent; real-data golden tests did not run",
-            d.display()
-        );
-        None
-    }
+/// The real measurements shipped with the tests (tests/data/real, a copy of
+/// the project's shared collection; see its README.md).
+pub fn real_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/real");
+    assert!(
+        d.join("CATALOG.md").is_file(),
+        "{} is missing: it is part of the repository (git checkout -- tests/data/real)",
+        d.display()
+    );
+    d
 }
 
 fn opts() -> IngestOptions {
@@ -27,7 +24,7 @@ fn opts() -> IngestOptions {
 
 #[test]
 fn sweeps_csv_row_and_record_counts() {
-    let Some(real) = real_dir() else { return };
+    let real = real_dir();
     for (file, rows, nodes, ranks_per_node) in [
         (
             "nvidia-dgx1v-allreduce.csv",
@@ -99,7 +96,7 @@ fn sweeps_csv_row_and_record_counts() {
 
 #[test]
 fn sweeps_dir_reads_both_files() {
-    let Some(real) = real_dir() else { return };
+    let real = real_dir();
     let ds = ingest::read_paths(&[real.join("sweeps")], &opts()).unwrap();
     assert_eq!((ds.files, ds.rows, ds.records.len()), (2, 2730, 2730));
 }
@@ -121,23 +118,24 @@ fn lenient_default() -> IngestOptions {
     }
 }
 
-fn logs() -> Option<PathBuf> {
-    real_dir().map(|d| d.join("nccl-tests-logs"))
+fn logs() -> PathBuf {
+    real_dir().join("nccl-tests-logs")
 }
 
 /// Row counts of every measurement file, as listed in CATALOG.md; a file
 /// whose rows cannot be attributed still has its rows counted.
 #[test]
 fn every_real_log_is_read_with_the_catalogued_row_count() {
-    let Some(real) = real_dir() else { return };
+    let real = real_dir();
     let opts = IngestOptions {
         keep_unresolved: true,
         ..lenient_default()
     };
     let ds = ingest::read_paths(std::slice::from_ref(&real), &opts).unwrap();
-    // 189 catalogued logs + 2 sweep CSVs; docs and unrelated CSV/TSV ignored.
+    // 189 catalogued logs + 2 sweep CSVs; docs (CATALOG.md, this copy's
+    // README.md, 4 reports) and unrelated CSV/TSV (2) ignored.
     assert_eq!(ds.files, 191);
-    assert_eq!(ds.ignored.len(), 7);
+    assert_eq!(ds.ignored.len(), 8);
     assert_eq!(ds.rows, 8278);
     let catalog = std::fs::read_to_string(real.join("CATALOG.md")).unwrap();
     let mut checked = 0;
@@ -181,7 +179,7 @@ fn every_real_log_is_read_with_the_catalogued_row_count() {
 
 #[test]
 fn alps_srun_labels_launcher_collective_and_shape() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join("cscs-alps-gh200-boeschf/nccl-tests_nccl-2.23.4-1-aws-1.13.0-v0/job-n-00008-N-0002-142996.out");
     // Strict without knob information: a clear error naming the file.
     let e = ingest::read_paths(std::slice::from_ref(&f), &opts())
@@ -206,7 +204,7 @@ fn alps_srun_labels_launcher_collective_and_shape() {
 
 #[test]
 fn alps_wrong_rows_are_flagged_and_not_aggregated() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join("cscs-alps-gh200-boeschf/nccl-tests_nccl-2.23.4-1-aws-1.13.0-v0/job-n-00032-N-0008-142998.out");
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     let wrong: Vec<_> = ds
@@ -224,7 +222,7 @@ fn alps_wrong_rows_are_flagged_and_not_aggregated() {
 
 #[test]
 fn xxrjun_new_format_several_collectives_per_file() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join(
         "xxrjun-h100-cluster01/multi-node/runs/20260129-180219/without-debug/logs/nccl_N10_G2.log",
     );
@@ -260,7 +258,7 @@ fn xxrjun_new_format_several_collectives_per_file() {
 
 #[test]
 fn interleaved_jobs_are_not_read_as_one_bigger_job() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join("together-nccl-tests-h100/20260306_001221_slurm__all_reduce_ring.out");
     let ds = ingest::read_paths(&[f], &assume(&["NCCL_ALGO=Ring", "default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (28, 56));
@@ -284,7 +282,7 @@ fn interleaved_jobs_are_not_read_as_one_bigger_job() {
 
 #[test]
 fn old_format_no_root_float_error_column() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join("format-samples/old-format_error-column_no-root_k80_allreduce.log");
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (7, 14));
@@ -300,7 +298,7 @@ fn old_format_no_root_float_error_column() {
 
 #[test]
 fn openmpi_tag_output_and_mpi_binary_name() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs
         .join("format-samples/nccl-tests-2.18.0_openmpi-tag-output_rtx5090-socket_allreduce.log");
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
@@ -313,7 +311,7 @@ fn openmpi_tag_output_and_mpi_binary_name() {
 
 #[test]
 fn linear_steps_na_wrong_and_zero_size_rows() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join("format-samples/monsieurconan__nccl_sendrecv.out");
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (128, 256));
@@ -334,7 +332,7 @@ fn linear_steps_na_wrong_and_zero_size_rows() {
 
 #[test]
 fn polaris_zero_size_rows_and_error_only_files() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let d = logs.join(
         "alcf-polaris-sophia-nccl-tests/results_polaris/nccl_2_18/n128.g4.2024-04-29-18-31-53",
     );
@@ -367,7 +365,7 @@ fn polaris_zero_size_rows_and_error_only_files() {
 
 #[test]
 fn elided_rank_lists_need_the_shape_from_metadata() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f =
         logs.join("coreweave-nccl-tests/a100-80gb_128gpu_allreduce_README@22df9b7_2022-07-05.log");
     let e = ingest::read_paths(std::slice::from_ref(&f), &assume(&["default"])).unwrap_err();
@@ -381,7 +379,7 @@ fn elided_rank_lists_need_the_shape_from_metadata() {
 
 #[test]
 fn together_nvls_label_needs_an_explicit_knob() {
-    let Some(logs) = logs() else { return };
+    let logs = logs();
     let f = logs.join("together-nccl-tests-h100/20260305_220043__all_reduce_nvls.out");
     // The file name says nvls, but nothing establishes it: never guessed.
     assert!(ingest::read_paths(std::slice::from_ref(&f), &opts()).is_err());
@@ -491,7 +489,7 @@ fn nvidia_raw_csv_from_platform_directory() {
         .unwrap();
     assert_eq!((two.nnodes, two.nranks), (4, 64));
     // The raw files carry the same numbers as the converted sweeps.
-    let Some(real) = real_dir() else { return };
+    let real = real_dir();
     let sw =
         ingest::read_paths(&[real.join("sweeps/nvidia-dgx1v-allreduce.csv")], &opts()).unwrap();
     let raw: Vec<_> = ds

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::audit::ensure_tool;
+use crate::support::tools::require_tool;
 
 fn fake_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fake-nccl-tests")
@@ -36,7 +36,7 @@ fn plan(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
 }
 
 fn shellcheck(script: &Path) {
-    ensure_tool("shellcheck", "shellcheck");
+    require_tool("shellcheck", "shellcheck");
     let o = Command::new("shellcheck").arg(script).output().unwrap();
     assert!(
         o.status.success(),
@@ -138,7 +138,11 @@ fn scripts_for_every_launcher_are_shellcheck_clean() {
         !slurm.contains("all_reduce_perf 1 NVLSTree"),
         "NVLSTree needs more than one node"
     );
-    assert!(slurm.contains("all_reduce_perf 4 CollNetChain LL128 default 3"));
+    assert!(slurm.contains("all_reduce_perf 4 CollNetChain Simple default 3"));
+    assert!(
+        !slurm.contains("CollNetChain LL"),
+        "CollNet runs Simple only"
+    );
     let mpi = std::fs::read_to_string(d.path().join("mpirun.sh")).unwrap();
     assert!(
         mpi.contains("all_gather_perf 2 PAT Simple default 1"),
@@ -341,4 +345,110 @@ fn outputs_are_readable_and_the_script_executable() {
         std::fs::metadata(&s).unwrap().permissions().mode() & 0o777,
         0o755
     );
+}
+
+/// `--launcher-args` for Slurm reached srun only, so a site that requires
+/// an account or partition refused `sbatch sweep.sh`: the resource options
+/// are #SBATCH lines too (before the first command, where sbatch reads
+/// them); srun-only options stay off them.
+#[test]
+fn slurm_launcher_args_reach_the_sbatch_lines() {
+    let d = tempfile::tempdir().unwrap();
+    let s = plan(
+        d.path(),
+        "slurm.sh",
+        &[
+            "--launcher",
+            "slurm",
+            "--nodes",
+            "2",
+            "--launcher-args",
+            "--partition=gpu -A 'my acct' --mpi=pmix",
+        ],
+    );
+    let text = std::fs::read_to_string(&s).unwrap();
+    let header: Vec<&str> = text
+        .lines()
+        .take_while(|l| l.starts_with('#') || l.trim().is_empty())
+        .collect();
+    for want in ["#SBATCH --partition=gpu", "#SBATCH -A 'my acct'"] {
+        assert!(header.contains(&want), "{want} in\n{}", header.join("\n"));
+    }
+    assert!(!text.contains("#SBATCH --mpi"), "{text}");
+    assert!(
+        text.contains("LAUNCHER_ARGS=(--partition=gpu -A 'my acct' --mpi=pmix)"),
+        "{text}"
+    );
+    shellcheck(&s);
+}
+
+/// The scripts held literal placeholders (`sbatch {this script}`,
+/// `HOSTFILE=...`): every instruction in them can be run as written.
+#[test]
+fn plan_scripts_hold_no_placeholders() {
+    let d = tempfile::tempdir().unwrap();
+    for (name, args) in [
+        ("slurm.sh", &["--launcher", "slurm", "--nodes", "2"][..]),
+        ("mpirun.sh", &["--launcher", "mpirun", "--nodes", "2"][..]),
+        ("local.sh", &["--launcher", "local", "--nodes", "1"][..]),
+    ] {
+        let s = plan(d.path(), name, args);
+        let text = std::fs::read_to_string(&s).unwrap();
+        for l in text.lines().filter(|l| l.starts_with('#')) {
+            assert!(
+                !l.contains("...")
+                    && !l.contains("{this")
+                    && !l.contains("<")
+                    && !l.contains("$DYNCC_OUT"),
+                "{name}: placeholder in `{l}`"
+            );
+        }
+        assert!(text.contains(&format!("bash {}", s.display())), "{text}");
+        assert!(
+            text.contains("# Afterwards: dyncc compile dyncc-sweep/logs -o cluster.tbl"),
+            "{text}"
+        );
+    }
+}
+
+/// 29 % of a `--collnet` plan was CollNet with LL/LL128 or on one node.
+#[test]
+fn a_collnet_plan_holds_only_runs_nccl_will_do() {
+    let d = tempfile::tempdir().unwrap();
+    let script = d.path().join("s.sh");
+    let o = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+        .args([
+            "plan",
+            "--launcher",
+            "slurm",
+            "--nodes",
+            "1,2,4,8",
+            "--collnet",
+            "--json",
+            "-o",
+        ])
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut collnet = 0;
+    for s in j["settings"].as_array().unwrap() {
+        for f in s["forced"].as_array().unwrap() {
+            let f = f.as_str().unwrap();
+            if f.starts_with("CollNet") {
+                collnet += 1;
+                assert!(
+                    f.ends_with("/Simple") && s["nodes"].as_u64().unwrap() > 1,
+                    "{s}"
+                );
+            }
+        }
+    }
+    assert!(collnet > 0);
+    let text = std::fs::read_to_string(&script).unwrap();
+    for l in text.lines().filter(|l| l.contains(" CollNet")) {
+        let f: Vec<&str> = l.split(' ').collect();
+        assert!(f[2] != "1" && f[4] == "Simple", "{l}");
+    }
 }

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::support::tools::{require_c_compiler, require_tool};
+
 #[path = "c/harness_table.rs"]
 pub(crate) mod harness_table;
 
@@ -76,10 +78,6 @@ pub(crate) fn plugin_lib() -> &'static Path {
     })
 }
 
-pub(crate) fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().is_ok()
-}
-
 pub(crate) fn run(cmd: &mut Command) -> String {
     let out = cmd
         .output()
@@ -110,10 +108,7 @@ const CAPI_SYMBOLS: [&str; 5] = [
 
 #[test]
 fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
-    if !have("nm") {
-        eprintln!("SKIPPED plugin export test: `nm` (binutils) is not on PATH");
-        return;
-    }
+    require_tool("nm", "binutils");
     let out = run(Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(plugin_lib()));
@@ -143,10 +138,7 @@ fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
 
 #[test]
 fn plugin_tuner_statics_have_the_nccl_struct_sizes() {
-    if !have("readelf") {
-        eprintln!("SKIPPED plugin symbol-size test: `readelf` (binutils) is not on PATH");
-        return;
-    }
+    require_tool("readelf", "binutils");
     let out = run(Command::new("readelf")
         .args(["--dyn-syms", "-W"])
         .arg(plugin_lib()));
@@ -168,10 +160,7 @@ fn plugin_tuner_statics_have_the_nccl_struct_sizes() {
 
 #[test]
 fn plugin_depends_only_on_libc_and_libgcc() {
-    if !have("ldd") {
-        eprintln!("SKIPPED plugin dependency test: `ldd` is not on PATH");
-        return;
-    }
+    require_tool("ldd", "libc-bin");
     let out = run(Command::new("ldd").arg(plugin_lib()));
     let allowed = [
         "linux-vdso.so",
@@ -199,14 +188,10 @@ pub(crate) struct HarnessFiles {
     missing: PathBuf,
 }
 
-/// Builds the harness tables and compiles tests/c/harness.c; `None` (after
-/// a loud message) only when no C compiler is installed.
-pub(crate) fn harness() -> Option<HarnessFiles> {
-    let cc = ["gcc", "cc"].into_iter().find(|c| have(c));
-    let Some(cc) = cc else {
-        eprintln!("\n\n*** SKIPPED the C harness: neither gcc nor cc is on PATH (CI installs gcc) ***\n\n");
-        return None;
-    };
+/// Builds the harness tables and compiles tests/c/harness.c (failing the
+/// test when no C compiler is installed).
+pub(crate) fn harness() -> HarnessFiles {
+    let cc = require_c_compiler();
     let dir = tempfile::tempdir().unwrap();
     let table = dir.path().join("harness.tbl");
     let corrupt = dir.path().join("corrupt.tbl");
@@ -226,13 +211,13 @@ pub(crate) fn harness() -> Option<HarnessFiles> {
         .arg(&exe)
         .arg("-ldl"));
     let missing = dir.path().join("no-such-table.tbl");
-    Some(HarnessFiles {
+    HarnessFiles {
         _dir: dir,
         exe,
         table,
         corrupt,
         missing,
-    })
+    }
 }
 
 pub(crate) fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
@@ -288,18 +273,15 @@ pub(crate) fn check_harness_output(what: &str, out: &std::process::Output) -> St
 
 #[test]
 fn c_harness_drives_every_abi_version_like_nccl() {
-    let Some(h) = harness() else { return };
+    let h = harness();
     let out = harness_command(&h, &[]).output().unwrap();
     check_harness_output("the C harness", &out);
 }
 
 #[test]
 fn c_harness_is_clean_under_valgrind() {
-    if !have("valgrind") {
-        eprintln!("\n\n*** SKIPPED the valgrind run of the C harness: valgrind is not on PATH (.ci/run installs it) ***\n\n");
-        return;
-    }
-    let Some(h) = harness() else { return };
+    require_tool("valgrind", "valgrind");
+    let h = harness();
     let out = harness_command(
         &h,
         &[

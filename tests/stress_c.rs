@@ -8,8 +8,7 @@
 //! UBSan check the harness side, where NCCL's cost tables, channel counts and
 //! context pointers live, so an out-of-bounds or stray write by the plugin into
 //! them is caught, and LeakSanitizer sees every allocation (the plugin uses the
-//! system allocator). Without clang the sanitizer test is skipped loudly, unless
-//! `DYNCC_REQUIRE_SANITIZERS=1` (set by `.ci/sanitizers.sh`) makes that a failure.
+//! system allocator). Without clang these tests fail (`apt-get install clang`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,8 +16,9 @@ use std::process::{Command, Output};
 use dyncc_tables::{Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder};
 
 use crate::plugin_c::{
-    check_harness_output, harness, harness_command, harness_table, have, plugin_lib, root, run,
+    check_harness_output, harness, harness_command, harness_table, plugin_lib, root, run,
 };
+use crate::support::tools::{require_c_compiler, require_tool};
 
 /// Table B of stress.c: allreduce, nodes 1-4, ppn 1-8, Ring/Simple at every
 /// size; nothing else. Differs from the harness table in digest and decisions.
@@ -138,12 +138,7 @@ fn check_stress(what: &str, out: &Output, min_calls: u64) -> String {
 
 #[test]
 fn stress_harness_many_communicators_races_file_changes_reloads() {
-    let Some(cc) = ["gcc", "cc", "clang"].into_iter().find(|c| have(c)) else {
-        eprintln!(
-            "\n\n*** SKIPPED the stress harness: no C compiler on PATH (CI installs gcc) ***\n\n"
-        );
-        return;
-    };
+    let cc = require_c_compiler();
     let s = Stress::new();
     let exe = s.build(cc, &["-O1"], "stress");
     let out = s.run(&exe, &[], 1, &[]);
@@ -166,14 +161,8 @@ fn stress_harness_many_communicators_races_file_changes_reloads() {
 
 #[test]
 fn stress_harness_is_clean_under_valgrind() {
-    if !have("valgrind") {
-        eprintln!("\n\n*** SKIPPED the valgrind stress run: valgrind is not on PATH (.ci/run installs it) ***\n\n");
-        return;
-    }
-    let Some(cc) = ["gcc", "cc", "clang"].into_iter().find(|c| have(c)) else {
-        eprintln!("\n\n*** SKIPPED the valgrind stress run: no C compiler on PATH ***\n\n");
-        return;
-    };
+    require_tool("valgrind", "valgrind");
+    let cc = require_c_compiler();
     let s = Stress::new();
     let exe = s.build(cc, &["-O1"], "stress-vg");
     // A tenth of the iterations (valgrind runs code ~50x slower); the
@@ -226,16 +215,9 @@ const SAN_ENV: [(&str, &str); 2] = [
 
 #[test]
 fn c_harnesses_are_clean_under_asan_and_ubsan() {
-    if !have("clang") {
-        assert!(
-            std::env::var_os("DYNCC_REQUIRE_SANITIZERS").is_none_or(|v| v != "1"),
-            "DYNCC_REQUIRE_SANITIZERS=1 but clang is not on PATH (.ci/sanitizers.sh installs it)"
-        );
-        eprintln!("\n\n*** SKIPPED the ASan/UBSan runs: clang is not on PATH (.ci/sanitizers.sh installs it) ***\n\n");
-        return;
-    }
+    require_tool("clang", "clang");
     // harness.c: every ABI version, bad tables, threads, reloads.
-    let Some(mut h) = harness() else { return };
+    let mut h = harness();
     let exe = h.exe.with_file_name("harness-asan");
     run(Command::new("clang")
         .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"])
@@ -265,10 +247,7 @@ fn c_harnesses_are_clean_under_asan_and_ubsan() {
 /// program is reported and fails the run (so a clean run means something).
 #[test]
 fn asan_catches_an_out_of_bounds_write_in_this_setup() {
-    if !have("clang") {
-        eprintln!("\n\n*** SKIPPED the ASan self-check: clang is not on PATH ***\n\n");
-        return;
-    }
+    require_tool("clang", "clang");
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("oob.c");
     std::fs::write(
@@ -344,10 +323,7 @@ fn init_log(exe: &Path, table: Option<&Path>, strict: Option<&str>) -> String {
 /// (`cargo test failure_semantics -- --nocapture` prints the real lines.)
 #[test]
 fn failure_semantics_of_init_for_every_kind_of_bad_table() {
-    let Some(cc) = ["gcc", "cc", "clang"].into_iter().find(|c| have(c)) else {
-        eprintln!("\n\n*** SKIPPED the failure-semantics runs: no C compiler on PATH ***\n\n");
-        return;
-    };
+    let cc = require_c_compiler();
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("initlog");
     run(Command::new(cc)

@@ -6,7 +6,9 @@ mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --le
 mod ingest; // every real log format, golden row counts
 mod ingest_cli;
 mod ingest_errors; // malformed input: file, line, what was expected
+mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
 mod simulate;
-mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
+mod stress_c;
+mod support; // shared helpers: required external tools // the plugin under stress, sanitizers, failure semantics (C harnesses)

@@ -21,8 +21,11 @@ use crate::units::fmt_gain;
 /// range) where a job would get a different decision from NEW than from
 /// OLD, with both decisions and the expected effect of the change (by the
 /// tables' own gain estimates). Metadata differences (command line, dates)
-/// are shown but do not count. Exits 0 when the decisions are identical
-/// ("no differences"), 1 when they differ, 2 on error.
+/// are shown but do not count.
+///
+/// Exit status: 0 when the decisions are identical, 1 when they differ,
+/// 2 when a table is missing, unreadable or not a valid table (or on a
+/// usage error), so `dyncc diff old new || deploy` never deploys on error.
 ///
 /// Examples:
 ///   dyncc diff old.tbl new.tbl

@@ -34,9 +34,13 @@ pub enum Launcher {
 /// each collective at each node count, repeated with repeats interleaved
 /// (so drift does not pose as a difference). Combinations NCCL rejects
 /// are left out: Tree is allreduce only; Broadcast/Reduce run Ring only;
-/// NVLS/NVLSTree/PAT are Simple only; PAT needs 1 GPU per node; NVLSTree
-/// needs more than one node; NVLS needs NVSwitch (--nvls) and CollNet a
-/// SHARP-style network (--collnet).
+/// NVLS/NVLSTree/PAT/CollNet are Simple only; PAT needs 1 GPU per node;
+/// NVLSTree and CollNet need more than one node; NVLS needs NVSwitch
+/// (--nvls) and CollNet a SHARP-style network (--collnet).
+///
+/// With Slurm, the --launcher-args that request resources (account,
+/// partition, qos, constraint, ...) also become #SBATCH lines, so a site
+/// that requires them accepts `sbatch sweep.sh`.
 ///
 /// Logs land in OUT/logs/<coll>/nodes=N/NCCL_ALGO=A/NCCL_PROTO=P/channels=C/repeat=R.log
 /// with `# dyncc:` knob headers and NCCL INFO output; -J JSON (nccl-tests
@@ -187,6 +191,14 @@ pub fn unrunnable(
     if algo == Algo::Nvls && gpn < 2 {
         return Some("NVLS needs several GPUs on an NVSwitch in each node");
     }
+    if matches!(algo, Algo::CollNetDirect | Algo::CollNetChain) {
+        if proto != Proto::Simple {
+            return Some("CollNet runs the Simple protocol only");
+        }
+        if nodes < 2 {
+            return Some("CollNet needs more than one node (it runs over the network)");
+        }
+    }
     None
 }
 
@@ -243,6 +255,8 @@ pub struct Plan {
     pub out_dir: String,
     pub platform: Option<String>,
     pub launcher_args: Vec<String>,
+    /// Where the script is written (named in its own instructions).
+    pub output: PathBuf,
     pub command: String,
 }
 
@@ -351,6 +365,7 @@ impl Plan {
             out_dir: a.out_dir.clone(),
             platform: a.platform.clone(),
             launcher_args,
+            output: a.output.clone(),
             command: std::env::args()
                 .map(|a| shell_quote(&a))
                 .collect::<Vec<_>>()
@@ -463,50 +478,116 @@ pub fn fmt_duration(secs: f64) -> String {
     }
 }
 
-/// Splits `--launcher-args` like a shell would for plain words and quotes.
+/// Splits `--launcher-args` into words as a POSIX shell would.
 fn shell_words(s: &str) -> anyhow::Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut has = false;
-    let mut q: Option<char> = None;
-    for c in s.chars() {
-        match (q, c) {
-            (None, '\'' | '"') => {
-                q = Some(c);
-                has = true;
-            }
-            (Some(open), c) if c == open => q = None,
-            (None, c) if c.is_whitespace() => {
-                if has {
-                    out.push(std::mem::take(&mut cur));
-                    has = false;
-                }
-            }
-            (_, c) => {
-                cur.push(c);
-                has = true;
-            }
-        }
-    }
-    if q.is_some() {
-        bail!("--launcher-args: unbalanced quote in `{s}`");
-    }
-    if has {
-        out.push(cur);
-    }
-    Ok(out)
+    shlex::split(s).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--launcher-args: cannot split `{s}` into shell words (an unbalanced quote or a \
+             trailing backslash?); quote it like a shell command line, e.g. \
+             --launcher-args \"--partition=gpu --account='my acct'\""
+        )
+    })
 }
 
-/// Single-quotes a word for bash unless it is plainly safe.
+/// Quotes a word for bash, leaving plainly safe words (`--partition=gpu`,
+/// paths) as they are so the script reads like one written by hand.
 pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%^".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c))
     {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
+        return s.to_string();
     }
+    // Only a NUL byte cannot be quoted, and command-line words, paths and
+    // labels (all this quotes) cannot hold one.
+    shlex::try_quote(s)
+        .expect("a command-line word holds no NUL byte")
+        .into_owned()
+}
+
+/// Long sbatch options (without `--`) that request resources of the
+/// allocation (`sbatch --help`); with `--launcher-args` they also go on
+/// #SBATCH lines, since sbatch refuses a job that lacks, say, the account a
+/// site requires. All but `exclusive` take a value.
+const SBATCH_LONG: &[&str] = &[
+    "account",
+    "partition",
+    "qos",
+    "reservation",
+    "constraint",
+    "clusters",
+    "gres",
+    "gpus",
+    "mem",
+    "mem-per-cpu",
+    "mem-per-gpu",
+    "cpus-per-task",
+    "cpus-per-gpu",
+    "exclude",
+    "nodelist",
+    "time",
+    "time-min",
+    "exclusive",
+    "licenses",
+    "wckey",
+    "comment",
+    "switches",
+    "network",
+    "begin",
+    "mail-type",
+    "mail-user",
+];
+
+/// The short forms of [`SBATCH_LONG`] options (all take a value).
+const SBATCH_SHORT: &[(char, &str)] = &[
+    ('A', "account"),
+    ('p', "partition"),
+    ('q', "qos"),
+    ('C', "constraint"),
+    ('M', "clusters"),
+    ('G', "gpus"),
+    ('c', "cpus-per-task"),
+    ('x', "exclude"),
+    ('w', "nodelist"),
+    ('t', "time"),
+    ('L', "licenses"),
+];
+
+/// The `--launcher-args` options that belong on #SBATCH lines, one line's
+/// words each (an option and its value), in the order given.
+fn sbatch_lines(words: &[String]) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < words.len() {
+        let w = &words[i];
+        i += 1;
+        let (known, needs_value) = if let Some(long) = w.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((name, _)) => (SBATCH_LONG.contains(&name), false),
+                None => (SBATCH_LONG.contains(&long), long != "exclusive"),
+            }
+        } else if let Some(short) = w.strip_prefix('-') {
+            let mut cs = short.chars();
+            match (cs.next(), cs.as_str()) {
+                (Some(c), rest) if SBATCH_SHORT.iter().any(|(s, _)| *s == c) => {
+                    (true, rest.is_empty())
+                }
+                _ => (false, false),
+            }
+        } else {
+            (false, false)
+        };
+        if !known {
+            continue;
+        }
+        let mut line = vec![w.clone()];
+        if needs_value && i < words.len() {
+            line.push(words[i].clone());
+            i += 1;
+        }
+        out.push(line);
+    }
+    out
 }
 
 fn binary(c: Coll) -> &'static str {
@@ -551,15 +632,19 @@ pub fn script(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
         let _ = writeln!(s, "# Not swept: {sk}");
     }
     let _ = writeln!(s, "#");
+    let me = shell_quote(&p.output.display().to_string());
     match p.launcher {
         Launcher::Slurm => {
-            let _ = writeln!(s, "# Submit with `sbatch {{this script}}`, or run it inside `salloc -N {max_nodes}` with bash.");
+            let _ = writeln!(
+                s,
+                "# Submit with `sbatch {me}`, or run `bash {me}` inside `salloc -N {max_nodes}`."
+            );
         }
         Launcher::Mpirun => {
-            let _ = writeln!(s, "# Run it with bash on a host that can mpirun onto {max_nodes} node(s); HOSTFILE=... picks them.");
+            let _ = writeln!(s, "# Run `bash {me}` on a host that can mpirun onto {max_nodes} node(s); set HOSTFILE to an OpenMPI hostfile to choose them.");
         }
         Launcher::Local => {
-            let _ = writeln!(s, "# Run it with bash on the GPU node.");
+            let _ = writeln!(s, "# Run `bash {me}` on the GPU node.");
         }
     }
     let _ = writeln!(s, "# Environment: NCCL_TESTS_DIR (nccl-tests binaries), DYNCC_OUT (log directory), RUN_TIMEOUT");
@@ -569,7 +654,8 @@ pub fn script(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
     );
     let _ = writeln!(
         s,
-        "# Afterwards: dyncc compile \"$DYNCC_OUT/logs\" -o cluster.tbl"
+        "# Afterwards: dyncc compile {}/logs -o cluster.tbl (with DYNCC_OUT set: its logs/)",
+        shell_quote(&p.out_dir)
     );
     if p.launcher == Launcher::Slurm {
         let hours = (est * 1.5 / 3600.0).ceil().max(1.0) as u64;
@@ -579,6 +665,12 @@ pub fn script(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
         let _ = writeln!(s, "#SBATCH --gpus-per-node={}", p.gpus_per_node);
         let _ = writeln!(s, "#SBATCH --exclusive");
         let _ = writeln!(s, "#SBATCH --time={hours}:00:00");
+        // After dyncc's own lines: sbatch takes the last of a repeated
+        // option, so the user's --time (say) wins.
+        for line in sbatch_lines(&p.launcher_args) {
+            let words: Vec<String> = line.iter().map(|w| shell_quote(w)).collect();
+            let _ = writeln!(s, "#SBATCH {}", words.join(" "));
+        }
     }
     s.push_str("set -euo pipefail\n\n");
     let _ = writeln!(
@@ -909,6 +1001,63 @@ mod tests {
                 .any(|s| s.contains("Tree") && s.contains("allgather/reducescatter run Ring")),
             "{sk:?}"
         );
+    }
+
+    /// 29 % of a `--collnet` plan was CollNet with LL/LL128 or on one
+    /// node, runs NCCL refuses.
+    #[test]
+    fn collnet_is_planned_with_simple_on_several_nodes_only() {
+        let p = plan("--launcher slurm --nodes 1,2,4 --collnet --colls allreduce,allgather,reducescatter --nccl-tests /x -o s.sh").unwrap();
+        let runs = p.runs(&mut vec![]);
+        let collnet: Vec<&Run> = runs
+            .iter()
+            .filter(|r| matches!(r.algo, Some(Algo::CollNetDirect | Algo::CollNetChain)))
+            .collect();
+        assert!(!collnet.is_empty());
+        for r in &collnet {
+            assert_eq!(r.proto, Some(Proto::Simple), "{r:?}");
+            assert!(r.nodes > 1, "{r:?}");
+        }
+        // Asked for explicitly, the refused ones are named.
+        let p = plan("--launcher slurm --nodes 1,2 --algos collnet_direct --nccl-tests /x -o s.sh")
+            .unwrap();
+        let mut sk = vec![];
+        let runs = p.runs(&mut sk);
+        assert!(runs
+            .iter()
+            .all(|r| r.algo.is_none() || (r.nodes == 2 && r.proto == Some(Proto::Simple))));
+        assert!(
+            sk.iter()
+                .any(|s| s.contains("CollNet runs the Simple protocol only")),
+            "{sk:?}"
+        );
+        assert!(
+            sk.iter()
+                .any(|s| s.contains("CollNet needs more than one node")),
+            "{sk:?}"
+        );
+    }
+
+    #[test]
+    fn resource_options_of_the_launcher_args_become_sbatch_lines() {
+        let words = shell_words(
+            "--partition=gpu -A 'my acct' --mpi=pmix -l --qos high --exclusive --constraint=a100 -t30 --cpu-bind=none",
+        )
+        .unwrap();
+        assert_eq!(
+            sbatch_lines(&words),
+            [
+                vec!["--partition=gpu".to_string()],
+                vec!["-A".into(), "my acct".into()],
+                vec!["--qos".into(), "high".into()],
+                vec!["--exclusive".into()],
+                vec!["--constraint=a100".into()],
+                vec!["-t30".into()],
+            ]
+        );
+        assert!(shell_words("--account='unbalanced").is_err());
+        assert_eq!(shell_quote("my acct"), "'my acct'");
+        assert_eq!(shell_quote("--partition=gpu"), "--partition=gpu");
     }
 
     #[test]

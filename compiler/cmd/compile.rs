@@ -44,6 +44,10 @@ pub struct CompileArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Read, check and compile everything, and print the report, but write
+    /// nothing (not even the table).
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
@@ -54,7 +58,17 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         progress: !a.json,
         keep_unresolved: false,
     };
+    // The output must not be an input (checked before reading, and against
+    // every file read once the inputs are known).
+    crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()))?;
     let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+    crate::atomic::check_output(
+        &a.output,
+        ds.reports
+            .iter()
+            .map(|r| r.file.as_path())
+            .chain(ds.skipped.iter().map(|s| s.file.as_path())),
+    )?;
     if ds.records.is_empty() {
         bail!(
             "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
@@ -73,9 +87,17 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         lenient: a.lenient,
     };
     let mut c = compile_dataset(&ds, &opts)?;
-    crate::atomic::write_atomic(&a.output, &c.bytes)
-        .with_context(|| format!("writing the table to {}", a.output.display()))?;
-    c.report.table.path = Some(a.output.clone());
+    if a.dry_run {
+        eprintln!(
+            "dry run: nothing written (the table would be {} bytes at {})",
+            c.bytes.len(),
+            a.output.display()
+        );
+    } else {
+        crate::atomic::write_atomic(&a.output, &c.bytes)
+            .with_context(|| format!("writing the table to {}", a.output.display()))?;
+        c.report.table.path = Some(a.output.clone());
+    }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&c.report)?);
     } else {
