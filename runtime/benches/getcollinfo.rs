@@ -20,10 +20,10 @@ use dyncc_runtime::plugin::{init_with, Config};
 
 #[path = "../../tests/c/harness_table.rs"]
 mod harness_table;
-#[path = "../../tables/benches/support/table_64k.rs"]
-mod table_64k;
 #[path = "support/inputs.rs"]
 mod inputs;
+#[path = "../../tables/benches/support/table_64k.rs"]
+mod table_64k;
 use inputs::{check_random_inputs, random_inputs, N_INPUTS};
 
 fn main() {
@@ -56,7 +56,6 @@ fn ctx() -> *mut c_void {
     })
     .0
 }
-
 
 /// The baseline: a dense `[coll][floor(log2 nBytes)]` array of packed
 /// decisions (algo | proto << 8 | channels << 16; 0xFF algo = default) and
@@ -187,17 +186,7 @@ fn first_init_64k(b: Bencher) {
         let mut ctx = std::ptr::null_mut();
         // SAFETY: writable context pointer and NVL info; NULL logger and
         // constants are allowed.
-        let rc = unsafe {
-            init(
-                &mut ctx,
-                1,
-                16,
-                2,
-                None,
-                &mut nvl,
-                std::ptr::null_mut(),
-            )
-        };
+        let rc = unsafe { init(&mut ctx, 1, 16, 2, None, &mut nvl, std::ptr::null_mut()) };
         assert_eq!(rc, 0);
         assert!(!ctx.is_null());
         // SAFETY: the context init just made; finalized once.

@@ -162,9 +162,7 @@ unsafe fn init_guarded(
     }
     // SAFETY: ctx_out is non-NULL and, per the caller, valid for writes.
     unsafe { ctx_out.write(core::ptr::null_mut()) };
-    let r = ffi_guard(None, || {
-        Some(init_inner(cfg, n_ranks, n_nodes, log, facts))
-    });
+    let r = ffi_guard(None, || Some(init_inner(cfg, n_ranks, n_nodes, log, facts)));
     match r {
         Some(Ok(ctx)) => {
             // SAFETY: as above.

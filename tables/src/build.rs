@@ -15,7 +15,8 @@ use zerocopy::IntoBytes;
 
 use crate::bucket::NUM_BUCKETS;
 use crate::model::{
-    channels_problem, check_gain, check_rules, Basis, ContextSpec, Decision, Rule, TreeNode, NUM_FEATURES,
+    channels_problem, check_gain, check_rules, Basis, ContextSpec, Decision, Rule, TreeNode,
+    NUM_FEATURES,
 };
 use crate::nccl::Coll;
 use crate::raw::{

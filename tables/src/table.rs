@@ -12,14 +12,14 @@ use zerocopy::FromBytes;
 use crate::bucket::{size_bucket, NUM_BUCKETS};
 use crate::error::Error;
 use crate::model::{
-    channels_problem, check_gain, check_rules, pipe_ops_allowed, Basis, ContextSpec, Decision, Feature, RegBuff,
-    Rule, TreeNode, NUM_FEATURES,
+    channels_problem, check_gain, check_rules, pipe_ops_allowed, Basis, ContextSpec, Decision,
+    Feature, RegBuff, Rule, TreeNode, NUM_FEATURES,
 };
 use crate::nccl::Coll;
 use crate::raw::{
     kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, RuleRecord, SectionEntry,
-    TreeEntry, COUNT_PREFIX_LEN, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_SECTIONS, META_ENTRY_LEN,
-    MAX_TABLE_LEN, NCCL_LAYOUT, NODE_LEAF, NODE_SPLIT, SECTION_ENTRY_LEN, TREE_ENTRY_LEN,
+    TreeEntry, COUNT_PREFIX_LEN, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_SECTIONS, MAX_TABLE_LEN,
+    META_ENTRY_LEN, NCCL_LAYOUT, NODE_LEAF, NODE_SPLIT, SECTION_ENTRY_LEN, TREE_ENTRY_LEN,
 };
 use crate::specialised::Specialised;
 

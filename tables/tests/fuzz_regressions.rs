@@ -88,7 +88,8 @@ fn corrupt_seeds_give_their_specific_error() {
             what: "reserved field (bytes 36..40) is not zero",
         }
     });
-    check("corrupt-channels-200.tbl", &|e| {
-        matches!(e, Error::BadRule { context: 0, index: 0, what } if what.contains("MAXCHANNELS"))
-    });
+    check(
+        "corrupt-channels-200.tbl",
+        &|e| matches!(e, Error::BadRule { context: 0, index: 0, what } if what.contains("MAXCHANNELS")),
+    );
 }

@@ -30,7 +30,9 @@ pub fn random_inputs() -> Vec<(i32, usize)> {
 /// The random inputs are what the doc says (checked every time the random
 /// benchmarks start, so the figure cannot silently measure something else).
 pub fn check_random_inputs(inputs: &[(i32, usize)]) {
-    assert!(inputs.iter().all(|&(_, n)| (8..=16usize << 30).contains(&n)));
+    assert!(inputs
+        .iter()
+        .all(|&(_, n)| (8..=16usize << 30).contains(&n)));
     for coll in 0..5 {
         assert!(inputs.iter().filter(|&&(c, _)| c == coll).count() > N_INPUTS / 7);
     }
@@ -43,4 +45,3 @@ pub fn check_random_inputs(inputs: &[(i32, usize)]) {
         assert!(k > N_INPUTS / 31 / 2, "octave 2^{l}: {k}");
     }
 }
-

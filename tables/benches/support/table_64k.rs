@@ -36,4 +36,3 @@ pub fn table_64k() -> Vec<u8> {
     }
     b.build().unwrap()
 }
-
