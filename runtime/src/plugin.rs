@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use dyncc_tables::{Algo, Coll, Decision, Specialised, MAX_CHANNELS};
+use dyncc_tables::{Algo, Coll, Decision, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::ffi::*;
@@ -387,9 +387,13 @@ fn describe(
     }
     write!(w, ": contexts")?;
     for coll in Coll::ALL {
-        match (spec.context(coll), covers(table, coll)) {
-            (Some(i), _) => write!(w, " {}=#{i}", coll.name())?,
-            (None, Some(c)) => write!(
+        if let Some(i) = spec.context(coll) {
+            write!(w, " {}=#{i}", coll.name())?;
+            continue;
+        }
+        // Only here (a collective without a context) scan the contexts.
+        match covers(table, coll) {
+            Some(c) => write!(
                 w,
                 " {}=not-covered(table covers nodes {}-{} ppn {}-{})",
                 coll.name(),
@@ -398,7 +402,7 @@ fn describe(
                 c.ppn.0,
                 c.ppn.1
             )?,
-            (None, None) => write!(w, " {}=default", coll.name())?,
+            None => write!(w, " {}=default", coll.name())?,
         }
     }
     Ok(())
@@ -453,9 +457,9 @@ pub unsafe fn get_coll_info_table(
                 // SAFETY: in bounds (above).
                 unsafe { cell.write_unaligned(0.0) };
                 if channels != 0 && !n_channels.is_null() {
-                    // The format allows at most 64 (NCCL's MAXCHANNELS);
-                    // the min keeps that true even for a bad table.
-                    let channels = channels.min(MAX_CHANNELS);
+                    // At most 64 (NCCL's MAXCHANNELS): every decision comes
+                    // from a table `from_bytes` validated, which rejects
+                    // more. (A clamp here cost 5 instructions per call.)
                     // SAFETY: non-NULL, per the caller writable.
                     unsafe { n_channels.write_unaligned(channels as c_int) };
                 }
@@ -550,7 +554,8 @@ unsafe extern "C" fn get_coll_info_v2(
             algorithm.write_unaligned(algo as c_int);
             protocol.write_unaligned(proto as c_int);
             if channels != 0 && !n_channels.is_null() {
-                n_channels.write_unaligned(channels.min(MAX_CHANNELS) as c_int);
+                // <= 64: validated with the table (see get_coll_info_table).
+                n_channels.write_unaligned(channels as c_int);
             }
         }
     });
