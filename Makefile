@@ -43,7 +43,7 @@ plugin-portable:
 # plugin-portable`), then install (as root if PREFIX needs it), so root
 # never runs cargo in your tree. PLUGIN_SO=... installs another build.
 install:
-	@test -f $(PLUGIN_SO) || { echo "make install: $(PLUGIN_SO) is not built. Run \`make plugin\` (or \`make plugin-portable PLUGIN_SO=$(PORTABLE_SO)\`) first, as your own user, then \`make install\` again; install only copies files." >&2; exit 1; }
+	@test -f $(PLUGIN_SO) || { echo "make install: $(PLUGIN_SO) is not built. Run \`make plugin\` first, as your own user, then \`make install\` again (for the glibc 2.17 build: \`make plugin-portable\`, then \`make install PLUGIN_SO=$(PORTABLE_SO)\`); install only copies files." >&2; exit 1; }
 	install -D -m 0755 $(PLUGIN_SO) $(DESTDIR)$(LIBDIR)/libnccl-tuner-dyncc.so
 	install -D -m 0644 include/dyncc.h $(DESTDIR)$(INCLUDEDIR)/dyncc.h
 
