@@ -5,7 +5,14 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build test plugin install header bench instructions
+.PHONY: all build test plugin plugin-portable install header bench instructions
+STRIP ?= strip
+# The library `make install` copies (override with the portable build's).
+PLUGIN_SO ?= $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
+# The oldest glibc `make plugin-portable` targets (manylinux2014).
+PORTABLE_GLIBC ?= 2.17
+PORTABLE_TRIPLE ?= x86_64-unknown-linux-gnu
+PORTABLE_SO := $(TARGET_DIR)/portable/libnccl-tuner-dyncc.so
 
 all: build
 
@@ -13,15 +20,31 @@ build:
 	$(CARGO) build --release --workspace
 
 # The plugin, under the name NCCL looks for with NCCL_TUNER_PLUGIN=dyncc
-# (Cargo cannot name a library libnccl-tuner-dyncc.so itself).
+# (Cargo cannot name a library libnccl-tuner-dyncc.so itself), stripped:
+# the release profile keeps line tables (debug = 1) for benchmarks and
+# profiling, ~4.8 MB the shipped library does not need.
 plugin:
 	$(CARGO) build --release -p dyncc-runtime
-	cp -f $(TARGET_DIR)/release/libdyncc_runtime.so $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
+	$(STRIP) --strip-all -o $(TARGET_DIR)/release/libnccl-tuner-dyncc.so $(TARGET_DIR)/release/libdyncc_runtime.so
+
+# The plugin for clusters with an old glibc: linked by zig against glibc
+# $(PORTABLE_GLIBC) symbols (cargo-zigbuild), stripped, then checked.
+# Needs `pip install cargo-zigbuild ziglang` (both on PyPI, no root).
+plugin-portable:
+	@command -v cargo-zigbuild >/dev/null || { echo "make plugin-portable: cargo-zigbuild is not on PATH; install it and zig with: python3 -m pip install cargo-zigbuild ziglang" >&2; exit 1; }
+	$(CARGO) zigbuild --release -p dyncc-runtime --target $(PORTABLE_TRIPLE).$(PORTABLE_GLIBC)
+	mkdir -p $(dir $(PORTABLE_SO))
+	$(STRIP) --strip-all -o $(PORTABLE_SO) $(TARGET_DIR)/$(PORTABLE_TRIPLE)/release/libdyncc_runtime.so
+	.ci/check-plugin-so.sh $(PORTABLE_SO) $(PORTABLE_GLIBC)
 
 # make install PREFIX=/opt/dyncc  ->  /opt/dyncc/lib/libnccl-tuner-dyncc.so
 #                                     /opt/dyncc/include/dyncc.h
-install: plugin
-	install -D -m 0755 $(TARGET_DIR)/release/libnccl-tuner-dyncc.so $(DESTDIR)$(LIBDIR)/libnccl-tuner-dyncc.so
+# Only copies: build first as yourself (`make plugin` or `make
+# plugin-portable`), then install (as root if PREFIX needs it), so root
+# never runs cargo in your tree. PLUGIN_SO=... installs another build.
+install:
+	@test -f $(PLUGIN_SO) || { echo "make install: $(PLUGIN_SO) is not built. Run \`make plugin\` first, as your own user, then \`make install\` again (for the glibc 2.17 build: \`make plugin-portable\`, then \`make install PLUGIN_SO=$(PORTABLE_SO)\`); install only copies files." >&2; exit 1; }
+	install -D -m 0755 $(PLUGIN_SO) $(DESTDIR)$(LIBDIR)/libnccl-tuner-dyncc.so
 	install -D -m 0644 include/dyncc.h $(DESTDIR)$(INCLUDEDIR)/dyncc.h
 
 # Regenerate the committed include/dyncc.h after changing runtime/src/capi.rs.

@@ -186,7 +186,16 @@ pub(crate) struct HarnessFiles {
     table: PathBuf,
     corrupt: PathBuf,
     missing: PathBuf,
+    scratch: PathBuf,
+    channels: PathBuf,
+    reserved: PathBuf,
+    versioned: PathBuf,
 }
+
+/// Flags every build of tests/c/harness.c needs: -rdynamic exports the
+/// harness's own ncclGetVersion, so the plugin's
+/// `dlsym(RTLD_DEFAULT, "ncclGetVersion")` finds it as it would libnccl's.
+pub(crate) const HARNESS_LINK_FLAGS: [&str; 2] = ["-rdynamic", "-ldl"];
 
 /// Builds the harness tables and compiles tests/c/harness.c (failing the
 /// test when no C compiler is installed).
@@ -197,6 +206,14 @@ pub(crate) fn harness() -> HarnessFiles {
     let corrupt = dir.path().join("corrupt.tbl");
     std::fs::write(&table, harness_table::harness_table()).unwrap();
     std::fs::write(&corrupt, harness_table::corrupt_table()).unwrap();
+    let channels = dir.path().join("channels-200.tbl");
+    let reserved = dir.path().join("reserved.tbl");
+    let versioned = dir.path().join("versioned.tbl");
+    std::fs::write(&channels, harness_table::channels_200_table()).unwrap();
+    std::fs::write(&reserved, harness_table::reserved_table()).unwrap();
+    std::fs::write(&versioned, harness_table::versioned_table()).unwrap();
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
     let exe = dir.path().join("harness");
     run(Command::new(cc)
         .args([
@@ -209,7 +226,7 @@ pub(crate) fn harness() -> HarnessFiles {
         .arg(root().join("tests/c/harness.c"))
         .arg("-o")
         .arg(&exe)
-        .arg("-ldl"));
+        .args(HARNESS_LINK_FLAGS));
     let missing = dir.path().join("no-such-table.tbl");
     HarnessFiles {
         _dir: dir,
@@ -217,6 +234,10 @@ pub(crate) fn harness() -> HarnessFiles {
         table,
         corrupt,
         missing,
+        scratch,
+        channels,
+        reserved,
+        versioned,
     }
 }
 
@@ -233,15 +254,20 @@ pub(crate) fn harness_command(h: &HarnessFiles, wrapper: &[&str]) -> Command {
         .env("DYNCC_HARNESS_TABLE", &h.table)
         .env("DYNCC_HARNESS_CORRUPT", &h.corrupt)
         .env("DYNCC_HARNESS_MISSING", &h.missing)
+        .env("DYNCC_HARNESS_SCRATCH", &h.scratch)
+        .env("DYNCC_HARNESS_CHANNELS", &h.channels)
+        .env("DYNCC_HARNESS_RESERVED", &h.reserved)
+        .env("DYNCC_HARNESS_VERSIONED", &h.versioned)
         .env(
             "DYNCC_HARNESS_DIGEST",
             format!(
                 "digest {:016x}",
-                dyncc_tables::fnv1a64(&harness_table::harness_table())
+                dyncc_tables::digest(&harness_table::harness_table())
             ),
         )
         .env_remove("DYNCC_TABLE")
-        .env_remove("DYNCC_STRICT");
+        .env_remove("DYNCC_STRICT")
+        .env_remove("DYNCC_NCCL_MISMATCH");
     cmd
 }
 
@@ -276,6 +302,10 @@ fn c_harness_drives_every_abi_version_like_nccl() {
     let h = harness();
     let out = harness_command(&h, &[]).output().unwrap();
     check_harness_output("the C harness", &out);
+    // The lines docs/failure-semantics.md quotes (`-- --nocapture`).
+    for l in String::from_utf8_lossy(&out.stdout).lines() {
+        eprintln!("{l}");
+    }
 }
 
 #[test]

@@ -17,6 +17,7 @@ use dyncc_tables::{Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rul
 
 use crate::plugin_c::{
     check_harness_output, harness, harness_command, harness_table, plugin_lib, root, run,
+    HARNESS_LINK_FLAGS,
 };
 use crate::support::tools::{require_c_compiler, require_tool};
 
@@ -229,7 +230,7 @@ fn c_harnesses_are_clean_under_asan_and_ubsan() {
         .arg(root().join("tests/c/harness.c"))
         .arg("-o")
         .arg(&exe)
-        .arg("-ldl"));
+        .args(HARNESS_LINK_FLAGS));
     h.exe = exe;
     let out = harness_command(&h, &[]).envs(SAN_ENV).output().unwrap();
     check_harness_output("the C harness under ASan/UBSan", &out);
@@ -270,31 +271,7 @@ fn asan_catches_an_out_of_bounds_write_in_this_setup() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("heap-buffer-overflow"));
 }
 
-/// IEEE CRC-32 (as crc32fast), to reseal a deliberately edited header.
-fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
-/// The harness table with a header field changed and the CRC resealed, so
-/// only that field is wrong (header layout: tables/src/raw.rs).
-fn edited(offset: usize, value: &[u8]) -> Vec<u8> {
-    let mut t = harness_table::harness_table();
-    t[offset..offset + value.len()].copy_from_slice(value);
-    let crc = crc32(&t[40..]);
-    t[32..36].copy_from_slice(&crc.to_le_bytes());
-    t
-}
+use harness_table::edited;
 
 /// Runs tests/c/initlog.c with `table` (None: DYNCC_TABLE unset) and
 /// `strict` (None: DYNCC_STRICT unset); returns what it printed.
@@ -346,6 +323,14 @@ fn failure_semantics_of_init_for_every_kind_of_bad_table() {
     let layout = file("layout.tbl", &edited(24, &2u32.to_le_bytes()));
     let garbage = file("garbage.tbl", b"not a table at all\n");
     let missing = dir.path().join("missing.tbl");
+    let fifo = dir.path().join("table.fifo");
+    run(Command::new("mkfifo").arg(&fifo));
+    let sparse = dir.path().join("sparse.tbl");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(10_000_000_000)
+        .unwrap();
+    let dev_zero = PathBuf::from("/dev/zero");
     let show = |what: &str, out: &str| eprintln!("--- {what}:\n{out}");
     let digest = |out: &str| {
         let i = out.find(" digest ").expect("INFO line has the digest");
@@ -385,7 +370,7 @@ fn failure_semantics_of_init_for_every_kind_of_bad_table() {
 
     // Each bad table: strict fails init with a WARN naming path and cause;
     // DYNCC_STRICT=0 warns and leaves NCCL alone.
-    let cases: [(&str, &Path, i32, &str); 5] = [
+    let cases: [(&str, &Path, i32, &str); 8] = [
         ("missing file", &missing, 2, "cannot read DYNCC_TABLE="),
         (
             "corrupt (checksum)",
@@ -406,6 +391,24 @@ fn failure_semantics_of_init_for_every_kind_of_bad_table() {
             "built for NCCL enum layout 2",
         ),
         ("not a table", &garbage, 5, "invalid table DYNCC_TABLE="),
+        (
+            "a FIFO (init used to hang)",
+            &fifo,
+            5,
+            "it is a FIFO (named pipe), not a regular file",
+        ),
+        (
+            "/dev/zero (init used to read until memory ran out)",
+            &dev_zero,
+            5,
+            "it is a character device, not a regular file",
+        ),
+        (
+            "a 10 GB sparse file (init used to read it all)",
+            &sparse,
+            5,
+            "larger than any dyncc table can be",
+        ),
     ];
     for (what, path, rc, cause) in cases {
         let out = init_log(&exe, Some(path), None);

@@ -2,7 +2,10 @@
 //! pointer, including the cost-table write, against a bare
 //! `[coll][log2 size]` array index doing the same store; repeated inputs
 //! (what one communicator sees) and random ones (branch-mispredict worst
-//! case). Run: `cargo bench -p dyncc-runtime --bench getcollinfo`
+//! case), and what a communicator's first `init` costs (`first_init_64k`:
+//! open, fstat, read, validate, digest, specialise, format the init line,
+//! then finalize, which frees the table so every iteration is a first
+//! load). Run: `cargo bench -p dyncc-runtime --bench getcollinfo`
 //! (pin with `taskset -c 1` on a busy machine). Instruction counts:
 //! `runtime/benches/instructions.sh`.
 
@@ -17,6 +20,11 @@ use dyncc_runtime::plugin::{init_with, Config};
 
 #[path = "../../tests/c/harness_table.rs"]
 mod harness_table;
+#[path = "support/inputs.rs"]
+mod inputs;
+#[path = "../../tables/benches/support/table_64k.rs"]
+mod table_64k;
+use inputs::{check_random_inputs, random_inputs, N_INPUTS};
 
 fn main() {
     divan::main();
@@ -38,6 +46,7 @@ fn ctx() -> *mut c_void {
         let cfg = Config {
             table: Some(path.into_os_string()),
             strict: true,
+            ..Config::default()
         };
         let mut ctx = std::ptr::null_mut();
         // SAFETY: writable context pointer; the table stays cached by the
@@ -46,21 +55,6 @@ fn ctx() -> *mut c_void {
         Ctx(ctx)
     })
     .0
-}
-
-const N_INPUTS: usize = 4096;
-
-/// Random (coll, nBytes) pairs over the tunable collectives and 1 B-4 GiB.
-fn random_inputs() -> Vec<(i32, usize)> {
-    let mut x = 0x2545f4914f6cdd1du64;
-    (0..N_INPUTS)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x % 5) as i32, ((x >> 16) as usize) >> (32 + (x % 32)))
-        })
-        .collect()
 }
 
 /// The baseline: a dense `[coll][floor(log2 nBytes)]` array of packed
@@ -143,6 +137,7 @@ fn v6_repeated(b: Bencher) {
 fn v6_random(b: Bencher) {
     let ctx = ctx();
     let inputs = random_inputs();
+    check_random_inputs(&inputs);
     let mut table = [[1.0f32; 3]; 7];
     let mut nch = 0;
     let i = Cell::new(0usize);
@@ -168,6 +163,38 @@ fn v6_random(b: Bencher) {
     black_box(table);
 }
 
+/// First `init` of a communicator on a ~64 KiB table (nothing cached),
+/// then its `finalize`, through the exported v6 struct as NCCL calls them.
+#[divan::bench]
+fn first_init_64k(b: Bencher) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t64k.tbl");
+    let bytes = table_64k::table_64k();
+    assert!((60 << 10..=70 << 10).contains(&bytes.len()));
+    std::fs::write(&path, bytes).unwrap();
+    // SAFETY: plain environment write before any init reads it; the bench
+    // is single-threaded here.
+    unsafe { std::env::set_var("DYNCC_TABLE", &path) };
+    let v6 = &ncclTunerPlugin_v6;
+    let (init, fin) = (v6.init.unwrap(), v6.finalize.unwrap());
+    let mut nvl = dyncc_runtime::ffi::ncclNvlDomainInfo_v5_t {
+        nNvlDomains: 2,
+        minRanksPerNvlDomain: 8,
+        maxRanksPerNvlDomain: 8,
+    };
+    b.bench_local(|| {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: writable context pointer and NVL info; NULL logger and
+        // constants are allowed.
+        let rc = unsafe { init(&mut ctx, 1, 16, 2, None, &mut nvl, std::ptr::null_mut()) };
+        assert_eq!(rc, 0);
+        assert!(!ctx.is_null());
+        // SAFETY: the context init just made; finalized once.
+        unsafe { fin(ctx) };
+    });
+    assert_eq!(dyncc_runtime::cache::loaded_tables(), 0);
+}
+
 #[divan::bench]
 fn bare_index_repeated(b: Bencher) {
     let bare = Bare::new();
@@ -190,6 +217,7 @@ fn bare_index_repeated(b: Bencher) {
 fn bare_index_random(b: Bencher) {
     let bare = Bare::new();
     let inputs = random_inputs();
+    check_random_inputs(&inputs);
     let mut table = [[1.0f32; 3]; 7];
     let mut nch = 0;
     let i = Cell::new(0usize);

@@ -11,6 +11,8 @@ use dyncc_runtime::plugin::{init_with, Config};
 
 #[path = "../../tests/c/harness_table.rs"]
 mod harness_table;
+#[path = "../benches/support/inputs.rs"]
+mod inputs;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -30,6 +32,7 @@ fn main() {
     let cfg = Config {
         table: Some(path.clone().into_os_string()),
         strict: true,
+        ..Config::default()
     };
     let mut ctx = std::ptr::null_mut();
     // SAFETY: writable context pointer.
@@ -37,21 +40,14 @@ fn main() {
     std::fs::remove_dir_all(&dir).unwrap();
 
     // The same fixed-size input set whatever N is, so it cancels out.
-    let mut x = 0x2545f4914f6cdd1du64;
-    let inputs: Vec<(i32, usize)> = (0..4096)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x % 5) as i32, ((x >> 16) as usize) >> (32 + (x % 32)))
-        })
-        .collect();
+    let inputs = inputs::random_inputs();
+    inputs::check_random_inputs(&inputs);
     let mut table = [[1.0f32; 3]; 7];
     let mut nch = 0;
     let gci = black_box(&ncclTunerPlugin_v6).getCollInfo.unwrap();
     for i in 0..n {
         let (coll, bytes) = if random {
-            inputs[i & 4095]
+            inputs[i % inputs::N_INPUTS]
         } else {
             (4, 1 << 20)
         };

@@ -4,33 +4,82 @@
 //! NCCL calls `init` once per communicator (hundreds in a large job, some
 //! concurrently), so the file is read and validated once and reference
 //! counted; the last `finalize` frees it, so `dlclose` leaves nothing
-//! behind. The mutex is taken only by `init` and `finalize`, never on the
-//! `getCollInfo` path. A static `std::sync::Mutex` needs no heap and no
-//! destructor, so unloading the library is safe.
+//! behind. A static `std::sync::Mutex` needs no heap and no destructor, so
+//! unloading the library is safe; it is taken only by `init` and
+//! `finalize`, never on the `getCollInfo` path.
+//!
+//! Init is bounded: the file is opened with `O_NONBLOCK` (a FIFO does not
+//! block the open), `fstat`ed, and refused unless it is a regular file no
+//! longer than the format allows ([`dyncc_tables::MAX_TABLE_LEN`]), all
+//! before a byte is read. The cache lock is never held across file I/O:
+//! the first communicator to ask for a path marks it "loading", reads and
+//! validates without the lock, then publishes the table; communicators
+//! asking for the same path meanwhile wait for that one load (so 512
+//! concurrent inits still read the file once), while every other path and
+//! every `finalize` proceed.
 
 use std::ffi::OsStr;
-use std::sync::{Mutex, MutexGuard};
+use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
-use dyncc_tables::Error;
+use dyncc_tables::{Error, MAX_TABLE_LEN};
 
 use crate::owned::OwnedTable;
 
 /// Why a configured table could not be loaded.
+#[derive(Debug)]
 pub enum LoadError {
-    /// The file could not be read.
+    /// The file could not be opened or read.
     Io(std::io::Error),
+    /// The path is not a regular file (a FIFO, device, directory or
+    /// socket): refused before reading, since reading one can block
+    /// forever (a FIFO) or never end (`/dev/zero`).
+    NotRegular {
+        /// What it is instead ("a FIFO", "a character device", ...).
+        kind: &'static str,
+    },
+    /// The file is longer than any table can be: refused from its size,
+    /// before reading.
+    TooLarge {
+        /// Its size in bytes.
+        size: u64,
+    },
     /// The bytes are not a valid table.
     Invalid(Error),
+}
+
+impl core::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LoadError::Io(e) => write!(f, "{e}"),
+            LoadError::NotRegular { kind } => write!(
+                f,
+                "it is {kind}, not a regular file (a table is a file written by `dyncc compile`)"
+            ),
+            LoadError::TooLarge { size } => write!(
+                f,
+                "it is {size} bytes, larger than any dyncc table can be ({MAX_TABLE_LEN} bytes); \
+                 not read"
+            ),
+            LoadError::Invalid(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// One cached table.
+struct Ready {
+    /// Digest of the bytes (`Table::digest`), computed once at load.
+    digest: u64,
+    table: OwnedTable,
 }
 
 struct Entry {
     path: Box<OsStr>,
     id: u64,
     refs: usize,
-    /// FNV-1a of the bytes, computed once at load (it is a serial pass
-    /// over the whole table, so not once per communicator).
-    digest: u64,
-    table: OwnedTable,
+    /// `None` while the first communicator that asked reads the file.
+    ready: Option<Ready>,
 }
 
 struct Cache {
@@ -43,6 +92,9 @@ static CACHE: Mutex<Cache> = Mutex::new(Cache {
     next_id: 1,
 });
 
+/// Signalled when a load finishes (successfully or not).
+static LOADED: Condvar = Condvar::new();
+
 fn lock() -> MutexGuard<'static, Cache> {
     // A panic while holding the lock (caught at the FFI boundary) must not
     // take the plugin down for the rest of the process: the cache's own
@@ -54,36 +106,120 @@ fn lock() -> MutexGuard<'static, Cache> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Handle(u64);
 
+/// What the type of a non-regular file is called in messages.
+fn kind_name(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if ft.is_char_device() {
+        "a character device"
+    } else if ft.is_block_device() {
+        "a block device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Reads `path` if, by `fstat` on the open descriptor, it is a regular file
+/// of at most [`MAX_TABLE_LEN`] bytes; never reads more than that.
+pub fn read_bounded(path: &OsStr) -> Result<Vec<u8>, LoadError> {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+    // writer. It changes nothing for the regular file we go on to read.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(LoadError::Io)?;
+    let meta = file.metadata().map_err(LoadError::Io)?;
+    if !meta.file_type().is_file() {
+        return Err(LoadError::NotRegular {
+            kind: kind_name(meta.file_type()),
+        });
+    }
+    if meta.len() > MAX_TABLE_LEN {
+        return Err(LoadError::TooLarge { size: meta.len() });
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // The file may grow between fstat and read: read one byte past the
+    // limit at most, to tell "too large" from "exactly the limit".
+    (&mut file)
+        .take(MAX_TABLE_LEN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(LoadError::Io)?;
+    if bytes.len() as u64 > MAX_TABLE_LEN {
+        return Err(LoadError::TooLarge {
+            size: bytes.len() as u64,
+        });
+    }
+    Ok(bytes)
+}
+
+fn load(path: &OsStr) -> Result<Ready, LoadError> {
+    let bytes = read_bounded(path)?;
+    let table =
+        OwnedTable::new(bytes.into_boxed_slice()).map_err(|(e, _)| LoadError::Invalid(e))?;
+    let digest = table.table().digest();
+    Ok(Ready { digest, table })
+}
+
 /// Loads (or reuses) the table at `path`, runs `f` on it while the cache is
-/// locked (with the table's digest), and takes a reference that
-/// [`release`] gives back. Returns `Ok((handle, f's result, freshly_loaded))`.
+/// locked (with the table's digest and whether this call loaded it), and
+/// takes a reference that [`release`] gives back. Returns
+/// `Ok((handle, f's result, freshly_loaded))`. File I/O happens without
+/// the lock.
 pub fn acquire<R>(
     path: &OsStr,
-    f: impl FnOnce(&dyncc_tables::Table<'_>, u64) -> R,
+    f: impl FnOnce(&dyncc_tables::Table<'_>, u64, bool) -> R,
 ) -> Result<(Handle, R, bool), LoadError> {
     let mut cache = lock();
-    let (idx, fresh) = match cache.entries.iter().position(|e| &*e.path == path) {
-        Some(i) => (i, false),
-        None => {
-            let bytes = std::fs::read(path).map_err(LoadError::Io)?;
-            let table = OwnedTable::new(bytes.into_boxed_slice())
-                .map_err(|(e, _)| LoadError::Invalid(e))?;
-            let id = cache.next_id;
-            cache.next_id += 1;
-            let digest = table.table().digest();
-            cache.entries.push(Entry {
-                path: path.into(),
-                id,
-                refs: 0,
-                digest,
-                table,
-            });
-            (cache.entries.len() - 1, true)
+    let (idx, fresh) = loop {
+        match cache.entries.iter().position(|e| &*e.path == path) {
+            Some(i) if cache.entries[i].ready.is_some() => break (i, false),
+            Some(_) => {
+                // Another communicator is reading this path: wait for it
+                // rather than read the same file again.
+                cache = LOADED.wait(cache).unwrap_or_else(|e| e.into_inner());
+            }
+            None => {
+                let id = cache.next_id;
+                cache.next_id += 1;
+                cache.entries.push(Entry {
+                    path: path.into(),
+                    id,
+                    refs: 0,
+                    ready: None,
+                });
+                drop(cache);
+                let loaded = load(path);
+                cache = lock();
+                let i = cache.entries.iter().position(|e| e.id == id);
+                match (loaded, i) {
+                    (Ok(ready), Some(i)) => {
+                        cache.entries[i].ready = Some(ready);
+                        LOADED.notify_all();
+                        break (i, true);
+                    }
+                    (Err(e), Some(i)) => {
+                        // Waiters for this path retry (and report) themselves.
+                        cache.entries.swap_remove(i);
+                        LOADED.notify_all();
+                        return Err(e);
+                    }
+                    // Only this call removes a placeholder it made.
+                    (_, None) => unreachable!("placeholder removed by another thread"),
+                }
+            }
         }
     };
-    let entry = &cache.entries[idx];
-    let r = f(entry.table.table(), entry.digest);
     let entry = &mut cache.entries[idx];
+    let Some(ready) = entry.ready.as_ref() else {
+        unreachable!("entry chosen only once ready");
+    };
+    let r = f(ready.table.table(), ready.digest, fresh);
     entry.refs += 1;
     Ok((Handle(entry.id), r, fresh))
 }
@@ -106,5 +242,5 @@ pub fn release(h: Handle) {
 
 /// Number of tables loaded right now (for tests).
 pub fn loaded_tables() -> usize {
-    lock().entries.len()
+    lock().entries.iter().filter(|e| e.ready.is_some()).count()
 }

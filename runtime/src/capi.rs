@@ -10,11 +10,11 @@
 #![allow(non_snake_case, non_camel_case_types)]
 
 use core::ffi::{c_char, c_int};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use dyncc_tables::{Decision, Error};
 
 use crate::owned::OwnedTable;
+use crate::plugin::ffi_guard;
 
 /// Success.
 pub const DYNCC_OK: c_int = 0;
@@ -80,23 +80,23 @@ pub unsafe extern "C" fn dyncc_table_open(
     if bytes.is_null() {
         return DYNCC_ERR_NULL_ARGUMENT;
     }
-    let r = catch_unwind(AssertUnwindSafe(|| {
+    let r = ffi_guard(None, || {
         // SAFETY: `bytes` is non-NULL and readable for `len` bytes.
         let copy: Box<[u8]> = unsafe { core::slice::from_raw_parts(bytes, len) }.into();
-        OwnedTable::new(copy).map_err(|(e, _)| e)
-    }));
+        Some(OwnedTable::new(copy).map_err(|(e, _)| e))
+    });
     match r {
-        Ok(Ok(inner)) => {
+        Some(Ok(inner)) => {
             let t = Box::into_raw(Box::new(dyncc_table { inner }));
             // SAFETY: as above.
             unsafe { out.write(t) };
             DYNCC_OK
         }
-        Ok(Err(Error::UnsupportedVersion { .. } | Error::UnsupportedNcclLayout(..))) => {
+        Some(Err(Error::UnsupportedVersion { .. } | Error::UnsupportedNcclLayout(..))) => {
             DYNCC_ERR_UNSUPPORTED_VERSION
         }
-        Ok(Err(_)) => DYNCC_ERR_INVALID_TABLE,
-        Err(_) => DYNCC_ERR_PANIC,
+        Some(Err(_)) => DYNCC_ERR_INVALID_TABLE,
+        None => DYNCC_ERR_PANIC,
     }
 }
 
@@ -128,7 +128,7 @@ pub unsafe extern "C" fn dyncc_table_lookup(
     }
     // SAFETY: non-NULL and, per the contract, a live dyncc_table.
     let t = unsafe { &*table };
-    let r = catch_unwind(AssertUnwindSafe(|| {
+    let r = ffi_guard(None, || {
         let l = t.inner.table().lookup(
             coll as u32,
             nRanks as u64,
@@ -138,16 +138,16 @@ pub unsafe extern "C" fn dyncc_table_lookup(
             regBuff,
         );
         match l.decision {
-            Decision::Default => (-1, -1, 0),
+            Decision::Default => Some((-1, -1, 0)),
             Decision::Force {
                 algo,
                 proto,
                 channels,
-            } => (algo as c_int, proto as c_int, channels as c_int),
+            } => Some((algo as c_int, proto as c_int, channels as c_int)),
         }
-    }));
+    });
     match r {
-        Ok((a, p, c)) => {
+        Some((a, p, c)) => {
             // SAFETY: non-NULL and, per the contract, writable.
             unsafe {
                 algo.write(a);
@@ -156,7 +156,7 @@ pub unsafe extern "C" fn dyncc_table_lookup(
             }
             DYNCC_OK
         }
-        Err(_) => DYNCC_ERR_PANIC,
+        None => DYNCC_ERR_PANIC,
     }
 }
 
@@ -172,5 +172,5 @@ pub unsafe extern "C" fn dyncc_table_close(table: *mut dyncc_table) {
     }
     // SAFETY: per the contract, `table` came from Box::into_raw in
     // dyncc_table_open and is closed once.
-    let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(table) })));
+    ffi_guard((), || drop(unsafe { Box::from_raw(table) }));
 }

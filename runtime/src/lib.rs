@@ -4,14 +4,18 @@
 //! The exported surface is exactly the `ncclTunerPlugin_v2` .. `_v6` data
 //! symbols NCCL looks up and the `dyncc_*` functions in `include/dyncc.h`.
 //! Modules: [`ffi`] (NCCL's ABI mirrored), [`plugin`] (the entry points),
-//! [`cache`] (one loaded table per process), [`capi`], [`log`], and
-//! `owned` (a validated table owning its bytes).
+//! [`cache`] (one loaded table per process, bounded file reads),
+//! [`nccl_version`] (the running NCCL against the sweep's), [`capi`],
+//! [`log`], and `owned` (a validated table owning its bytes).
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(missing_docs)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
 pub mod capi;
 pub mod ffi;
 pub mod log;
+pub mod nccl_version;
 mod owned;
 pub mod plugin;
 

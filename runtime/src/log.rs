@@ -4,7 +4,9 @@
 //! allocated) and passed with the constant format `"%s"`, so text from the
 //! environment or a table (paths, metadata) can never be read as a format
 //! string. Interior NULs are replaced so the C string is never cut short in
-//! an unexpected place.
+//! an unexpected place, and text from outside (paths, table metadata, OS
+//! error messages) goes through [`Escaped`], so a newline or an escape
+//! sequence in a path cannot forge or garble log lines.
 
 use core::ffi::{c_char, c_int, c_ulong};
 use core::fmt::{self, Write};
@@ -72,10 +74,17 @@ impl Write for Msg {
 pub struct Logger(pub ncclDebugLogger_t);
 
 impl Logger {
-    /// Logs an INFO line under NCCL_TUNING (shown with
-    /// `NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING`).
+    /// Logs an INFO line under NCCL_INIT|NCCL_TUNING, as NCCL's own
+    /// "TUNER/Plugin: Using ..." line: plain `NCCL_DEBUG=INFO` (whose
+    /// default subsystems include INIT) shows it, and so does
+    /// `NCCL_DEBUG_SUBSYS=TUNING`.
     pub fn info(&self, args: fmt::Arguments<'_>) {
-        self.emit(NCCL_LOG_INFO, NCCL_TUNING, line!() as c_int, args);
+        self.emit(
+            NCCL_LOG_INFO,
+            NCCL_INIT | NCCL_TUNING,
+            line!() as c_int,
+            args,
+        );
     }
 
     /// Logs a WARN under NCCL_INIT|NCCL_TUNING, so NCCL's default
@@ -101,9 +110,38 @@ impl Logger {
     }
 }
 
+/// Text from outside the plugin, shown with control characters escaped
+/// (`\n`, `\t`, `\r`, `\x1b`, ... and `\\` for a backslash), so one log
+/// call stays one readable line whatever a path or a table contains.
+pub struct Escaped<'a>(pub &'a str);
+
+impl fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for ch in self.0.chars() {
+            match ch {
+                '\\' => f.write_str("\\\\")?,
+                '\n' => f.write_str("\\n")?,
+                '\r' => f.write_str("\\r")?,
+                '\t' => f.write_str("\\t")?,
+                c if c.is_control() && (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
+                c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
+                c => f.write_char(c)?,
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_shows_control_characters_as_escapes() {
+        let mut m = Msg::new();
+        write!(m, "{}", Escaped("/t/a\nWARN fake\x1b[31m\t\\b\u{85}é")).unwrap();
+        assert_eq!(m.as_str(), "/t/a\\nWARN fake\\x1b[31m\\t\\\\b\\x85é");
+    }
 
     #[test]
     fn msg_truncates_on_char_boundary_and_replaces_nul() {

@@ -5,20 +5,33 @@
 //! that is configured but cannot be loaded fails `init` (so ranks never
 //! disagree silently) unless `DYNCC_STRICT=0`; no table means "leave NCCL
 //! alone". `getCollInfo` always returns success, writes 0.0 only into a
-//! non-negative cell inside `numAlgo x numProto`, and never allocates,
-//! locks, logs or panics. Every entry point catches panics anyway.
+//! non-negative cell inside `numAlgo x numProto`, never writes more than
+//! 64 channels, and never allocates, locks, logs or panics. Every entry
+//! point runs inside [`ffi_guard`] anyway.
+//!
+//! At init the running NCCL's version is compared with the versions the
+//! table was swept on (metadata `nccl_version`, see [`crate::nccl_version`]);
+//! `DYNCC_NCCL_MISMATCH` says what a mismatch does.
 
 use core::ffi::{c_int, c_void};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
 
 use dyncc_tables::{Algo, Coll, Decision, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::ffi::*;
-use crate::log::{Logger, Msg};
+use crate::log::{Escaped, Logger, Msg};
+use crate::nccl_version::{self, VersionCheck};
+
+/// Runs `f`, turning a panic into `on_panic`: every function NCCL or a C
+/// caller enters goes through this, so a bug can never unwind into C
+/// (undefined behaviour) or abort the job. Free when nothing panics.
+#[inline(always)]
+pub(crate) fn ffi_guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
 
 /// The name NCCL prints ("TUNER/Plugin: Using dyncc (v6)").
 pub const PLUGIN_NAME: &core::ffi::CStr = c"dyncc";
@@ -37,18 +50,49 @@ impl Context {
     }
 }
 
+/// What a communicator does when the running NCCL's major.minor is not one
+/// the table was swept on (`DYNCC_NCCL_MISMATCH`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MismatchPolicy {
+    /// `warn` (the default): one WARN per loaded table, keep tuning.
+    #[default]
+    Warn,
+    /// `off`: one WARN per loaded table, and leave NCCL's own tuning alone
+    /// for every communicator while the versions differ.
+    Off,
+    /// `ignore`: keep tuning; the INFO line still shows both versions.
+    Ignore,
+}
+
 /// What the environment asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Config {
     /// `DYNCC_TABLE`; `None` when unset or empty.
     pub table: Option<OsString>,
     /// False only when `DYNCC_STRICT` is `0`, `false`, `no` or `off`.
     pub strict: bool,
+    /// `DYNCC_NCCL_MISMATCH`: `warn` (default), `off` or `ignore`.
+    pub nccl_mismatch: MismatchPolicy,
+    /// A `DYNCC_NCCL_MISMATCH` value that is none of those (then `warn`
+    /// applies, and init says so in a WARN rather than guess silently).
+    pub bad_nccl_mismatch: Option<String>,
 }
 
 impl Config {
-    /// Reads `DYNCC_TABLE` and `DYNCC_STRICT`.
+    /// Reads `DYNCC_TABLE`, `DYNCC_STRICT` and `DYNCC_NCCL_MISMATCH`.
     pub fn from_env() -> Config {
+        let (nccl_mismatch, bad_nccl_mismatch) = match std::env::var_os("DYNCC_NCCL_MISMATCH") {
+            None => (MismatchPolicy::Warn, None),
+            Some(v) => {
+                let v = v.to_string_lossy();
+                match v.trim().to_ascii_lowercase().as_str() {
+                    "" | "warn" => (MismatchPolicy::Warn, None),
+                    "off" => (MismatchPolicy::Off, None),
+                    "ignore" => (MismatchPolicy::Ignore, None),
+                    _ => (MismatchPolicy::Warn, Some(v.into_owned())),
+                }
+            }
+        };
         let table = std::env::var_os("DYNCC_TABLE").filter(|v| !v.is_empty());
         let strict = match std::env::var_os("DYNCC_STRICT") {
             None => true,
@@ -60,7 +104,12 @@ impl Config {
                     .any(|f| v.eq_ignore_ascii_case(f))
             }
         };
-        Config { table, strict }
+        Config {
+            table,
+            strict,
+            nccl_mismatch,
+            bad_nccl_mismatch,
+        }
     }
 }
 
@@ -113,17 +162,15 @@ unsafe fn init_guarded(
     }
     // SAFETY: ctx_out is non-NULL and, per the caller, valid for writes.
     unsafe { ctx_out.write(core::ptr::null_mut()) };
-    let r = catch_unwind(AssertUnwindSafe(|| {
-        init_inner(cfg, n_ranks, n_nodes, log, facts)
-    }));
+    let r = ffi_guard(None, || Some(init_inner(cfg, n_ranks, n_nodes, log, facts)));
     match r {
-        Ok(Ok(ctx)) => {
+        Some(Ok(ctx)) => {
             // SAFETY: as above.
             unsafe { ctx_out.write(ctx) };
             NCCL_SUCCESS
         }
-        Ok(Err(code)) => code,
-        Err(_) => {
+        Some(Err(code)) => code,
+        None => {
             log.warn(format_args!(
                 "dyncc: internal error (panic) in init; failing init"
             ));
@@ -139,28 +186,80 @@ fn init_inner(
     log: Logger,
     facts: CommFacts,
 ) -> Result<*mut c_void, ncclResult_t> {
+    if let Some(bad) = &cfg.bad_nccl_mismatch {
+        log.warn(format_args!(
+            "dyncc: DYNCC_NCCL_MISMATCH={} is not one of warn, off, ignore; using warn",
+            Escaped(bad)
+        ));
+    }
     let Some(path) = cfg.table.as_deref() else {
         log.info(format_args!(
             "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator"
         ));
         return Ok(core::ptr::null_mut());
     };
+    let shown = path.to_string_lossy();
+    let shown = Escaped(&shown);
+    let running = nccl_version::running(log);
     let (n_ranks, n_nodes) = (n_ranks as u64, n_nodes as u64);
-    let loaded = cache::acquire(path, |table, digest| {
-        let spec = table.specialise(n_ranks, n_nodes);
+    let loaded = cache::acquire(path, |table, digest, fresh| {
+        let check = VersionCheck::new(running, table.meta("nccl_version"));
+        let off = check.is_mismatch() && cfg.nccl_mismatch == MismatchPolicy::Off;
+        let spec = if off {
+            Specialised::empty()
+        } else {
+            table.specialise(n_ranks, n_nodes)
+        };
         let mut line = Msg::new();
         let _ = describe(
-            &mut line, path, table, digest, &spec, n_ranks, n_nodes, facts,
+            &mut line,
+            &shown,
+            table,
+            digest,
+            &spec,
+            Comm {
+                n_ranks,
+                n_nodes,
+                facts,
+            },
+            &check,
+            off,
         );
-        (spec, line)
+        let mut warn = None;
+        if fresh && check.is_mismatch() && cfg.nccl_mismatch != MismatchPolicy::Ignore {
+            let mut w = Msg::new();
+            let _ = write!(
+                w,
+                "dyncc: table {shown} was swept on NCCL {} but this process runs NCCL {}: \
+                 NCCL's defaults may have moved, so the table's choices may no longer be \
+                 the fast ones; re-sweep on this NCCL and recompile. {}",
+                check.swept_shown(),
+                check.running_shown(),
+                if off {
+                    "DYNCC_NCCL_MISMATCH=off: leaving NCCL's own tuning alone while they differ"
+                } else {
+                    "Tuning stays on (DYNCC_NCCL_MISMATCH=off leaves NCCL alone instead, \
+                     =ignore silences this)"
+                }
+            );
+            warn = Some(w);
+        }
+        (spec, line, warn, off)
     });
     match loaded {
-        Ok((handle, (spec, line), fresh)) => {
+        Ok((handle, (spec, line, warn, off), fresh)) => {
+            if let Some(w) = warn {
+                log.warn(format_args!("{}", w.as_str()));
+            }
             log.info(format_args!(
                 "{} ({})",
                 line.as_str(),
                 if fresh { "loaded" } else { "shared" }
             ));
+            // With `off` the spec is empty (every call left to NCCL) but
+            // the context still holds the table, so the WARN is logged
+            // once per load, not once per communicator.
+            let _ = off;
             let ctx = Box::new(Context {
                 spec,
                 handle: Some(handle),
@@ -170,26 +269,24 @@ fn init_inner(
         Err(e) => {
             let (what, code) = match &e {
                 LoadError::Io(_) => ("cannot read", NCCL_SYSTEM_ERROR),
+                LoadError::NotRegular { .. } | LoadError::TooLarge { .. } => {
+                    ("refusing to read", NCCL_INVALID_USAGE)
+                }
                 LoadError::Invalid(_) => ("invalid table", NCCL_INVALID_USAGE),
             };
             let mut why = Msg::new();
-            let _ = match &e {
-                LoadError::Io(err) => write!(why, "{err}"),
-                LoadError::Invalid(err) => write!(why, "{err}"),
-            };
-            let shown = Path::new(path).display();
+            let _ = write!(why, "{e}");
+            let why = Escaped(why.as_str());
             if cfg.strict {
                 log.warn(format_args!(
-                    "dyncc: {what} DYNCC_TABLE={shown}: {}; failing this communicator's init \
-                     (fix or unset DYNCC_TABLE, or set DYNCC_STRICT=0 to run with NCCL's own tuning)",
-                    why.as_str()
+                    "dyncc: {what} DYNCC_TABLE={shown}: {why}; failing this communicator's init \
+                     (fix or unset DYNCC_TABLE, or set DYNCC_STRICT=0 to run with NCCL's own tuning)"
                 ));
                 Err(code)
             } else {
                 log.warn(format_args!(
-                    "dyncc: {what} DYNCC_TABLE={shown}: {}; DYNCC_STRICT=0, so leaving NCCL's own \
-                     tuning alone for this communicator",
-                    why.as_str()
+                    "dyncc: {what} DYNCC_TABLE={shown}: {why}; DYNCC_STRICT=0, so leaving NCCL's own \
+                     tuning alone for this communicator"
                 ));
                 Ok(core::ptr::null_mut())
             }
@@ -197,48 +294,114 @@ fn init_inner(
     }
 }
 
-/// The init INFO line: table, digest, platform, coverage, and the context
-/// chosen per collective for this communicator.
-#[allow(clippy::too_many_arguments)]
-fn describe(
-    w: &mut Msg,
-    path: &OsStr,
-    table: &dyncc_tables::Table<'_>,
-    digest: u64,
-    spec: &Specialised,
+/// The communicator an init line is about.
+struct Comm {
     n_ranks: u64,
     n_nodes: u64,
     facts: CommFacts,
+}
+
+/// What a table's contexts of one collective cover, for "not covered".
+struct Covers {
+    nodes: (u32, u32),
+    ppn: (u32, u32),
+}
+
+fn covers(table: &dyncc_tables::Table<'_>, coll: Coll) -> Option<Covers> {
+    table
+        .contexts()
+        .map(|c| c.spec())
+        .filter(|s| s.coll == coll)
+        .fold(None, |acc: Option<Covers>, s| {
+            Some(match acc {
+                None => Covers {
+                    nodes: s.nodes,
+                    ppn: s.ppn,
+                },
+                Some(a) => Covers {
+                    nodes: (a.nodes.0.min(s.nodes.0), a.nodes.1.max(s.nodes.1)),
+                    ppn: (a.ppn.0.min(s.ppn.0), a.ppn.1.max(s.ppn.1)),
+                },
+            })
+        })
+}
+
+/// A metadata value for the log: escaped, `unknown` when absent or empty.
+fn meta_shown<'a>(table: &dyncc_tables::Table<'a>, key: &str) -> Escaped<'a> {
+    Escaped(
+        table
+            .meta(key)
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or("unknown"),
+    )
+}
+
+/// The init INFO line: table, digest, platform, GPU, NCCL versions,
+/// coverage, and per collective the context chosen for this communicator,
+/// `not covered` (with what the table covers) when the table has contexts
+/// for the collective but none fits this communicator, or `default` when
+/// the table decides nothing for that collective.
+#[allow(clippy::too_many_arguments)]
+fn describe(
+    w: &mut Msg,
+    shown_path: &Escaped<'_>,
+    table: &dyncc_tables::Table<'_>,
+    digest: u64,
+    spec: &Specialised,
+    comm: Comm,
+    check: &VersionCheck<'_>,
+    off: bool,
 ) -> core::fmt::Result {
     let (major, minor) = table.version();
     write!(
         w,
-        "dyncc: table {} digest {digest:016x} format {major}.{minor} platform {} gpu {} \
-         coverage {}",
-        Path::new(path).display(),
-        table.meta("platform").unwrap_or("?"),
-        table.meta("gpu").unwrap_or("?"),
+        "dyncc: table {shown_path} digest {digest:016x} format {major}.{minor} platform {} \
+         gpu {} nccl {} (table swept on {}) coverage {}",
+        meta_shown(table, "platform"),
+        meta_shown(table, "gpu"),
+        check.running_shown(),
+        check.swept_shown(),
         table.coverage(),
     )?;
     if let Some(c) = table.meta("coverage") {
-        write!(w, " ({c})")?;
+        write!(w, " ({})", Escaped(c))?;
     }
     write!(w, "; comm")?;
-    if let Some(id) = facts.comm_id {
+    if let Some(id) = comm.facts.comm_id {
         write!(w, " {id:#018x}")?;
     }
-    write!(w, " nRanks {n_ranks} nNodes {n_nodes}")?;
-    if let Some(nvl) = facts.nvl {
+    write!(w, " nRanks {} nNodes {}", comm.n_ranks, comm.n_nodes)?;
+    if let Some(nvl) = comm.facts.nvl {
         write!(
             w,
             " nvlDomains {} ranksPerNvlDomain {}-{}",
             nvl.nNvlDomains, nvl.minRanksPerNvlDomain, nvl.maxRanksPerNvlDomain
         )?;
     }
+    if off {
+        return write!(
+            w,
+            ": tuning off (NCCL version differs from the sweep's, DYNCC_NCCL_MISMATCH=off); \
+             NCCL's own tuning applies"
+        );
+    }
     write!(w, ": contexts")?;
     for coll in Coll::ALL {
-        match spec.context(coll) {
-            Some(i) => write!(w, " {}=#{i}", coll.name())?,
+        if let Some(i) = spec.context(coll) {
+            write!(w, " {}=#{i}", coll.name())?;
+            continue;
+        }
+        // Only here (a collective without a context) scan the contexts.
+        match covers(table, coll) {
+            Some(c) => write!(
+                w,
+                " {}=not-covered(table covers nodes {}-{} ppn {}-{})",
+                coll.name(),
+                c.nodes.0,
+                c.nodes.1,
+                c.ppn.0,
+                c.ppn.1
+            )?,
             None => write!(w, " {}=default", coll.name())?,
         }
     }
@@ -294,6 +457,9 @@ pub unsafe fn get_coll_info_table(
                 // SAFETY: in bounds (above).
                 unsafe { cell.write_unaligned(0.0) };
                 if channels != 0 && !n_channels.is_null() {
+                    // At most 64 (NCCL's MAXCHANNELS): every decision comes
+                    // from a table `from_bytes` validated, which rejects
+                    // more. (A clamp here cost 5 instructions per call.)
                     // SAFETY: non-NULL, per the caller writable.
                     unsafe { n_channels.write_unaligned(channels as c_int) };
                 }
@@ -354,7 +520,7 @@ unsafe extern "C" fn get_coll_info_v2(
     protocol: *mut c_int,
     n_channels: *mut c_int,
 ) -> ncclResult_t {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    ffi_guard((), || {
         if ctx.is_null() || algorithm.is_null() || protocol.is_null() {
             return;
         }
@@ -388,10 +554,11 @@ unsafe extern "C" fn get_coll_info_v2(
             algorithm.write_unaligned(algo as c_int);
             protocol.write_unaligned(proto as c_int);
             if channels != 0 && !n_channels.is_null() {
+                // <= 64: validated with the table (see get_coll_info_table).
                 n_channels.write_unaligned(channels as c_int);
             }
         }
-    }));
+    });
     NCCL_SUCCESS
 }
 
@@ -407,7 +574,7 @@ unsafe extern "C" fn get_coll_info_v3(
     num_proto: c_int,
     n_channels: *mut c_int,
 ) -> ncclResult_t {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    ffi_guard((), || {
         // SAFETY: NCCL's contract (see get_coll_info_table); the float**
         // is really the address of the contiguous table.
         unsafe {
@@ -423,7 +590,7 @@ unsafe extern "C" fn get_coll_info_v3(
                 n_channels,
             )
         }
-    }));
+    });
     NCCL_SUCCESS
 }
 
@@ -440,7 +607,7 @@ unsafe extern "C" fn get_coll_info_v4(
     reg_buff: c_int,
     n_channels: *mut c_int,
 ) -> ncclResult_t {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    ffi_guard((), || {
         // SAFETY: NCCL's contract (see get_coll_info_table); the float**
         // is really the address of the contiguous table.
         unsafe {
@@ -456,7 +623,7 @@ unsafe extern "C" fn get_coll_info_v4(
                 n_channels,
             )
         }
-    }));
+    });
     NCCL_SUCCESS
 }
 
@@ -465,14 +632,14 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     if ctx.is_null() {
         return NCCL_SUCCESS;
     }
-    let _ = catch_unwind(AssertUnwindSafe(|| {
+    ffi_guard((), || {
         // SAFETY: a non-NULL ctx came from Box::into_raw in init and NCCL
         // finalizes it exactly once.
         let ctx = unsafe { Box::from_raw(ctx.cast::<Context>()) };
         if let Some(h) = ctx.handle {
             cache::release(h);
         }
-    }));
+    });
     NCCL_SUCCESS
 }
 

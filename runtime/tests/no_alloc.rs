@@ -53,6 +53,7 @@ fn get_coll_info_allocates_nothing() {
     let cfg = Config {
         table: Some(path.into_os_string()),
         strict: true,
+        ..Config::default()
     };
     let mut ctx = null_mut();
     let before_init = allocs();

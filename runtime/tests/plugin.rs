@@ -46,6 +46,7 @@ fn cfg(path: Option<&std::path::Path>, strict: bool) -> Config {
     Config {
         table: path.map(|p| p.as_os_str().to_owned()),
         strict,
+        ..Config::default()
     }
 }
 

@@ -15,7 +15,8 @@ use zerocopy::IntoBytes;
 
 use crate::bucket::NUM_BUCKETS;
 use crate::model::{
-    check_gain, check_rules, BucketDecision, ContextSpec, Rule, TreeNode, NUM_FEATURES,
+    channels_problem, check_gain, check_rules, BucketDecision, ContextSpec, Rule, TreeNode,
+    NUM_FEATURES,
 };
 use crate::nccl::Coll;
 use crate::raw::{
@@ -56,7 +57,8 @@ pub enum BuildError {
         /// What is wrong.
         what: &'static str,
     },
-    /// The table would exceed the format's 4 GiB limit.
+    /// The table would exceed the format's 64 MiB limit
+    /// ([`crate::MAX_TABLE_LEN`]).
     TooLarge,
 }
 
@@ -69,7 +71,9 @@ impl fmt::Display for BuildError {
                 write!(f, "invalid {} tree, node {node}: {what}", coll.name())
             }
             BuildError::Meta { key, what } => write!(f, "invalid metadata key {key:?}: {what}"),
-            BuildError::TooLarge => f.write_str("table would be larger than 4 GiB"),
+            BuildError::TooLarge => {
+                f.write_str("table would be larger than the format's 64 MiB limit")
+            }
         }
     }
 }
@@ -166,7 +170,12 @@ impl TableBuilder {
                         }
                     }
                 }
-                TreeNode::Leaf { gain, .. } => check_gain(gain).map_err(|w| bad(j, w))?,
+                TreeNode::Leaf { gain, decision, .. } => {
+                    if let Some(reason) = channels_problem(decision.to_packed()) {
+                        return Err(bad(j, reason));
+                    }
+                    check_gain(gain).map_err(|w| bad(j, w))?
+                }
             }
         }
         self.trees.insert(coll as u8, nodes.to_vec());
@@ -176,7 +185,7 @@ impl TableBuilder {
     /// Writes the table.
     ///
     /// # Errors
-    /// An empty metadata key, or a table over 4 GiB.
+    /// An empty metadata key, or a table over 64 MiB.
     pub fn build(&self) -> Result<Vec<u8>, BuildError> {
         let mut meta = self.meta.clone();
         meta.entry("nccl_enum".to_string())
@@ -295,6 +304,9 @@ pub(crate) fn assemble(sections: &[(u32, &[u8])]) -> Result<Vec<u8>, BuildError>
             len: U32::new(len),
         });
         out.extend_from_slice(data);
+    }
+    if out.len() as u64 > crate::raw::MAX_TABLE_LEN {
+        return Err(BuildError::TooLarge);
     }
     let total = u32::try_from(out.len()).map_err(|_| BuildError::TooLarge)?;
     out[HEADER_LEN..dir_end].copy_from_slice(dir.as_bytes());

@@ -33,10 +33,9 @@
 //! `regBuff != 0`; `numPipeOps` is allowed when `max_pipe_ops == 0` or
 //! `numPipeOps <= max_pipe_ops` (signed compare); `rules_from_buckets`
 //! takes the minimum gain of a merged run. `Specialised` stores `Decision`s
-//! (not packed u32) so `decide` does no decoding. `Table::digest` (FNV-1a
-//! 64 of the whole image, as specified) is computed when called rather than
-//! inside `from_bytes`, because at ~1.5 ns/byte it alone would exceed the
-//! 100 us load budget for a 64 KiB table; callers log it once at init.
+//! (not packed u32) so `decide` does no decoding. `Table::digest` (XXH3-64
+//! of the whole image, see FORMAT.md) is computed when called rather than
+//! inside `from_bytes`; callers log it once at init.
 //!
 //! Features: `build` (the writer; needs `alloc`), `alloc`, and `std`, which
 //! lets crc32fast pick its SIMD CRC at run time (about 10x faster
@@ -45,6 +44,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+// Redundant with forbid(unsafe_code) today; kept so adding unsafe later
+// still needs its `// SAFETY:` comment.
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
@@ -73,7 +75,9 @@ pub use model::{
     pipe_ops_allowed, tree_features, Basis, BucketDecision, ContextSpec, Decision, Feature,
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
-pub use nccl::{Algo, Coll, Proto, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
-pub use raw::{kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, NCCL_ENUM, NCCL_LAYOUT};
+pub use nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
+pub use raw::{
+    kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_TABLE_LEN, NCCL_ENUM, NCCL_LAYOUT,
+};
 pub use specialised::Specialised;
-pub use table::{fnv1a64, ContextView, Coverage, Lookup, SplitStep, Table, TreeView};
+pub use table::{digest, ContextView, Coverage, Lookup, SplitStep, Table, TreeView};

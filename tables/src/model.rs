@@ -3,7 +3,7 @@
 //! These are the values the reader hands out and the builder takes in; the
 //! byte layout they are stored in lives in `raw.rs`.
 
-use crate::nccl::{Algo, Coll, Proto};
+use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS};
 
 /// What the plugin tells NCCL for one collective call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -17,7 +17,8 @@ pub enum Decision {
         algo: Algo,
         /// The protocol to force.
         proto: Proto,
-        /// Channel count, 0 = NCCL's choice.
+        /// Channel count, 0 = NCCL's choice; at most
+        /// [`MAX_CHANNELS`] (64, NCCL's `MAXCHANNELS`).
         channels: u8,
     },
 }
@@ -41,12 +42,12 @@ impl Decision {
     }
 
     /// Decodes [`Decision::to_packed`]; `None` for any other value (unknown
-    /// algorithm or protocol, Default with a protocol or channels, reserved
-    /// byte set).
+    /// algorithm or protocol, Default with a protocol or channels, more
+    /// than [`MAX_CHANNELS`] channels, reserved byte set).
     #[inline]
     pub fn from_packed(v: u32) -> Option<Decision> {
         let [a, p, ch, reserved] = v.to_le_bytes();
-        if reserved != 0 {
+        if reserved != 0 || ch > MAX_CHANNELS {
             return None;
         }
         if a == 0xFF {
@@ -376,6 +377,9 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
                 return Err((i, "last_bucket values are not strictly increasing"));
             }
         }
+        if let Some(reason) = channels_problem(packed) {
+            return Err((i, reason));
+        }
         let Some(decision) = Decision::from_packed(packed) else {
             return Err((
                 i,
@@ -404,6 +408,14 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
     }
 }
 
+/// The specific complaint about a packed decision's channel byte, if it is
+/// above NCCL's `MAXCHANNELS` (decoding alone would only say "invalid").
+pub(crate) fn channels_problem(packed: u32) -> Option<&'static str> {
+    let channels = packed.to_le_bytes()[2];
+    (channels > MAX_CHANNELS)
+        .then_some("channel count is above 64, NCCL's MAXCHANNELS (NCCL has no more channels)")
+}
+
 pub(crate) fn check_gain(gain: f32) -> Result<(), &'static str> {
     if !gain.is_finite() {
         Err("gain is not finite")
@@ -427,7 +439,7 @@ mod tests {
         );
         for a in Algo::ALL {
             for p in Proto::ALL {
-                for ch in [0u8, 1, 16, 255] {
+                for ch in [0u8, 1, 16, 64] {
                     let d = Decision::Force {
                         algo: a,
                         proto: p,
@@ -450,6 +462,16 @@ mod tests {
             "default with proto 0"
         );
         assert_eq!(Decision::from_packed(0x0100_0000), None, "reserved byte");
+        assert_eq!(
+            Decision::from_packed(0x0041_0101),
+            None,
+            "65 channels: NCCL has at most 64 (MAXCHANNELS)"
+        );
+        assert_eq!(
+            Decision::from_packed(0x00FF_0101),
+            None,
+            "255 channels: NCCL has at most 64 (MAXCHANNELS)"
+        );
     }
 
     #[test]

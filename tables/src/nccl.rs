@@ -83,6 +83,10 @@ pub enum Algo {
 /// Number of algorithms in NCCL 2.23+ (`NCCL_NUM_ALGORITHMS`).
 pub const NUM_ALGOS: usize = 7;
 
+/// NCCL's `MAXCHANNELS` (64 in every release the tuner ABI exists for):
+/// the most channels a decision may ask for. The format rejects more.
+pub const MAX_CHANNELS: u8 = 64;
+
 impl Algo {
     /// All algorithms, in NCCL numbering order.
     pub const ALL: [Algo; NUM_ALGOS] = [

@@ -20,6 +20,10 @@ pub const FORMAT_MINOR: u16 = 0;
 pub const NCCL_LAYOUT: u32 = 1;
 /// The `nccl_enum` metadata string describing [`NCCL_LAYOUT`] 1.
 pub const NCCL_ENUM: &str = "algo:tree=0,ring=1,collnet_direct=2,collnet_chain=3,nvls=4,nvls_tree=5,pat=6;proto:ll=0,ll128=1,simple=2";
+/// Longest table the format allows (64 MiB, `total_len` included): readers
+/// can refuse a bigger file from its size alone, before reading it. Real
+/// tables are kilobytes to a few megabytes.
+pub const MAX_TABLE_LEN: u64 = 64 << 20;
 /// Most sections a table may list; bounds the directory checks.
 pub const MAX_SECTIONS: u32 = 64;
 
@@ -53,6 +57,7 @@ pub struct Header {
     pub section_count: U32,
     /// CRC-32 (IEEE, as crc32fast) of bytes `40..total_len`.
     pub body_crc32: U32,
+    /// Must be zero to load.
     pub reserved: U32,
 }
 pub const HEADER_LEN: usize = 40;

@@ -705,3 +705,147 @@ fn newer_minor_with_longer_header_loads() {
     b[44] ^= 1; // inside the appended header bytes: caught by the CRC
     assert!(matches!(Table::from_bytes(&b), Err(Error::Checksum { .. })));
 }
+
+/// FORMAT.md: the header's `reserved` (bytes 36..40) "must be zero to
+/// load"; 1.0 readers loaded any value (issue 12, item 5).
+#[test]
+fn nonzero_header_reserved_is_rejected() {
+    for v in [1u32, 0x8000_0000, u32::MAX] {
+        assert_eq!(
+            broken(|b| put_u32(b, 36, v)),
+            Error::BadHeader {
+                what: "reserved field (bytes 36..40) is not zero"
+            },
+            "reserved = {v:#x}"
+        );
+    }
+}
+
+/// A header announcing more than MAX_TABLE_LEN bytes is refused from the
+/// header alone (the plugin refuses such a file from its size before
+/// reading it).
+#[test]
+fn total_len_over_the_format_limit_is_rejected_before_length_checks() {
+    let over = (MAX_TABLE_LEN + 1) as u32;
+    let e = broken(|b| put_u32(b, 16, over));
+    assert_eq!(
+        e,
+        Error::BadHeader {
+            what: "total_len is over the format's 64 MiB limit"
+        }
+    );
+    // Exactly the limit is allowed by this check (and then fails on length).
+    let e = broken(|b| put_u32(b, 16, MAX_TABLE_LEN as u32));
+    assert!(matches!(e, Error::Truncated { .. }), "{e:?}");
+}
+
+/// NCCL has at most 64 channels (MAXCHANNELS): a rule or tree leaf asking
+/// for more is rejected with a message that says so (issue 12, item 4;
+/// the plugin handed NCCL 255 channels before).
+#[test]
+fn channels_over_nccl_maxchannels_are_rejected() {
+    let want = "channel count is above 64, NCCL's MAXCHANNELS (NCCL has no more channels)";
+    for ch in [65u32, 200, 255] {
+        let e = broken(|b| {
+            let at = rule(b, 0) + 4;
+            let packed = u32_at(b, at) | ch << 16;
+            put_u32(b, at, packed)
+        });
+        assert_eq!(
+            e,
+            Error::BadRule {
+                context: 0,
+                index: 0,
+                what: want
+            },
+            "{ch} channels"
+        );
+        // Tree 0 is broadcast's single leaf.
+        let e = broken(|b| {
+            let at = node(b, 0) + 4;
+            let packed = u32_at(b, at) | ch << 16;
+            put_u32(b, at, packed)
+        });
+        assert_eq!(
+            e,
+            Error::BadTree {
+                tree: 0,
+                node: 0,
+                what: want
+            },
+            "{ch} channels in a leaf"
+        );
+    }
+    // 64 itself loads.
+    let mut b = fixture();
+    let at = rule(&b, 0) + 4;
+    let packed = u32_at(&b, at) | 64 << 16;
+    put_u32(&mut b, at, packed);
+    reseal(&mut b);
+    let t = Table::from_bytes(&b).unwrap();
+    assert_eq!(
+        t.lookup(Coll::AllReduce as u32, 8, 1, 0, 1, 0).decision,
+        Decision::Force {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 64
+        }
+    );
+}
+
+/// The builder refuses what the reader would refuse: more than 64 channels
+/// in a rule or a tree leaf.
+#[test]
+fn builder_refuses_channels_over_nccl_maxchannels() {
+    let d = Decision::Force {
+        algo: Algo::Ring,
+        proto: Proto::Simple,
+        channels: 65,
+    };
+    let spec = ContextSpec {
+        coll: Coll::AllReduce,
+        nodes: (1, 4),
+        ppn: (1, 8),
+        max_pipe_ops: 0,
+        reg_buff: RegBuff::Any,
+    };
+    let rule = Rule {
+        last_bucket: 255,
+        decision: d,
+        basis: Basis::Measured,
+        gain: 1.2,
+    };
+    let e = TableBuilder::new().context(spec, &[rule]).unwrap_err();
+    assert!(
+        matches!(e, crate::BuildError::Rule { index: 0, what } if what.contains("MAXCHANNELS")),
+        "{e:?}"
+    );
+    let leaf = TreeNode::Leaf {
+        decision: d,
+        basis: Basis::Measured,
+        gain: 1.2,
+    };
+    let e = TableBuilder::new()
+        .tree(Coll::AllReduce, &[leaf])
+        .unwrap_err();
+    assert!(
+        matches!(e, crate::BuildError::Tree { node: 0, what, .. } if what.contains("MAXCHANNELS")),
+        "{e:?}"
+    );
+}
+
+/// The digest is XXH3-64 (seed 0) of the whole image, as FORMAT.md says:
+/// the published XXH3 test vectors, and a table's digest equal to the
+/// function of its bytes.
+#[test]
+fn digest_is_xxh3_64_of_the_whole_image() {
+    // xxHash's reference values (xxhsum -H3, python xxhash.xxh3_64).
+    assert_eq!(digest(b""), 0x2d06_8005_38d3_94c2);
+    assert_eq!(digest(b"a"), 0xe6c6_32b6_1e96_4e1f);
+    let b = fixture();
+    let t = Table::from_bytes(&b).unwrap();
+    assert_eq!(t.digest(), digest(&b));
+    let mut other = b.clone();
+    other[HEADER_LEN + 20] ^= 1;
+    assert_ne!(digest(&other), t.digest());
+}

@@ -83,4 +83,13 @@ fn corrupt_seeds_give_their_specific_error() {
     check("corrupt-section-count.tbl", &|e| {
         matches!(e, Error::BadHeader { .. })
     });
+    check("corrupt-header-reserved.tbl", &|e| {
+        e == Error::BadHeader {
+            what: "reserved field (bytes 36..40) is not zero",
+        }
+    });
+    check(
+        "corrupt-channels-200.tbl",
+        &|e| matches!(e, Error::BadRule { context: 0, index: 0, what } if what.contains("MAXCHANNELS")),
+    );
 }

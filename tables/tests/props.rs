@@ -18,10 +18,12 @@ mod harness;
 fn decision() -> impl Strategy<Value = Decision> {
     prop_oneof![
         Just(Decision::Default),
-        (0..7u8, 0..3u8, any::<u8>()).prop_map(|(a, p, channels)| Decision::Force {
-            algo: Algo::from_u8(a).unwrap(),
-            proto: Proto::from_u8(p).unwrap(),
-            channels,
+        (0..7u8, 0..3u8, 0..=dyncc_tables::MAX_CHANNELS).prop_map(|(a, p, channels)| {
+            Decision::Force {
+                algo: Algo::from_u8(a).unwrap(),
+                proto: Proto::from_u8(p).unwrap(),
+                channels,
+            }
         }),
     ]
 }

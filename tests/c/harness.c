@@ -16,11 +16,25 @@
  *
  * Environment: DYNCC_HARNESS_LIB (the .so), DYNCC_HARNESS_TABLE (valid),
  * DYNCC_HARNESS_CORRUPT (checksum broken), DYNCC_HARNESS_MISSING (absent),
- * DYNCC_HARNESS_DIGEST (the valid table's digest as 16 hex digits).
+ * DYNCC_HARNESS_DIGEST (the valid table's digest as 16 hex digits),
+ * DYNCC_HARNESS_SCRATCH (an empty directory for FIFOs, sparse files and
+ * oddly named links), DYNCC_HARNESS_CHANNELS (rule 0 asks for 200
+ * channels), DYNCC_HARNESS_RESERVED (header reserved field 1),
+ * DYNCC_HARNESS_VERSIONED (the same decisions, no gpu metadata,
+ * nccl_version "2.18.1,2.19.3").
+ *
+ * The harness defines ncclGetVersion itself and is linked with -rdynamic,
+ * so the plugin's dlsym(RTLD_DEFAULT, "ncclGetVersion") finds it as it
+ * finds libnccl's in a real job; g_nccl_version_code picks the answer
+ * (0: the call fails, as if no NCCL version could be read).
+ *
  * Prints "harness: N passed, M failed" and exits 1 on any failure. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +63,16 @@ static int g_pass, g_fail;
     }                                                             \
   } while (0)
 
+/* ---- NCCL's ncclGetVersion, as a test double ----------------------------- */
+
+static int g_nccl_version_code; /* 0: fail */
+__attribute__((visibility("default"))) ncclResult_t ncclGetVersion(int *version);
+ncclResult_t ncclGetVersion(int *version) {
+  if (!g_nccl_version_code || !version) return ncclInternalError;
+  *version = g_nccl_version_code;
+  return ncclSuccess;
+}
+
 /* ---- NCCL's logger, as a test double ---------------------------------- */
 
 static char g_last_warn[2048], g_last_info[2048];
@@ -72,7 +96,9 @@ static void logger(ncclDebugLogLevel level, unsigned long flags, const char *fil
   } else if (level == NCCL_LOG_INFO) {
     g_infos++;
     snprintf(g_last_info, sizeof g_last_info, "%s", buf);
-    if (!(flags & NCCL_TUNING)) g_bad_fmt++;
+    /* Under INIT and TUNING, as NCCL's own tuner-loading line: plain
+     * NCCL_DEBUG=INFO (default subsystems include INIT) must show it. */
+    if (!(flags & NCCL_TUNING) || !(flags & NCCL_INIT)) g_bad_fmt++;
     if (strstr(buf, "(loaded)")) g_loaded_lines++;
   }
   pthread_mutex_unlock(&g_lock);
@@ -548,6 +574,193 @@ static void check_reload(void) {
   }
 }
 
+/* ---- issue 12: bounded init, what the init line says, NCCL versions ---- */
+
+static const char *g_scratch, *g_channels, *g_reserved, *g_versioned;
+
+static void scratch_path(char *out, size_t n, const char *name) {
+  snprintf(out, n, "%s/%s", g_scratch, name);
+}
+
+/* One v6 init of nRanks x nNodes on DYNCC_TABLE=path; returns rc, leaves
+ * the context in *ctx. */
+static ncclResult_t init_on(const char *path, size_t nRanks, size_t nNodes, void **ctx) {
+  setenv("DYNCC_TABLE", path, 1);
+  reset_log();
+  *ctx = (void *)0x1;
+  return t_init(6, nRanks, nNodes, ctx);
+}
+
+/* DYNCC_TABLE naming a FIFO, /dev/zero, a directory or a 10 GB sparse file:
+ * init returns at once (before the fix: the FIFO hung init forever,
+ * /dev/zero read until memory ran out, the sparse file took ~50 s and
+ * 10 GB). alarm() turns a hang into a failed run. */
+static void check_init_is_bounded_on_fifo_devzero_sparse_and_directory(void) {
+  char fifo[4096], sparse[4096];
+  scratch_path(fifo, sizeof fifo, "table.fifo");
+  scratch_path(sparse, sizeof sparse, "sparse-10G.tbl");
+  unlink(fifo);
+  CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+  int fd = open(sparse, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  CHECK(fd >= 0 && ftruncate(fd, (off_t)10 * 1000 * 1000 * 1000) == 0, "10 GB sparse file %s", sparse);
+  if (fd >= 0) close(fd);
+  struct {
+    const char *path, *cause;
+  } cases[] = {
+      {fifo, "it is a FIFO (named pipe), not a regular file"},
+      {"/dev/zero", "it is a character device, not a regular file"},
+      {g_scratch, "it is a directory, not a regular file"},
+      {sparse, "it is 10000000000 bytes, larger than any dyncc table can be"},
+  };
+  alarm(60);
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    for (int strict = 1; strict >= 0; strict--) {
+      if (strict) unsetenv("DYNCC_STRICT"); else setenv("DYNCC_STRICT", "0", 1);
+      void *ctx;
+      ncclResult_t rc = init_on(cases[i].path, 8, 1, &ctx);
+      CHECK(rc == (strict ? ncclInvalidUsage : ncclSuccess) && ctx == NULL,
+            "%s (strict %d): rc %d ctx %p", cases[i].path, strict, rc, ctx);
+      CHECK(g_warns == 1 && strstr(g_last_warn, cases[i].cause) && strstr(g_last_warn, "refusing to read"),
+            "%s: WARN says why: %s", cases[i].path, g_last_warn);
+      CHECK(t_fin(6, ctx) == ncclSuccess, "finalize");
+    }
+  }
+  alarm(0);
+  unsetenv("DYNCC_STRICT");
+  unlink(fifo);
+  unlink(sparse);
+}
+
+/* A 64-node communicator on a table covering 1-4 / 1-64 nodes said
+ * "allreduce=default", exactly like a table that decides nothing. */
+static void check_init_line_says_not_covered_and_what_the_table_covers(void) {
+  void *ctx;
+  CHECK(init_on(g_table, 1024, 128, &ctx) == ncclSuccess && ctx, "init 1024x128");
+  CHECK(strstr(g_last_info, "allreduce=not-covered(table covers nodes 1-64 ppn 1-8)") &&
+            strstr(g_last_info, "allgather=not-covered(table covers nodes 1-4 ppn 1-8)") &&
+            strstr(g_last_info, "broadcast=not-covered(table covers nodes 1-4 ppn 1-8)") &&
+            strstr(g_last_info, " reduce=default"),
+        "not covered vs default: %s", g_last_info);
+  printf("harness: 1024x128 init logged: %s\n", g_last_info);
+  CHECK(t_fin(6, ctx) == ncclSuccess, "finalize");
+  CHECK(init_on(g_versioned, 8, 1, &ctx) == ncclSuccess && ctx, "init on the versioned table");
+  CHECK(strstr(g_last_info, " gpu unknown ") != NULL, "a table without gpu says unknown: %s", g_last_info);
+  CHECK(t_fin(6, ctx) == ncclSuccess, "finalize");
+}
+
+/* Control characters in DYNCC_TABLE went raw into NCCL's log (a newline
+ * forges a second log line, an escape sequence recolours the terminal). */
+static void check_control_characters_in_paths_are_escaped(void) {
+  char evil[4096], evil_missing[4096];
+  scratch_path(evil, sizeof evil, "evil\nWARN forged\x1b[31m.tbl");
+  scratch_path(evil_missing, sizeof evil_missing, "gone\t\x01.tbl");
+  unlink(evil);
+  CHECK(symlink(g_table, evil) == 0, "symlink with control characters");
+  void *ctx;
+  CHECK(init_on(evil, 8, 1, &ctx) == ncclSuccess && ctx, "init through the odd name");
+  CHECK(!strchr(g_last_info, '\n') && !strchr(g_last_info, '\x1b') &&
+            strstr(g_last_info, "evil\\nWARN forged\\x1b[31m.tbl"),
+        "INFO escapes the path: %s", g_last_info);
+  CHECK(t_fin(6, ctx) == ncclSuccess, "finalize");
+  CHECK(init_on(evil_missing, 8, 1, &ctx) == ncclSystemError, "missing odd name fails");
+  CHECK(!strchr(g_last_warn, '\t') && !strchr(g_last_warn, '\x01') && strstr(g_last_warn, "gone\\t\\x01.tbl"),
+        "WARN escapes the path: %s", g_last_warn);
+  unlink(evil);
+}
+
+/* A table asking for 200 channels loaded and the plugin handed NCCL 200
+ * (NCCL has at most 64, MAXCHANNELS); a nonzero header reserved field
+ * loaded although FORMAT.md says it must be zero. Both now fail init. */
+static void check_channels_over_64_and_nonzero_reserved_are_refused(void) {
+  struct {
+    const char *path, *cause;
+  } cases[] = {{g_channels, "channel count is above 64, NCCL's MAXCHANNELS"},
+               {g_reserved, "reserved field (bytes 36..40) is not zero"}};
+  for (int i = 0; i < 2; i++) {
+    void *ctx;
+    ncclResult_t rc = init_on(cases[i].path, 8, 1, &ctx);
+    CHECK(rc == ncclInvalidUsage && ctx == NULL, "%s: rc %d", cases[i].cause, rc);
+    CHECK(g_warns == 1 && strstr(g_last_warn, cases[i].cause), "WARN: %s", g_last_warn);
+    int nCh = 0;
+    cost_t c;
+    cost_fill(&c, 7, 3);
+    t_gci(6, ctx, ncclFuncAllReduce, KiB, 1, cells(&c), 7, 3, 0, &nCh);
+    CHECK(nCh >= 0 && nCh <= 64, "nChannels %d within NCCL's 64", nCh);
+    t_fin(6, ctx);
+  }
+}
+
+/* The table was swept on NCCL 2.18.1 and 2.19.3; the harness's
+ * ncclGetVersion says what runs. */
+static void check_nccl_version_mismatch_warns_once_and_off_turns_tuning_off(void) {
+  void *a, *b;
+  unsetenv("DYNCC_NCCL_MISMATCH");
+  /* Unknown running version: no WARN, the line says unknown. */
+  g_nccl_version_code = 0;
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a, "init");
+  CHECK(g_warns == 0 && strstr(g_last_info, "nccl unknown (table swept on 2.18.1,2.19.3)"),
+        "unknown NCCL: %s / %s", g_last_info, g_last_warn);
+  t_fin(6, a);
+  /* Same major.minor as one of the sweep's: quiet. */
+  g_nccl_version_code = 21905;
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a, "init");
+  CHECK(g_warns == 0 && strstr(g_last_info, "nccl 2.19.5 (table swept on 2.18.1,2.19.3)"),
+        "matching NCCL: %s / %s", g_last_info, g_last_warn);
+  t_fin(6, a);
+  /* 2.21 (default policy warn): one WARN for the load, none for a second
+   * communicator sharing it; tuning stays on. */
+  g_nccl_version_code = 22103;
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a, "init");
+  CHECK(g_warns == 1 && strstr(g_last_warn, "swept on NCCL 2.18.1,2.19.3 but this process runs NCCL 2.21.3") &&
+            strstr(g_last_warn, "re-sweep"),
+        "mismatch WARN: %s", g_last_warn);
+  printf("harness: mismatch WARN: %s\n", g_last_warn);
+  CHECK(init_on(g_versioned, 8, 1, &b) == ncclSuccess && b, "second init");
+  CHECK(g_warns == 0, "one WARN per loaded table, not per communicator (%d)", g_warns);
+  expect_call(6, b, ncclFuncAllReduce, 1 * MiB, 1, 0, 7, 3, -1, NCCL_ALGO_RING, NCCL_PROTO_LL128, 4, "warn keeps tuning");
+  t_fin(6, a);
+  t_fin(6, b);
+  /* DYNCC_NCCL_MISMATCH=off: WARN, and NCCL's own tuning for every comm. */
+  setenv("DYNCC_NCCL_MISMATCH", "off", 1);
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a, "init (off)");
+  CHECK(g_warns == 1 && strstr(g_last_warn, "DYNCC_NCCL_MISMATCH=off: leaving NCCL's own tuning alone"),
+        "off WARN: %s", g_last_warn);
+  CHECK(strstr(g_last_info, "tuning off") != NULL, "off INFO: %s", g_last_info);
+  printf("harness: DYNCC_NCCL_MISMATCH=off WARN: %s\nharness: DYNCC_NCCL_MISMATCH=off INFO: %s\n", g_last_warn,
+         g_last_info);
+  expect_call(6, a, ncclFuncAllReduce, 1 * MiB, 1, 0, 7, 3, -1, -1, -1, 0, "off leaves NCCL alone");
+  CHECK(init_on(g_versioned, 8, 1, &b) == ncclSuccess && b, "second init (off)");
+  CHECK(g_warns == 0, "off: still one WARN per load (%d)", g_warns);
+  expect_call(6, b, ncclFuncAllReduce, 1 * KiB, 1, 0, 7, 3, -1, -1, -1, 0, "off leaves NCCL alone (2)");
+  t_fin(6, a);
+  t_fin(6, b);
+  /* A matching version with =off: tuning on. */
+  g_nccl_version_code = 21803;
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a && g_warns == 0, "off but matching");
+  expect_call(6, a, ncclFuncAllReduce, 1 * MiB, 1, 0, 7, 3, -1, NCCL_ALGO_RING, NCCL_PROTO_LL128, 4, "off, matching: tuned");
+  t_fin(6, a);
+  /* =ignore: no WARN, tuning on. */
+  g_nccl_version_code = 22103;
+  setenv("DYNCC_NCCL_MISMATCH", "ignore", 1);
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a && g_warns == 0, "ignore: no WARN (%s)", g_last_warn);
+  expect_call(6, a, ncclFuncAllReduce, 1 * MiB, 1, 0, 7, 3, -1, NCCL_ALGO_RING, NCCL_PROTO_LL128, 4, "ignore: tuned");
+  t_fin(6, a);
+  /* A value that is none of those is said, not silently guessed. */
+  setenv("DYNCC_NCCL_MISMATCH", "of", 1);
+  CHECK(init_on(g_versioned, 8, 1, &a) == ncclSuccess && a, "bad value");
+  CHECK(g_warns == 2 && strstr(g_last_warn, "re-sweep"), "bad value + mismatch: %d WARNs, %s", g_warns, g_last_warn);
+  t_fin(6, a);
+  /* A table without nccl_version: never a mismatch. */
+  setenv("DYNCC_NCCL_MISMATCH", "off", 1);
+  CHECK(init_on(g_table, 8, 1, &a) == ncclSuccess && a && g_warns == 0 &&
+            strstr(g_last_info, "nccl 2.21.3 (table swept on unknown)"),
+        "no nccl_version: %s", g_last_info);
+  expect_call(6, a, ncclFuncAllReduce, 1 * MiB, 1, 0, 7, 3, -1, NCCL_ALGO_RING, NCCL_PROTO_LL128, 4, "unknown sweep: tuned");
+  t_fin(6, a);
+  unsetenv("DYNCC_NCCL_MISMATCH");
+  g_nccl_version_code = 0;
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   (void)argv;
@@ -556,8 +769,14 @@ int main(int argc, char **argv) {
   g_corrupt = getenv("DYNCC_HARNESS_CORRUPT");
   g_missing = getenv("DYNCC_HARNESS_MISSING");
   g_digest = getenv("DYNCC_HARNESS_DIGEST");
-  if (!g_lib_path || !g_table || !g_corrupt || !g_missing || !g_digest) {
-    fprintf(stderr, "harness: set DYNCC_HARNESS_LIB, _TABLE, _CORRUPT, _MISSING and _DIGEST\n");
+  g_scratch = getenv("DYNCC_HARNESS_SCRATCH");
+  g_channels = getenv("DYNCC_HARNESS_CHANNELS");
+  g_reserved = getenv("DYNCC_HARNESS_RESERVED");
+  g_versioned = getenv("DYNCC_HARNESS_VERSIONED");
+  if (!g_lib_path || !g_table || !g_corrupt || !g_missing || !g_digest || !g_scratch || !g_channels ||
+      !g_reserved || !g_versioned) {
+    fprintf(stderr, "harness: set DYNCC_HARNESS_LIB, _TABLE, _CORRUPT, _MISSING, _DIGEST, _SCRATCH, "
+                    "_CHANNELS, _RESERVED and _VERSIONED\n");
     return 2;
   }
   if (load_lib()) {
@@ -566,6 +785,11 @@ int main(int argc, char **argv) {
     check_capi_oracle();
     check_no_table();
     check_bad_tables();
+    check_init_is_bounded_on_fifo_devzero_sparse_and_directory();
+    check_init_line_says_not_covered_and_what_the_table_covers();
+    check_control_characters_in_paths_are_escaped();
+    check_channels_over_64_and_nonzero_reserved_are_refused();
+    check_nccl_version_mismatch_warns_once_and_off_turns_tuning_off();
     check_threads();
     check_reload();
     if (g_lib) dlclose(g_lib);

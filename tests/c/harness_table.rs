@@ -37,10 +37,68 @@ fn all(d: Decision) -> [Rule; 1] {
 
 /// The harness table's bytes.
 pub fn harness_table() -> Vec<u8> {
-    let m = Basis::Measured;
     let mut b = TableBuilder::new();
+    b.meta("gpu", "H100");
+    harness_decisions(b)
+}
+
+/// The harness table's decisions without `gpu` metadata, swept (says its
+/// `nccl_version`) on NCCL 2.18.1 and 2.19.3.
+pub fn versioned_table() -> Vec<u8> {
+    let mut b = TableBuilder::new();
+    b.meta("nccl_version", "2.18.1,2.19.3");
+    harness_decisions(b)
+}
+
+/// IEEE CRC-32 (as crc32fast), to reseal a deliberately edited table.
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// The harness table with bytes at `offset` replaced and the CRC resealed,
+/// so only that field is wrong (header layout: tables/src/raw.rs).
+pub fn edited(offset: usize, value: &[u8]) -> Vec<u8> {
+    let mut t = harness_table();
+    t[offset..offset + value.len()].copy_from_slice(value);
+    let crc = crc32(&t[40..]);
+    t[32..36].copy_from_slice(&crc.to_le_bytes());
+    t
+}
+
+/// The harness table whose first rule asks for 200 channels (NCCL has at
+/// most 64): the builder refuses that, so the byte is edited in.
+pub fn channels_200_table() -> Vec<u8> {
+    let t = harness_table();
+    let sections = u32::from_le_bytes(t[28..32].try_into().unwrap()) as usize;
+    let rules = (0..sections)
+        .map(|i| 40 + 12 * i)
+        .find(|&e| u32::from_le_bytes(t[e..e + 4].try_into().unwrap()) == 2)
+        .map(|e| u32::from_le_bytes(t[e + 4..e + 8].try_into().unwrap()) as usize)
+        .expect("RULES section");
+    // RuleRecord: last_bucket, basis, reserved[2], decision (algo, proto,
+    // channels, 0), gain.
+    edited(rules + 6, &[200])
+}
+
+/// The harness table with the header's reserved field (bytes 36..40) 1.
+pub fn reserved_table() -> Vec<u8> {
+    edited(36, &1u32.to_le_bytes())
+}
+
+fn harness_decisions(mut b: TableBuilder) -> Vec<u8> {
+    let m = Basis::Measured;
     b.meta("platform", "harness-sim")
-        .meta("gpu", "H100")
         .meta("coverage", "5 contexts (harness)")
         .meta("command", "tests/c/harness_table.rs");
     // Context 0: what the harness's 8x1 communicator gets for AllReduce.

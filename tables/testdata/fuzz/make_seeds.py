@@ -45,6 +45,10 @@ _, rules, _ = section(golden, 2)
 seeds["corrupt-nan-gain.tbl"] = reseal(put(golden, rules + 8, "<I", 0x7FC00000))
 # Section count far past the directory.
 seeds["corrupt-section-count.tbl"] = reseal(put(golden, 28, "<I", 0xFFFFFFFF))
+# Header reserved field (bytes 36..40) nonzero: "must be zero to load".
+seeds["corrupt-header-reserved.tbl"] = reseal(put(golden, 36, "<I", 1))
+# Rule 0 asks for 200 channels; NCCL has at most 64 (MAXCHANNELS).
+seeds["corrupt-channels-200.tbl"] = reseal(put(golden, rules + 6, "<B", 200))
 
 for name, data in seeds.items():
     with open(os.path.join(here, name + ".tmp"), "wb") as f:
