@@ -14,7 +14,7 @@ use crate::distil::{distil, tree_features, Fidelity, Leaf, Sample};
 use crate::emit::{self, PlannedContext};
 use crate::features::{build_grids, Grid, GridNotes};
 use crate::fit::fit;
-use crate::ingest::{self, Dataset, IngestOptions};
+use crate::ingest::{self, Dataset};
 use crate::record::{Cell, Record};
 use crate::tree::FlatTree;
 use crate::units::{fmt_bytes, fmt_gain};
@@ -72,6 +72,8 @@ pub struct Platform {
     pub label: Option<String>,
     pub gpu: Option<String>,
     pub gpus_per_node: Option<u32>,
+    /// The sweep's NCCL versions (`2.18.3,2.19.1`), when the inputs show them.
+    pub nccl_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -112,7 +114,7 @@ pub struct TableInfo {
 pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
     let (records, platform) = select_platform(&ds.records, opts.platform.as_deref())?;
     let cells = ingest::aggregate(&records);
-    let mut c = compile_cells(&cells, &platform, opts, &input_digests(&records))?;
+    let mut c = compile_cells(&cells, &platform, opts, &ds.input_digests(&records))?;
     c.report.inputs = Inputs {
         files: ds.files,
         rows: ds.rows,
@@ -122,6 +124,7 @@ pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Co
         cells: cells.len(),
     };
     c.report.skipped = ds.skipped.clone();
+    c.report.notes.extend(ds.notes.iter().cloned());
     Ok(c)
 }
 
@@ -169,7 +172,7 @@ pub fn compile_cells(
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let meta: Vec<(&str, String)> = vec![
+    let mut meta: Vec<(&str, String)> = vec![
         ("dyncc_version", env!("CARGO_PKG_VERSION").to_string()),
         ("command", opts.command.clone()),
         ("inputs", inputs.to_string()),
@@ -185,6 +188,10 @@ pub fn compile_cells(
         ("margin", format!("{}", opts.decide.margin)),
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
     ];
+    // Read by the plugin and `verify`/`explain`; absent when unknown.
+    if let Some(v) = &platform.nccl_version {
+        meta.push(("nccl_version", v.clone()));
+    }
     let tree_list: Vec<(Coll, FlatTree<Leaf>)> =
         trees.into_iter().map(|(c, t, _)| (c, t)).collect();
     let bytes = emit::build(&contexts, &tree_list, &meta, opts.decide.extrapolate)?;
@@ -270,47 +277,9 @@ fn select_platform(
                 .then(|| format!("{:010}", r.nranks / r.nnodes))
         })
         .and_then(|s| s.parse().ok()),
+        nccl_version: ingest::setup::nccl_versions(&selected),
     };
     Ok((selected, platform))
-}
-
-/// `sha256  path` per input file that contributed records; beyond a few
-/// files, one combined digest (over the sorted per-file lines) and the
-/// count, so a sweep of thousands of logs does not bloat the table.
-fn input_digests(records: &[Record]) -> String {
-    use sha2::{Digest, Sha256};
-    const LIST_UP_TO: usize = 16;
-    let files: BTreeSet<&std::path::Path> =
-        records.iter().map(|r| r.source.file.as_path()).collect();
-    let lines: Vec<String> = files
-        .iter()
-        .map(|f| match std::fs::read(f) {
-            Ok(b) => format!("{:x}  {}", Sha256::digest(&b), f.display()),
-            Err(_) => format!("unreadable  {}", f.display()),
-        })
-        .collect();
-    if lines.len() <= LIST_UP_TO {
-        return lines.join("\n");
-    }
-    let combined = Sha256::digest(lines.join("\n").as_bytes());
-    let mut dirs: BTreeSet<String> = BTreeSet::new();
-    for f in &files {
-        dirs.insert(
-            f.parent()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-        );
-    }
-    let mut shown: Vec<String> = dirs.into_iter().take(8).collect();
-    if files.len() > 8 {
-        shown.push("...".into());
-    }
-    format!(
-        "{:x}  {} files (sha256 of their per-file sha256 lines), under: {}",
-        combined,
-        lines.len(),
-        shown.join(", ")
-    )
 }
 
 /// The grid points the distilled trees must reproduce: every bucket of
@@ -498,6 +467,10 @@ pub fn print_report(r: &Report) {
         p.gpus_per_node
             .map(|g| format!(", {g} GPUs per node"))
             .unwrap_or_default()
+            + &p.nccl_version
+                .as_deref()
+                .map(|v| format!(", NCCL {v}"))
+                .unwrap_or_default()
     );
     println!("\ncoverage:");
     for c in &r.coverage {
@@ -635,13 +608,8 @@ pub struct CompileArgs {
     /// Compile only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
-    /// Skip (and report) input that cannot be read instead of failing.
-    #[arg(long)]
-    pub lenient: bool,
-    /// Facts the inputs do not state: KEY=VALUE (NCCL_ALGO=Ring, nodes=2,
-    /// coll=allreduce, ...) or `default` for logs of NCCL's own choice.
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
+    #[command(flatten)]
+    pub ingest: ingest::args::IngestArgs,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -814,15 +782,11 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     if !(a.noise_z.is_finite() && a.noise_z >= 0.0) {
         bail!("--noise-z {}: expected a non-negative number", a.noise_z);
     }
-    let ingest_opts = IngestOptions {
-        lenient: a.lenient,
-        assume: IngestOptions::parse_assume(&a.assume)?,
-        progress: !a.json,
-        keep_unresolved: false,
-    };
+    let ingest_opts = a.ingest.options(!a.json, false)?;
     let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
-    check_repeats(&mut ds, a.lenient)?;
-    check_default_runs(&mut ds, a.lenient)?;
+    ingest::setup::select_setup(&mut ds, &a.ingest.setup_choice()?)?;
+    check_repeats(&mut ds, a.ingest.lenient)?;
+    check_default_runs(&mut ds, a.ingest.lenient)?;
     if ds.records.is_empty() {
         bail!(
             "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
@@ -1026,6 +990,7 @@ mod tests {
             reg_buff: false,
             source: a.source.clone(),
             flags: 0,
+            env: None,
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
         let e = select_platform(&recs, None).err().unwrap().to_string();

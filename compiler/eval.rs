@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::compile::{compile_dataset, CompileOptions};
 use crate::decide::DecideOptions;
-use crate::ingest::{self, Dataset, IngestOptions};
+use crate::ingest::{self, Dataset};
 use crate::record::{Cell, Collective, Config};
 
 /// A cell more than this much slower than NCCL's default is a regression.
@@ -340,10 +340,8 @@ pub struct EvalArgs {
     /// Keep only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
-    #[arg(long)]
-    pub lenient: bool,
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
+    #[command(flatten)]
+    pub ingest: ingest::args::IngestArgs,
     /// Score against a simulator's ground truth (`truth.csv` from `dyncc
     /// simulate`: true mean times, noise-free) instead of measurements.
     #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
@@ -356,14 +354,11 @@ pub struct EvalArgs {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
-    let ingest_opts = IngestOptions {
-        lenient: a.lenient,
-        assume: IngestOptions::parse_assume(&a.assume)?,
-        progress: !a.json,
-        keep_unresolved: false,
-    };
+    let ingest_opts = a.ingest.options(!a.json, false)?;
+    let setup = a.ingest.setup_choice()?;
     let (score, scored, title) = if a.cv.is_some() {
-        let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+        let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+        ingest::setup::select_setup(&mut ds, &setup)?;
         let opts = CompileOptions {
             decide: DecideOptions {
                 margin: a.margin,
@@ -406,7 +401,8 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             .with_context(|| format!("reading table {}", a.paths[0].display()))?;
         let table = Table::from_bytes(&bytes)
             .map_err(|e| anyhow::anyhow!("{}: {e}", a.paths[0].display()))?;
-        let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
+        let mut ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
+        ingest::setup::select_setup(&mut ds, &setup)?;
         let mut records = ds.records;
         if let Some(p) = &a.platform {
             records.retain(|r| r.is_platform(p));
