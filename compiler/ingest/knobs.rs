@@ -413,7 +413,13 @@ pub fn unknown_msg(knob: &str) -> String {
         _ => "the channel count",
     };
     format!(
-        "knobs unknown: nothing says {what} this run used (nccl-tests does not print it, and          the log has no `set by environment` lines, which NCCL_DEBUG=INFO prints only with          ENV in NCCL_DEBUG_SUBSYS). Label it: `--assume default` if NCCL chose (nothing          forced); `--assume NCCL_ALGO=Ring --assume NCCL_PROTO=LL` with the run's values; a          first line `# dyncc: NCCL_ALGO=Ring NCCL_PROTO=LL` in the file; a directory          `NCCL_ALGO=Ring/NCCL_PROTO=LL/` around it; or, for a folder of many settings,          `--manifest FILE` or `--name-pattern PATTERN` (see `dyncc inspect --help`)"
+        "knobs unknown: nothing says {what} this run used (nccl-tests does not print it, and \
+         the log has no \"set by environment\" lines, which NCCL_DEBUG=INFO prints only with \
+         ENV in NCCL_DEBUG_SUBSYS). Label it: `--assume default` if NCCL chose (nothing \
+         forced); `--assume NCCL_ALGO=Ring --assume NCCL_PROTO=LL` with the run's values; a \
+         first line `# dyncc: NCCL_ALGO=Ring NCCL_PROTO=LL` in the file; a directory \
+         `NCCL_ALGO=Ring/NCCL_PROTO=LL/` around it; or, for a folder of many settings, \
+         `--manifest FILE` or `--name-pattern PATTERN` (see `dyncc inspect --help`)"
     )
 }
 

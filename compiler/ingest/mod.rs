@@ -782,6 +782,15 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
     {
         return Format::TunerCsv;
     }
+    // A .csv meant as a tuner CSV whose header misses columns: read it as
+    // one, so the error lists what is missing instead of ignoring the file.
+    // (Other CSVs about collectives, e.g. issue facts, name no algorithm.)
+    if name.ends_with(".csv")
+        && fl.contains("collective")
+        && (fl.contains("algorithm") || fl.contains("protocol"))
+    {
+        return Format::TunerCsv;
+    }
     if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, first_line) {
         return Format::NvidiaRawCsv;
     }

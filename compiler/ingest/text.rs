@@ -928,7 +928,6 @@ fn finish(
             nnodes = Some(first.1.max(1));
             gpu = first.2;
         }
-        let facts = [&st.header, assume];
         if nranks.is_none() {
             nranks = facts.iter().find_map(|a| a.ranks);
         }
