@@ -434,7 +434,7 @@ fn identical_inputs_are_counted_once() {
         std::fs::read_to_string(root().join("datasets/real/nvidia-dgx1v-allreduce.csv")).unwrap();
     let c2 = write(d.path(), "c/twice.csv", &format!("{csv}{csv}"));
     let c1 = write(d.path(), "c1/once.csv", &csv);
-    let n1 = strict(&[c1.clone()], &[]).unwrap().records.len();
+    let n1 = strict(std::slice::from_ref(&c1), &[]).unwrap().records.len();
     assert_eq!(strict(&[c2], &[]).unwrap().records.len(), n1);
     // Compiling two copies decides exactly what one copy does (24 regions
     // changed decision when the copy counted as a repeat).
@@ -641,7 +641,7 @@ fn symlink_loops_are_walked_once() {
     let sub = top.join("sub");
     std::fs::create_dir(&sub).unwrap();
     std::os::unix::fs::symlink(&top, sub.join("up")).unwrap();
-    let ds = strict(&[top.clone()], &["default"]).unwrap();
+    let ds = strict(std::slice::from_ref(&top), &["default"]).unwrap();
     assert_eq!((ds.files, ds.records.len()), (1, 22));
     assert!(
         ds.notes.iter().any(|n| n.contains("read once")),
