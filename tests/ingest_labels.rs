@@ -434,7 +434,10 @@ fn identical_inputs_are_counted_once() {
         std::fs::read_to_string(root().join("datasets/real/nvidia-dgx1v-allreduce.csv")).unwrap();
     let c2 = write(d.path(), "c/twice.csv", &format!("{csv}{csv}"));
     let c1 = write(d.path(), "c1/once.csv", &csv);
-    let n1 = strict(std::slice::from_ref(&c1), &[]).unwrap().records.len();
+    let n1 = strict(std::slice::from_ref(&c1), &[])
+        .unwrap()
+        .records
+        .len();
     assert_eq!(strict(&[c2], &[]).unwrap().records.len(), n1);
     // Compiling two copies decides exactly what one copy does (24 regions
     // changed decision when the copy counted as a repeat).
@@ -665,4 +668,63 @@ fn input_digests_are_recorded_while_reading() {
         ds.input_digests(&ds.records),
         format!("{want}  {}", p.display())
     );
+}
+
+// ---- real logs the project had not labelled -----------------------------
+
+/// Real nccl-tests logs whose forced algorithm is only in the file name
+/// (`20260305_220043__all_reduce_ring.out`): labelled by a name pattern or
+/// a manifest, the same for every command.
+#[test]
+fn real_logs_are_labelled_by_their_file_names() {
+    let dir = root().join("tests/data/together-h100");
+    // Unlabelled: an error, never NCCL's default.
+    let e = format!("{:#}", strict(std::slice::from_ref(&dir), &[]).unwrap_err());
+    assert!(e.contains("knobs unknown"), "{e}");
+    let out = dyncc()
+        .arg("inspect")
+        .arg("--json")
+        .arg(&dir)
+        .args(["--name-pattern", "*__{coll}_{algo}.out"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["unresolved_records"], 0, "{v}");
+    assert_eq!(v["algorithms"]["ring"], v["algorithms"]["nvls"]);
+    assert!(v["algorithms"]["ring"].as_u64().unwrap() > 0);
+    assert_eq!(v["protocols"]["default"], v["records"]);
+    assert_eq!(v["nccl_versions"], serde_json::json!(["2.26.2"]));
+    let knobs: Vec<&str> = v["per_file"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["knobs"].as_str())
+        .collect();
+    assert!(
+        knobs
+            .iter()
+            .any(|k| k.starts_with("NCCL_ALGO=nvls (--name-pattern '*__{coll}_{algo}.out')")),
+        "{knobs:?}"
+    );
+    // The same labels from a manifest.
+    let d = tempfile::tempdir().unwrap();
+    let m = write(
+        d.path(),
+        "m.csv",
+        "path,NCCL_ALGO\n*_ring.out,Ring\n*_nvls.out,NVLS\n",
+    );
+    let ds = ingest::read_paths(
+        std::slice::from_ref(&dir),
+        &IngestOptions {
+            manifest: Some(std::sync::Arc::new(
+                ingest::labels::Manifest::load(&m).unwrap(),
+            )),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Nvls)));
+    assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Ring)));
+    assert!(ds.reports.iter().all(|r| r.knobs.contains("manifest")));
 }

@@ -316,10 +316,16 @@ impl NamePattern {
                     );
                 };
                 let group = format!("f{}", fields.len());
-                re.push_str(&format!(
-                    "(?P<{group}>{})",
-                    if digits { "[0-9]+" } else { "[^/]+?" }
-                ));
+                // Names are matched as names, so `{coll}_{algo}` splits
+                // `all_reduce_ring` at the right underscore.
+                let value = match field {
+                    "coll" => "(?i:all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|send_?recv|broadcast|bcast|reduce|gather|scatter|hypercube)",
+                    "algo" => "(?i:collnet_?direct|collnet_?chain|collnet|nvls_?tree|nvls|tree|ring|pat|default)",
+                    "proto" => "(?i:ll128|ll|simple|default)",
+                    _ if digits => "[0-9]+",
+                    _ => "[^/]+?",
+                };
+                re.push_str(&format!("(?P<{group}>{value})"));
                 fields.push((group, key));
                 rest = &r[end + 1..];
             } else if let Some(r) = rest.strip_prefix('*') {
