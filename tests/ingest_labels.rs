@@ -429,6 +429,17 @@ fn identical_inputs_are_counted_once() {
         .reports
         .iter()
         .any(|r| r.duplicate_of.is_some() && r.file == copy));
+    // The same bytes under different labels are not one measurement: both
+    // kept, and reported (a copy, or a mislabel).
+    let ring = write(d.path(), "l/NCCL_ALGO=Ring/all_reduce.log", &body);
+    let tree = write(d.path(), "l/NCCL_ALGO=Tree/all_reduce.log", &body);
+    let ds = strict(&[ring, tree], &[]).unwrap();
+    assert_eq!(ds.records.len(), 2 * n);
+    assert!(
+        ds.notes.iter().any(|m| m.contains("labelled differently")),
+        "{:?}",
+        ds.notes
+    );
     // The tuner CSV concatenated with itself (header line and all).
     let csv =
         std::fs::read_to_string(root().join("datasets/real/nvidia-dgx1v-allreduce.csv")).unwrap();

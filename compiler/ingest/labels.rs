@@ -170,10 +170,9 @@ impl Manifest {
             for (k, v) in &r.pairs {
                 match merged.iter().find(|(mk, _, _)| mk.eq_ignore_ascii_case(k)) {
                     Some((_, mv, ml)) if !mv.eq_ignore_ascii_case(v) => anyhow::bail!(
-                        "{}: {} matches rows {ml} ({k}={mv}) and {} ({k}={v}) of the manifest {}; \
-                         make the globs select each file once",
+                        "{} matches rows {ml} ({k}={mv}) and {} ({k}={v}) of the manifest {}, which \
+                         disagree; make the globs select each file once",
                         file.display(),
-                        r.glob,
                         r.line,
                         self.path.display()
                     ),

@@ -402,8 +402,10 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
         ..Default::default()
     };
     let bar = progress_bar(opts.progress && files.len() > 1, files.len() as u64);
-    let mut seen_files: HashMap<String, PathBuf> = HashMap::new();
-    let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32)> = HashMap::new();
+    // Content is one measurement only under the same labels: identical rows
+    // under different knobs are kept (and reported: a copy or a mislabel).
+    let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
+    let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
     for f in &files {
         bar.set_message(
             f.file_name()
@@ -424,7 +426,8 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
         };
         // The same bytes twice: one measurement, not two repeats.
         if !report.sha256.is_empty() && !d.records.is_empty() {
-            if let Some(first) = seen_files.get(&report.sha256) {
+            let id = (report.sha256.clone(), keys_digest(&d.records));
+            if let Some(first) = seen_files.get(&id) {
                 ds.notes.push(format!(
                     "{} has the same content as {} (sha256 {}): counted once",
                     f.display(),
@@ -438,7 +441,7 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
                 ds.absorb(d);
                 continue;
             }
-            seen_files.insert(report.sha256.clone(), f.clone());
+            seen_files.insert(id, f.clone());
         }
         // A run section repeated (a file concatenated with itself, a log
         // pasted into another): counted once.
@@ -447,8 +450,20 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
             if sec.records.is_empty() {
                 continue;
             }
+            let keys = keys_digest(&d.records[sec.records.clone()]);
             match seen_sections.get(&sec.digest) {
-                Some((ff, fl)) => {
+                Some((ff, fl, fk)) if *fk != keys => {
+                    ds.notes.push(format!(
+                        "{}:{}: the same {} rows as {}:{} but labelled differently: kept both; \
+                         is one a copy of the other, or mislabelled?",
+                        f.display(),
+                        sec.line,
+                        sec.records.len(),
+                        ff.display(),
+                        fl
+                    ));
+                }
+                Some((ff, fl, _)) => {
                     ds.notes.push(format!(
                         "{}:{}: the same {} rows as {}:{}: counted once",
                         f.display(),
@@ -460,7 +475,7 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
                     drop.push(sec.records);
                 }
                 None => {
-                    seen_sections.insert(sec.digest, (f.clone(), sec.line));
+                    seen_sections.insert(sec.digest, (f.clone(), sec.line, keys));
                 }
             }
         }
@@ -481,6 +496,18 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
     }
     flag_outliers(&mut ds);
     Ok(ds)
+}
+
+/// What the records of some content were labelled as (collective, size,
+/// shape, knobs, placement, in order).
+fn keys_digest(records: &[Record]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in records {
+        r.key().hash(&mut h);
+        r.in_place.hash(&mut h);
+    }
+    h.finish()
 }
 
 fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
