@@ -422,7 +422,10 @@ pub fn to_decision(cfg: &Config) -> Decision {
         (Some(algo), Some(proto)) => Decision::Force {
             algo,
             proto,
-            channels: cfg.channels.map(|c| c.min(dyncc_tables::MAX_CHANNELS as u32) as u8).unwrap_or(0),
+            channels: cfg
+                .channels
+                .map(|c| c.min(dyncc_tables::MAX_CHANNELS as u32) as u8)
+                .unwrap_or(0),
         },
         _ => Decision::Default,
     }

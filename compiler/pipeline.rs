@@ -71,7 +71,7 @@ pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Co
     }
     let (records, platform) = select_platform(work.records, opts.platform.as_deref())?;
     let cells = ingest::aggregate(&records);
-    let mut c = compile_cells(&cells, &platform, opts, &input_digests(&records))?;
+    let mut c = compile_cells(&cells, &platform, opts, &ds.input_digests(&records))?;
     c.report.inputs = Inputs {
         files: ds.files,
         rows: ds.rows,
@@ -81,6 +81,7 @@ pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Co
         cells: cells.len(),
     };
     c.report.skipped = work.skipped;
+    c.report.notes.extend(ds.notes.iter().cloned());
     Ok(c)
 }
 
@@ -128,7 +129,7 @@ pub fn compile_cells(
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let meta: Vec<(&str, String)> = vec![
+    let mut meta: Vec<(&str, String)> = vec![
         ("dyncc_version", env!("CARGO_PKG_VERSION").to_string()),
         ("command", opts.command.clone()),
         ("inputs", inputs.to_string()),
@@ -147,6 +148,10 @@ pub fn compile_cells(
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
         ("node_reach", format!("{}", opts.decide.node_reach)),
     ];
+    // Read by the plugin and `verify`/`explain`; absent when unknown.
+    if let Some(v) = &platform.nccl_version {
+        meta.push(("nccl_version", v.clone()));
+    }
     let tree_list: Vec<(Coll, FlatTree<Leaf>)> =
         trees.into_iter().map(|(c, t, _)| (c, t)).collect();
     let bytes = emit::build(&contexts, &tree_list, &meta, opts.decide.extrapolate)?;
@@ -228,47 +233,9 @@ fn select_platform(
                 .then(|| format!("{:010}", r.nranks / r.nnodes))
         })
         .and_then(|s| s.parse().ok()),
+        nccl_version: ingest::setup::nccl_versions(&selected),
     };
     Ok((selected, platform))
-}
-
-/// `sha256  path` per input file that contributed records; beyond a few
-/// files, one combined digest (over the sorted per-file lines) and the
-/// count, so a sweep of thousands of logs does not bloat the table.
-fn input_digests(records: &[Record]) -> String {
-    use sha2::{Digest, Sha256};
-    const LIST_UP_TO: usize = 16;
-    let files: BTreeSet<&std::path::Path> =
-        records.iter().map(|r| r.source.file.as_path()).collect();
-    let lines: Vec<String> = files
-        .iter()
-        .map(|f| match std::fs::read(f) {
-            Ok(b) => format!("{:x}  {}", Sha256::digest(&b), f.display()),
-            Err(_) => format!("unreadable  {}", f.display()),
-        })
-        .collect();
-    if lines.len() <= LIST_UP_TO {
-        return lines.join("\n");
-    }
-    let combined = Sha256::digest(lines.join("\n").as_bytes());
-    let mut dirs: BTreeSet<String> = BTreeSet::new();
-    for f in &files {
-        dirs.insert(
-            f.parent()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-        );
-    }
-    let mut shown: Vec<String> = dirs.into_iter().take(8).collect();
-    if files.len() > 8 {
-        shown.push("...".into());
-    }
-    format!(
-        "{:x}  {} files (sha256 of their per-file sha256 lines), under: {}",
-        combined,
-        lines.len(),
-        shown.join(", ")
-    )
 }
 
 /// Node counts of one range sampled for the trees: all of a short range,
@@ -672,6 +639,7 @@ mod tests {
             reg_buff: false,
             source: a.source.clone(),
             flags: 0,
+            env: None,
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
         let e = select_platform(recs.clone(), None)

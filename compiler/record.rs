@@ -139,6 +139,12 @@ pub struct Record {
     pub source: Source,
     /// Bit set of [`flags`].
     pub flags: u8,
+    /// The run's other `NCCL_*` variables (`NCCL_IB_HCA=mlx5
+    /// NCCL_NET_GDR_LEVEL=PHB`, sorted; empty: none set) when the input
+    /// shows the run's environment; `None` when it does not. With
+    /// `nccl_version` it is the run's setup: runs of different setups are
+    /// not repeats of one measurement (see `ingest::setup`).
+    pub env: Option<Arc<str>>,
 }
 
 impl Record {

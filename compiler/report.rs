@@ -49,6 +49,8 @@ pub struct Platform {
     pub label: Option<String>,
     pub gpu: Option<String>,
     pub gpus_per_node: Option<u32>,
+    /// The sweep's NCCL versions (`2.18.3,2.19.1`), when the inputs show them.
+    pub nccl_version: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -42,12 +42,13 @@ fn inspect_json_has_the_documented_fields() {
     assert_eq!(v["collectives"]["allreduce"], 70);
     assert_eq!(v["algorithms"]["ring"], 50);
     assert_eq!(v["algorithms"]["nvls"], 6);
-    // The Tree/Simple path sets no channel count: knobs unknown, still counted.
-    assert_eq!(v["algorithms"]["unknown"], 14);
+    // The Tree/Simple path names no channel count: NCCL chose it.
+    assert_eq!(v["algorithms"]["tree"], 14);
     assert_eq!(v["protocols"]["ll128"], 50);
     assert_eq!(v["protocols"]["default"], 6);
+    assert_eq!(v["protocols"]["simple"], 14);
     assert_eq!(v["channels"]["16"], 50);
-    assert_eq!(v["channels"]["default"], 6);
+    assert_eq!(v["channels"]["default"], 20);
     assert_eq!(v["nodes"], serde_json::json!([1, 2]));
     assert_eq!(v["knob_ignored"], 4);
     assert!(v["skipped"].as_array().unwrap().is_empty());

@@ -6,6 +6,7 @@ mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --le
 mod ingest; // every real log format, golden row counts
 mod ingest_cli;
 mod ingest_errors; // malformed input: file, line, what was expected
+mod ingest_labels; // knobs per run, labels, copies and setups, checked values, bounded walk
 mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)

@@ -695,6 +695,8 @@ struct ExplainJson {
     table: String,
     digest: String,
     platform: Option<String>,
+    /// The sweep's NCCL version(s), when the table records them.
+    nccl_version: Option<String>,
     trees: Vec<TreeJson>,
     /// Per tree: where it reproduces the plugin's decision and where not.
     agreement: Vec<Agreement>,
@@ -730,6 +732,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
                     .meta("platform")
                     .filter(|p| !p.is_empty())
                     .map(str::to_string),
+                nccl_version: table.meta("nccl_version").map(str::to_string),
                 trees: colls
                     .iter()
                     .filter_map(|c| table.tree(*c))

@@ -70,10 +70,14 @@ pub fn one_line_summary(t: &Table) -> String {
         .filter(|p| !p.is_empty())
         .or(t.meta("gpu").filter(|g| !g.is_empty()));
     format!(
-        "digest {:016x}, format {ma}.{mi}, {}{}",
+        "digest {:016x}, format {ma}.{mi}, {}{}{}",
         t.digest(),
         platform
             .map(|p| format!("platform {p}, "))
+            .unwrap_or_default(),
+        t.meta("nccl_version")
+            .filter(|v| !v.is_empty())
+            .map(|v| format!("swept on NCCL {v}, "))
             .unwrap_or_default(),
         t.coverage()
     )

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 
 use crate::cmd::common::DecideArgs;
-use crate::ingest::{self, IngestOptions};
+use crate::ingest;
 use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::report::Report;
 use crate::units::{fmt_bytes, fmt_gain};
@@ -34,13 +34,8 @@ pub struct CompileArgs {
     /// Compile only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
-    /// Skip (and report) input that cannot be read instead of failing.
-    #[arg(long)]
-    pub lenient: bool,
-    /// Facts the inputs do not state: KEY=VALUE (NCCL_ALGO=Ring, nodes=2,
-    /// coll=allreduce, ...) or `default` for logs of NCCL's own choice.
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
+    #[command(flatten)]
+    pub ingest: ingest::args::IngestArgs,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -52,16 +47,12 @@ pub struct CompileArgs {
 
 pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     let decide = a.decide.options()?;
-    let ingest_opts = IngestOptions {
-        lenient: a.lenient,
-        assume: IngestOptions::parse_assume(&a.assume)?,
-        progress: !a.json,
-        keep_unresolved: false,
-    };
+    let ingest_opts = a.ingest.options(!a.json, false)?;
+    let setup = a.ingest.setup_choice()?;
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()))?;
-    let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+    let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -69,6 +60,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
             .map(|r| r.file.as_path())
             .chain(ds.skipped.iter().map(|s| s.file.as_path())),
     )?;
+    ingest::setup::select_setup(&mut ds, &setup)?;
     if ds.records.is_empty() {
         bail!(
             "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
@@ -84,7 +76,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         decide,
         platform: a.platform.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
-        lenient: a.lenient,
+        lenient: a.ingest.lenient,
     };
     let mut c = compile_dataset(&ds, &opts)?;
     if a.dry_run {
@@ -134,6 +126,10 @@ fn print_report(r: &Report) {
         p.gpus_per_node
             .map(|g| format!(", {g} GPUs per node"))
             .unwrap_or_default()
+            + &p.nccl_version
+                .as_deref()
+                .map(|v| format!(", NCCL {v}"))
+                .unwrap_or_default()
     );
     println!("\ncoverage:");
     for c in &r.coverage {

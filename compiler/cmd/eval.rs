@@ -7,7 +7,7 @@ use dyncc_tables::Table;
 
 use crate::cmd::common::DecideArgs;
 use crate::eval::{cross_validate, read_truth, score_cells, summarise, CvMode, Score, Scored};
-use crate::ingest::{self, IngestOptions};
+use crate::ingest;
 use crate::pipeline::CompileOptions;
 
 /// Score a decision table on measurements.
@@ -48,12 +48,8 @@ pub struct EvalArgs {
     /// Keep only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
-    /// Skip (and report) input that cannot be read instead of failing.
-    #[arg(long)]
-    pub lenient: bool,
-    /// Facts the inputs do not state (see `dyncc compile --help`).
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
+    #[command(flatten)]
+    pub ingest: ingest::args::IngestArgs,
     /// Score against a simulator's ground truth (`truth.csv` from `dyncc
     /// simulate`: true mean times, noise-free) instead of measurements.
     #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
@@ -75,12 +71,8 @@ struct Scenario {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
-    let ingest_opts = IngestOptions {
-        lenient: a.lenient,
-        assume: IngestOptions::parse_assume(&a.assume)?,
-        progress: !a.json,
-        keep_unresolved: false,
-    };
+    let ingest_opts = a.ingest.options(!a.json, false)?;
+    let setup = a.ingest.setup_choice()?;
     let scenarios: Vec<Scenario> = if let Some(cv) = &a.cv {
         let modes: Vec<CvMode> = match cv.as_str() {
             "nodes" => vec![CvMode::Nodes],
@@ -88,12 +80,13 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             "upward" => vec![CvMode::Upward],
             _ => CvMode::ALL.to_vec(),
         };
-        let ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+        let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+        ingest::setup::select_setup(&mut ds, &setup)?;
         let opts = CompileOptions {
             decide: a.decide.options()?,
             platform: a.platform.clone(),
             command: String::new(),
-            lenient: a.lenient,
+            lenient: a.ingest.lenient,
         };
         let mut out = Vec::new();
         for mode in modes {
@@ -137,7 +130,8 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                      directory (or --cv MODE PATH... to cross-validate)"
                 );
             }
-            let ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
+            let mut ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
+            ingest::setup::select_setup(&mut ds, &setup)?;
             let mut records = ds.records;
             if let Some(p) = &a.platform {
                 records.retain(|r| r.is_platform(p));

@@ -7,20 +7,25 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::{Dataset, IngestOptions, Skip, UNRESOLVED};
+use super::args::IngestArgs;
+use super::{Dataset, Skip, UNRESOLVED};
 use crate::record::{flags, Record};
 
-/// Read sweep logs and summarise what they hold.
+/// Read sweep files and summarise what they hold.
 ///
 /// Reads nccl-tests text logs (any era, srun/OpenMPI prefixes, NCCL INFO
 /// noise), nccl-tests -J JSON, tuner-schema CSV and NVIDIA data/<nodes>.csv,
-/// from files or whole directory trees. Rows whose knobs (NCCL_ALGO,
-/// NCCL_PROTO, channels) cannot be established are counted and reported as
-/// "knobs unknown".
+/// from files or whole directory trees. Shows, per file, where each knob
+/// (NCCL_ALGO, NCCL_PROTO, channels) came from; rows whose knobs cannot be
+/// established are counted and reported as "knobs unknown". Ends with the
+/// command to run next. Always lenient: problems are reported, not fatal.
+/// The labelling options are the same as `compile`'s and `eval`'s.
 ///
-/// Example:
+/// Examples:
 ///   dyncc inspect logs/ --assume default
 ///   dyncc inspect run.log --assume NCCL_ALGO=Ring --assume NCCL_PROTO=LL128 --json
+///   dyncc inspect sweep/ --name-pattern '{coll}_n{nodes}_{algo}_{proto}.r{repeat}.log'
+///   dyncc inspect sweep/ --manifest sweep/manifest.csv
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct InspectArgs {
@@ -30,15 +35,8 @@ pub struct InspectArgs {
     /// Print a JSON object instead of the human summary.
     #[arg(long)]
     pub json: bool,
-    /// KEY=VALUE facts the files do not state: NCCL_ALGO, NCCL_PROTO,
-    /// NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, coll, nodes, ranks,
-    /// gpus_per_node, platform, gpu, nccl_version; or `default` (every knob
-    /// not stated by a file was NCCL's own choice). Repeatable.
-    #[arg(long, value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
-    /// Accepted for symmetry with `compile`; inspect is always lenient.
-    #[arg(long)]
-    pub lenient: bool,
+    #[command(flatten)]
+    pub ingest: IngestArgs,
 }
 
 #[derive(Serialize)]
@@ -67,6 +65,12 @@ struct Summary {
     unresolved_records: usize,
     cells: usize,
     per_file: Vec<super::FileReport>,
+    /// Content counted once, paths read once, unused manifest rows, setups.
+    notes: Vec<String>,
+    /// The setups (NCCL version, other NCCL_* variables) and their records.
+    setups: BTreeMap<String, usize>,
+    /// What to run next.
+    next: String,
 }
 
 /// (collective, nodes, ranks, configuration).
@@ -116,6 +120,9 @@ fn summarise(ds: &Dataset) -> Summary {
         unresolved_records: ds.count_flag(UNRESOLVED),
         cells: super::aggregate(&ds.records).len(),
         per_file: ds.reports.clone(),
+        notes: ds.notes.clone(),
+        setups: BTreeMap::new(),
+        next: String::new(),
     };
     let mut cov: BTreeMap<CovKey, (std::collections::BTreeSet<u64>, usize)> = BTreeMap::new();
     for r in &ds.records {
@@ -141,9 +148,20 @@ fn summarise(ds: &Dataset) -> Summary {
             s.ranks.push(r.nranks);
         }
         if let Some(v) = r.nccl_version {
-            s.nccl_versions
-                .push(format!("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100));
+            s.nccl_versions.push(super::setup::version_string(v));
         }
+        let setup = format!(
+            "{}, {}",
+            r.nccl_version
+                .map(|v| format!("NCCL {}", super::setup::version_string(v)))
+                .unwrap_or_else(|| "NCCL version not shown".into()),
+            match r.env.as_deref() {
+                None => "environment not shown",
+                Some("") => "no other NCCL_* variable set",
+                Some(e) => e,
+            }
+        );
+        *s.setups.entry(setup).or_default() += 1;
         let config = if r.flags & UNRESOLVED != 0 {
             "unknown".to_string()
         } else {
@@ -181,15 +199,13 @@ fn summarise(ds: &Dataset) -> Summary {
 }
 
 pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
-    let opts = IngestOptions {
-        lenient: true,
-        assume: IngestOptions::parse_assume(&args.assume)?,
-        // indicatif draws only when stderr is a terminal.
-        progress: true,
-        keep_unresolved: true,
-    };
+    // indicatif draws only when stderr is a terminal.
+    let mut opts = args.ingest.options(true, true)?;
+    opts.lenient = true;
     let ds = super::read_paths(&args.paths, &opts)?;
-    let s = summarise(&ds);
+    let mut s = summarise(&ds);
+    s.next = next_command(&args, &s);
+    let s = s;
     if args.json {
         let mut j = serde_json::to_string_pretty(&s)?;
         j.push('\n');
@@ -208,6 +224,62 @@ pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
         return Ok(2);
     }
     Ok(0)
+}
+
+/// The command to run next: label what is unlabelled, pick a setup, or
+/// compile with the same options.
+fn next_command(args: &InspectArgs, s: &Summary) -> String {
+    let q = |p: &PathBuf| {
+        let p = p.display().to_string();
+        if p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-=./,:+@".contains(&b))
+        {
+            p
+        } else {
+            format!("'{}'", p.replace('\'', "'\\''"))
+        }
+    };
+    let paths: Vec<String> = args.paths.iter().map(q).collect();
+    let mut words = args.ingest.to_words();
+    if args.ingest.lenient {
+        words.push("--lenient".into());
+    }
+    let base = |cmd: &str, extra: &str| {
+        let mut w = vec![format!("dyncc {cmd}")];
+        w.extend(paths.iter().cloned());
+        w.extend(words.iter().cloned());
+        if !extra.is_empty() {
+            w.push(extra.to_string());
+        }
+        w.join(" ")
+    };
+    if s.rows == 0 {
+        return "nothing to compile: dyncc reads nccl-tests text/JSON output and tuner-schema CSV"
+            .into();
+    }
+    if s.per_file.iter().any(|f| !f.resolved) {
+        return format!(
+            "label the files whose knobs are unknown (see above), then check again: `{}` if \
+             NCCL chose in those runs, or --name-pattern / --manifest (`dyncc inspect --help`)",
+            base("inspect", "--assume default")
+        );
+    }
+    let known_envs = s
+        .setups
+        .keys()
+        .filter(|k| !k.ends_with("environment not shown"))
+        .count();
+    if (s.nccl_versions.len() > 1 || known_envs > 1)
+        && args.ingest.setup.is_none()
+        && !args.ingest.pool_setups
+    {
+        return format!(
+            "the files mix setups (see above): `{}` names the --setup that picks each one; or \
+             add --pool-setups if they may be pooled",
+            base("compile", "-o table.dyncc")
+        );
+    }
+    base("compile", "-o table.dyncc")
 }
 
 fn map_line(m: &BTreeMap<String, usize>) -> String {
@@ -260,6 +332,36 @@ fn print_human(s: &Summary) {
             c.collective, c.nodes, c.ranks, c.config, c.sizes, c.records
         );
     }
+    if !s.setups.is_empty() {
+        let _ = writeln!(o, "setups:      {}", map_line(&s.setups));
+    }
+    let _ = writeln!(o, "\nknobs per file (where each came from):");
+    const FILES_SHOWN: usize = 40;
+    for f in s.per_file.iter().take(FILES_SHOWN) {
+        let _ = writeln!(
+            o,
+            "  {}: {}{}",
+            f.file.display(),
+            if f.knobs.is_empty() { "-" } else { &f.knobs },
+            f.duplicate_of
+                .as_ref()
+                .map(|d| format!(" [same content as {}: counted once]", d.display()))
+                .unwrap_or_default()
+        );
+    }
+    if s.per_file.len() > FILES_SHOWN {
+        let _ = writeln!(
+            o,
+            "  ... and {} more (--json lists them all)",
+            s.per_file.len() - FILES_SHOWN
+        );
+    }
+    if !s.notes.is_empty() {
+        let _ = writeln!(o, "\nnotes:");
+        for n in &s.notes {
+            let _ = writeln!(o, "  {n}");
+        }
+    }
     let unresolved: Vec<_> = s.per_file.iter().filter(|f| !f.resolved).collect();
     if !unresolved.is_empty() {
         let _ = writeln!(
@@ -305,6 +407,7 @@ fn print_human(s: &Summary) {
         "\nwarm-up outliers {}, wrong-data records {}, knob-ignored records {}, unresolved records {}",
         s.warmup_outliers, s.wrong_data, s.knob_ignored, s.unresolved_records
     );
+    let _ = writeln!(o, "\nnext: {}", s.next);
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
 }

@@ -5,64 +5,107 @@
 //! layout (no header; 30 rows of sizes 8 B doubling; columns Tree/LL,
 //! Tree/LL128, Tree/Simple, Ring/LL, Ring/LL128, Ring/Simple, default; us).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io::BufRead;
+use std::rc::Rc;
 use std::sync::Arc;
 
-use super::knobs::Assumptions;
-use super::{FileCtx, FileOutput, Format};
+use sha2::{Digest as _, Sha256};
+
+use super::knobs::{self, Assumptions};
+use super::{quote, FileCtx, FileOutput, Format, Section};
 use crate::record::{Algo, Collective, Proto, Record};
 
-/// Reads a tuner-schema CSV. Every row carries its own knobs and shape.
+/// Columns a tuner CSV must have (besides a time: `latency_us` or `cost_metric`).
+const TUNER_REQUIRED: [&str; 7] = [
+    "collective",
+    "size_bytes",
+    "algorithm",
+    "protocol",
+    "channels",
+    "nodes",
+    "ranks",
+];
+
+/// Reads a tuner-schema CSV, streaming (one row in memory at a time). Every
+/// row carries its own knobs and shape. Parsed by the `csv` crate (quoted
+/// fields, line numbers); a row with the wrong number of fields is an
+/// error naming its line; a UTF-8 BOM is accepted; the header line seen
+/// again (two files concatenated) starts a new section.
 pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
     let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = FileOutput::empty(Format::TunerCsv);
     out.report.knobs = "per row (algorithm, protocol, channels columns)".into();
-    // Lines are read here (not by the csv crate's reader) so every error
-    // names the exact line; fields are split by `split_csv_line`.
-    let mut rd = rd;
-    let mut buf = String::new();
-    let mut lineno = 0u32;
-    let headers: Vec<String> = loop {
-        buf.clear();
-        let n = read_line_lossy(&mut rd, &mut buf)?;
-        out.bytes += n as u64;
-        if n == 0 {
+    let newlines = Rc::new(RefCell::new(LineIndex::default()));
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(Newlines {
+            inner: rd,
+            offset: 0,
+            index: newlines.clone(),
+        });
+    // The csv crate's own line numbers drift (it can report a record at the
+    // previous record's line); its byte offsets are exact.
+    let line_of = |rec: &csv::ByteRecord| -> u32 {
+        let byte = rec.position().map(|p| p.byte()).unwrap_or(0);
+        newlines.borrow_mut().line_at(byte)
+    };
+    let mut rec = csv::ByteRecord::new();
+    let next =
+        |rdr: &mut csv::Reader<Newlines<R>>, rec: &mut csv::ByteRecord| -> anyhow::Result<bool> {
+            match rdr.read_byte_record(rec) {
+                Ok(b) => Ok(b),
+                Err(e) => match e.into_kind() {
+                    csv::ErrorKind::Io(io) => Err(io.into()),
+                    k => Err(anyhow::anyhow!("{k:?}")),
+                },
+            }
+        };
+    let field = |rec: &csv::ByteRecord, i: usize| -> String {
+        String::from_utf8_lossy(rec.get(i).unwrap_or(b"")).into_owned()
+    };
+    // The header: the first non-empty record.
+    loop {
+        if !next(&mut rdr, &mut rec)? {
+            out.bytes = rdr.position().byte();
             ctx.bad(0, "empty file; expected a tuner CSV header")?;
             return Ok(out);
         }
-        lineno += 1;
-        if !buf.trim().is_empty() {
-            break split_csv_line(buf.trim_end_matches(['\n', '\r']));
+        if rec.iter().any(|f| !f.is_empty()) {
+            break;
         }
-    };
+    }
+    let header_line = line_of(&rec);
+    let mut headers: Vec<String> = (0..rec.len()).map(|i| field(&rec, i)).collect();
+    if let Some(h) = headers.first_mut() {
+        // Spreadsheets write a UTF-8 byte-order mark.
+        *h = h.trim_start_matches('\u{feff}').trim().to_string();
+    }
+    let header_rec = rec.clone();
     let col = |name: &str| headers.iter().position(|h| h.eq_ignore_ascii_case(name));
-    let missing: Vec<&str> = [
-        "collective",
-        "size_bytes",
-        "algorithm",
-        "protocol",
-        "channels",
-        "nodes",
-        "ranks",
-    ]
-    .into_iter()
-    .filter(|n| col(n).is_none())
-    .collect();
+    let missing: Vec<&str> = TUNER_REQUIRED
+        .into_iter()
+        .filter(|n| col(n).is_none())
+        .collect();
     if !missing.is_empty() || (col("latency_us").is_none() && col("cost_metric").is_none()) {
-        let what = if missing.is_empty() {
-            "neither a `latency_us` nor a `cost_metric` column, so there is no time to read"
-                .to_string()
-        } else {
-            format!("no `{}` column", missing.join("`, `"))
-        };
+        let mut what: Vec<String> = missing.iter().map(|m| format!("`{m}`")).collect();
+        if col("latency_us").is_none() && col("cost_metric").is_none() {
+            what.push("a time (`latency_us` or `cost_metric`)".into());
+        }
         ctx.bad(
-            lineno,
+            header_line,
             format!(
-                "the tuner CSV header has {what}; expected collective,size_bytes,algorithm,\
-                 protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,\
-                 latency_us"
+                "the tuner CSV header lacks {}; it has: {}; expected collective,size_bytes,\
+                 algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,\
+                 bandwidth_gbps,latency_us",
+                what.join(", "),
+                quote(&headers.join(","))
             ),
         )?;
+        out.bytes = rdr.position().byte();
         return Ok(out);
     }
     let need = |name: &str| col(name).unwrap_or(0);
@@ -81,6 +124,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     let c_gpu = col("gpu");
     let c_ver = col("nccl_version");
     let c_inplace = col("in_place");
+    let ncols = headers.len();
     let mut interned: Vec<Arc<str>> = Vec::new();
     let mut intern = |s: &str| -> Arc<str> {
         if let Some(a) = interned.iter().find(|a| &***a == s) {
@@ -90,60 +134,91 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         interned.push(a.clone());
         a
     };
+    let mut section = (header_line, Sha256::new(), 0usize);
+    let mut vals: Vec<String> = Vec::with_capacity(ncols);
     loop {
-        buf.clear();
-        let n = read_line_lossy(&mut rd, &mut buf)?;
-        if n == 0 {
+        if !next(&mut rdr, &mut rec)? {
             break;
         }
-        out.bytes += n as u64;
-        lineno += 1;
-        let rec = split_csv_line(buf.trim_end_matches(['\n', '\r']));
-        let line = lineno;
+        let line = line_of(&rec);
         if rec.iter().all(|f| f.is_empty()) {
             continue;
         }
+        if rec == header_rec {
+            // The header again: another file's rows follow.
+            let (l, h, first) =
+                std::mem::replace(&mut section, (line, Sha256::new(), out.records.len()));
+            out.sections.push(Section {
+                line: l,
+                digest: h.finalize().into(),
+                records: first..out.records.len(),
+            });
+            continue;
+        }
         out.report.rows += 1;
-        let get = |i: usize| rec.get(i).map(String::as_str).unwrap_or("");
+        for f in rec.iter() {
+            section.1.update(f);
+            section.1.update(b"\x1f");
+        }
+        section.1.update(b"\n");
+        if rec.len() != ncols {
+            ctx.bad(
+                line,
+                format!(
+                    "{} fields; expected {ncols}, one per header column ({})",
+                    rec.len(),
+                    quote(&headers.join(","))
+                ),
+            )?;
+            continue;
+        }
+        vals.clear();
+        vals.extend((0..ncols).map(|i| field(&rec, i)));
+        let get = |i: usize| vals.get(i).map(String::as_str).unwrap_or("");
         macro_rules! bad {
             ($($t:tt)*) => {{ ctx.bad(line, format!($($t)*))?; continue; }};
         }
         let Some(collective) = Collective::parse(get(c_coll)) else {
-            bad!("collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce", get(c_coll))
+            bad!("collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce", quote(get(c_coll)))
         };
         let Ok(nbytes) = get(c_size).parse::<u64>() else {
             bad!(
                 "size_bytes {:?}: expected a whole number of bytes",
-                get(c_size)
+                quote(get(c_size))
             )
         };
         let algo = match get(c_algo) {
             a if a.eq_ignore_ascii_case("default") || a == "-1" => None,
             a => match Algo::parse(a) {
                 Some(x) => Some(x),
-                None => bad!("algorithm {a:?}: expected tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat or default"),
+                None => bad!("algorithm {:?}: expected tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat or default", quote(a)),
             },
         };
         let proto = match get(c_proto) {
             p if p.eq_ignore_ascii_case("default") || p == "-1" => None,
             p => match Proto::parse(p) {
                 Some(x) => Some(x),
-                None => bad!("protocol {p:?}: expected ll, ll128, simple or default"),
+                None => bad!(
+                    "protocol {:?}: expected ll, ll128, simple or default",
+                    quote(p)
+                ),
             },
         };
-        let channels = match get(c_ch).parse::<i64>() {
-            Ok(-1) => None,
-            Ok(c) if c > 0 && c <= u32::MAX as i64 => Some(c as u32),
-            _ => bad!(
-                "channels {:?}: expected a positive count or -1 (NCCL's choice)",
-                get(c_ch)
-            ),
+        let channels = match knobs::parse_channels(get(c_ch)) {
+            Ok(c) => c,
+            Err(e) => bad!("{e}"),
         };
         let Some(nnodes) = get(c_nodes).parse::<u32>().ok().filter(|&n| n > 0) else {
-            bad!("nodes {:?}: expected a positive whole number", get(c_nodes))
+            bad!(
+                "nodes {:?}: expected a positive whole number",
+                quote(get(c_nodes))
+            )
         };
         let Some(nranks) = get(c_ranks).parse::<u32>().ok().filter(|&n| n > 0) else {
-            bad!("ranks {:?}: expected a positive whole number", get(c_ranks))
+            bad!(
+                "ranks {:?}: expected a positive whole number",
+                quote(get(c_ranks))
+            )
         };
         let lat = c_lat.map(get).filter(|s| !s.is_empty());
         let (tname, tval) = match lat {
@@ -151,20 +226,26 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             None => ("cost_metric", c_cost.map(get).unwrap_or("")),
         };
         let time_us = match tval.parse::<f64>() {
-            Ok(t) if t.is_finite() && t > 0.0 => t,
-            _ => bad!("{tname} {tval:?}: expected a positive time in microseconds"),
+            Ok(t) if t.is_finite() && t > 0.0 => match super::check_time(t) {
+                Ok(t) => t,
+                Err(e) => bad!("{tname} {e}"),
+            },
+            _ => bad!(
+                "{tname} {:?}: expected a positive time in microseconds",
+                quote(tval)
+            ),
         };
         let pipe_ops = match c_pipe.map(get).filter(|s| !s.is_empty()) {
             None => 1,
             Some(v) => match v.parse::<u32>() {
                 Ok(p) if p > 0 => p,
-                _ => bad!("pipeOps {v:?}: expected a positive whole number"),
+                _ => bad!("pipeOps {:?}: expected a positive whole number", quote(v)),
             },
         };
         let reg_buff = match c_reg.map(get).filter(|s| !s.is_empty()) {
             None | Some("0") => false,
             Some("1") => true,
-            Some(v) => bad!("regBuff {v:?}: expected 0 or 1"),
+            Some(v) => bad!("regBuff {:?}: expected 0 or 1", quote(v)),
         };
         let in_place = matches!(c_inplace.map(get), Some("1" | "true" | "yes"));
         let platform = c_platform
@@ -199,9 +280,57 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             reg_buff,
             source: ctx.source(line),
             flags: 0,
+            env: None,
         });
     }
+    let (l, h, first) = section;
+    out.sections.push(Section {
+        line: l,
+        digest: h.finalize().into(),
+        records: first..out.records.len(),
+    });
+    out.bytes = rdr.position().byte();
     Ok(out)
+}
+
+/// Where the newlines are in the bytes read so far but not yet asked about:
+/// bounded by the csv reader's read-ahead, not the file.
+#[derive(Default)]
+struct LineIndex {
+    /// Byte offsets of newlines not yet passed.
+    pending: VecDeque<u64>,
+    /// Newlines passed.
+    passed: u32,
+}
+
+impl LineIndex {
+    /// The 1-based line of the byte at `offset` (offsets asked in order).
+    fn line_at(&mut self, offset: u64) -> u32 {
+        // With CRLF line ends the csv crate puts a record's start at the `\n`.
+        while self.pending.front().is_some_and(|&n| n <= offset) {
+            self.pending.pop_front();
+            self.passed += 1;
+        }
+        self.passed + 1
+    }
+}
+
+/// Notes where the newlines are as bytes pass to the csv reader.
+struct Newlines<R> {
+    inner: R,
+    offset: u64,
+    index: Rc<RefCell<LineIndex>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Newlines<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut ix = self.index.borrow_mut();
+        ix.pending
+            .extend(memchr::memchr_iter(b'\n', &buf[..n]).map(|i| self.offset + i as u64));
+        self.offset += n as u64;
+        Ok(n)
+    }
 }
 
 /// Reads one line into `buf` (cleared by the caller), replacing invalid
@@ -211,28 +340,6 @@ fn read_line_lossy<R: BufRead>(rd: &mut R, buf: &mut String) -> std::io::Result<
     let n = rd.read_until(b'\n', &mut bytes)?;
     buf.push_str(&String::from_utf8_lossy(&bytes));
     Ok(n)
-}
-
-/// Splits one CSV line: fields trimmed, double-quoted fields unquoted
-/// (`""` inside quotes is a quote).
-pub fn split_csv_line(l: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut q = false;
-    let mut chars = l.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if q && chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            '"' => q = !q,
-            ',' if !q => out.push(std::mem::take(&mut cur).trim().to_string()),
-            c => cur.push(c),
-        }
-    }
-    out.push(cur.trim().to_string());
-    out
 }
 
 /// The seven configurations of NVIDIA's raw layout, in column order.
@@ -338,9 +445,13 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
         let fields: Vec<&str> = l.split(',').map(str::trim).collect();
         let vals: Option<Vec<f64>> = fields.iter().map(|f| f.parse::<f64>().ok()).collect();
         let vals = match vals {
-            Some(v) if v.len() == 7 && v.iter().all(|x| x.is_finite() && *x >= 0.0) => v,
+            Some(v)
+                if v.len() == 7 && v.iter().all(|&x| x == 0.0 || super::check_time(x).is_ok()) =>
+            {
+                v
+            }
             _ => {
-                ctx.bad(lineno, format!("expected 7 comma-separated times in us (Tree/LL, Tree/LL128, Tree/Simple, Ring/LL, Ring/LL128, Ring/Simple, default), found {l:?}"))?;
+                ctx.bad(lineno, format!("expected 7 comma-separated times in us between {} and {} (Tree/LL, Tree/LL128, Tree/Simple, Ring/LL, Ring/LL128, Ring/Simple, default; 0 = not measured), found {:?}", super::MIN_TIME_US, super::MAX_TIME_US, quote(l)))?;
                 idx += 1;
                 continue;
             }
@@ -378,6 +489,7 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
                 reg_buff: false,
                 source: ctx.source(lineno),
                 flags: if unresolved { super::UNRESOLVED } else { 0 },
+                env: None,
             });
         }
     }

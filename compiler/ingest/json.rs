@@ -39,8 +39,9 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         return Ok(out);
     };
     // Knobs from the recorded environment (complete: unset = NCCL's choice).
-    let mut env = KnobSource::named("JSON env");
+    let mut env = KnobSource::fact("JSON env");
     env.complete = top.get("env").is_some_and(Value::is_array);
+    let mut setup_env: Vec<String> = Vec::new();
     for e in top
         .get("env")
         .and_then(Value::as_array)
@@ -48,13 +49,26 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .flatten()
     {
         if let Some((k, val)) = e.as_str().and_then(|s| s.split_once('=')) {
-            if k.starts_with("NCCL_") {
-                env.set(k, val);
+            if k.starts_with("NCCL_") && !env.set(k, val) && super::text::is_setup_var(k) {
+                // Words of the setup key are space-separated.
+                setup_env.push(format!(
+                    "{k}={}",
+                    val.split_whitespace().collect::<Vec<_>>().join("_")
+                ));
             }
         }
     }
+    setup_env.sort();
+    let run_env: Option<Arc<str>> = env.complete.then(|| setup_env.join(" ").into());
     let path_src = knobs::from_path(&ctx.path);
-    let sources: [&KnobSource; 3] = [&env, &path_src, &assume.knobs];
+    let file_labels = ctx.labels.clone();
+    let labels = file_labels.sets();
+    let mut sources: Vec<&KnobSource> = vec![&env];
+    sources.extend(labels.iter().map(|a| &a.knobs));
+    sources.push(&path_src);
+    sources.push(&assume.knobs);
+    let mut facts: Vec<&Assumptions> = labels.clone();
+    facts.push(&assume);
     // Collective from argv[0], else the file name, else --assume.
     let argv_coll = top
         .get("args")
@@ -66,7 +80,9 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .path
         .file_name()
         .and_then(|n| collective_from_name(&n.to_string_lossy()));
-    let coll = argv_coll.or(name_coll).or(assume.coll);
+    let coll = argv_coll
+        .or(name_coll)
+        .or_else(|| facts.iter().find_map(|a| a.coll));
     // Shape from the devices.
     let devices = top
         .get("config")
@@ -85,20 +101,23 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         nranks = Some(devices.len() as u32);
         nnodes = Some(hosts.len().max(1) as u32);
     }
-    nranks = nranks.or(assume.ranks);
-    nnodes = nnodes.or(assume.nodes);
+    nranks = nranks.or_else(|| facts.iter().find_map(|a| a.ranks));
+    nnodes = nnodes.or_else(|| facts.iter().find_map(|a| a.nodes));
     let gpu: Option<Arc<str>> = devices
         .first()
         .and_then(|d| d.get("device_info").or_else(|| d.get("name")))
         .and_then(Value::as_str)
         .map(|s| s.trim().into())
-        .or(assume.gpu.clone());
+        .or_else(|| facts.iter().find_map(|a| a.gpu.clone()));
     let nccl_version = top
         .get("nccl_version")
         .and_then(Value::as_u64)
         .map(|v| v as u32)
-        .or(assume.nccl_version);
+        .or_else(|| facts.iter().find_map(|a| a.nccl_version));
     let mut problems = Vec::new();
+    if let Some(e) = &ctx.labels.pattern_error {
+        problems.push(e.clone());
+    }
     if coll.is_none() {
         problems.push("collective unknown: `args` does not name a *_perf binary and the file name has no collective; pass --assume coll=allreduce (or the right one)".to_string());
     }
@@ -133,7 +152,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .as_ref()
         .map(|k| (k.algo, k.proto, k.channels))
         .unwrap_or((None, None, None));
-    let platform = assume.platform.clone();
+    let platform = facts.iter().find_map(|a| a.platform.clone());
     for (i, row) in results.iter().enumerate() {
         let line = i as u32 + 1;
         let Some(size) = row.get("size").and_then(Value::as_u64) else {
@@ -154,9 +173,13 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
                 Some(v) => v,
             };
             let t = half.get("time").or_else(|| half.get("cpu_time"));
-            let time = match t.and_then(Value::as_f64) {
-                Some(t) if t.is_finite() && t > 0.0 => t,
-                _ => {
+            let time = match t.and_then(Value::as_f64).map(super::check_time) {
+                Some(Ok(t)) => t,
+                Some(Err(e)) => {
+                    ctx.bad(line, format!("results[{i}].{key}.time {e}"))?;
+                    continue;
+                }
+                None => {
                     ctx.bad(
                         line,
                         format!(
@@ -198,6 +221,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
                 reg_buff: false,
                 source: ctx.source(line),
                 flags: f,
+                env: run_env.clone(),
             });
         }
     }

@@ -1,33 +1,36 @@
 //! Which knobs a run used, and the facts a log does not print.
 //!
 //! nccl-tests text output never records NCCL_ALGO, NCCL_PROTO or the
-//! channel count. dyncc establishes each knob separately from these sources,
-//! first match wins:
+//! channel count. dyncc establishes each knob of each run from two kinds of
+//! source:
 //!
-//! 1. the JSON `env` array (`-J` output; complete: a variable that is absent
-//!    was not set, so NCCL chose);
-//! 2. `NCCL INFO <VAR> set by environment to <value>` lines. When the log
-//!    has NCCL INFO output (the `NCCL version` banner or any `set by
-//!    environment` line) a knob with no such line was not set: default;
-//! 3. `# dyncc: KEY=VALUE ...` header lines (what `dyncc plan` and
-//!    `dyncc simulate` write). A header naming any knob is complete: knobs it
-//!    does not name are default;
-//! 4. path components such as `NCCL_ALGO=Ring/NCCL_PROTO=LL128/run.log`
-//!    (partial: only what they name);
-//! 5. `--assume KEY=VALUE` (partial), or `--assume default`, which says
-//!    every knob not established above was NCCL's own choice.
+//! * what the log itself shows (facts): the JSON `env` array (`-J`) and
+//!   `NCCL INFO <VAR> set by environment to <value>` lines of that run;
+//! * what the user says (explicit labels), in this order: a `# dyncc:
+//!   KEY=VALUE ...` line in the file, the `--manifest` row matching the file,
+//!   a `--name-pattern` matching its name, `NCCL_ALGO=Ring/` path
+//!   components, `--assume KEY=VALUE`.
 //!
-//! A knob none of these establishes makes the file unresolved: an error in
-//! strict mode that tells the user to pass `--assume default` (for ordinary
-//! default-only logs) or `--assume NCCL_ALGO=...`; skipped and counted with
-//! `--lenient`; reported as "knobs unknown" by `dyncc inspect`. dyncc never
-//! silently calls an unlabelled log default.
+//! Per knob: every source that names it must agree (after resolving NCCL's
+//! per-function syntax for the collective), otherwise the file is an error
+//! naming both sources, so a label never silently overrides another or the
+//! log. A knob nobody names is NCCL's default when either the run shows NCCL
+//! printed its environment (some `set by environment` line in that run, or
+//! a JSON `env` array) or an explicit label names another knob of the run
+//! (a label describes how the run was made: what it does not force was not
+//! forced) or says `default` (`--assume default`). The `NCCL version`
+//! banner alone proves nothing: `NCCL_DEBUG_SUBSYS=INIT,NET` prints it but no
+//! environment lines. Otherwise the knob is unknown: an error in strict mode
+//! that lists the labels that fix it; skipped and counted with `--lenient`;
+//! reported as "knobs unknown" by `dyncc inspect`. dyncc never silently calls
+//! an unlabelled log default.
 //!
 //! Values: `Ring`, `LL128`, `default`; NCCL's per-function syntax
 //! (`allreduce:tree;allgather:ring`) is resolved per collective; lists
 //! (`Ring,Tree`) and exclusions (`^LL128`) do not name one configuration and
 //! are rejected. Channels: `NCCL_MIN_NCHANNELS` equal to `NCCL_MAX_NCHANNELS`
-//! pins the count; `channels=N` (or `-1`/`default`) says it directly.
+//! pins the count; `channels=N` (or `-1`/`default`) says it directly; a count
+//! above [`MAX_CHANNELS`] is refused.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -38,8 +41,13 @@ use crate::record::{Algo, Collective, Proto};
 /// collective by [`resolve`]).
 #[derive(Clone, Debug, Default)]
 pub struct KnobSource {
-    /// Human name of the source, for reports.
-    pub name: &'static str,
+    /// Human name of the source, for reports (`path`, `manifest m.csv:3`).
+    pub name: String,
+    /// What it names was shown by the log itself (environment lines, JSON
+    /// `env`), not stated by a user.
+    pub fact: bool,
+    /// Line of the file each knob was read from (facts), by [`KnobSource::set`] key.
+    pub lines: Vec<(&'static str, u32)>,
     pub algo: Option<String>,
     pub proto: Option<String>,
     pub min_channels: Option<String>,
@@ -50,10 +58,28 @@ pub struct KnobSource {
 }
 
 impl KnobSource {
-    pub fn named(name: &'static str) -> Self {
+    pub fn named(name: impl Into<String>) -> Self {
         KnobSource {
-            name,
+            name: name.into(),
             ..Default::default()
+        }
+    }
+
+    /// A source of facts the log shows.
+    pub fn fact(name: impl Into<String>) -> Self {
+        KnobSource {
+            name: name.into(),
+            fact: true,
+            ..Default::default()
+        }
+    }
+
+    /// Where `knob` (`NCCL_ALGO`, `NCCL_PROTO`, `channels`) came from:
+    /// the source's name and, for a log line, its number.
+    pub fn origin(&self, knob: &str) -> String {
+        match self.lines.iter().rev().find(|(k, _)| *k == knob) {
+            Some((_, l)) => format!("{} line {l}", self.name),
+            None => self.name.clone(),
         }
     }
 
@@ -68,14 +94,37 @@ impl KnobSource {
 
     /// Takes `key=value` if it is a knob; returns false otherwise.
     pub fn set(&mut self, key: &str, value: &str) -> bool {
+        self.set_at(key, value, 0)
+    }
+
+    /// [`KnobSource::set`], remembering the file line it was read from.
+    pub fn set_at(&mut self, key: &str, value: &str, line: u32) -> bool {
         let v = Some(value.trim().to_string());
-        match key.trim().to_ascii_uppercase().as_str() {
-            "NCCL_ALGO" | "ALGO" | "ALGORITHM" => self.algo = v,
-            "NCCL_PROTO" | "PROTO" | "PROTOCOL" => self.proto = v,
-            "NCCL_MIN_NCHANNELS" | "NCCL_MIN_NRINGS" => self.min_channels = v,
-            "NCCL_MAX_NCHANNELS" | "NCCL_MAX_NRINGS" => self.max_channels = v,
-            "CHANNELS" | "NCHANNELS" => self.channels = v,
+        let knob = match key.trim().to_ascii_uppercase().as_str() {
+            "NCCL_ALGO" | "ALGO" | "ALGORITHM" => {
+                self.algo = v;
+                "NCCL_ALGO"
+            }
+            "NCCL_PROTO" | "PROTO" | "PROTOCOL" => {
+                self.proto = v;
+                "NCCL_PROTO"
+            }
+            "NCCL_MIN_NCHANNELS" | "NCCL_MIN_NRINGS" => {
+                self.min_channels = v;
+                "channels"
+            }
+            "NCCL_MAX_NCHANNELS" | "NCCL_MAX_NRINGS" => {
+                self.max_channels = v;
+                "channels"
+            }
+            "CHANNELS" | "NCHANNELS" => {
+                self.channels = v;
+                "channels"
+            }
             _ => return false,
+        };
+        if line > 0 {
+            self.lines.push((knob, line));
         }
         true
     }
@@ -171,15 +220,33 @@ impl Assumptions {
 fn check_knob_syntax(key: &str, value: &str) -> Result<(), String> {
     let k = key.to_ascii_uppercase();
     if k.contains("CHANNELS") || k.contains("NRINGS") {
-        let v = value.trim();
-        if v.eq_ignore_ascii_case("default") || v == "-1" || v.parse::<u32>().is_ok() {
-            return Ok(());
-        }
-        return Err(format!(
-            "{key}={value}: expected a channel count, -1 or default"
-        ));
+        return parse_channels(value)
+            .map(|_| ())
+            .map_err(|e| format!("{key}={value}: {e}"));
     }
     Ok(())
+}
+
+/// NCCL's MAXCHANNELS: no NCCL runs more channels than this, so a larger
+/// count in an input is a typo or a corrupted file, never a measurement.
+pub const MAX_CHANNELS: u32 = 64;
+
+/// `8` -> Some(8); `-1` or `default` -> None (NCCL's choice).
+pub fn parse_channels(v: &str) -> Result<Option<u32>, String> {
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("default") || v == "-1" {
+        return Ok(None);
+    }
+    match v.parse::<u32>() {
+        Ok(c) if (1..=MAX_CHANNELS).contains(&c) => Ok(Some(c)),
+        Ok(c) => Err(format!(
+            "{c} channels: expected 1..={MAX_CHANNELS} (NCCL's MAXCHANNELS), -1 or default"
+        )),
+        Err(_) => Err(format!(
+            "channels {:?}: expected a count 1..={MAX_CHANNELS}, -1 or default",
+            super::quote(v)
+        )),
+    }
 }
 
 /// `all_reduce_perf_mpi` -> `all_reduce_perf`.
@@ -237,48 +304,22 @@ pub struct Resolved {
     pub how: String,
 }
 
-/// Resolves each knob from the first source (in priority order) that
-/// establishes it. Errors say which knob is unknown or bad.
+/// Resolves each knob of a run (see the module docs): every source naming
+/// it must agree; a knob nobody names is default where some source is
+/// complete. Errors say which knob is unknown, bad or contradicted.
 pub fn resolve(sources: &[&KnobSource], coll: Collective) -> Result<Resolved, String> {
     let mut how = Vec::new();
-    let algo = pick(
-        sources,
-        |s| s.algo.as_deref(),
-        "NCCL_ALGO",
-        &mut how,
-        |v| resolve_name(v, coll, Algo::parse, "algorithm"),
-    )?;
-    let proto = pick(
-        sources,
-        |s| s.proto.as_deref(),
-        "NCCL_PROTO",
-        &mut how,
-        |v| resolve_name(v, coll, Proto::parse, "protocol"),
-    )?;
-    let mut channels = None;
-    let mut found = false;
-    for s in sources {
-        if s.channels.is_some() || s.min_channels.is_some() || s.max_channels.is_some() {
-            channels = channels_of(s)?;
-            how.push(format!(
-                "channels={} ({})",
-                channels
-                    .map(|c| c.to_string())
-                    .unwrap_or_else(|| "default".into()),
-                s.name
-            ));
-            found = true;
-            break;
-        }
-        if s.complete {
-            how.push(format!("channels=default ({})", s.name));
-            found = true;
-            break;
-        }
-    }
-    if !found {
-        return Err(unknown_msg("the channel count"));
-    }
+    let algo = pick(sources, coll, "NCCL_ALGO", &mut how, |s| {
+        s.algo
+            .as_deref()
+            .map(|v| resolve_name(v, coll, Algo::parse, "algorithm").map(|r| (v.to_string(), r)))
+    })?;
+    let proto = pick(sources, coll, "NCCL_PROTO", &mut how, |s| {
+        s.proto
+            .as_deref()
+            .map(|v| resolve_name(v, coll, Proto::parse, "protocol").map(|r| (v.to_string(), r)))
+    })?;
+    let channels = pick(sources, coll, "channels", &mut how, channels_of)?;
     Ok(Resolved {
         algo,
         proto,
@@ -287,42 +328,99 @@ pub fn resolve(sources: &[&KnobSource], coll: Collective) -> Result<Resolved, St
     })
 }
 
-fn unknown_msg(what: &str) -> String {
+/// Does a source, by not naming a knob, say it was not set?
+fn is_complete(s: &KnobSource) -> bool {
+    // A user's label describes how the run was made: what it does not
+    // force was not forced. A log's facts are complete only when NCCL
+    // printed its environment (`complete`, set by the reader).
+    s.complete || (!s.fact && s.any())
+}
+
+/// One value of a knob per source: the raw text and what it means.
+type Named<T> = Option<Result<(String, Option<T>), String>>;
+
+fn pick<T: PartialEq + Copy + std::fmt::Debug>(
+    sources: &[&KnobSource],
+    coll: Collective,
+    name: &str,
+    how: &mut Vec<String>,
+    get: impl Fn(&KnobSource) -> Named<T>,
+) -> Result<Option<T>, String> {
+    let mut first: Option<(&KnobSource, String, Option<T>)> = None;
+    for s in sources {
+        let Some(r) = get(s) else { continue };
+        let (raw, v) = r.map_err(|e| format!("{name} from {}: {e}", s.origin(name)))?;
+        match &first {
+            None => first = Some((s, raw, v)),
+            Some((f, fraw, fv)) if *fv != v => {
+                return Err(contradiction(name, coll, (f, fraw), (s, &raw)));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some((s, raw, v)) = first {
+        how.push(format!(
+            "{name}={} ({})",
+            if v.is_some() { raw.as_str() } else { "default" },
+            s.origin(name)
+        ));
+        return Ok(v);
+    }
+    if let Some(s) = sources.iter().find(|s| is_complete(s)) {
+        how.push(format!("{name}=default ({})", s.name));
+        return Ok(None);
+    }
+    Err(unknown_msg(name))
+}
+
+fn contradiction(
+    name: &str,
+    coll: Collective,
+    a: (&KnobSource, &str),
+    b: (&KnobSource, &str),
+) -> String {
+    // Which of the two the log says, if either: that one is what NCCL ran.
+    let (fact, label) = if b.0.fact && !a.0.fact {
+        (b, a)
+    } else {
+        (a, b)
+    };
+    let way_out = if fact.0.fact {
+        format!(
+            "the log shows what NCCL ran: correct or remove the label ({}) for this file",
+            label.0.name
+        )
+    } else {
+        "correct or remove one of the two labels for this file".to_string()
+    };
     format!(
-        "knobs unknown: nothing in the file or its path says {what} the run used (nccl-tests \
-         does not print it); if these are ordinary runs with NCCL's own choice pass \
-         `--assume default`, otherwise `--assume NCCL_ALGO=.. NCCL_PROTO=..`, a `# dyncc: \
-         NCCL_ALGO=..` line or a NCCL_ALGO=../ directory"
+        "{name} contradicts itself for {}: {name}={} from {} but {name}={} from {}; {way_out}",
+        coll.name(),
+        super::quote(fact.1),
+        fact.0.origin(name),
+        super::quote(label.1),
+        label.0.origin(name),
     )
 }
 
-fn pick<T>(
-    sources: &[&KnobSource],
-    get: impl Fn(&KnobSource) -> Option<&str>,
-    name: &str,
-    how: &mut Vec<String>,
-    parse: impl Fn(&str) -> Result<Option<T>, String>,
-) -> Result<Option<T>, String> {
-    for s in sources {
-        if let Some(v) = get(s) {
-            let r = parse(v).map_err(|e| format!("{name}={v} ({}): {e}", s.name))?;
-            how.push(format!(
-                "{name}={} ({})",
-                if r.is_some() { v } else { "default" },
-                s.name
-            ));
-            return Ok(r);
-        }
-        if s.complete {
-            how.push(format!("{name}=default ({})", s.name));
-            return Ok(None);
-        }
-    }
-    Err(unknown_msg(if name == "NCCL_ALGO" {
-        "which algorithm"
-    } else {
-        "which protocol"
-    }))
+/// What to do about a knob nothing establishes. Every remedy named here
+/// works as written when appended to the failing command (tests/ingest_labels.rs
+/// runs each one).
+pub fn unknown_msg(knob: &str) -> String {
+    let what = match knob {
+        "NCCL_ALGO" => "which algorithm (NCCL_ALGO)",
+        "NCCL_PROTO" => "which protocol (NCCL_PROTO)",
+        _ => "the channel count",
+    };
+    format!(
+        "knobs unknown: nothing says {what} this run used (nccl-tests does not print it, and \
+         the log has no \"set by environment\" lines, which NCCL_DEBUG=INFO prints only with \
+         ENV in NCCL_DEBUG_SUBSYS). Label it: `--assume default` if NCCL chose (nothing \
+         forced); `--assume NCCL_ALGO=Ring --assume NCCL_PROTO=LL` with the run's values; a \
+         first line `# dyncc: NCCL_ALGO=Ring NCCL_PROTO=LL` in the file; a directory \
+         `NCCL_ALGO=Ring/NCCL_PROTO=LL/` around it; or, for a folder of many settings, \
+         `--manifest FILE` or `--name-pattern PATTERN` (see `dyncc inspect --help`)"
+    )
 }
 
 fn resolve_name<T>(
@@ -339,7 +437,8 @@ fn resolve_name<T>(
             let Some((f, l)) = entry.split_once(':') else {
                 return Err(format!("expected FUNC:{what} entries separated by ';'"));
             };
-            let fc = Collective::parse(f).ok_or_else(|| format!("{f:?} is not a collective"))?;
+            let fc = Collective::parse(f)
+                .ok_or_else(|| format!("{:?} is not a collective", super::quote(f)))?;
             if fc == coll {
                 found = Some(l.trim());
             }
@@ -366,38 +465,42 @@ fn resolve_name<T>(
     }
     parse(list)
         .map(Some)
-        .ok_or_else(|| format!("{list:?} is not a known {what}"))
+        .ok_or_else(|| format!("{:?} is not a known {what}", super::quote(list)))
 }
 
-fn channels_of(s: &KnobSource) -> Result<Option<u32>, String> {
-    let p = |v: &str| -> Result<Option<u32>, String> {
-        let v = v.trim();
-        if v.eq_ignore_ascii_case("default") || v == "-1" {
-            return Ok(None);
+/// The channel count a source names, if it names one.
+fn channels_of(s: &KnobSource) -> Named<u32> {
+    if s.channels.is_none() && s.min_channels.is_none() && s.max_channels.is_none() {
+        return None;
+    }
+    let r = (|| {
+        if let Some(c) = &s.channels {
+            return Ok((c.clone(), parse_channels(c)?));
         }
-        v.parse::<u32>().map(Some).map_err(|_| {
-            format!(
-                "channels {v:?} ({}): expected a count, -1 or default",
-                s.name
-            )
-        })
-    };
-    if let Some(c) = &s.channels {
-        return p(c);
-    }
-    let lo = s.min_channels.as_deref().map(p).transpose()?.flatten();
-    let hi = s.max_channels.as_deref().map(p).transpose()?.flatten();
-    match (lo, hi) {
-        (None, None) => Ok(None),
-        (Some(a), Some(b)) if a == b => Ok(Some(a)),
-        _ => Err(format!(
-            "NCCL_MIN_NCHANNELS={} and NCCL_MAX_NCHANNELS={} ({}) do not pin one channel count; \
-             dyncc records pinned counts (MIN = MAX) or NCCL's choice",
-            s.min_channels.as_deref().unwrap_or("unset"),
-            s.max_channels.as_deref().unwrap_or("unset"),
-            s.name
-        )),
-    }
+        let lo = s
+            .min_channels
+            .as_deref()
+            .map(parse_channels)
+            .transpose()?
+            .flatten();
+        let hi = s
+            .max_channels
+            .as_deref()
+            .map(parse_channels)
+            .transpose()?
+            .flatten();
+        match (lo, hi) {
+            (None, None) => Ok(("default".into(), None)),
+            (Some(a), Some(b)) if a == b => Ok((a.to_string(), Some(a))),
+            _ => Err(format!(
+                "NCCL_MIN_NCHANNELS={} and NCCL_MAX_NCHANNELS={} do not pin one channel count; \
+                 dyncc records pinned counts (MIN = MAX) or NCCL's choice",
+                s.min_channels.as_deref().unwrap_or("unset"),
+                s.max_channels.as_deref().unwrap_or("unset"),
+            )),
+        }
+    })();
+    Some(r)
 }
 
 #[cfg(test)]
@@ -405,19 +508,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn first_source_wins_and_complete_sources_mean_default() {
-        let mut info = KnobSource::named("NCCL INFO");
+    fn named_knobs_beat_completeness_and_must_agree() {
+        let mut info = KnobSource::fact("NCCL INFO");
         info.complete = true;
-        info.algo = Some("Ring".into());
+        info.set_at("NCCL_ALGO", "Ring", 12);
         let mut path = KnobSource::named("path");
         path.proto = Some("LL128".into());
         let r = resolve(&[&info, &path], Collective::AllReduce).unwrap();
         assert_eq!(r.algo, Some(Algo::Ring));
-        // INFO lines are complete and outrank the path: proto is default.
-        assert_eq!(r.proto, None);
+        // A label naming the protocol beats "not printed, so default".
+        assert_eq!(r.proto, Some(Proto::LL128));
         assert_eq!(r.channels, None);
-        let r = resolve(&[&path], Collective::AllReduce).unwrap_err();
-        assert!(r.contains("--assume default"), "{r}");
+        // A label alone is complete: what it does not name was not forced.
+        let r = resolve(&[&path], Collective::AllReduce).unwrap();
+        assert_eq!(
+            (r.algo, r.proto, r.channels),
+            (None, Some(Proto::LL128), None)
+        );
+        // Nothing named, nothing complete: unknown.
+        let fact = KnobSource::fact("NCCL INFO");
+        let e = resolve(&[&fact], Collective::AllReduce).unwrap_err();
+        assert!(e.contains("--assume default"), "{e}");
+        // The log and a label disagree: an error naming both.
+        let mut lab = KnobSource::named("--assume");
+        lab.algo = Some("Tree".into());
+        let e = resolve(&[&info, &lab], Collective::AllReduce).unwrap_err();
+        assert!(
+            e.contains("NCCL INFO line 12") && e.contains("--assume"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -440,6 +559,12 @@ mod tests {
             .unwrap_err()
             .contains("exclusion"));
         s.algo = None;
+        s.max_channels = Some("65".into());
+        s.min_channels = Some("65".into());
+        assert!(resolve(&[&s], Collective::AllReduce)
+            .unwrap_err()
+            .contains("MAXCHANNELS"));
+        s.min_channels = Some("8".into());
         s.max_channels = Some("16".into());
         assert!(resolve(&[&s], Collective::AllReduce)
             .unwrap_err()

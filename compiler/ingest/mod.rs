@@ -13,15 +13,26 @@
 //!
 //! Knobs (which NCCL_ALGO / NCCL_PROTO / channel count a run used) are not
 //! in nccl-tests text output. See [`knobs`] for where they come from and the
-//! rule for ordinary default-only logs (`--assume default`).
+//! rule for ordinary default-only logs (`--assume default`), [`labels`] for
+//! a user's manifest and file-name patterns.
+//!
+//! The walk is bounded: a directory or file reached twice (symlink loops,
+//! a path given twice) is read once. Each file is hashed while it is read
+//! (the digests go into the table's metadata); content seen twice (a copy
+//! of a file, a run section repeated in a concatenation) is counted once
+//! and said so in [`Dataset::notes`], so copies never pose as repeats.
+//! [`setup`] keeps runs of different NCCL setups apart.
 
+pub mod args;
 pub mod cli;
 pub mod csv;
 pub mod json;
 pub mod knobs;
+pub mod labels;
+pub mod setup;
 pub mod text;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -29,6 +40,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use serde::Serialize;
+use sha2::{Digest as _, Sha256};
 
 use crate::record::{flags, Cell, CellKey, Record, Source};
 pub use knobs::Assumptions;
@@ -58,6 +70,65 @@ pub struct IngestOptions {
     /// flagged [`UNRESOLVED`] (for `inspect`, which reports them) instead of
     /// failing or skipping the file.
     pub keep_unresolved: bool,
+    /// `--manifest`: labels per path or glob.
+    pub manifest: Option<Arc<labels::Manifest>>,
+    /// `--name-pattern`: labels read from file names (first match wins).
+    pub name_patterns: Vec<labels::NamePattern>,
+}
+
+/// The smallest time per operation dyncc accepts, in microseconds. Launching
+/// a kernel alone costs a few microseconds, and nccl-tests prints times
+/// with two decimals (0.01 us resolution), so a row below 0.1 us is a unit
+/// mistake or a corrupted file; taken as a measurement it turns into
+/// gains of thousands of percent.
+pub const MIN_TIME_US: f64 = 0.1;
+
+/// The largest time per operation dyncc accepts, in microseconds (about
+/// 17 minutes). Far above any collective nccl-tests runs; larger values
+/// (1e300) would make gains non-finite.
+pub const MAX_TIME_US: f64 = 1e9;
+
+/// Checks one time per operation, in microseconds.
+pub fn check_time(t: f64) -> Result<f64, String> {
+    if t.is_finite() && (MIN_TIME_US..=MAX_TIME_US).contains(&t) {
+        return Ok(t);
+    }
+    Err(format!(
+        "{t} us: expected a time between {MIN_TIME_US} us (below what nccl-tests can measure) \
+         and {MAX_TIME_US} us; is the unit microseconds?"
+    ))
+}
+
+/// A field of the input for an error message: at most [`QUOTE_MAX`] bytes,
+/// so a corrupted multi-gigabyte line does not flood the terminal.
+pub fn quote(s: &str) -> String {
+    if s.len() <= QUOTE_MAX {
+        return s.to_string();
+    }
+    let mut end = QUOTE_MAX;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... ({} bytes)", &s[..end], s.len())
+}
+
+/// See [`quote`].
+pub const QUOTE_MAX: usize = 200;
+
+/// What a user's labels say about one file.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct FileLabels {
+    pub manifest: Option<Assumptions>,
+    pub pattern: Option<Assumptions>,
+    /// A name pattern matched but read a bad value.
+    pub pattern_error: Option<String>,
+}
+
+impl FileLabels {
+    /// The label sets that apply, most specific first.
+    pub fn sets(&self) -> Vec<&Assumptions> {
+        self.manifest.iter().chain(self.pattern.iter()).collect()
+    }
 }
 
 impl IngestOptions {
@@ -121,6 +192,12 @@ pub enum Format {
 pub struct FileReport {
     pub file: PathBuf,
     pub format: Format,
+    /// sha256 of the file's bytes, computed while reading it.
+    pub sha256: String,
+    /// Set when the file's content was already read from this file: its
+    /// records are left out (counted once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate_of: Option<PathBuf>,
     /// Data rows seen (nccl-tests table rows, CSV/JSON rows).
     pub rows: usize,
     /// Records produced (both placements of a nccl-tests row count).
@@ -149,9 +226,56 @@ pub struct Dataset {
     pub ignored: Vec<PathBuf>,
     /// Bytes of input read.
     pub bytes: u64,
+    /// What a user should know about the input as a whole (content counted
+    /// once, paths read once, manifest rows unused, mixed setups pooled).
+    pub notes: Vec<String>,
 }
 
 impl Dataset {
+    /// `sha256  path` per input file that contributed `records` (digests
+    /// recorded while reading); beyond a few files, one combined digest
+    /// (over the sorted per-file lines) and the count, so a sweep of
+    /// thousands of logs does not bloat the table.
+    pub fn input_digests(&self, records: &[Record]) -> String {
+        const LIST_UP_TO: usize = 16;
+        let files: std::collections::BTreeSet<&Path> =
+            records.iter().map(|r| r.source.file.as_path()).collect();
+        let digest: HashMap<&Path, &str> = self
+            .reports
+            .iter()
+            .map(|r| (r.file.as_path(), r.sha256.as_str()))
+            .collect();
+        let lines: Vec<String> = files
+            .iter()
+            .map(|f| match digest.get(f) {
+                Some(d) if !d.is_empty() => format!("{d}  {}", f.display()),
+                _ => format!("unknown  {}", f.display()),
+            })
+            .collect();
+        if lines.len() <= LIST_UP_TO {
+            return lines.join("\n");
+        }
+        let combined = Sha256::digest(lines.join("\n").as_bytes());
+        let mut dirs: std::collections::BTreeSet<String> = Default::default();
+        for f in &files {
+            dirs.insert(
+                f.parent()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+            );
+        }
+        let mut shown: Vec<String> = dirs.into_iter().take(8).collect();
+        if files.len() > 8 {
+            shown.push("...".into());
+        }
+        format!(
+            "{:x}  {} files (sha256 of their per-file sha256 lines), under: {}",
+            combined,
+            lines.len(),
+            shown.join(", ")
+        )
+    }
+
     fn absorb(&mut self, other: Dataset) {
         self.records.extend(other.records);
         self.files += other.files;
@@ -161,6 +285,7 @@ impl Dataset {
         self.anomalies.extend(other.anomalies);
         self.ignored.extend(other.ignored);
         self.bytes += other.bytes;
+        self.notes.extend(other.notes);
     }
 
     /// Number of records with `flag` set.
@@ -173,6 +298,7 @@ impl Dataset {
 pub(crate) struct FileCtx<'a> {
     pub path: Arc<PathBuf>,
     pub opts: &'a IngestOptions,
+    pub labels: FileLabels,
     pub skipped: Vec<Skip>,
     pub anomalies: Vec<Anomaly>,
 }
@@ -182,6 +308,7 @@ impl<'a> FileCtx<'a> {
         FileCtx {
             path: Arc::new(path.to_path_buf()),
             opts,
+            labels: FileLabels::default(),
             skipped: Vec::new(),
             anomalies: Vec::new(),
         }
@@ -246,39 +373,141 @@ impl<'a> FileCtx<'a> {
     }
 }
 
+/// Identity of a file or directory on disk: two paths naming the same one
+/// (symlinks, a path given twice) are read once.
+type FileId = (u64, u64);
+
+fn file_id(m: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt as _;
+    (m.dev(), m.ino())
+}
+
 /// Reads every file under `paths` (files, or directories walked
-/// recursively in sorted order), then flags warm-up outliers.
+/// recursively in sorted order, each directory and file once), counts
+/// identical content once, then flags warm-up outliers.
 pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    let mut files = Vec::new();
+    let mut walk = Walk::default();
     for p in paths {
         let meta = std::fs::metadata(p)
             .with_context(|| format!("{}: cannot read it (does it exist?)", p.display()))?;
         if meta.is_dir() {
-            walk(p, &mut files)?;
+            walk.dir(p, &meta)?;
         } else {
-            files.push(p.clone());
+            walk.file(p, &meta);
         }
     }
+    let files = walk.files;
+    let mut ds = Dataset {
+        notes: walk.notes,
+        ..Default::default()
+    };
     let bar = progress_bar(opts.progress && files.len() > 1, files.len() as u64);
-    let mut ds = Dataset::default();
+    // Content is one measurement only under the same labels: identical rows
+    // under different knobs are kept (and reported: a copy or a mislabel).
+    let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
+    let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
     for f in &files {
         bar.set_message(
             f.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         );
-        match read_file(f, opts) {
-            Ok(d) => ds.absorb(d),
+        let (mut d, sections) = match read_file_sections(f, opts) {
+            Ok(d) => d,
             Err(e) => {
                 bar.finish_and_clear();
                 return Err(e);
             }
-        }
+        };
         bar.inc(1);
+        let Some(report) = d.reports.first_mut() else {
+            ds.absorb(d);
+            continue;
+        };
+        // The same bytes twice: one measurement, not two repeats.
+        if !report.sha256.is_empty() && !d.records.is_empty() {
+            let id = (report.sha256.clone(), keys_digest(&d.records));
+            if let Some(first) = seen_files.get(&id) {
+                ds.notes.push(format!(
+                    "{} has the same content as {} (sha256 {}): counted once",
+                    f.display(),
+                    first.display(),
+                    &report.sha256[..16]
+                ));
+                report.duplicate_of = Some(first.clone());
+                report.records = 0;
+                d.records.clear();
+                d.anomalies.clear();
+                ds.absorb(d);
+                continue;
+            }
+            seen_files.insert(id, f.clone());
+        }
+        // A run section repeated (a file concatenated with itself, a log
+        // pasted into another): counted once.
+        let mut drop: Vec<std::ops::Range<usize>> = Vec::new();
+        for sec in sections {
+            if sec.records.is_empty() {
+                continue;
+            }
+            let keys = keys_digest(&d.records[sec.records.clone()]);
+            match seen_sections.get(&sec.digest) {
+                Some((ff, fl, fk)) if *fk != keys => {
+                    ds.notes.push(format!(
+                        "{}:{}: the same {} rows as {}:{} but labelled differently: kept both; \
+                         is one a copy of the other, or mislabelled?",
+                        f.display(),
+                        sec.line,
+                        sec.records.len(),
+                        ff.display(),
+                        fl
+                    ));
+                }
+                Some((ff, fl, _)) => {
+                    ds.notes.push(format!(
+                        "{}:{}: the same {} rows as {}:{}: counted once",
+                        f.display(),
+                        sec.line,
+                        sec.records.len(),
+                        ff.display(),
+                        fl
+                    ));
+                    drop.push(sec.records);
+                }
+                None => {
+                    seen_sections.insert(sec.digest, (f.clone(), sec.line, keys));
+                }
+            }
+        }
+        if !drop.is_empty() {
+            let mut i = 0usize;
+            d.records.retain(|_| {
+                let keep = !drop.iter().any(|r| r.contains(&i));
+                i += 1;
+                keep
+            });
+            report.records = d.records.len();
+        }
+        ds.absorb(d);
     }
     bar.finish_and_clear();
+    if let Some(m) = &opts.manifest {
+        ds.notes.extend(m.unused_rows(&files));
+    }
     flag_outliers(&mut ds);
     Ok(ds)
+}
+
+/// What the records of some content were labelled as (collective, size,
+/// shape, knobs, placement, in order).
+fn keys_digest(records: &[Record]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in records {
+        r.key().hash(&mut h);
+        r.in_place.hash(&mut h);
+    }
+    h.finish()
 }
 
 fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
@@ -297,72 +526,135 @@ fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
     bar
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .with_context(|| format!("{}: cannot list directory", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
-    entries.sort();
-    for p in entries {
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default();
-        if name.starts_with('.') {
-            continue;
-        }
-        if p.is_dir() {
-            walk(&p, out)?;
+/// The files to read, each once.
+#[derive(Default)]
+struct Walk {
+    files: Vec<PathBuf>,
+    seen: HashSet<FileId>,
+    notes: Vec<String>,
+}
+
+impl Walk {
+    fn file(&mut self, p: &Path, meta: &std::fs::Metadata) {
+        if self.seen.insert(file_id(meta)) {
+            self.files.push(p.to_path_buf());
         } else {
-            out.push(p);
+            self.notes.push(format!(
+                "{}: the same file as one already read (given twice, or reached through a \
+                 symlink): read once",
+                p.display()
+            ));
         }
     }
-    Ok(())
+
+    fn dir(&mut self, dir: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+        // A directory reached again (a symlink loop, or two paths into one
+        // tree) would be walked again, and again: read each one once.
+        if !self.seen.insert(file_id(meta)) {
+            self.notes.push(format!(
+                "{}: a directory already read (a symlink loop, or given twice): read once",
+                dir.display()
+            ));
+            return Ok(());
+        }
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("{}: cannot list directory", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for p in entries {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
+            // A dangling symlink is left to `read_file`, which reports it.
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => self.dir(&p, &m)?,
+                Ok(m) => self.file(&p, &m),
+                Err(_) => self.files.push(p),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hashes what passes through it: each input is hashed while it is read,
+/// never read a second time for its digest.
+struct Hashing<R> {
+    inner: R,
+    hasher: Sha256,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 /// Reads one file, detecting its format from its name and first bytes.
 pub fn read_file(path: &Path, opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    // Opening a FIFO blocks until some writer appears (forever, for a stale
-    // `mkfifo`), and devices never end: only regular files are read.
-    if let Ok(m) = std::fs::metadata(path) {
-        if !m.is_file() {
-            let mut ctx = FileCtx::new(path, opts);
-            ctx.bad(
-                0,
-                "not a regular file (a FIFO, socket or device); expected an nccl-tests log, \
-                 JSON or CSV file",
-            )?;
-            return Ok(Dataset {
+    read_file_sections(path, opts).map(|(d, _)| d)
+}
+
+fn read_file_sections(
+    path: &Path,
+    opts: &IngestOptions,
+) -> anyhow::Result<(Dataset, Vec<Section>)> {
+    let unreadable = |msg: String| -> anyhow::Result<(Dataset, Vec<Section>)> {
+        let mut ctx = FileCtx::new(path, opts);
+        ctx.bad(0, msg)?;
+        Ok((
+            Dataset {
                 skipped: ctx.skipped,
                 ..Default::default()
-            });
+            },
+            Vec::new(),
+        ))
+    };
+    // Opening a FIFO blocks until some writer appears (forever, for a stale
+    // `mkfifo`), and devices never end: only regular files are read.
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return unreadable(
+                "not a regular file (a FIFO, socket or device); expected an nccl-tests log, \
+                 JSON or CSV file"
+                    .into(),
+            )
         }
+        Err(e) => return unreadable(format!("cannot open the file: {e}")),
+        Ok(_) => {}
     }
     let file = match File::open(path) {
         Ok(f) => f,
-        Err(e) => {
-            let mut ctx = FileCtx::new(path, opts);
-            ctx.bad(0, format!("cannot open the file: {e}"))?;
-            return Ok(Dataset {
-                skipped: ctx.skipped,
-                ..Default::default()
-            });
-        }
+        Err(e) => return unreadable(format!("cannot open the file: {e}")),
     };
-    let mut rd = BufReader::with_capacity(1 << 16, file);
+    let mut rd = BufReader::with_capacity(
+        1 << 16,
+        Hashing {
+            inner: file,
+            hasher: Sha256::new(),
+        },
+    );
     let head = match rd.fill_buf() {
         Ok(h) => h.to_vec(),
-        Err(e) => {
-            let mut ctx = FileCtx::new(path, opts);
-            ctx.bad(0, format!("cannot read the file: {e}"))?;
-            return Ok(Dataset {
-                skipped: ctx.skipped,
-                ..Default::default()
-            });
-        }
+        Err(e) => return unreadable(format!("cannot read the file: {e}")),
     };
     let format = detect(path, &head);
-    read_with_format(path, rd, format, opts)
+    let (mut ds, sections) = read_format(path, &mut rd, format, opts)?;
+    if format != Format::Other {
+        // A reader may stop early (a corrupted tail): the digest still
+        // covers the whole file.
+        let drained = std::io::copy(&mut rd, &mut std::io::sink());
+        if let (Ok(_), Some(rep)) = (drained, ds.reports.first_mut()) {
+            rep.sha256 = format!("{:x}", rd.into_inner().hasher.finalize());
+        }
+    }
+    Ok((ds, sections))
 }
 
 /// Reads `rd` (the content of `path`) as `format`.
@@ -372,17 +664,50 @@ pub fn read_with_format<R: BufRead>(
     format: Format,
     opts: &IngestOptions,
 ) -> anyhow::Result<Dataset> {
+    read_format(path, rd, format, opts).map(|(d, _)| d)
+}
+
+fn read_format<R: BufRead>(
+    path: &Path,
+    rd: R,
+    format: Format,
+    opts: &IngestOptions,
+) -> anyhow::Result<(Dataset, Vec<Section>)> {
     let mut ctx = FileCtx::new(path, opts);
     let mut ds = Dataset::default();
+    if format == Format::Other {
+        ds.ignored.push(path.to_path_buf());
+        return Ok((ds, Vec::new()));
+    }
+    if let Some(m) = &opts.manifest {
+        match m.labels_for(path) {
+            Ok(l) => ctx.labels.manifest = l,
+            Err(e) => {
+                ctx.bad(0, format!("{e:#}"))?;
+                ds.skipped = ctx.skipped;
+                return Ok((ds, Vec::new()));
+            }
+        }
+    }
+    for p in &opts.name_patterns {
+        match p.labels_for(path) {
+            Ok(Some(l)) => {
+                ctx.labels.pattern = Some(l);
+                break;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                ctx.labels.pattern_error = Some(e);
+                break;
+            }
+        }
+    }
     let res = match format {
         Format::NcclTestsText => text::read(&mut ctx, rd),
         Format::TunerCsv => csv::read_tuner(&mut ctx, rd),
         Format::NvidiaRawCsv => csv::read_nvidia_raw(&mut ctx, rd),
         Format::NcclTestsJson => json::read(&mut ctx, rd),
-        Format::Other => {
-            ds.ignored.push(path.to_path_buf());
-            return Ok(ds);
-        }
+        Format::Other => unreachable!("returned above"),
     };
     let out = match res {
         Ok(o) => o,
@@ -408,7 +733,7 @@ pub fn read_with_format<R: BufRead>(
     ds.reports.push(report);
     ds.skipped = ctx.skipped;
     ds.anomalies = ctx.anomalies;
-    Ok(ds)
+    Ok((ds, out.sections))
 }
 
 fn is_io(e: &anyhow::Error) -> bool {
@@ -421,6 +746,15 @@ pub(crate) struct FileOutput {
     pub records: Vec<Record>,
     pub report: FileReport,
     pub bytes: u64,
+    /// Run sections whose content is checked against every other's.
+    pub sections: Vec<Section>,
+}
+
+/// One run section of a file: its data rows' digest and its records.
+pub(crate) struct Section {
+    pub line: u32,
+    pub digest: [u8; 32],
+    pub records: std::ops::Range<usize>,
 }
 
 impl FileOutput {
@@ -430,6 +764,8 @@ impl FileOutput {
             report: FileReport {
                 file: PathBuf::new(),
                 format,
+                sha256: String::new(),
+                duplicate_of: None,
                 rows: 0,
                 records: 0,
                 zero_size_rows: 0,
@@ -437,6 +773,7 @@ impl FileOutput {
                 resolved: true,
             },
             bytes: 0,
+            sections: Vec::new(),
         }
     }
 }
@@ -469,6 +806,15 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
         && fl.contains("size_bytes")
         && fl.contains("algorithm")
         && fl.contains("protocol")
+    {
+        return Format::TunerCsv;
+    }
+    // A .csv meant as a tuner CSV whose header misses columns: read it as
+    // one, so the error lists what is missing instead of ignoring the file.
+    // (Other CSVs about collectives, e.g. issue facts, name no algorithm.)
+    if name.ends_with(".csv")
+        && fl.contains("collective")
+        && (fl.contains("algorithm") || fl.contains("protocol"))
     {
         return Format::TunerCsv;
     }
@@ -659,6 +1005,7 @@ mod tests {
                 line: 1,
             },
             flags: 0,
+            env: None,
         }
     }
 

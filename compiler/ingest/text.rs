@@ -18,17 +18,26 @@
 //! shape the rows are read as repeats of that shape (and reported);
 //! otherwise the rows cannot be attributed and the block is unresolved.
 //!
+//! Runs: a file may concatenate several runs (each process prints its own
+//! `# nThread` header, and with NCCL_DEBUG=INFO its own banner and
+//! `set by environment` lines). Knobs, the NCCL version and the other
+//! `NCCL_*` variables (the run's setup) are resolved per run section; a
+//! section split off by a second table header of the same process inherits
+//! them.
+//!
 //! The file is streamed line by line; only the parsed rows of the file are
 //! kept until its end (knob lines may come anywhere in it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, Read};
 use std::sync::Arc;
 
 use memchr::memmem;
 
+use sha2::{Digest as _, Sha256};
+
 use super::knobs::{self, Assumptions, KnobSource};
-use super::{FileCtx, FileOutput, Format, UNRESOLVED};
+use super::{quote, FileCtx, FileOutput, Format, Section, UNRESOLVED};
 use crate::record::{flags, Algo, Collective, Proto, Record};
 
 /// Longest line the text reader accepts (nccl-tests lines are < 1 KiB; rank
@@ -162,6 +171,18 @@ struct RawRow {
 #[derive(Default, Debug)]
 struct Block {
     line: u32,
+    /// What this run's NCCL INFO lines say about the knobs (facts).
+    info: KnobSource,
+    /// The run's other `NCCL_*` variables from `set by environment` lines.
+    env: BTreeMap<String, String>,
+    nccl_version: Option<u32>,
+    /// The section has NCCL INFO output of its own (banner or environment).
+    own_info: bool,
+    /// The section starts a new process (`# nThread`, `# nccl-tests
+    /// version`, `Collective test starting`): it inherits nothing.
+    new_run: bool,
+    /// Digest of its data rows, to count a section seen twice once.
+    digest: Sha256,
     coll: Option<Collective>,
     jobs: Vec<Job>,
     /// `# nThread` lines seen before any row (more than one: interleaved).
@@ -175,6 +196,16 @@ struct Block {
 }
 
 impl Block {
+    fn new() -> Block {
+        Block {
+            info: KnobSource::fact("NCCL INFO"),
+            ..Default::default()
+        }
+    }
+    fn finished(&self) -> bool {
+        !self.rows.is_empty()
+            && (self.concluded || (self.layouts > 0 && self.footers >= self.layouts))
+    }
     fn started(&self) -> bool {
         self.headers > 0 || !self.jobs.is_empty() || self.layout.is_some() || !self.rows.is_empty()
     }
@@ -187,9 +218,7 @@ impl Block {
 struct State {
     blocks: Vec<Block>,
     cur: Block,
-    info: KnobSource,
     header: Assumptions,
-    nccl_version: Option<u32>,
     launcher_coll: Option<Collective>,
     /// (function, bytes) -> what NCCL chose, from `Bytes -> Algo` lines.
     chosen: ChosenMap,
@@ -205,13 +234,11 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<F
     let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
     let mut st = State {
         blocks: Vec::new(),
-        cur: Block::default(),
-        info: KnobSource::named("NCCL INFO"),
+        cur: Block::new(),
         header: Assumptions {
             knobs: KnobSource::named("# dyncc"),
             ..Default::default()
         },
-        nccl_version: None,
         launcher_coll: None,
         chosen: HashMap::new(),
         dtypes: Vec::new(),
@@ -378,7 +405,7 @@ fn line(ctx: &mut FileCtx, st: &mut State, no: u32, raw: &[u8]) -> anyhow::Resul
         return Ok(());
     }
     if let Some(p) = memmem::find(l, b"NCCL INFO ") {
-        info(st, &l[p + 10..]);
+        info(st, no, &l[p + 10..]);
         return Ok(());
     }
     if memmem::find(l, b"NCCL WARN").is_some() {
@@ -422,7 +449,7 @@ fn line(ctx: &mut FileCtx, st: &mut State, no: u32, raw: &[u8]) -> anyhow::Resul
 /// started table.
 fn new_block_if_used(st: &mut State, no: u32) {
     if !st.cur.rows.is_empty() || st.cur.concluded {
-        let b = std::mem::take(&mut st.cur);
+        let b = std::mem::replace(&mut st.cur, Block::new());
         st.blocks.push(b);
     }
     if !st.cur.started() {
@@ -467,6 +494,7 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
     if body.starts_with(b"nThread") {
         new_block_if_used(st, no);
         st.cur.headers += 1;
+        st.cur.new_run = true;
         return Ok(());
     }
     if body.starts_with(b"Using devices") {
@@ -475,6 +503,7 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
     }
     if let Some(rest) = body.strip_prefix(b"nccl-tests version") {
         new_block_if_used(st, no);
+        st.cur.new_run = true;
         if let Some(p) = memmem::find(rest, b"nccl-library=") {
             let v = &rest[p + 13..];
             let end = v
@@ -482,13 +511,14 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
                 .position(|b| !b.is_ascii_digit())
                 .unwrap_or(v.len());
             if let Some(code) = parse_u64(&v[..end]) {
-                st.nccl_version = Some(code as u32);
+                st.cur.nccl_version = Some(code as u32);
             }
         }
         return Ok(());
     }
     if let Some(rest) = body.strip_prefix(b"Collective test starting:") {
         new_block_if_used(st, no);
+        st.cur.new_run = true;
         let name = String::from_utf8_lossy(rest.trim_ascii()).into_owned();
         st.cur.coll = Collective::parse(knobs::strip_binary_suffix(&name));
         return Ok(());
@@ -569,22 +599,32 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
 }
 
 /// An NCCL INFO line (text after `NCCL INFO `).
-fn info(st: &mut State, rest: &[u8]) {
-    if let Some(v) = rest.strip_prefix(b"NCCL version ") {
-        st.info.complete = true;
+fn info(st: &mut State, no: u32, rest: &[u8]) {
+    let banner = rest.strip_prefix(b"NCCL version ");
+    let env = memmem::find(rest, b" set by environment to ");
+    if (banner.is_some() || env.is_some()) && st.cur.finished() {
+        // A new run's NCCL output after a finished table.
+        new_block_if_used(st, no);
+        st.cur.new_run = true;
+    }
+    if let Some(v) = banner {
+        st.cur.own_info = true;
         let end = v
             .iter()
             .position(|b| b.is_ascii_whitespace())
             .unwrap_or(v.len());
-        if st.nccl_version.is_none() {
-            st.nccl_version = std::str::from_utf8(&v[..end])
+        if st.cur.nccl_version.is_none() {
+            st.cur.nccl_version = std::str::from_utf8(&v[..end])
                 .ok()
                 .and_then(knobs::parse_nccl_version);
         }
         return;
     }
-    if let Some(p) = memmem::find(rest, b" set by environment to ") {
-        st.info.complete = true;
+    if let Some(p) = env {
+        // NCCL printed its environment in this run: a knob it does not
+        // list was not set.
+        st.cur.own_info = true;
+        st.cur.info.complete = true;
         let var = String::from_utf8_lossy(rest[..p].trim_ascii());
         let var = var.rsplit(' ').next().unwrap_or("");
         let val = &rest[p + 23..];
@@ -594,7 +634,9 @@ fn info(st: &mut State, rest: &[u8]) {
             .unwrap_or(val.len());
         let val = String::from_utf8_lossy(&val[..end]);
         let val = val.trim_end_matches(['.', ',']);
-        st.info.set(var, val);
+        if !st.cur.info.set_at(var, val, no) && is_setup_var(var) {
+            st.cur.env.insert(var.to_string(), val.to_string());
+        }
         return;
     }
     if let Some(p) = memmem::find(rest, b" Bytes -> Algo ") {
@@ -628,6 +670,12 @@ fn info(st: &mut State, rest: &[u8]) {
             });
         st.chosen.insert((func, bytes), (algo, proto));
     }
+}
+
+/// Whether an `NCCL_*` variable (not a knob) makes runs a different setup:
+/// anything but where NCCL writes its debug output.
+pub fn is_setup_var(var: &str) -> bool {
+    var.starts_with("NCCL_") && !var.starts_with("NCCL_DEBUG")
 }
 
 /// Tries `l` as a data row. Ok(false): not a row (noise).
@@ -670,8 +718,20 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
     let mut wrong = [false, false];
     for h in 0..2 {
         let t = toks[layout.time[h]];
+        let half = if h == 0 { "out-of-place" } else { "in-place" };
         match parse_f64(t) {
-            Some(v) if v.is_finite() && v > 0.0 => time[h] = Some(v),
+            // A size-0 row is counted, never used: any time will do.
+            Some(v) if size == 0 && v.is_finite() && v >= 0.0 => time[h] = Some(v),
+            Some(v) if v.is_finite() && v > 0.0 => match super::check_time(v) {
+                Ok(v) => time[h] = Some(v),
+                Err(e) => {
+                    if !in_table {
+                        return Ok(false);
+                    }
+                    ctx.bad(no, format!("{half} time {e}"))?;
+                    return Ok(true);
+                }
+            },
             _ => {
                 if !in_table {
                     return Ok(false);
@@ -679,9 +739,8 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
                 ctx.bad(
                     no,
                     format!(
-                        "{} time {:?}: expected a positive number of microseconds",
-                        if h == 0 { "out-of-place" } else { "in-place" },
-                        String::from_utf8_lossy(t)
+                        "{half} time {:?}: expected a positive number of microseconds",
+                        quote(&String::from_utf8_lossy(t))
                     ),
                 )?;
                 return Ok(true);
@@ -703,7 +762,7 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
                         no,
                         format!(
                             "#wrong {:?}: expected a count or N/A",
-                            String::from_utf8_lossy(w)
+                            quote(&String::from_utf8_lossy(w))
                         ),
                     )?;
                     return Ok(true);
@@ -728,6 +787,8 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
     if st.cur.layout.is_none() && !st.cur.started() {
         st.cur.line = no;
     }
+    st.cur.digest.update(l);
+    st.cur.digest.update(b"\n");
     st.cur.rows.push(RawRow {
         line: no,
         size,
@@ -774,7 +835,12 @@ fn finish(
     let name_coll = path
         .file_name()
         .and_then(|n| collective_from_name(&n.to_string_lossy()));
-    let sources: [&KnobSource; 4] = [&st.info, &st.header.knobs, &path_src, &assume.knobs];
+    // Explicit labels, most specific first (see `knobs`).
+    let file_labels = ctx.labels.clone();
+    let labels = file_labels.sets();
+    let mut facts: Vec<&Assumptions> = vec![&st.header];
+    facts.extend(labels.iter().copied());
+    facts.push(assume);
     let mut knob_desc = Vec::new();
     let mut resolved_all = true;
     if st.rows == 0 {
@@ -787,11 +853,27 @@ fn finish(
         return Ok(out);
     }
     let mut ignored = 0usize;
-    for b in st.blocks {
+    let mut blocks = st.blocks;
+    // A section that is not a new process continues the previous one.
+    for i in 1..blocks.len() {
+        let (done, rest) = blocks.split_at_mut(i);
+        let (prev, b) = (&done[i - 1], &mut rest[0]);
+        if !b.new_run && !b.own_info {
+            b.info = prev.info.clone();
+            b.env = prev.env.clone();
+            b.nccl_version = b.nccl_version.or(prev.nccl_version);
+        }
+    }
+    let several = blocks.iter().filter(|b| !b.rows.is_empty()).count() > 1;
+    for b in blocks {
         if b.rows.is_empty() {
             continue;
         }
+        let first_record = out.records.len();
         let mut problems: Vec<String> = Vec::new();
+        if let Some(e) = &ctx.labels.pattern_error {
+            problems.push(e.clone());
+        }
         // Collective.
         let coll = b
             .coll
@@ -846,7 +928,6 @@ fn finish(
             nnodes = Some(first.1.max(1));
             gpu = first.2;
         }
-        let facts = [&st.header, assume];
         if nranks.is_none() {
             nranks = facts.iter().find_map(|a| a.ranks);
         }
@@ -879,10 +960,14 @@ fn finish(
             ));
         }
         let platform = facts.iter().find_map(|a| a.platform.clone());
-        let nccl_version = st
+        let nccl_version = b
             .nccl_version
             .or_else(|| facts.iter().find_map(|a| a.nccl_version));
-        // Knobs.
+        // Knobs: this run's NCCL INFO lines, then the labels.
+        let mut sources: Vec<&KnobSource> = vec![&b.info];
+        sources.extend(facts[..facts.len() - 1].iter().map(|a| &a.knobs));
+        sources.push(&path_src);
+        sources.push(&assume.knobs);
         let knob = match coll.map(|c| knobs::resolve(&sources, c)) {
             Some(Ok(k)) => Some(k),
             Some(Err(e)) => {
@@ -892,10 +977,22 @@ fn finish(
             None => None,
         };
         if let Some(k) = &knob {
-            if !knob_desc.contains(&k.how) {
-                knob_desc.push(k.how.clone());
-            }
+            let how = if several {
+                format!("line {}: {}", b.line, k.how)
+            } else {
+                k.how.clone()
+            };
+            knob_desc.push(how);
         }
+        // The run's setup: its other NCCL_* variables, when it shows them.
+        let env: Option<Arc<str>> = b.info.complete.then(|| {
+            b.env
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+                .into()
+        });
         let mut flags0 = 0u8;
         if !problems.is_empty() {
             resolved_all = false;
@@ -961,9 +1058,15 @@ fn finish(
                     reg_buff: false,
                     source: ctx.source(r.line),
                     flags: ff,
+                    env: env.clone(),
                 });
             }
         }
+        out.sections.push(Section {
+            line: b.line,
+            digest: b.digest.finalize().into(),
+            records: first_record..out.records.len(),
+        });
     }
     if ignored > 0 {
         ctx.anomaly(

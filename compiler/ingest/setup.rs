@@ -1,0 +1,254 @@
+//! Setups: the NCCL version of a run and the other `NCCL_*` variables its
+//! log shows (GPUDirect RDMA on or off, the IB HCAs, ...). Runs of
+//! different setups can differ by 20 % and more at the same size: they are
+//! not repeats of one measurement. [`select_setup`] refuses to blend them
+//! unless the user picks one (`--setup`) or says they may be pooled
+//! (`--pool-setups`), the way `compile` treats mixed platforms.
+//!
+//! A run whose log does not show a version or its environment is compatible
+//! with any setup: only two runs known to differ are "mixed".
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use anyhow::bail;
+
+use super::{quote, Dataset};
+use crate::record::Record;
+
+/// NCCL loads tuner plugins from 2.19.0 on (`ncclTunerPlugin_v1`, see
+/// /work/shared/reference/nccl-tuner-abi.md); older NCCLs never load one.
+pub const FIRST_TUNER_NCCL: u32 = 21900;
+
+/// `22304` -> `2.23.4`.
+pub fn version_string(code: u32) -> String {
+    format!("{}.{}.{}", code / 10000, (code / 100) % 100, code % 100)
+}
+
+/// The NCCL versions of `records`, sorted, as the table's `nccl_version`
+/// metadata: `2.18.3,2.19.1`; None when no record knows its version.
+pub fn nccl_versions(records: &[Record]) -> Option<String> {
+    let v: BTreeSet<u32> = records.iter().filter_map(|r| r.nccl_version).collect();
+    (!v.is_empty()).then(|| {
+        v.into_iter()
+            .map(version_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    })
+}
+
+/// What `--setup` / `--pool-setups` ask for.
+#[derive(Clone, Debug, Default)]
+pub struct SetupChoice {
+    /// `nccl=2.23.4`, `NCCL_NET_GDR_LEVEL=PHB`, `NCCL_IB_HCA=unset`.
+    pub want: Vec<(String, String)>,
+    pub pool: bool,
+}
+
+impl SetupChoice {
+    pub fn new(spec: Option<&str>, pool: bool) -> anyhow::Result<SetupChoice> {
+        let mut want = Vec::new();
+        for w in spec
+            .unwrap_or("")
+            .split([' ', ','])
+            .filter(|w| !w.is_empty())
+        {
+            let Some((k, v)) = w.split_once('=') else {
+                bail!(
+                    "--setup {:?}: expected KEY=VALUE words: nccl=2.23.4 or NCCL_VAR=value \
+                     (NCCL_VAR=unset: not set)",
+                    quote(w)
+                );
+            };
+            let k = if k.eq_ignore_ascii_case("nccl") || k.eq_ignore_ascii_case("nccl_version") {
+                let Some(code) = super::knobs::parse_nccl_version(v) else {
+                    bail!("--setup {w}: expected a version like 2.23.4");
+                };
+                want.push(("nccl".to_string(), code.to_string()));
+                continue;
+            } else {
+                k
+            };
+            if !k.starts_with("NCCL_") {
+                bail!("--setup {w}: expected nccl=VERSION or an NCCL_* variable");
+            }
+            want.push((k.to_string(), v.to_string()));
+        }
+        Ok(SetupChoice { want, pool })
+    }
+
+    fn matches(&self, r: &Record) -> bool {
+        self.want.iter().all(|(k, v)| {
+            if k == "nccl" {
+                return r.nccl_version.map(|c| c.to_string()).as_deref() == Some(v.as_str());
+            }
+            let Some(env) = r.env.as_deref() else {
+                return false;
+            };
+            let found = env.split(' ').find_map(|kv| {
+                kv.split_once('=')
+                    .filter(|(ek, _)| ek == k)
+                    .map(|(_, ev)| ev)
+            });
+            match found {
+                Some(ev) => ev == v,
+                None => v.eq_ignore_ascii_case("unset"),
+            }
+        })
+    }
+}
+
+/// One setup of the inputs.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Setup {
+    version: Option<u32>,
+    env: Option<Arc<str>>,
+}
+
+impl Setup {
+    fn of(r: &Record) -> Setup {
+        Setup {
+            version: r.nccl_version,
+            env: r.env.clone(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        let v = match self.version {
+            Some(c) => format!("NCCL {}", version_string(c)),
+            None => "NCCL version not shown".to_string(),
+        };
+        let e = match self.env.as_deref() {
+            Some("") => "no other NCCL_* variable set".to_string(),
+            Some(e) => e.to_string(),
+            None => "environment not shown".to_string(),
+        };
+        format!("{v}, {e}")
+    }
+
+    fn vars(&self) -> BTreeMap<&str, &str> {
+        self.env
+            .as_deref()
+            .unwrap_or("")
+            .split(' ')
+            .filter_map(|kv| kv.split_once('='))
+            .collect()
+    }
+}
+
+/// Keeps the records of one setup, or all of them when the inputs hold one
+/// setup or the user said they may be pooled; otherwise an error listing
+/// the setups and the option that picks each. Adds a note when the sweep
+/// ran an NCCL too old to load tuner plugins.
+pub fn select_setup(ds: &mut Dataset, choice: &SetupChoice) -> anyhow::Result<()> {
+    let mut groups: BTreeMap<Setup, (usize, String)> = BTreeMap::new();
+    for r in &ds.records {
+        groups
+            .entry(Setup::of(r))
+            .or_insert((0, r.source.to_string()))
+            .0 += 1;
+    }
+    let versions: BTreeSet<u32> = groups.keys().filter_map(|s| s.version).collect();
+    let envs: BTreeSet<&str> = groups.keys().filter_map(|s| s.env.as_deref()).collect();
+    let mixed = versions.len() > 1 || envs.len() > 1;
+    let list = |groups: &BTreeMap<Setup, (usize, String)>| -> String {
+        groups
+            .iter()
+            .map(|(s, (n, at))| {
+                let pick = pick_spec(s, groups.keys(), versions.len() > 1);
+                format!(
+                    "{} ({n} records, e.g. {at}){}",
+                    s.describe(),
+                    pick.map(|p| format!(": --setup '{p}'")).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    if !choice.want.is_empty() {
+        let before = ds.records.len();
+        let kept: Vec<Record> = ds
+            .records
+            .iter()
+            .filter(|r| choice.matches(r))
+            .cloned()
+            .collect();
+        if kept.is_empty() {
+            bail!(
+                "--setup matches no records; the inputs hold: {}",
+                list(&groups)
+            );
+        }
+        let dropped = before - kept.len();
+        ds.records = kept;
+        if dropped > 0 {
+            ds.notes.push(format!(
+                "--setup: kept {} records, left out {dropped} of other or unshown setups",
+                ds.records.len()
+            ));
+        }
+    } else if mixed && !choice.pool {
+        bail!(
+            "the inputs mix NCCL setups: {}. Runs of different setups are not repeats of one \
+             measurement: compile each separately, pick one with --setup as shown, or pass \
+             --pool-setups if they may be pooled",
+            list(&groups)
+        );
+    } else if mixed {
+        ds.notes.push(format!(
+            "setups pooled as repeats (--pool-setups): {}",
+            groups
+                .iter()
+                .map(|(s, (n, _))| format!("{} ({n} records)", s.describe()))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    let old: BTreeSet<u32> = ds
+        .records
+        .iter()
+        .filter_map(|r| r.nccl_version)
+        .filter(|&v| v < FIRST_TUNER_NCCL)
+        .collect();
+    if !old.is_empty() {
+        ds.notes.push(format!(
+            "warning: the sweep ran NCCL {}; NCCL loads tuner plugins only from {} on, so jobs \
+             on that NCCL will not load this table; sweep on the NCCL your jobs use",
+            old.into_iter()
+                .map(version_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            version_string(FIRST_TUNER_NCCL)
+        ));
+    }
+    Ok(())
+}
+
+/// The `--setup` words that pick `s` out of `all`: its version (when
+/// versions differ) and the variables whose values differ between setups.
+fn pick_spec<'a>(
+    s: &Setup,
+    all: impl Iterator<Item = &'a Setup> + Clone,
+    by_version: bool,
+) -> Option<String> {
+    let mut words = Vec::new();
+    if by_version {
+        words.push(format!("nccl={}", version_string(s.version?)));
+    }
+    if s.env.is_some() {
+        let mine = s.vars();
+        let mut names: BTreeSet<&str> = BTreeSet::new();
+        let known: Vec<&Setup> = all.filter(|o| o.env.is_some()).collect();
+        for o in &known {
+            names.extend(o.vars().into_keys());
+        }
+        for n in names {
+            let vals: BTreeSet<Option<&str>> =
+                known.iter().map(|o| o.vars().get(n).copied()).collect();
+            if vals.len() > 1 {
+                words.push(format!("{n}={}", mine.get(n).copied().unwrap_or("unset")));
+            }
+        }
+    }
+    (!words.is_empty()).then(|| words.join(" "))
+}
