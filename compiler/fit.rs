@@ -7,6 +7,7 @@ use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
 
 use crate::features::{features, Grid, N_FEATURES};
+use crate::stats::{median, quantile};
 use crate::tree::Forest;
 
 /// The floor of the noise estimate: even perfectly repeatable runs differ
@@ -165,9 +166,9 @@ fn noise(grid: &Grid) -> Vec<f64> {
             let mut r: Vec<f64> = rep[lo..=hi].iter().flatten().copied().collect();
             let mut q: Vec<f64> = rough[lo..=hi].iter().flatten().copied().collect();
             let var = if !r.is_empty() {
-                median(&mut r)
+                median(&mut r).unwrap_or(0.0)
             } else if q.len() >= 4 {
-                quantile(&mut q, 0.25) / 0.1015
+                quantile(&mut q, 0.25).unwrap_or(0.0) / 0.1015
             } else {
                 0.05 * 0.05
             };
@@ -175,27 +176,6 @@ fn noise(grid: &Grid) -> Vec<f64> {
         }
     }
     out
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let pos = q * (v.len() - 1) as f64;
-    let (i, f) = (pos.floor() as usize, pos.fract());
-    if i + 1 < v.len() {
-        v[i] * (1.0 - f) + v[i + 1] * f
-    } else {
-        v[i]
-    }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Expected range of n standard normal samples (d2 constants).

@@ -23,5 +23,6 @@ pub mod pipeline;
 pub mod record;
 pub mod report;
 pub mod simulate;
+pub mod stats;
 pub mod tree;
 pub mod units;

@@ -22,17 +22,17 @@ struct Cli {
 // its Args struct, next to the code that runs it.
 #[derive(Subcommand)]
 enum Command {
-    Inspect(dyncc::ingest::cli::InspectArgs),
+    Inspect(dyncc::cmd::inspect::InspectArgs),
     Compile(dyncc::cmd::compile::CompileArgs),
     Eval(dyncc::cmd::eval::EvalArgs),
-    Simulate(dyncc::simulate::cli::SimulateArgs),
-    Explain(dyncc::audit::explain::ExplainArgs),
-    Query(dyncc::audit::query::QueryArgs),
-    Diff(dyncc::audit::diff::DiffArgs),
-    Plot(dyncc::audit::plot::PlotArgs),
-    Export(dyncc::audit::export::ExportArgs),
-    Verify(dyncc::audit::verify::VerifyArgs),
-    Plan(dyncc::audit::plan::PlanArgs),
+    Simulate(dyncc::cmd::simulate::SimulateArgs),
+    Explain(dyncc::cmd::explain::ExplainArgs),
+    Query(dyncc::cmd::query::QueryArgs),
+    Diff(dyncc::cmd::diff::DiffArgs),
+    Plot(dyncc::cmd::plot::PlotArgs),
+    Export(dyncc::cmd::export::ExportArgs),
+    Verify(dyncc::cmd::verify::VerifyArgs),
+    Plan(dyncc::cmd::plan::PlanArgs),
 }
 
 fn main() {
@@ -45,17 +45,17 @@ fn main() {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Inspect(a) => dyncc::ingest::cli::run(a),
-        Command::Simulate(a) => dyncc::simulate::cli::run(a),
+        Command::Inspect(a) => dyncc::cmd::inspect::run(a),
+        Command::Simulate(a) => dyncc::cmd::simulate::run(a),
         Command::Compile(a) => dyncc::cmd::compile::run(a),
         Command::Eval(a) => dyncc::cmd::eval::run(a),
-        Command::Explain(a) => dyncc::audit::explain::run(a),
-        Command::Query(a) => dyncc::audit::query::run(a),
-        Command::Diff(a) => dyncc::audit::diff::run(a),
-        Command::Plot(a) => dyncc::audit::plot::run(a),
-        Command::Export(a) => dyncc::audit::export::run(a),
-        Command::Verify(a) => dyncc::audit::verify::run(a),
-        Command::Plan(a) => dyncc::audit::plan::run(a),
+        Command::Explain(a) => dyncc::cmd::explain::run(a),
+        Command::Query(a) => dyncc::cmd::query::run(a),
+        Command::Diff(a) => dyncc::cmd::diff::run(a),
+        Command::Plot(a) => dyncc::cmd::plot::run(a),
+        Command::Export(a) => dyncc::cmd::export::run(a),
+        Command::Verify(a) => dyncc::cmd::verify::run(a),
+        Command::Plan(a) => dyncc::cmd::plan::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

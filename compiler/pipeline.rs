@@ -390,11 +390,7 @@ fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
         if files.len() < 2 {
             continue;
         }
-        let med = |v: &[f64]| {
-            let mut v = v.to_vec();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
+        let med = |v: &[f64]| crate::stats::median(&mut v.to_vec()).unwrap_or(f64::NAN);
         let meds: Vec<(&std::path::Path, f64, u32)> =
             files.iter().map(|(f, (t, l))| (*f, med(t), *l)).collect();
         let lo = meds.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();

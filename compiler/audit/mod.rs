@@ -1,27 +1,17 @@
-//! Audit: the commands that answer questions about a compiled table
-//! (`explain`, `query`, `diff`, `plot`, `export`, `verify`) and the one that
-//! plans the sweep feeding it (`plan`).
-//!
-//! They all read a table through `dyncc-tables`' validating reader and, where
-//! they need "what does the plugin do over a whole region", resolve it the
-//! way the plugin does: first matching context per (nodes, ranks per node),
-//! then the rule of the size bucket ([`plane`]).
-
-pub mod diff;
-pub mod explain;
-pub mod export;
-pub mod plan;
-pub mod plot;
-pub mod query;
-pub mod verify;
+//! Audit: what the commands that answer questions about a compiled table
+//! (`explain`, `query`, `diff`, `plot`, `export`, `verify`, in [`crate::cmd`])
+//! share. They all read a table through `dyncc-tables`' validating reader
+//! and, where they need "what does the plugin do over a whole region",
+//! resolve it the way the plugin does: first matching context per (nodes,
+//! ranks per node), then the rule of the size bucket ([`plane`]).
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::Context;
 use dyncc_tables::{
-    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Basis, Coll, ContextSpec, Decision,
-    Lookup, Table, NUM_BUCKETS,
+    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, ContextSpec, Decision, Lookup,
+    Table, NUM_BUCKETS,
 };
 
 use crate::units::fmt_bytes;
@@ -269,11 +259,6 @@ pub fn runs<T>(row: &[T; NUM_BUCKETS], same: impl Fn(&T, &T) -> bool) -> Vec<(u8
 /// Inclusive byte bounds of a bucket run.
 pub fn run_bytes(r: (u8, u8)) -> (u64, u64) {
     (bucket_lower_bound(r.0), bucket_upper_bound(r.1))
-}
-
-/// `measured` / `interpolated` / `extrapolated`.
-pub fn basis_name(b: Basis) -> &'static str {
-    b.name()
 }
 
 /// Writes `bytes` to `path` atomically with mode `mode` (the temporary file

@@ -24,7 +24,6 @@
 //! [`setup`] keeps runs of different NCCL setups apart.
 
 pub mod args;
-pub mod cli;
 pub mod csv;
 pub mod json;
 pub mod knobs;
@@ -877,7 +876,7 @@ pub fn flag_outliers(ds: &mut Dataset) {
             if j + 1 < by_size.len() {
                 neigh.extend(by_size[j + 1].1.iter().map(|&i| ds.records[i].time_us));
             }
-            let Some(nmed) = median(&mut neigh) else {
+            let Some(nmed) = crate::stats::median(&mut neigh) else {
                 continue;
             };
             for &i in members {
@@ -890,7 +889,7 @@ pub fn flag_outliers(ds: &mut Dataset) {
                     .filter(|&&o| o != i)
                     .map(|&o| ds.records[o].time_us)
                     .collect();
-                let off_repeats = match median(&mut others) {
+                let off_repeats = match crate::stats::median(&mut others) {
                     Some(m) => t > OUTLIER_FACTOR * m,
                     None => true,
                 };
@@ -924,19 +923,6 @@ pub fn flag_outliers(ds: &mut Dataset) {
 /// How far off its neighbours a sample must be to count as a warm-up artefact.
 pub const OUTLIER_FACTOR: f64 = 10.0;
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
-
 /// Aggregates the trusted records into cells (median of repeats; both
 /// placements count). Records flagged warm-up outlier, wrong data, knob
 /// ignored or unresolved are left out. Cells come sorted by key.
@@ -956,7 +942,7 @@ pub fn aggregate(records: &[Record]) -> Vec<Cell> {
         .into_iter()
         .map(|(key, (mut t, src))| {
             let n = t.len();
-            let med = median(&mut t).unwrap_or(f64::NAN);
+            let med = crate::stats::median(&mut t).unwrap_or(f64::NAN);
             let spread = if n > 1 { (t[n - 1] - t[0]) / med } else { 0.0 };
             Cell {
                 key,

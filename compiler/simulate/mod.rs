@@ -5,10 +5,9 @@
 //! [`nccl_model`] is NCCL's own cost model, which picks what default runs
 //! execute; [`sweep`] lays out the runs and writes them through [`format`]
 //! (nccl-tests text) with the ground truth beside them; [`calibrate`]
-//! compares the physics with a real sweep.
+//! compares the physics with a real sweep. The command is `crate::cmd::simulate`.
 
 pub mod calibrate;
-pub mod cli;
 pub mod format;
 pub mod nccl_model;
 pub mod physics;

@@ -14,7 +14,7 @@ use dyncc_tables::{
     bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Table,
 };
 
-use super::{fmt_span, open, patches, read_table};
+use crate::audit::{fmt_span, open, patches, read_table};
 
 /// Export formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -313,7 +313,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<i32> {
     }
     match &a.output {
         Some(p) => {
-            super::write_output(p, text.as_bytes(), 0o644)?;
+            crate::audit::write_output(p, text.as_bytes(), 0o644)?;
             eprintln!("wrote {} ({} rules)", p.display(), csv.rows.len());
         }
         None => print!("{text}"),

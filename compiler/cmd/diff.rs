@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Decision, Lookup, Table, NUM_BUCKETS};
 use serde::Serialize;
 
-use super::{
+use crate::audit::{
     algo_name, channels, fmt_sizes, fmt_span, open, patches, plane, probes, proto_name, read_table,
     run_bytes, runs, Patch, Probe,
 };
@@ -89,7 +89,7 @@ pub struct DiffJson {
 
 fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
     let l = row[r.0 as usize];
-    let live = super::live_buckets().filter(|b| (r.0..=r.1).contains(b));
+    let live = crate::audit::live_buckets().filter(|b| (r.0..=r.1).contains(b));
     let gain = live
         .map(|b| row[b as usize].gain)
         .fold(f32::INFINITY, f32::min);
@@ -98,7 +98,7 @@ fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
         protocol: proto_name(l.decision),
         channels: channels(l.decision),
         expected_gain: gain,
-        basis: l.basis.map(super::basis_name),
+        basis: l.basis.map(dyncc_tables::Basis::name),
         context: l.context,
     }
 }
@@ -130,7 +130,7 @@ fn patch_changes(a: &Table, b: &Table, p: &Patch, probe: Probe) -> Vec<Change> {
         .filter(|r| pair[r.0 as usize].0 != pair[r.0 as usize].1)
         .map(|r| {
             let (lo, hi) = run_bytes(r);
-            let live: Vec<u8> = super::live_buckets()
+            let live: Vec<u8> = crate::audit::live_buckets()
                 .filter(|k| (r.0..=r.1).contains(k))
                 .collect();
             let log_sum: f64 = live

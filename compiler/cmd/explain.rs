@@ -12,9 +12,8 @@ use dyncc_tables::{
 };
 use serde::Serialize;
 
-use super::{
-    algo_name, basis_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name,
-    read_table,
+use crate::audit::{
+    algo_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name, read_table,
 };
 use crate::units::{fmt_bytes, fmt_gain};
 
@@ -157,7 +156,7 @@ pub fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule) -> RuleJson {
         protocol: proto_name(r.decision),
         channels: channels(r.decision),
         expected_gain: r.gain,
-        basis: basis_name(r.basis),
+        basis: r.basis.name(),
     }
 }
 
@@ -344,8 +343,8 @@ pub fn tree_rules(tree: &TreeView) -> Vec<TreeRule> {
                     protocol: proto_name(decision),
                     channels: channels(decision),
                     expected_gain: gain,
-                    basis: basis_name(basis),
-                    then: fmt_then(decision, gain, basis_name(basis)),
+                    basis: basis.name(),
+                    then: fmt_then(decision, gain, basis.name()),
                 });
             }
         }
@@ -375,7 +374,7 @@ fn node_json(n: TreeNode) -> NodeJson {
             protocol: proto_name(decision),
             channels: channels(decision),
             expected_gain: gain,
-            basis: basis_name(basis),
+            basis: basis.name(),
         },
     }
 }
@@ -401,7 +400,7 @@ pub fn parse_coll(s: &str) -> anyhow::Result<Coll> {
 /// The whole explanation as text.
 pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{name}: {}", super::verify::one_line_summary(table));
+    let _ = writeln!(s, "{name}: {}", crate::cmd::verify::one_line_summary(table));
     let mut any_tree = false;
     for &coll in colls {
         let Some(tree) = table.tree(coll) else {
@@ -577,7 +576,7 @@ pub fn tree_agreement(table: &Table, coll: Coll) -> Option<Agreement> {
                 continue;
             }
             let mut run: Option<Disagreement> = None;
-            for b in super::live_buckets() {
+            for b in crate::audit::live_buckets() {
                 let bytes = dyncc_tables::bucket_lower_bound(b);
                 let plugin = table
                     .lookup(coll as u32, ranks, nodes as u64, bytes, 1, 0)
@@ -664,15 +663,15 @@ pub fn render_dot(table: &Table, colls: &[Coll]) -> String {
                     let (fill, label) = match decision {
                         Decision::Default => (
                             "#eeeeee".to_string(),
-                            format!("NCCL's choice\\n{}", basis_name(basis)),
+                            format!("NCCL's choice\\n{}", basis.name()),
                         ),
                         d => (
-                            super::plot::colour_hex(d),
+                            crate::cmd::plot::colour_hex(d),
                             format!(
                                 "{}\\n{} vs default\\n{}",
                                 fmt_decision(d),
                                 fmt_gain(gain as f64),
-                                basis_name(basis)
+                                basis.name()
                             ),
                         ),
                     };

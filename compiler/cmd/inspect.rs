@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use super::args::IngestArgs;
-use super::{Dataset, Skip, UNRESOLVED};
+use crate::ingest::args::IngestArgs;
+use crate::ingest::{Dataset, Skip, UNRESOLVED};
 use crate::record::{flags, Record};
 
 /// Read sweep files and summarise what they hold.
@@ -58,13 +58,13 @@ struct Summary {
     nccl_versions: Vec<String>,
     coverage: Vec<Coverage>,
     anomalies: BTreeMap<String, usize>,
-    anomaly_list: Vec<super::Anomaly>,
+    anomaly_list: Vec<crate::ingest::Anomaly>,
     warmup_outliers: usize,
     wrong_data: usize,
     knob_ignored: usize,
     unresolved_records: usize,
     cells: usize,
-    per_file: Vec<super::FileReport>,
+    per_file: Vec<crate::ingest::FileReport>,
     /// Content counted once, paths read once, unused manifest rows, setups.
     notes: Vec<String>,
     /// The setups (NCCL version, other NCCL_* variables) and their records.
@@ -118,7 +118,7 @@ fn summarise(ds: &Dataset) -> Summary {
         wrong_data: ds.count_flag(flags::WRONG_DATA),
         knob_ignored: ds.count_flag(flags::KNOB_IGNORED),
         unresolved_records: ds.count_flag(UNRESOLVED),
-        cells: super::aggregate(&ds.records).len(),
+        cells: crate::ingest::aggregate(&ds.records).len(),
         per_file: ds.reports.clone(),
         notes: ds.notes.clone(),
         setups: BTreeMap::new(),
@@ -148,12 +148,13 @@ fn summarise(ds: &Dataset) -> Summary {
             s.ranks.push(r.nranks);
         }
         if let Some(v) = r.nccl_version {
-            s.nccl_versions.push(super::setup::version_string(v));
+            s.nccl_versions
+                .push(crate::ingest::setup::version_string(v));
         }
         let setup = format!(
             "{}, {}",
             r.nccl_version
-                .map(|v| format!("NCCL {}", super::setup::version_string(v)))
+                .map(|v| format!("NCCL {}", crate::ingest::setup::version_string(v)))
                 .unwrap_or_else(|| "NCCL version not shown".into()),
             match r.env.as_deref() {
                 None => "environment not shown",
@@ -202,7 +203,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
     // indicatif draws only when stderr is a terminal.
     let mut opts = args.ingest.options(true, true)?;
     opts.lenient = true;
-    let ds = super::read_paths(&args.paths, &opts)?;
+    let ds = crate::ingest::read_paths(&args.paths, &opts)?;
     let mut s = summarise(&ds);
     s.next = next_command(&args, &s);
     let s = s;

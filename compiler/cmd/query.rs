@@ -11,11 +11,10 @@ use anyhow::{bail, Context};
 use dyncc_tables::{Coll, Decision, Feature, Table};
 use serde::Serialize;
 
-use super::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
-use super::{
-    algo_name, basis_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name,
-    read_table,
+use crate::audit::{
+    algo_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name, read_table,
 };
+use crate::cmd::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
 use crate::ingest::{self, IngestOptions};
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
@@ -276,7 +275,7 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         protocol: proto_name(d),
         channels: channels(d),
         expected_gain: l.gain,
-        basis: l.basis.map(basis_name),
+        basis: l.basis.map(dyncc_tables::Basis::name),
         decision: fmt_decision(d),
         context,
         rule,

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::calibrate;
-use super::profile::{self, Profile};
-use super::sweep::{self, Ch, Spec};
 use crate::record::Coll;
+use crate::simulate::calibrate;
+use crate::simulate::profile::{self, Profile};
+use crate::simulate::sweep::{self, Ch, Spec};
 
 const HELP: &str = "\
 Each run (node count x collective x forced NCCL_ALGO/NCCL_PROTO/channels x

@@ -12,8 +12,8 @@ use dyncc_tables::{
     bucket_lower_bound, size_bucket, Algo, Basis, Coll, Decision, Lookup, Proto, Table,
 };
 
-use super::explain::parse_coll;
-use super::{fmt_span, live_buckets, open, patches, plane, read_table, Patch, Probe};
+use crate::audit::{fmt_span, live_buckets, open, patches, plane, read_table, Patch, Probe};
+use crate::cmd::explain::parse_coll;
 use crate::units::{fmt_bytes, fmt_gain};
 
 /// Draw a table's decision map as SVG.
@@ -241,7 +241,7 @@ pub fn render(
                         fmt_bytes(bucket_lower_bound(cols[k])),
                         fmt_bytes(dyncc_tables::bucket_upper_bound(cols[j - 1]) + 1),
                         fmt_gain(l.gain as f64),
-                        l.basis.map(super::basis_name).unwrap_or("no rule")
+                        l.basis.map(Basis::name).unwrap_or("no rule")
                     ),
                 };
                 let (fill, op) = match l.decision {
@@ -262,7 +262,7 @@ pub fn render(
                     if let Some(pat) = pat {
                         let _ = writeln!(body, "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"url(#{pat})\"/>");
                     }
-                    if super::channels(l.decision) > 0 {
+                    if crate::audit::channels(l.decision) > 0 {
                         let _ = writeln!(body, "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"url(#pinned)\"/>");
                     }
                 }
@@ -372,7 +372,7 @@ pub fn render(
         (
             "pinned",
             "channels pinned",
-            decisions.iter().any(|d| super::channels(*d) > 0),
+            decisions.iter().any(|d| crate::audit::channels(*d) > 0),
         ),
     ] {
         if !show {
@@ -457,7 +457,7 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
         }
     }
     let svg = render(&table, &a.table.display().to_string(), &colls, lo, hi);
-    super::write_output(&a.output, svg.as_bytes(), 0o644)?;
+    crate::audit::write_output(&a.output, svg.as_bytes(), 0o644)?;
     println!(
         "wrote {} ({} bytes); view it in a browser or `rsvg-convert {} -o map.png`",
         a.output.display(),

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Table, FORMAT_MAJOR, FORMAT_MINOR};
 use serde::Serialize;
 
-use super::{fmt_span, read_table};
+use crate::audit::{fmt_span, read_table};
 
 /// Check a table's integrity and print its digest, metadata and coverage.
 ///
