@@ -40,36 +40,119 @@ fn compile(input: &Path, out: &Path) -> serde_json::Value {
 
 #[test]
 fn real_v100_sweeps_meet_the_in_sample_bars() {
-    for name in ["nvidia-dgx1v-allreduce.csv", "nvidia-dgx2v-allreduce.csv"] {
+    // (sweep, captured at least) -- where the tables stood before the
+    // unmeasured-node-count work, which must not cost in-sample quality.
+    for (name, bar) in [
+        ("nvidia-dgx1v-allreduce.csv", 0.66),
+        ("nvidia-dgx2v-allreduce.csv", 0.93),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let tbl = dir.path().join("t.tbl");
         let report = compile(&real(name), &tbl);
         assert!(report["table"]["bytes"].as_u64().unwrap() <= 64 * 1024);
         let s = run_json(dyncc().arg("eval").arg(&tbl).arg(real(name)).arg("--json"));
         let captured = s["captured"].as_f64().unwrap();
-        let regress = s["regression_share"].as_f64().unwrap();
-        assert!(captured >= 0.60, "{name}: captured {captured}");
-        assert!(regress <= 0.02, "{name}: regressions {regress}");
+        assert!(captured >= bar, "{name}: captured {captured}");
+        assert_eq!(s["regressions"].as_u64(), Some(0), "{name}: {s}");
         assert!(s["table"]["geomean"].as_f64() < s["default"]["geomean"].as_f64());
     }
 }
 
+/// `dyncc eval --cv all --json` on a shipped sweep: (mode -> score).
+fn cross_validate(name: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let v = run_json(
+        dyncc()
+            .args(["eval", "--cv", "all", "--json"])
+            .arg(real(name)),
+    );
+    v["scenarios"]
+        .as_array()
+        .expect("one scenario per mode")
+        .iter()
+        .map(|s| (s["cv"].as_str().unwrap().to_string(), s.clone()))
+        .collect()
+}
+
 #[test]
 fn real_v100_sweeps_meet_the_cross_validation_bars() {
+    // Issue 10's bars: held-out node counts (each inner one, every other
+    // one, the larger half) are scored through the same lookup the plugin
+    // runs; no scenario may make more than 2 % of cells 5 % slower than
+    // NCCL's default, and none may be slower than the default overall.
+    let bars = [
+        ("nvidia-dgx2v-allreduce.csv", "nodes", 0.75),
+        ("nvidia-dgx2v-allreduce.csv", "upward", 0.50),
+        ("nvidia-dgx2v-allreduce.csv", "sparse", 0.50),
+        ("nvidia-dgx1v-allreduce.csv", "nodes", 0.05),
+    ];
     for name in ["nvidia-dgx1v-allreduce.csv", "nvidia-dgx2v-allreduce.csv"] {
-        let s = run_json(
-            dyncc()
-                .args(["eval", "--cv", "nodes", "--json"])
-                .arg(real(name)),
-        );
-        let t = s["table"]["geomean"].as_f64().unwrap();
-        let d = s["default"]["geomean"].as_f64().unwrap();
-        assert!(t <= d + 1e-9, "{name}: table {t} slower than default {d}");
-        assert!(
-            s["regression_share"].as_f64().unwrap() <= 0.05,
-            "{name}: {s}"
-        );
+        let scores = cross_validate(name);
+        assert_eq!(scores.len(), 3, "{name}: {scores:?}");
+        for (mode, s) in &scores {
+            let t = s["table"]["geomean"].as_f64().unwrap();
+            let d = s["default"]["geomean"].as_f64().unwrap();
+            assert!(
+                t <= d + 1e-9,
+                "{name} --cv {mode}: table {t} slower than default {d}"
+            );
+            let r = s["regression_share"].as_f64().unwrap();
+            assert!(r <= 0.02, "{name} --cv {mode}: regressions {r}");
+            for (n, m, bar) in bars {
+                if n == name && m == mode {
+                    let c = s["captured"].as_f64().unwrap();
+                    assert!(c >= bar, "{name} --cv {mode}: captured {c} < {bar}");
+                }
+            }
+        }
     }
+}
+
+#[test]
+fn explain_shows_what_the_plugin_does_where_its_tree_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let tbl = dir.path().join("t.tbl");
+    let report = compile(&real("nvidia-dgx1v-allreduce.csv"), &tbl);
+    // The fidelity compile reports covers every shape the plugin answers,
+    // unmeasured node counts included (not only the measured grid).
+    let fid = &report["trees"]["allreduce"];
+    assert!(fid["points"].as_u64().unwrap() > 180 * 10, "{fid}");
+    let v = run_json(dyncc().arg("explain").arg(&tbl).arg("--json"));
+    let ag = &v["agreement"][0];
+    let (shapes, disagree) = (
+        ag["shapes"].as_u64().unwrap(),
+        ag["disagree"].as_u64().unwrap(),
+    );
+    assert!(shapes > 10_000, "{ag}");
+    assert!(
+        disagree * 20 < shapes,
+        "the tree should reproduce most shapes: {ag}"
+    );
+    let regions = ag["regions"].as_array().unwrap();
+    assert_eq!(regions.is_empty(), disagree == 0);
+    // Every region explain lists says what the plugin does there: query
+    // (the plugin's own lookup) agrees, and the tree says otherwise.
+    for r in regions.iter().take(25) {
+        let q = run_json(
+            dyncc()
+                .arg("query")
+                .arg(&tbl)
+                .args(["--coll", "allreduce", "--json"])
+                .args(["--bytes", &r["from_bytes"].to_string()])
+                .args(["--nodes", &r["nodes"].to_string()])
+                .args(["--ranks", &r["ranks"].to_string()]),
+        );
+        let plugin = r["plugin"].as_str().unwrap();
+        let said = q["decision"].as_str().unwrap();
+        assert!(
+            said == plugin || (plugin == "NCCL's choice" && said.contains("NCCL")),
+            "explain says the plugin does {plugin}, query says {said}: {r}"
+        );
+        assert_eq!(q["tree"]["agrees"], false, "{q}");
+    }
+    // The text form says how often the tree holds, and lists the rest.
+    let out = dyncc().arg("explain").arg(&tbl).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("shapes the table serves"), "{text}");
 }
 
 #[test]
