@@ -6,7 +6,7 @@
 //! default.
 
 use anyhow::{bail, Context};
-use dyncc_tables::{Decision, Table};
+use dyncc_tables::Table;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
@@ -98,18 +98,7 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
         let d = table
             .lookup(nccl as u32, nranks as u64, nnodes as u64, nbytes, 1, 0)
             .decision;
-        let cfg = match d {
-            Decision::Default => Config::DEFAULT,
-            Decision::Force {
-                algo,
-                proto,
-                channels,
-            } => Config {
-                algo: Some(algo),
-                proto: Some(proto),
-                channels: (channels > 0).then_some(channels as u32),
-            },
-        };
+        let cfg = Config::from(d);
         let Some(&t) = m.get(&cfg) else {
             score.unscorable += 1;
             continue;

@@ -195,6 +195,25 @@ impl Config {
     }
 }
 
+/// What a table decision runs as: the setting a sweep would have measured
+/// it under (channels 0 = NCCL's choice).
+impl From<dyncc_tables::Decision> for Config {
+    fn from(d: dyncc_tables::Decision) -> Config {
+        match d {
+            dyncc_tables::Decision::Default => Config::DEFAULT,
+            dyncc_tables::Decision::Force {
+                algo,
+                proto,
+                channels,
+            } => Config {
+                algo: Some(algo),
+                proto: Some(proto),
+                channels: (channels > 0).then_some(channels as u32),
+            },
+        }
+    }
+}
+
 impl std::fmt::Display for Config {
     /// `default`, `ring/ll128`, `tree/simple/8ch`, `ring/*` (protocol left to NCCL).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -327,18 +327,7 @@ pub fn evidence(
     let above = sizes.iter().find(|s| **s >= call.bytes).copied();
     let mut pick: Vec<u64> = below.into_iter().chain(above).collect();
     pick.dedup();
-    let want_cfg = match decided {
-        Decision::Default => Config::DEFAULT,
-        Decision::Force {
-            algo,
-            proto,
-            channels,
-        } => Config {
-            algo: Some(algo),
-            proto: Some(proto),
-            channels: (channels > 0).then_some(channels as u32),
-        },
-    };
+    let want_cfg = Config::from(decided);
     let sizes = pick
         .into_iter()
         .map(|b| {
