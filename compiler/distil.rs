@@ -54,7 +54,13 @@ pub struct Fidelity {
 }
 
 fn weight(s: &Sample) -> f64 {
-    s.gain.max(1e-9).ln().abs() + 0.01
+    weight_of(s.gain)
+}
+
+/// What choosing wrong at a point costs: its expected gain (log), plus a
+/// little so that points left to NCCL still count.
+pub fn weight_of(gain: f64) -> f64 {
+    gain.max(1e-9).ln().abs() + 0.01
 }
 
 /// Fits a tree of at most `max_depth` levels to the samples.

@@ -251,20 +251,30 @@ fn distil_all(
     decided: &[GridDecisions],
     extrapolate: bool,
 ) -> Vec<(Coll, FlatTree<Leaf>, Fidelity)> {
-    let mut by_coll: BTreeMap<Coll, Vec<Sample>> = BTreeMap::new();
-    for (g, d) in grids.iter().zip(decided) {
-        let s = by_coll.entry(g.coll).or_default();
-        let (lo, hi) = if extrapolate {
+    // Decisions are constant over a range of node counts, so the trees are
+    // fitted on each range's ends (where a split between ranges falls) and
+    // then checked on every node count of it, without holding those.
+    let size_range = |g: &Grid| {
+        if extrapolate {
             (0, NUM_BUCKETS - 1)
         } else {
             (
                 size_bucket(g.sizes[0]) as usize,
                 size_bucket(*g.sizes.last().unwrap_or(&0)) as usize,
             )
-        };
+        }
+    };
+    let mut by_coll: BTreeMap<Coll, Vec<Sample>> = BTreeMap::new();
+    for (g, d) in grids.iter().zip(decided) {
+        let s = by_coll.entry(g.coll).or_default();
+        let (lo, hi) = size_range(g);
         for a in &d.anchors {
             let b = crate::decide::buckets(g, a, extrapolate);
-            for n in range_samples(a.span) {
+            let mut ends = vec![a.span.0];
+            if a.span.1 != u32::MAX && a.span.1 != a.span.0 {
+                ends.push(a.span.1);
+            }
+            for n in ends {
                 for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
                     s.push(Sample {
                         x: tree_features(bucket_lower_bound(k as u8), n, g.ppn),
@@ -279,7 +289,30 @@ fn distil_all(
     by_coll
         .into_iter()
         .map(|(c, s)| {
-            let (t, f) = distil(&s, MAX_TREE_DEPTH);
+            let (t, mut f) = distil(&s, MAX_TREE_DEPTH);
+            let (mut points, mut disagree, mut wrong, mut total) = (0, 0, 0.0, 0.0);
+            for (g, d) in grids.iter().zip(decided).filter(|(g, _)| g.coll == c) {
+                let (lo, hi) = size_range(g);
+                for a in &d.anchors {
+                    let b = crate::decide::buckets(g, a, extrapolate);
+                    for n in range_samples(a.span) {
+                        for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
+                            let x = tree_features(bucket_lower_bound(k as u8), n, g.ppn);
+                            let w = crate::distil::weight_of(bd.gain as f64);
+                            let miss = t.leaf(&x).decision != bd.decision;
+                            points += 1;
+                            disagree += usize::from(miss);
+                            total += w;
+                            if miss {
+                                wrong += w;
+                            }
+                        }
+                    }
+                }
+            }
+            f.points = points;
+            f.disagree = disagree;
+            f.weighted_disagree = if total > 0.0 { wrong / total } else { 0.0 };
             (c, t, f)
         })
         .collect()
