@@ -32,6 +32,9 @@ pub struct Sample {
     pub decision: Decision,
     pub basis: Basis,
     pub gain: f64,
+    /// How many shapes the point stands for (a node range's end stands for
+    /// half the range).
+    pub count: f64,
 }
 
 /// What a leaf says.
@@ -54,7 +57,7 @@ pub struct Fidelity {
 }
 
 fn weight(s: &Sample) -> f64 {
-    weight_of(s.gain)
+    s.count * weight_of(s.gain)
 }
 
 /// What choosing wrong at a point costs: its expected gain (log), plus a
@@ -233,6 +236,7 @@ mod tests {
                 };
                 let gain = if d == Decision::Default { 1.0 } else { 1.2 };
                 s.push(Sample {
+                    count: 1.0,
                     x: tree_features(1 << k, nodes, 8),
                     decision: d,
                     basis: Basis::Measured,

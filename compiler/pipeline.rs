@@ -274,9 +274,12 @@ fn distil_all(
             if a.span.1 != u32::MAX && a.span.1 != a.span.0 {
                 ends.push(a.span.1);
             }
+            // Each end stands for half the node counts of its range.
+            let count = range_samples(a.span).len() as f64 / ends.len() as f64;
             for n in ends {
                 for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
                     s.push(Sample {
+                        count,
                         x: tree_features(bucket_lower_bound(k as u8), n, g.ppn),
                         decision: bd.decision,
                         basis: bd.basis,
