@@ -124,14 +124,15 @@ fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
     }
 }
 
-/// Noise of one sample's ln(time) at every (node, size) of the grid.
+/// Noise of one sample's ln(time) at every (node, size) of the grid,
+/// indexed `node * sizes + size`.
 ///
 /// With repeats, the spread of the repeats gives it directly (range / d_n,
 /// the expected range of n normal samples). Single runs carry no spread, so
 /// it comes from roughness: for independent noise of sd s on a smooth curve,
 /// the second difference of neighbouring sizes has variance 6 s^2. Real
 /// curvature only makes the estimate larger, which errs towards caution.
-fn noise(grid: &Grid) -> Vec<f64> {
+pub fn noise(grid: &Grid) -> Vec<f64> {
     let (nn, ns, nc) = (grid.nodes.len(), grid.sizes.len(), grid.configs.len());
     let mut out = vec![MIN_SIGMA; nn * ns];
     for ni in 0..nn {

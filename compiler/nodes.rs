@@ -395,6 +395,44 @@ pub struct OffTrend {
     pub sizes: usize,
 }
 
+impl OffTrend {
+    /// One line for `compile` and `inspect`.
+    pub fn describe(&self, coll: &str, ppn: u32) -> String {
+        format!(
+            "{coll} ppn {ppn}: the {} runs at {} nodes are {:.0} % {} than the trend of {} and {} \
+             nodes at {:.0} % of {} sizes, while the other settings follow it; decisions leaning \
+             on them are less certain",
+            self.config,
+            self.nodes,
+            // Time taken, relative to the trend: 0.88x is "12 % faster".
+            100.0 * (self.offset.exp() - 1.0).abs(),
+            if self.offset < 0.0 {
+                "faster"
+            } else {
+                "slower"
+            },
+            self.between.0,
+            self.between.1,
+            100.0 * self.share,
+            self.sizes
+        )
+    }
+}
+
+/// The runs off their neighbours' trend in aggregated cells, described
+/// (what `dyncc inspect` shows before anything is compiled).
+pub fn off_trend_notes(cells: &[crate::record::Cell]) -> Vec<String> {
+    let (grids, _) = crate::features::build_grids(cells);
+    let mut out = Vec::new();
+    for g in &grids {
+        let sigma = crate::fit::noise(g);
+        let ns = g.sizes.len();
+        let (found, _) = consistency(g, &|ni, si| sigma[ni * ns + si]);
+        out.extend(found.iter().map(|o| o.describe(g.coll.name(), g.ppn)));
+    }
+    out
+}
+
 /// An offset smaller than this (ln ratio) is not worth a report.
 const OFF_TREND_MIN: f64 = 0.05;
 /// ... and it must show at this share of sizes.

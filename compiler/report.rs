@@ -161,18 +161,7 @@ pub(crate) fn describe(
     for (g, d) in grids.iter().zip(decided) {
         let coll = g.coll.name();
         for o in &d.off_trend {
-            r.notes.push(format!(
-                "{coll} ppn {}: the {} runs at {} nodes are {:.0} % {} than the trend of {} and {} nodes at {:.0} % of {} sizes, while the other settings follow it; decisions leaning on them are less certain",
-                g.ppn,
-                o.config,
-                o.nodes,
-                100.0 * (o.offset.abs().exp() - 1.0),
-                if o.offset < 0.0 { "faster" } else { "slower" },
-                o.between.0,
-                o.between.1,
-                100.0 * o.share,
-                o.sizes
-            ));
+            r.notes.push(o.describe(coll, g.ppn));
         }
         let measured = g
             .nodes

@@ -528,3 +528,50 @@ fn compile_help_teaches_with_an_example() {
         help.contains("Example") && help.contains("--margin") && help.contains("--extrapolate")
     );
 }
+
+#[test]
+fn runs_off_their_trend_are_reported_by_compile_and_inspect() {
+    // Smooth curves at 2-32 nodes, except that the default runs at 8 nodes
+    // are 12 % faster than the trend of 4 and 16 (another job, another
+    // environment): both commands must say so.
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("sweep.csv");
+    let mut s = String::from(
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us\n",
+    );
+    for n in [2u32, 4, 8, 16, 32] {
+        for k in 3..=25 {
+            let b = 1u64 << k;
+            let base = (10.0 + b as f64 / 1e4) * (n as f64).powf(0.3);
+            for (algo, proto, f) in [
+                ("default", "default", 1.0),
+                ("tree", "ll", 1.1),
+                ("ring", "ll", 1.2),
+            ] {
+                let off = if n == 8 && algo == "default" {
+                    0.88
+                } else {
+                    1.0
+                };
+                let t = base * f * off;
+                s.push_str(&format!(
+                    "allreduce,{b},{algo},{proto},-1,{n},{},1,0,{t:.3},1,{t:.3}\n",
+                    n * 8
+                ));
+            }
+        }
+    }
+    std::fs::write(&csv, s).unwrap();
+    let report = compile(&csv, &dir.path().join("t.tbl"));
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("the default runs at 8 nodes are 12 % faster than the trend of 4 and 16"),
+        "{notes}"
+    );
+    let out = dyncc().arg("inspect").arg(&csv).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("the default runs at 8 nodes are 12 % faster"),
+        "{text}"
+    );
+}

@@ -118,7 +118,7 @@ fn summarise(ds: &Dataset) -> Summary {
         wrong_data: ds.count_flag(flags::WRONG_DATA),
         knob_ignored: ds.count_flag(flags::KNOB_IGNORED),
         unresolved_records: ds.count_flag(UNRESOLVED),
-        cells: crate::ingest::aggregate(&ds.records).len(),
+        cells: 0,
         per_file: ds.reports.clone(),
         notes: ds.notes.clone(),
         setups: BTreeMap::new(),
@@ -196,6 +196,11 @@ fn summarise(ds: &Dataset) -> Summary {
     for a in &ds.anomalies {
         *s.anomalies.entry(a.kind.to_string()).or_default() += 1;
     }
+    let cells = crate::ingest::aggregate(&ds.records);
+    s.cells = cells.len();
+    // Runs off the trend of their neighbouring node counts (the check
+    // compile makes), so they are seen before a table leans on them.
+    s.notes.extend(crate::nodes::off_trend_notes(&cells));
     s
 }
 
