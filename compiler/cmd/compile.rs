@@ -18,8 +18,17 @@ use crate::units::{fmt_bytes, fmt_gain};
 /// choice by more than the noise and --margin. It prints where it forces
 /// what, the expected gain, and where it leaves NCCL alone and why.
 ///
-/// Example:
+/// Node counts the sweep did not measure are decided too: a candidate's
+/// gain is read off the measured multi-node counts around it (linearly in
+/// log2 nodes) and forced only where it clears the margin plus --noise-z
+/// times its uncertainty, calibrated by how well the sweep's own node
+/// counts predict each other. Counts up to --node-reach times beyond the
+/// measured ones are decided; one node is never read off several.
+///
+/// Examples:
 ///   dyncc compile datasets/real/nvidia-dgx1v-allreduce.csv -o dgx1v.tbl
+///   dyncc compile sweeps/ -o cluster.tbl --no-extrapolate
+///   dyncc compile sweeps/ -o cluster.tbl --dry-run --json
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct CompileArgs {
