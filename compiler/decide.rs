@@ -141,7 +141,7 @@ pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
     let lm = (1.0 + opt.margin).ln();
     let sigma = |ni: usize, si: usize| fit.sigma(ni, si);
     let (off_trend, widen) = nodes::consistency(grid, &sigma);
-    let model = nodes::calibrate(grid, &sigma, &widen);
+    let model = nodes::calibrate(grid, &widen);
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
         let mut a = Anchor {
@@ -160,7 +160,7 @@ pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
     if let Some((lo, hi)) = reach {
         for (span, at) in node_bins(grid, lo, hi) {
             let per_size = (0..grid.sizes.len())
-                .map(|si| decide_unmeasured(grid, fit, &model, &widen, at, si, lm, opt))
+                .map(|si| decide_unmeasured(grid, &model, &widen, at, si, lm, opt))
                 .collect();
             anchors.push(Anchor {
                 nodes: span.0,
@@ -252,7 +252,6 @@ fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<((u32, u32), f64)> {
 #[allow(clippy::too_many_arguments)]
 fn decide_unmeasured(
     grid: &Grid,
-    fit: &Fitted,
     model: &NodeModel,
     widen: &Widen,
     at: f64,
@@ -274,16 +273,7 @@ fn decide_unmeasured(
     let mut why = Why::DefaultBest;
     let mut basis = Basis::Interpolated;
     for c in 1..grid.configs.len() {
-        let Some(r) = nodes::read(
-            grid,
-            &|ni, s| fit.sigma(ni, s),
-            widen,
-            model.align,
-            at,
-            si,
-            c,
-            None,
-        ) else {
+        let Some(r) = nodes::read(grid, widen, model.align, at, si, c, None) else {
             continue;
         };
         basis = basis.max(basis_of(r.between));

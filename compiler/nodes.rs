@@ -68,13 +68,9 @@ pub struct Reading {
     /// Variance from the drift between node counts, in units of the drift
     /// variance per log2 node (multiply by kappa).
     pub drift: f64,
-    /// Variance carried from the measurements read (their noise).
-    pub meas_var: f64,
     /// Extra variance from runs off their neighbours' trend that the
     /// reading leans on.
     pub widen_var: f64,
-    /// log2 distance to the nearest measured node count read.
-    pub distance: f64,
     /// Whether the count lies between measured ones (else beyond them).
     pub between: bool,
 }
@@ -138,8 +134,6 @@ impl Widen {
 #[derive(Clone, Copy, Debug)]
 pub struct GainPoint {
     pub gain: f64,
-    /// Variance from the measurements' noise.
-    pub noise: f64,
     /// Extra variance from runs off their neighbours' trend.
     pub widen: f64,
 }
@@ -149,7 +143,6 @@ impl GainPoint {
         let (u, v) = ((1.0 - w) * (1.0 - w), w * w);
         GainPoint {
             gain: (1.0 - w) * a.gain + w * b.gain,
-            noise: u * a.noise + v * b.noise,
             widen: u * a.widen + v * b.widen,
         }
     }
@@ -158,21 +151,12 @@ impl GainPoint {
 /// Measured gain of `cfg` at node index `ni`, at log2 size `ls`, read
 /// linearly in log2 size between the measured sizes around it. `None`
 /// outside the sizes measured there.
-pub fn gain_at(
-    grid: &Grid,
-    sigma: &dyn Fn(usize, usize) -> f64,
-    widen: &Widen,
-    ni: usize,
-    cfg: usize,
-    ls: f64,
-) -> Option<GainPoint> {
+pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Option<GainPoint> {
     let point = |si: usize| -> Option<GainPoint> {
         let d = grid.get(ni, si, 0)?;
         let m = grid.get(ni, si, cfg)?;
-        let s = sigma(ni, si);
         Some(GainPoint {
             gain: d.ln_t - m.ln_t,
-            noise: s * s * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64),
             widen: widen.get(ni, 0) + widen.get(ni, cfg),
         })
     };
@@ -198,7 +182,6 @@ pub fn gain_at(
 #[allow(clippy::too_many_arguments)]
 pub fn read(
     grid: &Grid,
-    sigma: &dyn Fn(usize, usize) -> f64,
     widen: &Widen,
     align: Align,
     nodes: f64,
@@ -223,7 +206,7 @@ pub fn read(
             // Same bytes per rank: the total scales with the node count.
             Align::BytesPerRank => ls + ln - lk,
         };
-        Some((gain_at(grid, sigma, widen, ni, cfg, ls_n)?, ln))
+        Some((gain_at(grid, widen, ni, cfg, ls_n)?, ln))
     };
     match (lo.and_then(at), hi.and_then(at)) {
         (Some((pl, ll)), Some((ph, lh))) => {
@@ -232,18 +215,14 @@ pub fn read(
             Some(Reading {
                 gain: p.gain,
                 drift: (lk - ll) * (lh - lk) / (lh - ll),
-                meas_var: p.noise,
                 widen_var: p.widen,
-                distance: (lk - ll).min(lh - lk),
                 between: true,
             })
         }
         (Some((p, l)), None) | (None, Some((p, l))) => Some(Reading {
             gain: p.gain,
             drift: (lk - l).abs(),
-            meas_var: p.noise,
             widen_var: p.widen,
-            distance: (lk - l).abs(),
             between: lo.is_some() && hi.is_some(),
         }),
         (None, None) => None,
@@ -258,12 +237,7 @@ struct CvError {
     drift: f64,
 }
 
-fn cv_errors(
-    grid: &Grid,
-    sigma: &dyn Fn(usize, usize) -> f64,
-    widen: &Widen,
-    align: Align,
-) -> Vec<CvError> {
+fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
     let mut out = Vec::new();
     for ni in 0..grid.nodes.len() {
         if grid.nodes[ni] < 2 {
@@ -271,26 +245,12 @@ fn cv_errors(
         }
         for si in 0..grid.sizes.len() {
             for c in 1..grid.configs.len() {
-                let Some(p) = gain_at(
-                    grid,
-                    sigma,
-                    widen,
-                    ni,
-                    c,
-                    (grid.sizes[si].max(1) as f64).log2(),
-                ) else {
+                let Some(p) = gain_at(grid, widen, ni, c, (grid.sizes[si].max(1) as f64).log2())
+                else {
                     continue;
                 };
-                let Some(r) = read(
-                    grid,
-                    sigma,
-                    widen,
-                    align,
-                    grid.nodes[ni] as f64,
-                    si,
-                    c,
-                    Some(ni),
-                ) else {
+                let Some(r) = read(grid, widen, align, grid.nodes[ni] as f64, si, c, Some(ni))
+                else {
                     continue;
                 };
                 if p.gain.max(r.gain) <= RELEVANT {
@@ -310,12 +270,12 @@ fn cv_errors(
 /// Calibrates the node-count model of one grid: picks the size alignment
 /// that predicts the sweep's own multi-node counts best, and the drift
 /// variance per size region.
-pub fn calibrate(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64, widen: &Widen) -> NodeModel {
+pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
     let multi = grid.nodes.iter().filter(|&&n| n >= 2).count();
     let mut cv = Vec::new();
     let mut best: Option<(Align, f64, Vec<CvError>)> = None;
     for align in [Align::TotalBytes, Align::BytesPerRank] {
-        let errs = cv_errors(grid, sigma, widen, align);
+        let errs = cv_errors(grid, widen, align);
         let drift: f64 = errs.iter().map(|e| e.drift).sum();
         let sq: f64 = errs.iter().map(|e| e.sq).sum();
         let kappa = if drift > 0.0 {
@@ -580,28 +540,26 @@ mod tests {
         let (grids, _) = build_grids(&sweep(&[1, 2, 8, 32], |n| 1.0 + 0.05 * (n as f64).log2()));
         let g = &grids[0];
         let w = Widen::none(g);
-        let sig = |_: usize, _: usize| SIGMA;
         // 4 nodes lies a third of the way from 2 to 8 in log2... half: 1 of 2 octaves.
-        let r = read(g, &sig, &w, Align::TotalBytes, 4.0, 5, 1, None).unwrap();
+        let r = read(g, &w, Align::TotalBytes, 4.0, 5, 1, None).unwrap();
         let expect = (1.0f64 + 0.05).ln() * 0.5 + (1.0f64 + 0.15).ln() * 0.5;
         assert!((r.gain - expect).abs() < 1e-9, "{} vs {expect}", r.gain);
         assert!(r.between);
         assert!((r.drift - 0.5).abs() < 1e-9, "bridge variance 1*1/2");
         // Beyond the largest: flat from it, drift growing with distance.
-        let r = read(g, &sig, &w, Align::TotalBytes, 128.0, 5, 1, None).unwrap();
+        let r = read(g, &w, Align::TotalBytes, 128.0, 5, 1, None).unwrap();
         assert!((r.gain - 1.25f64.ln()).abs() < 1e-9);
         assert!((r.drift - 2.0).abs() < 1e-9);
         assert!(!r.between);
         // One node is never read off several.
-        assert!(read(g, &sig, &w, Align::TotalBytes, 1.0, 5, 1, None).is_none());
+        assert!(read(g, &w, Align::TotalBytes, 1.0, 5, 1, None).is_none());
         // Leaving out 2 nodes, 2 nodes is read flat from 8 (not from 1).
-        let r = read(g, &sig, &w, Align::TotalBytes, 2.0, 5, 1, Some(1)).unwrap();
+        let r = read(g, &w, Align::TotalBytes, 2.0, 5, 1, Some(1)).unwrap();
         assert!((r.gain - 1.15f64.ln()).abs() < 1e-9);
     }
 
     #[test]
     fn uncertainty_grows_with_distance_and_with_drift() {
-        let sig = |_: usize, _: usize| SIGMA;
         let steady = build_grids(&sweep(&[2, 4, 8, 16, 32], |_| 1.2)).0;
         let drifting = build_grids(&sweep(&[2, 4, 8, 16, 32], |n| {
             if n % 16 == 0 {
@@ -611,14 +569,14 @@ mod tests {
             }
         }))
         .0;
-        let ms = calibrate(&steady[0], &sig, &Widen::none(&steady[0]));
-        let md = calibrate(&drifting[0], &sig, &Widen::none(&drifting[0]));
+        let ms = calibrate(&steady[0], &Widen::none(&steady[0]));
+        let md = calibrate(&drifting[0], &Widen::none(&drifting[0]));
         let w = Widen::none(&steady[0]);
-        let near = read(&steady[0], &sig, &w, ms.align, 40.0, 5, 1, None).unwrap();
-        let far = read(&steady[0], &sig, &w, ms.align, 128.0, 5, 1, None).unwrap();
+        let near = read(&steady[0], &w, ms.align, 40.0, 5, 1, None).unwrap();
+        let far = read(&steady[0], &w, ms.align, 128.0, 5, 1, None).unwrap();
         assert!(ms.sd(5, &far).unwrap() > ms.sd(5, &near).unwrap());
-        let r = read(&drifting[0], &sig, &w, md.align, 12.0, 5, 1, None).unwrap();
-        let rs = read(&steady[0], &sig, &w, ms.align, 12.0, 5, 1, None).unwrap();
+        let r = read(&drifting[0], &w, md.align, 12.0, 5, 1, None).unwrap();
+        let rs = read(&steady[0], &w, ms.align, 12.0, 5, 1, None).unwrap();
         assert!(
             md.sd(5, &r).unwrap() > 3.0 * ms.sd(5, &rs).unwrap(),
             "drifting gains must be less certain: {} vs {}",
@@ -650,8 +608,7 @@ mod tests {
             }
         }
         let (grids, _) = build_grids(&v);
-        let sig = |_: usize, _: usize| SIGMA;
-        let m = calibrate(&grids[0], &sig, &Widen::none(&grids[0]));
+        let m = calibrate(&grids[0], &Widen::none(&grids[0]));
         assert_eq!(m.align, Align::BytesPerRank, "{:?}", m.cv);
     }
 

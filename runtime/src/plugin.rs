@@ -205,6 +205,8 @@ fn init_inner(
     let loaded = cache::acquire(path, |table, digest, fresh| {
         let check = VersionCheck::new(running, table.meta("nccl_version"));
         let off = check.is_mismatch() && cfg.nccl_mismatch == MismatchPolicy::Off;
+        // Off: an empty spec leaves every call to NCCL, while the context
+        // still holds the table, so the WARN below comes once per load.
         let spec = if off {
             Specialised::empty()
         } else {
@@ -244,10 +246,10 @@ fn init_inner(
             );
             warn = Some(w);
         }
-        (spec, line, warn, off)
+        (spec, line, warn)
     });
     match loaded {
-        Ok((handle, (spec, line, warn, off), fresh)) => {
+        Ok((handle, (spec, line, warn), fresh)) => {
             if let Some(w) = warn {
                 log.warn(format_args!("{}", w.as_str()));
             }
@@ -256,10 +258,6 @@ fn init_inner(
                 line.as_str(),
                 if fresh { "loaded" } else { "shared" }
             ));
-            // With `off` the spec is empty (every call left to NCCL) but
-            // the context still holds the table, so the WARN is logged
-            // once per load, not once per communicator.
-            let _ = off;
             let ctx = Box::new(Context {
                 spec,
                 handle: Some(handle),
