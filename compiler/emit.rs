@@ -69,6 +69,31 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
     out
 }
 
+/// At most this many node counts stand for one range.
+const SAMPLES_PER_RANGE: u32 = 64;
+
+/// The node counts that stand for a context's range of `span` when
+/// checking what the table answers there (the explain trees' fidelity in
+/// `compile`, their agreement in `explain`): all of a short range,
+/// geometrically spread ones of a long one, the first of an unbounded one.
+pub fn range_samples(span: (u32, u32)) -> Vec<u32> {
+    let (a, b) = span;
+    // An unbounded last range (extrapolating): its first count stands for it.
+    let b = if b == u32::MAX { a } else { b };
+    if b - a < SAMPLES_PER_RANGE {
+        return (a..=b).collect();
+    }
+    let (la, lb) = ((a as f64).ln(), (b as f64).ln());
+    let mut v: Vec<u32> = (0..SAMPLES_PER_RANGE)
+        .map(|i| {
+            let t = i as f64 / (SAMPLES_PER_RANGE - 1) as f64;
+            ((la + t * (lb - la)).exp().round() as u32).clamp(a, b)
+        })
+        .collect();
+    v.dedup();
+    v
+}
+
 /// Converts a distilled tree into the table's node list.
 pub fn tree_nodes(t: &FlatTree<Leaf>) -> Vec<TreeNode> {
     t.nodes

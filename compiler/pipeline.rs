@@ -238,10 +238,6 @@ fn select_platform(
     Ok((selected, platform))
 }
 
-/// Node counts of one range sampled for the trees: all of a short range,
-/// geometrically spread points of a long one.
-const SAMPLES_PER_RANGE: u32 = 64;
-
 /// The shapes the distilled trees must reproduce, which are the shapes the
 /// plugin answers from this table: every size bucket it decides (inside the
 /// measured sizes, or all when extrapolating) at every node count it
@@ -275,7 +271,7 @@ fn distil_all(
                 ends.push(a.span.1);
             }
             // Each end stands for half the node counts of its range.
-            let count = range_samples(a.span).len() as f64 / ends.len() as f64;
+            let count = emit::range_samples(a.span).len() as f64 / ends.len() as f64;
             for n in ends {
                 for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
                     s.push(Sample {
@@ -298,7 +294,7 @@ fn distil_all(
                 let (lo, hi) = size_range(g);
                 for a in &d.anchors {
                     let b = crate::decide::buckets(g, a, extrapolate);
-                    for n in range_samples(a.span) {
+                    for n in emit::range_samples(a.span) {
                         for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
                             let x = tree_features(bucket_lower_bound(k as u8), n, g.ppn);
                             let w = crate::distil::weight_of(bd.gain as f64);
@@ -319,25 +315,6 @@ fn distil_all(
             (c, t, f)
         })
         .collect()
-}
-
-/// The node counts of `span` the trees are fitted and checked on.
-fn range_samples(span: (u32, u32)) -> Vec<u32> {
-    let (a, b) = span;
-    // An unbounded last range (extrapolating): its first count stands for it.
-    let b = if b == u32::MAX { a } else { b };
-    if b - a < SAMPLES_PER_RANGE {
-        return (a..=b).collect();
-    }
-    let (la, lb) = ((a as f64).ln(), (b as f64).ln());
-    let mut v: Vec<u32> = (0..SAMPLES_PER_RANGE)
-        .map(|i| {
-            let t = i as f64 / (SAMPLES_PER_RANGE - 1) as f64;
-            ((la + t * (lb - la)).exp().round() as u32).clamp(a, b)
-        })
-        .collect();
-    v.dedup();
-    v
 }
 
 /// A collective measured only with forced settings has nothing to compare

@@ -56,12 +56,10 @@ pub struct CompileArgs {
 
 pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     let decide = a.decide.options()?;
-    let ingest_opts = a.ingest.options(!a.json, false)?;
-    let setup = a.ingest.setup_choice()?;
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()))?;
-    let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
+    let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -69,7 +67,6 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
             .map(|r| r.file.as_path())
             .chain(ds.skipped.iter().map(|s| s.file.as_path())),
     )?;
-    ingest::setup::select_setup(&mut ds, &setup)?;
     if ds.records.is_empty() {
         bail!(
             "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \

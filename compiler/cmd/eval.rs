@@ -71,8 +71,6 @@ struct Scenario {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
-    let ingest_opts = a.ingest.options(!a.json, false)?;
-    let setup = a.ingest.setup_choice()?;
     let scenarios: Vec<Scenario> = if let Some(cv) = &a.cv {
         let modes: Vec<CvMode> = match cv.as_str() {
             "nodes" => vec![CvMode::Nodes],
@@ -80,14 +78,13 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             "upward" => vec![CvMode::Upward],
             _ => CvMode::ALL.to_vec(),
         };
-        let mut ds = ingest::read_paths(&a.paths, &ingest_opts)?;
-        ingest::setup::select_setup(&mut ds, &setup)?;
         let opts = CompileOptions {
             decide: a.decide.options()?,
             platform: a.platform.clone(),
             command: String::new(),
             lenient: a.ingest.lenient,
         };
+        let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
         let mut out = Vec::new();
         for mode in modes {
             let cv = cross_validate(&ds, &opts, mode)?;
@@ -130,9 +127,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                      directory (or --cv MODE PATH... to cross-validate)"
                 );
             }
-            let mut ds = ingest::read_paths(&a.paths[1..], &ingest_opts)?;
-            ingest::setup::select_setup(&mut ds, &setup)?;
-            let mut records = ds.records;
+            let mut records = a.ingest.read_sweep(&a.paths[1..], !a.json)?.records;
             if let Some(p) = &a.platform {
                 records.retain(|r| r.is_platform(p));
             }

@@ -516,24 +516,6 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
     s
 }
 
-/// Node counts of a context's range checked for agreement: all of a short
-/// range, geometrically spread ones of a long one, the first of an
-/// unbounded one.
-fn range_probe(lo: u32, hi: u32) -> Vec<u32> {
-    const MAX: u32 = 64;
-    let lo = lo.max(1);
-    let hi = if hi == u32::MAX { lo } else { hi };
-    if hi - lo < MAX {
-        return (lo..=hi).collect();
-    }
-    let (a, b) = ((lo as f64).ln(), (hi as f64).ln());
-    let mut v: Vec<u32> = (0..MAX)
-        .map(|i| ((a + (b - a) * i as f64 / (MAX - 1) as f64).exp().round() as u32).clamp(lo, hi))
-        .collect();
-    v.dedup();
-    v
-}
-
 /// Where a distilled tree says something other than the plugin.
 #[derive(Clone, Debug, Serialize)]
 pub struct Disagreement {
@@ -570,7 +552,7 @@ pub fn tree_agreement(table: &Table, coll: Coll) -> Option<Agreement> {
     let mut seen = std::collections::BTreeSet::new();
     for c in table.contexts().filter(|c| c.spec().coll == coll) {
         let spec = c.spec();
-        for nodes in range_probe(spec.nodes.0, spec.nodes.1) {
+        for nodes in crate::emit::range_samples(spec.nodes) {
             let ranks = nodes as u64 * spec.ppn.0.max(1) as u64;
             if !seen.insert((nodes, ranks)) {
                 continue;

@@ -81,6 +81,16 @@ impl IngestArgs {
         SetupChoice::new(self.setup.as_deref(), self.pool_setups)
     }
 
+    /// Reads `paths` as these arguments say and keeps the chosen setup:
+    /// what `compile` and `eval` do with their inputs.
+    pub fn read_sweep(&self, paths: &[PathBuf], progress: bool) -> anyhow::Result<super::Dataset> {
+        let opts = self.options(progress, false)?;
+        let setup = self.setup_choice()?;
+        let mut ds = super::read_paths(paths, &opts)?;
+        super::setup::select_setup(&mut ds, &setup)?;
+        Ok(ds)
+    }
+
     /// The options as command-line words (for the commands `inspect`
     /// prints), shell-quoted.
     pub fn to_words(&self) -> Vec<String> {
