@@ -104,7 +104,7 @@ pub fn compile_cells(
         .map(|g| decide(g, &fit(g), &opts.decide))
         .collect();
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);
-    let trees = distil_all(&grids, &decided, opts.decide.extrapolate);
+    let trees = distil_all(&grids, &contexts, opts.decide.extrapolate);
 
     let mut report = Report {
         platform: platform.clone(),
@@ -244,12 +244,21 @@ fn select_platform(
 /// decides (each count of a range), for the grid's ranks per node.
 fn distil_all(
     grids: &[Grid],
-    decided: &[GridDecisions],
+    contexts: &[PlannedContext],
     extrapolate: bool,
 ) -> Vec<(Coll, FlatTree<Leaf>, Fidelity)> {
-    // Decisions are constant over a range of node counts, so the trees are
-    // fitted on each range's ends (where a split between ranges falls) and
-    // then checked on every node count of it, without holding those.
+    // The planned contexts hold every anchor's size buckets already; those
+    // for other ranks per node (extrapolating) repeat a grid's, so only the
+    // grids' own are used.
+    let own: Vec<(&Grid, &PlannedContext)> = contexts
+        .iter()
+        .filter_map(|c| {
+            let g = grids
+                .iter()
+                .find(|g| g.coll == c.coll && c.ppn == (g.ppn, g.ppn))?;
+            Some((g, c))
+        })
+        .collect();
     let size_range = |g: &Grid| {
         if extrapolate {
             (0, NUM_BUCKETS - 1)
@@ -260,51 +269,48 @@ fn distil_all(
             )
         }
     };
+    // Decisions are constant over a range of node counts, so the trees are
+    // fitted on each range's ends (where a split between ranges falls) and
+    // then checked on every node count of it, without holding those.
     let mut by_coll: BTreeMap<Coll, Vec<Sample>> = BTreeMap::new();
-    for (g, d) in grids.iter().zip(decided) {
+    for (g, c) in &own {
         let s = by_coll.entry(g.coll).or_default();
         let (lo, hi) = size_range(g);
-        for a in &d.anchors {
-            let b = crate::decide::buckets(g, a, extrapolate);
-            let mut ends = vec![a.span.0];
-            if a.span.1 != u32::MAX && a.span.1 != a.span.0 {
-                ends.push(a.span.1);
-            }
-            // Each end stands for half the node counts of its range.
-            let count = emit::range_samples(a.span).len() as f64 / ends.len() as f64;
-            for n in ends {
-                for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
-                    s.push(Sample {
-                        count,
-                        x: tree_features(bucket_lower_bound(k as u8), n, g.ppn),
-                        decision: bd.decision,
-                        basis: bd.basis,
-                        gain: bd.gain as f64,
-                    });
-                }
+        let mut ends = vec![c.nodes.0];
+        if c.nodes.1 != u32::MAX && c.nodes.1 != c.nodes.0 {
+            ends.push(c.nodes.1);
+        }
+        // Each end stands for half the node counts of its range.
+        let count = emit::range_samples(c.nodes).len() as f64 / ends.len() as f64;
+        for n in ends {
+            for (k, bd) in c.buckets.iter().enumerate().take(hi + 1).skip(lo) {
+                s.push(Sample {
+                    count,
+                    x: tree_features(bucket_lower_bound(k as u8), n, g.ppn),
+                    decision: bd.decision,
+                    basis: bd.basis,
+                    gain: bd.gain as f64,
+                });
             }
         }
     }
     by_coll
         .into_iter()
-        .map(|(c, s)| {
+        .map(|(coll, s)| {
             let (t, mut f) = distil(&s, MAX_TREE_DEPTH);
             let (mut points, mut disagree, mut wrong, mut total) = (0, 0, 0.0, 0.0);
-            for (g, d) in grids.iter().zip(decided).filter(|(g, _)| g.coll == c) {
+            for (g, c) in own.iter().filter(|(g, _)| g.coll == coll) {
                 let (lo, hi) = size_range(g);
-                for a in &d.anchors {
-                    let b = crate::decide::buckets(g, a, extrapolate);
-                    for n in emit::range_samples(a.span) {
-                        for (k, bd) in b.iter().enumerate().take(hi + 1).skip(lo) {
-                            let x = tree_features(bucket_lower_bound(k as u8), n, g.ppn);
-                            let w = crate::distil::weight_of(bd.gain as f64);
-                            let miss = t.leaf(&x).decision != bd.decision;
-                            points += 1;
-                            disagree += usize::from(miss);
-                            total += w;
-                            if miss {
-                                wrong += w;
-                            }
+                for n in emit::range_samples(c.nodes) {
+                    for (k, bd) in c.buckets.iter().enumerate().take(hi + 1).skip(lo) {
+                        let x = tree_features(bucket_lower_bound(k as u8), n, g.ppn);
+                        let w = crate::distil::weight_of(bd.gain as f64);
+                        let miss = t.leaf(&x).decision != bd.decision;
+                        points += 1;
+                        disagree += usize::from(miss);
+                        total += w;
+                        if miss {
+                            wrong += w;
                         }
                     }
                 }
@@ -312,7 +318,7 @@ fn distil_all(
             f.points = points;
             f.disagree = disagree;
             f.weighted_disagree = if total > 0.0 { wrong / total } else { 0.0 };
-            (c, t, f)
+            (coll, t, f)
         })
         .collect()
 }
