@@ -78,8 +78,8 @@ pub enum Why {
     /// uncertainty of the prediction and the margin.
     Uncertain,
     /// Unmeasured node count, and too few measured multi-node counts to
-    /// calibrate a prediction there on (two to read between them,
-    /// `nodes::MIN_COUNTS_TO_EXTRAPOLATE` to read beyond them).
+    /// calibrate a prediction there on (two to read between or above them,
+    /// `nodes::MIN_COUNTS_TO_EXTRAPOLATE_DOWN` to read below them).
     Uncalibrated,
     /// Only NCCL's default was measured: nothing to compare it with.
     OnlyDefaultMeasured,
@@ -786,20 +786,26 @@ mod tests {
     }
 
     #[test]
-    fn two_multi_node_counts_are_read_between_but_not_beyond() {
-        let (g, d) = run(&sweep(&[2, 8], 0.8), &DecideOptions::default());
+    fn two_multi_node_counts_are_read_between_and_above_but_not_below() {
+        let (g, d) = run(&sweep(&[4, 16], 0.8), &DecideOptions::default());
         let tree = g
             .configs
             .iter()
             .position(|c| c.algo == Some(Algo::Tree))
             .unwrap();
-        assert_eq!(serving(&d, 4).unwrap().per_size[0].cfg, tree);
-        let beyond = serving(&d, 16).expect("16 nodes is within the reach");
-        assert_eq!(beyond.per_size[0].cfg, 0);
-        assert_eq!(beyond.per_size[0].why, Why::Uncalibrated);
+        assert_eq!(serving(&d, 8).unwrap().per_size[0].cfg, tree);
+        // Upward: a sweep of small jobs carries its gains to bigger ones.
+        let above = serving(&d, 32).expect("32 nodes is within the reach");
+        assert_eq!(above.per_size[0].cfg, tree);
+        assert_eq!(above.per_size[0].basis, Basis::Extrapolated);
+        // Down towards two nodes, which often behaves unlike four: not
+        // from two counts.
+        let below = serving(&d, 2).expect("2 nodes is within the reach");
+        assert_eq!(below.per_size[0].cfg, 0);
+        assert_eq!(below.per_size[0].why, Why::Uncalibrated);
         // A third count makes the gap-to-gap drift measurable: now carried.
-        let (_, d) = run(&sweep(&[2, 4, 8], 0.8), &DecideOptions::default());
-        assert_eq!(serving(&d, 16).unwrap().per_size[0].cfg, tree);
+        let (_, d) = run(&sweep(&[4, 8, 16], 0.8), &DecideOptions::default());
+        assert_eq!(serving(&d, 2).unwrap().per_size[0].cfg, tree);
     }
 
     #[test]

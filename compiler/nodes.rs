@@ -34,12 +34,14 @@ const REGION_OCTAVES: f64 = 2.0;
 /// node): two node counts never predict each other perfectly.
 const MIN_KAPPA: f64 = 0.01 * 0.01;
 
-/// Predictions beyond the measured multi-node counts need at least this
-/// many of them: with two, the sweep shows one gap to learn how fast gains
-/// drift across node counts, enough to read between them but too little to
-/// carry a gain past them (two nodes, for one, often behaves unlike four
-/// and eight).
-pub const MIN_COUNTS_TO_EXTRAPOLATE: usize = 3;
+/// Predictions below the smallest measured multi-node count (down towards
+/// two nodes) need at least this many of them; reading between them or
+/// carrying a gain above them needs two. Two nodes often behaves unlike
+/// four and eight (one inter-node hop: rings, trees and CollNet change
+/// regime there), so a gain carried down to it is the riskiest reading:
+/// with only two counts the sweep shows one gap, too little to tell how
+/// far gains drift.
+pub const MIN_COUNTS_TO_EXTRAPOLATE_DOWN: usize = 3;
 
 /// How sizes line up across node counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -73,6 +75,8 @@ pub struct Reading {
     pub widen_var: f64,
     /// Whether the count lies between measured ones (else beyond them).
     pub between: bool,
+    /// Whether it lies below every measured multi-node count.
+    pub below: bool,
 }
 
 /// The calibrated model of one grid.
@@ -82,9 +86,9 @@ pub struct NodeModel {
     /// Per grid size: drift variance per log2 node; `None` when the sweep
     /// has fewer than two multi-node counts to calibrate it on.
     kappa: Option<Vec<f64>>,
-    /// Whether readings beyond the measured multi-node counts are trusted
-    /// ([`MIN_COUNTS_TO_EXTRAPOLATE`]).
-    pub extrapolates: bool,
+    /// Whether readings below the measured multi-node counts are trusted
+    /// ([`MIN_COUNTS_TO_EXTRAPOLATE_DOWN`]).
+    pub extrapolates_down: bool,
     /// Internal cross-validation: RMS error of the readings, per alignment.
     pub cv: Vec<(Align, f64, usize)>,
 }
@@ -93,7 +97,7 @@ impl NodeModel {
     /// Standard deviation of a reading at grid size `si`; `None` when the
     /// reading cannot be trusted at all.
     pub fn sd(&self, si: usize, r: &Reading) -> Option<f64> {
-        if !r.between && !self.extrapolates {
+        if r.below && !self.extrapolates_down {
             return None;
         }
         let k = self.kappa.as_ref()?.get(si)?;
@@ -217,6 +221,7 @@ pub fn read(
                 drift: (lk - ll) * (lh - lk) / (lh - ll),
                 widen_var: p.widen,
                 between: true,
+                below: false,
             })
         }
         (Some((p, l)), None) | (None, Some((p, l))) => Some(Reading {
@@ -224,6 +229,7 @@ pub fn read(
             drift: (lk - l).abs(),
             widen_var: p.widen,
             between: lo.is_some() && hi.is_some(),
+            below: lo.is_none(),
         }),
         (None, None) => None,
     }
@@ -305,7 +311,7 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
         return NodeModel {
             align,
             kappa: None,
-            extrapolates: false,
+            extrapolates_down: false,
             cv,
         };
     }
@@ -333,7 +339,7 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
     NodeModel {
         align,
         kappa: Some(kappa),
-        extrapolates: multi >= MIN_COUNTS_TO_EXTRAPOLATE,
+        extrapolates_down: multi >= MIN_COUNTS_TO_EXTRAPOLATE_DOWN,
         cv,
     }
 }

@@ -177,10 +177,12 @@ pub(crate) fn describe(
             Some((_, u32::MAX)) => format!(
                 "node counts measured {measured}; every other node count from 2 up is predicted (--extrapolate)"
             ),
-            Some(_) if !d.model.extrapolates => format!(
-                "node counts measured {measured}; those between the multi-node ones predicted from them (sizes matched on {}), others left to NCCL: carrying gains beyond the measured counts needs at least {} multi-node counts",
+            Some((lo, hi)) if !d.model.extrapolates_down => format!(
+                "node counts measured {measured}; {}-{hi} predicted from them (sizes matched on {}; above the measured counts up to {}x, --node-reach), others left to NCCL: carrying gains down below the smallest multi-node count needs at least {} multi-node counts",
+                lo.max(multi_lo(&g.nodes)),
                 d.model.align.name(),
-                crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE
+                opts.decide.node_reach,
+                crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE_DOWN
             ),
             Some((lo, hi)) => format!(
                 "node counts measured {measured}; {lo}-{hi} predicted from them (sizes matched on {}; beyond the measured counts up to {}x, --node-reach), others left to NCCL",
@@ -302,4 +304,10 @@ fn merge_node_ranges(forced: &mut Vec<Forced>) {
         ))
     });
     *forced = out;
+}
+
+/// The smallest measured multi-node count (predictions below it need
+/// [`crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE_DOWN`] counts).
+fn multi_lo(nodes: &[u32]) -> u32 {
+    nodes.iter().copied().find(|&n| n >= 2).unwrap_or(2)
 }
