@@ -84,6 +84,10 @@ fn real_v100_sweeps_meet_the_cross_validation_bars() {
         ("nvidia-dgx2v-allreduce.csv", "upward", 0.50),
         ("nvidia-dgx2v-allreduce.csv", "sparse", 0.50),
         ("nvidia-dgx1v-allreduce.csv", "nodes", 0.05),
+        // Two multi-node counts kept (2 and 4, or 4 and 16): gains are
+        // carried up to the larger counts (0 % when that needed three).
+        ("nvidia-dgx1v-allreduce.csv", "upward", 0.05),
+        ("nvidia-dgx1v-allreduce.csv", "sparse", 0.10),
     ];
     for name in ["nvidia-dgx1v-allreduce.csv", "nvidia-dgx2v-allreduce.csv"] {
         let scores = cross_validate(name);
