@@ -23,7 +23,8 @@ use crate::units::{fmt_bytes, fmt_gain};
 /// log2 nodes) and forced only where it clears the margin plus --noise-z
 /// times its uncertainty, calibrated by how well the sweep's own node
 /// counts predict each other. Counts up to --node-reach times beyond the
-/// measured ones are decided; one node is never read off several.
+/// measured ones are decided (down towards 2 nodes only from three
+/// multi-node counts or more); one node is never read off several.
 ///
 /// Examples:
 ///   dyncc compile datasets/real/nvidia-dgx1v-allreduce.csv -o dgx1v.tbl
