@@ -3,7 +3,7 @@
 //! These are the values the reader hands out and the builder takes in; the
 //! byte layout they are stored in lives in `raw.rs`.
 
-use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS};
+use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_PROTOS};
 
 /// What the plugin tells NCCL for one collective call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -406,6 +406,27 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
         Some(255) => Ok(()),
         Some(_) => Err((i - 1, "last rule does not end at bucket 255")),
     }
+}
+
+/// `Decision::from_packed(v).is_some()` without branches, for the
+/// reader's one-pass rule scan: Default's exact encoding, or an algorithm,
+/// protocol and channel count in range with the reserved byte zero.
+#[inline]
+pub(crate) const fn packed_is_valid(v: u32) -> bool {
+    let [a, p, ch, reserved] = v.to_le_bytes();
+    (v == PACKED_DEFAULT)
+        | (((a as usize) < NUM_ALGOS)
+            & ((p as usize) < NUM_PROTOS)
+            & (ch <= MAX_CHANNELS)
+            & (reserved == 0))
+}
+
+/// `check_gain(f32::from_bits(bits)).is_ok()` as one comparison: the
+/// finite floats above zero are exactly the bit patterns 1..=0x7F7F_FFFF
+/// (sign clear, not zero, exponent not all ones).
+#[inline]
+pub(crate) const fn gain_bits_ok(bits: u32) -> bool {
+    bits.wrapping_sub(1) < 0x7F7F_FFFF
 }
 
 /// The specific complaint about a packed decision's channel byte, if it is
