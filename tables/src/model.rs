@@ -409,16 +409,20 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
 }
 
 /// `Decision::from_packed(v).is_some()` without branches, for the
-/// reader's one-pass rule scan: Default's exact encoding, or an algorithm,
-/// protocol and channel count in range with the reserved byte zero.
+/// reader's one-pass rule scan: Default's exact encoding, or algorithm
+/// <= 6, protocol <= 2 and (channels | reserved << 8) <= 64, tested in one
+/// addition: each field plus (0x80 - its limit - 1) reaches its top bit
+/// exactly when it is over the limit, unless the field had that bit set
+/// already, which the OR catches. A carry out of a field only happens when
+/// that field is already over, so it can add a false "over" to the next
+/// field but never hide one.
 #[inline]
 pub(crate) const fn packed_is_valid(v: u32) -> bool {
-    let [a, p, ch, reserved] = v.to_le_bytes();
-    (v == PACKED_DEFAULT)
-        | (((a as usize) < NUM_ALGOS)
-            & ((p as usize) < NUM_PROTOS)
-            & (ch <= MAX_CHANNELS)
-            & (reserved == 0))
+    const ADD: u32 = (0x80 - NUM_ALGOS as u32)
+        | (0x80 - NUM_PROTOS as u32) << 8
+        | (0x8000 - 1 - MAX_CHANNELS as u32) << 16;
+    const TOP: u32 = 0x80 | 0x80 << 8 | 0x8000 << 16;
+    (v == PACKED_DEFAULT) | ((v.wrapping_add(ADD) | v) & TOP == 0)
 }
 
 /// `check_gain(f32::from_bits(bits)).is_ok()` as one comparison: the
