@@ -712,15 +712,15 @@ struct RuleScan {
     forced: u32,
 }
 
-/// Rules [`scan_rules`] checks side by side: a power of two the
-/// autovectoriser turns into a few SIMD operations per check.
+/// Rules [`scan_rules`] checks side by side, which the autovectoriser turns
+/// into a few SIMD operations per check (8 measured the same as 4).
 const LANES: usize = 4;
 
 /// One pass over all rules with no data-dependent branch: each check is a
 /// comparison OR-ed into a flag. Rules are taken [`LANES`] at a time, their
 /// three words gathered into lane arrays first, so the compiler evaluates
-/// each check for all lanes with a few SIMD instructions (about 1 ns per
-/// rule instead of 4 for the rule-by-rule walk).
+/// each check for all lanes with a few SIMD instructions (about 1.1 ns per
+/// rule on the development machine; the rule-by-rule walk took about 2).
 fn scan_rules(rules: &[RuleRecord]) -> RuleScan {
     let mut bad = [0u32; LANES];
     let mut ends = [0u32; LANES];
