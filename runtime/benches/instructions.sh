@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Instructions per getCollInfo call through ncclTunerPlugin_v6, measured with
 # callgrind as (instructions for N calls - instructions for 0 calls) / N, for
-# repeated and random inputs. Deterministic, so it does not care how busy the
-# machine is. Usage: runtime/benches/instructions.sh [N]   (default 100000)
+# repeated and random inputs, and per first init of the ~64 KiB benchmark
+# table (user space only; 200 inits). Deterministic, so it does not care how
+# busy the machine is. Usage: runtime/benches/instructions.sh [N]   (default 100000)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n="${1:-100000}"
 command -v valgrind >/dev/null || { echo "instructions.sh: valgrind is not installed (apt-get install valgrind)" >&2; exit 1; }
-cargo build --release -q -p dyncc-runtime --example callgrind_getcollinfo
+cargo build --release -q -p dyncc-runtime --example callgrind_getcollinfo --example callgrind_first_init
 exe="${CARGO_TARGET_DIR:-target}/release/examples/callgrind_getcollinfo"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -21,3 +22,12 @@ for mode in repeated random; do
   awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
     'BEGIN { printf "getCollInfo v6 (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
 done
+init_exe="${CARGO_TARGET_DIR:-target}/release/examples/callgrind_first_init"
+init_total() { # N -> total instructions (Ir)
+  valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$init_exe" "$1" >/dev/null 2>&1
+  awk '/^summary:/ {print $2}' "$tmp/out"
+}
+base="$(init_total 0)"
+full="$(init_total 200)"
+awk -v b="$base" -v f="$full" -v n=200 \
+  'BEGIN { printf "first init of a 64 KiB table + finalize (v6): %.0f instructions in user space (%d inits: %d - %d)\n", (f - b) / n, n, f, b }'

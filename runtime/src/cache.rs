@@ -143,13 +143,49 @@ pub fn read_bounded(path: &OsStr) -> Result<Vec<u8>, LoadError> {
     if meta.len() > MAX_TABLE_LEN {
         return Err(LoadError::TooLarge { size: meta.len() });
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    // The file may grow between fstat and read: read one byte past the
-    // limit at most, to tell "too large" from "exactly the limit".
-    (&mut file)
-        .take(MAX_TABLE_LEN + 1)
-        .read_to_end(&mut bytes)
-        .map_err(LoadError::Io)?;
+    read_sized(&mut file, meta.len())
+}
+
+/// Reads `file`, which `fstat` said is `size` (<= [`MAX_TABLE_LEN`]) bytes
+/// long, to its end: one buffer of `size + 1` bytes, one `read` for the
+/// whole file and one more that sees end of file. (`std`'s `read_to_end`
+/// through `take` reads in growing 8, 16, 32 KiB steps, five `read`s for
+/// 64 KiB, and a zeroed buffer would cost a 64 KiB `memset`.) A file that
+/// grew after `fstat` fills the spare byte; it is then read on, still never
+/// past the format's limit plus one byte.
+fn read_sized(file: &mut std::fs::File, size: u64) -> Result<Vec<u8>, LoadError> {
+    use std::os::fd::AsRawFd as _;
+    let cap = usize::try_from(size.min(MAX_TABLE_LEN)).unwrap_or(0) + 1;
+    let mut bytes: Vec<u8> = Vec::with_capacity(cap);
+    loop {
+        let spare = bytes.spare_capacity_mut();
+        if spare.is_empty() {
+            break;
+        }
+        // SAFETY: `spare` is memory `bytes` owns and nothing else
+        // references, writable for `spare.len()` bytes; read(2) writes at
+        // most that many into it.
+        let n = unsafe { libc::read(file.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+        match usize::try_from(n) {
+            Ok(0) => break,
+            // SAFETY: read(2) returned n > 0, so it initialised the first
+            // n <= spare.len() bytes after the vector's current length.
+            Ok(n) => unsafe { bytes.set_len(bytes.len() + n) },
+            Err(_) => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(LoadError::Io(e));
+                }
+            }
+        }
+    }
+    if bytes.len() == cap {
+        // Grown since fstat: the rest, bounded as before.
+        (&mut *file)
+            .take((MAX_TABLE_LEN + 1).saturating_sub(cap as u64))
+            .read_to_end(&mut bytes)
+            .map_err(LoadError::Io)?;
+    }
     if bytes.len() as u64 > MAX_TABLE_LEN {
         return Err(LoadError::TooLarge {
             size: bytes.len() as u64,
@@ -243,4 +279,65 @@ pub fn release(h: Handle) {
 /// Number of tables loaded right now (for tests).
 pub fn loaded_tables() -> usize {
     lock().entries.iter().filter(|e| e.ready.is_some()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Seek as _, Write as _};
+
+    /// A temp file holding `len` bytes of a repeating pattern.
+    fn file_of(len: usize) -> (std::fs::File, Vec<u8>) {
+        let want: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&want).unwrap();
+        f.rewind().unwrap();
+        (f, want)
+    }
+
+    #[test]
+    fn read_bounded_returns_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [0usize, 1, 40, 4096, 64_300, 200_000] {
+            let path = dir.path().join(format!("t{len}"));
+            let want: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            std::fs::write(&path, &want).unwrap();
+            let got = read_bounded(path.as_os_str()).unwrap();
+            assert_eq!(got.len(), len);
+            assert!(got == want, "{len} bytes");
+        }
+    }
+
+    /// The buffer is sized from fstat; a file longer than that by the time
+    /// it is read (it grew) is still read to its end, not cut at the size
+    /// fstat saw.
+    #[test]
+    fn a_file_grown_after_fstat_is_read_to_its_end() {
+        for (seen, len) in [(0u64, 10usize), (10, 11), (10, 100_000), (64_300, 64_301)] {
+            let (mut f, want) = file_of(len);
+            let got = read_sized(&mut f, seen).unwrap();
+            assert!(got == want, "fstat said {seen}, file has {len}");
+        }
+    }
+
+    /// ... and one that grew past the format's limit is refused, having
+    /// read at most one byte past the limit.
+    #[test]
+    fn a_file_grown_past_the_limit_after_fstat_is_refused() {
+        let mut f = tempfile::tempfile().unwrap();
+        f.set_len(MAX_TABLE_LEN + 4096).unwrap();
+        match read_sized(&mut f, 100) {
+            Err(LoadError::TooLarge { size }) => assert_eq!(size, MAX_TABLE_LEN + 1),
+            Err(e) => panic!("{e}"),
+            Ok(b) => panic!("read {} bytes of a file past the limit", b.len()),
+        }
+    }
+
+    /// A file shorter than fstat said (it shrank) is read as it is.
+    #[test]
+    fn a_file_shrunk_after_fstat_is_read_as_it_is() {
+        let (mut f, want) = file_of(1000);
+        let got = read_sized(&mut f, 5000).unwrap();
+        assert!(got == want);
+    }
 }

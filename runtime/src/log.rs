@@ -21,6 +21,9 @@ pub const MSG_CAP: usize = 1024;
 pub struct Msg {
     buf: [u8; MSG_CAP],
     len: usize,
+    /// Something did not fit: everything after is dropped too, so a
+    /// truncated message is always a prefix of the whole text.
+    cut: bool,
 }
 
 impl Msg {
@@ -29,6 +32,7 @@ impl Msg {
         Msg {
             buf: [0; MSG_CAP],
             len: 0,
+            cut: false,
         }
     }
 
@@ -52,18 +56,44 @@ impl Default for Msg {
     }
 }
 
+impl Msg {
+    /// Appends as much of `s` as fits (keeping one byte for the NUL), cut
+    /// on a char boundary; false if not all of it fit (then or before).
+    fn push(&mut self, s: &str) -> bool {
+        if self.cut {
+            return false;
+        }
+        let room = (MSG_CAP - 1).saturating_sub(self.len);
+        let mut n = s.len().min(room);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        if let (Some(dst), Some(src)) = (
+            self.buf.get_mut(self.len..self.len + n),
+            s.as_bytes().get(..n),
+        ) {
+            dst.copy_from_slice(src);
+            self.len += n;
+        }
+        self.cut = n < s.len();
+        !self.cut
+    }
+}
+
 impl Write for Msg {
+    /// Copies `s` in runs between NULs (each NUL becomes `?`); silently
+    /// truncates at the buffer's end, on a char boundary.
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        for ch in s.chars() {
-            let ch = if ch == '\0' { '?' } else { ch };
-            let mut enc = [0u8; 4];
-            let bytes = ch.encode_utf8(&mut enc).as_bytes();
-            // Keep one byte for the NUL; silently truncate the rest.
-            if self.len + bytes.len() > MSG_CAP - 1 {
+        let mut parts = s.split('\0');
+        if let Some(first) = parts.next() {
+            if !self.push(first) {
                 return Ok(());
             }
-            self.buf[self.len..self.len + bytes.len()].copy_from_slice(bytes);
-            self.len += bytes.len();
+        }
+        for part in parts {
+            if !self.push("?") || !self.push(part) {
+                return Ok(());
+            }
         }
         Ok(())
     }
@@ -117,18 +147,25 @@ pub struct Escaped<'a>(pub &'a str);
 
 impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for ch in self.0.chars() {
+        // Runs of plain text are written whole; only the characters that
+        // need it are written one by one.
+        let mut rest = self.0;
+        while let Some(i) = rest.find(|c: char| c == '\\' || c.is_control()) {
+            let (plain, tail) = rest.split_at(i);
+            f.write_str(plain)?;
+            let mut chars = tail.chars();
+            let Some(ch) = chars.next() else { break };
             match ch {
                 '\\' => f.write_str("\\\\")?,
                 '\n' => f.write_str("\\n")?,
                 '\r' => f.write_str("\\r")?,
                 '\t' => f.write_str("\\t")?,
-                c if c.is_control() && (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
-                c if c.is_control() => write!(f, "\\u{{{:x}}}", c as u32)?,
-                c => f.write_char(c)?,
+                c if (c as u32) < 0x100 => write!(f, "\\x{:02x}", c as u32)?,
+                c => write!(f, "\\u{{{:x}}}", c as u32)?,
             }
+            rest = chars.as_str();
         }
-        Ok(())
+        f.write_str(rest)
     }
 }
 
@@ -154,5 +191,62 @@ mod tests {
         }
         assert!(m.as_str().len() < MSG_CAP);
         assert!(m.as_str().chars().all(|c| c == 'é'));
+    }
+
+    /// `Msg` and `Escaped` copy runs of text, not one char at a time: the
+    /// message is the whole text, escaped, NULs as `?`, cut at the last
+    /// char boundary that fits (and nothing written after a cut shows).
+    #[test]
+    fn run_wise_writing_gives_the_text_cut_at_a_char_boundary() {
+        fn escape_charwise(s: &str) -> std::string::String {
+            let mut out = std::string::String::new();
+            for ch in s.chars() {
+                match ch {
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    c if c.is_control() && (c as u32) < 0x100 => {
+                        out.push_str(&std::format!("\\x{:02x}", c as u32))
+                    }
+                    c if c.is_control() => out.push_str(&std::format!("\\u{{{:x}}}", c as u32)),
+                    c => out.push(c),
+                }
+            }
+            out
+        }
+        let alphabet = [
+            'a', 'Z', ' ', 'é', '€', '😀', '\0', '\n', '\\', '\u{85}', '\x1b', '\u{2028}',
+        ];
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..300 {
+            let mut m = Msg::new();
+            let mut whole = std::string::String::new();
+            while whole.len() < MSG_CAP + 64 {
+                let len = (next() % 40) as usize;
+                let piece: std::string::String = (0..len)
+                    .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+                    .collect();
+                if next() % 2 == 0 {
+                    write!(m, "{}", Escaped(&piece)).unwrap();
+                    whole.push_str(&escape_charwise(&piece));
+                } else {
+                    m.write_str(&piece).unwrap();
+                    whole.push_str(&piece);
+                }
+                let whole = whole.replace('\0', "?");
+                let mut fit = whole.len().min(MSG_CAP - 1);
+                while !whole.is_char_boundary(fit) {
+                    fit -= 1;
+                }
+                assert_eq!(m.as_str(), &whole[..fit]);
+            }
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! These are the values the reader hands out and the builder takes in; the
 //! byte layout they are stored in lives in `raw.rs`.
 
-use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS};
+use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_PROTOS};
 
 /// What the plugin tells NCCL for one collective call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -406,6 +406,31 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
         Some(255) => Ok(()),
         Some(_) => Err((i - 1, "last rule does not end at bucket 255")),
     }
+}
+
+/// `Decision::from_packed(v).is_some()` without branches, for the
+/// reader's one-pass rule scan: Default's exact encoding, or algorithm
+/// <= 6, protocol <= 2 and (channels | reserved << 8) <= 64, tested in one
+/// addition: each field plus (0x80 - its limit - 1) reaches its top bit
+/// exactly when it is over the limit, unless the field had that bit set
+/// already, which the OR catches. A carry out of a field only happens when
+/// that field is already over, so it can add a false "over" to the next
+/// field but never hide one.
+#[inline]
+pub(crate) const fn packed_is_valid(v: u32) -> bool {
+    const ADD: u32 = (0x80 - NUM_ALGOS as u32)
+        | (0x80 - NUM_PROTOS as u32) << 8
+        | (0x8000 - 1 - MAX_CHANNELS as u32) << 16;
+    const TOP: u32 = 0x80 | 0x80 << 8 | 0x8000 << 16;
+    (v == PACKED_DEFAULT) | ((v.wrapping_add(ADD) | v) & TOP == 0)
+}
+
+/// `check_gain(f32::from_bits(bits)).is_ok()` as one comparison: the
+/// finite floats above zero are exactly the bit patterns 1..=0x7F7F_FFFF
+/// (sign clear, not zero, exponent not all ones).
+#[inline]
+pub(crate) const fn gain_bits_ok(bits: u32) -> bool {
+    bits.wrapping_sub(1) < 0x7F7F_FFFF
 }
 
 /// The specific complaint about a packed decision's channel byte, if it is

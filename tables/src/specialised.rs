@@ -4,7 +4,7 @@
 //! [`Specialised::decide`] with one bounds check and one array index.
 
 use crate::bucket::{size_bucket, NUM_BUCKETS};
-use crate::model::{pipe_ops_allowed, ContextSpec, Decision, RegBuff};
+use crate::model::{pipe_ops_allowed, ContextSpec, Decision, RegBuff, Rule};
 use crate::nccl::{Coll, NUM_COLLS};
 
 /// Dense decisions for one communicator. Fixed size (about 4 KiB), no heap.
@@ -33,21 +33,31 @@ impl Specialised {
         }
     }
 
+    /// Gives `coll` the decisions of `rules` (sorted runs ending at bucket
+    /// 255, as validated) from `context`. Writes the row in place: building
+    /// a row on the stack and copying it in cost more than the fill.
     pub(crate) fn set(
         &mut self,
         coll: Coll,
-        row: [Decision; NUM_BUCKETS],
+        rules: impl Iterator<Item = Rule>,
         context: u32,
         spec: ContextSpec,
     ) {
         let c = coll as usize;
-        if let (Some(d), Some(m), Some(r), Some(x)) = (
+        if let (Some(row), Some(m), Some(r), Some(x)) = (
             self.dense.get_mut(c),
             self.max_pipe_ops.get_mut(c),
             self.reg_buff.get_mut(c),
             self.context.get_mut(c),
         ) {
-            *d = row;
+            let mut first = 0usize;
+            for rule in rules {
+                let last = rule.last_bucket as usize;
+                if let Some(cells) = row.get_mut(first..=last) {
+                    cells.fill(rule.decision);
+                }
+                first = last + 1;
+            }
             *m = spec.max_pipe_ops;
             *r = spec.reg_buff;
             *x = Some(context);

@@ -7,19 +7,21 @@
 
 use core::str;
 
-use zerocopy::FromBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::bucket::{size_bucket, NUM_BUCKETS};
 use crate::error::Error;
 use crate::model::{
-    channels_problem, check_gain, check_rules, pipe_ops_allowed, Basis, ContextSpec, Decision,
-    Feature, RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES,
+    channels_problem, check_gain, check_rules, gain_bits_ok, packed_is_valid, pipe_ops_allowed,
+    Basis, ContextSpec, Decision, Feature, RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES,
+    PACKED_DEFAULT,
 };
-use crate::nccl::Coll;
+use crate::nccl::{Coll, NUM_COLLS};
 use crate::raw::{
     kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, RuleRecord, SectionEntry,
     TreeEntry, COUNT_PREFIX_LEN, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_SECTIONS, MAX_TABLE_LEN,
-    META_ENTRY_LEN, NCCL_LAYOUT, NODE_LEAF, NODE_SPLIT, SECTION_ENTRY_LEN, TREE_ENTRY_LEN,
+    META_ENTRY_LEN, NCCL_LAYOUT, NODE_LEAF, NODE_SPLIT, RULE_LEN, SECTION_ENTRY_LEN,
+    TREE_ENTRY_LEN,
 };
 use crate::specialised::Specialised;
 
@@ -34,6 +36,8 @@ pub struct Table<'a> {
     nodes: &'a [NodeRecord],
     meta: &'a [MetaEntry],
     strings: &'a [u8],
+    /// Rules forcing a choice, counted by the validating scan.
+    forced_rules: u32,
 }
 
 /// The answer to one [`Table::lookup`], with its provenance.
@@ -438,7 +442,7 @@ impl<'a> Table<'a> {
             kind::RULES,
             "length is not a multiple of the 12-byte rule record",
         )?;
-        validate_contexts(contexts, rules)?;
+        let forced_rules = validate_contexts(contexts, rules)?;
         let (trees, nodes) = parse_trees(section(kind::TREES)?)?;
         let (meta, strings) = parse_meta(section(kind::META)?)?;
 
@@ -451,6 +455,7 @@ impl<'a> Table<'a> {
             nodes,
             meta,
             strings,
+            forced_rules,
         })
     }
 
@@ -594,20 +599,28 @@ impl<'a> Table<'a> {
     /// nodes. [`Specialised::decide`] equals [`Table::lookup`]'s decision for
     /// every call on that communicator.
     pub fn specialise(&self, n_ranks: u64, n_nodes: u64) -> Specialised {
-        let mut s = Specialised::empty();
-        for coll in Coll::ALL {
-            if let Some(ctx) = self.find_context(coll, n_ranks, n_nodes) {
-                let mut first = 0usize;
-                let mut row = [Decision::Default; NUM_BUCKETS];
-                for r in ctx.rules() {
-                    let last = r.last_bucket as usize;
-                    if let Some(cells) = row.get_mut(first..=last) {
-                        cells.fill(r.decision);
-                    }
-                    first = last + 1;
+        // One pass over the contexts finds every collective's first match
+        // (what `find_context` finds for each).
+        let mut chosen: [Option<u32>; NUM_COLLS] = [None; NUM_COLLS];
+        let mut open = NUM_COLLS;
+        for (i, c) in self.contexts.iter().enumerate() {
+            let Some(slot @ None) = chosen.get_mut(c.coll as usize) else {
+                continue;
+            };
+            if decode_context(c).is_some_and(|s| s.matches(n_ranks, n_nodes)) {
+                *slot = Some(i as u32);
+                open -= 1;
+                if open == 0 {
+                    break;
                 }
-                s.set(coll, row, ctx.index, ctx.spec());
             }
+        }
+        let mut s = Specialised::empty();
+        for (coll, i) in Coll::ALL.into_iter().zip(chosen) {
+            let Some(ctx) = i.and_then(|i| self.context(i)) else {
+                continue;
+            };
+            s.set(coll, ctx.rules(), ctx.index, ctx.spec());
         }
         s
     }
@@ -627,17 +640,185 @@ impl<'a> Table<'a> {
         Coverage {
             contexts: self.contexts.len() as u32,
             rules: self.rules.len() as u32,
-            forced_rules: self
-                .rules
-                .iter()
-                .filter(|r| r.decision.get() != crate::model::PACKED_DEFAULT)
-                .count() as u32,
+            forced_rules: self.forced_rules,
             trees: self.trees.len() as u32,
         }
     }
 }
 
-fn validate_contexts(contexts: &[ContextRecord], rules: &[RuleRecord]) -> Result<(), Error> {
+/// Checks CONTEXTS and RULES and returns how many rules force a choice
+/// (for [`Table::coverage`]).
+///
+/// The fast scan decides; the exact walk runs only on a rejected table, to
+/// name the first problem (it returns `Ok` only if the scan was stricter
+/// than the format, which the tests rule out; the table then loads, since
+/// the exact walk is the format's definition).
+fn validate_contexts(contexts: &[ContextRecord], rules: &[RuleRecord]) -> Result<u32, Error> {
+    if let Some(forced) = scan_contexts(contexts, rules) {
+        return Ok(forced);
+    }
+    validate_contexts_exact(contexts, rules)?;
+    Ok(rules
+        .iter()
+        .filter(|r| r.decision.get() != PACKED_DEFAULT)
+        .count() as u32)
+}
+
+/// The same checks as [`validate_contexts_exact`], fused into one pass over
+/// the contexts and one branch-free pass over the rules; `Some(number of
+/// forcing rules)` when every check holds, `None` when any fails (without
+/// saying which).
+///
+/// Why the flat rule pass is the per-context check: the contexts tile RULES
+/// (each `rule_start` is the previous end, no context is empty, the last
+/// ends at the end of RULES) and each context's last rule ends at bucket
+/// 255. With exactly as many 255s in RULES as there are contexts, every
+/// 255 is a context's last rule, so "each rule's `last_bucket` is above the
+/// one before it, unless that one is 255" is "strictly increasing within
+/// each context". Every per-rule check is the same predicate on every rule.
+pub(crate) fn scan_contexts(contexts: &[ContextRecord], rules: &[RuleRecord]) -> Option<u32> {
+    let mut bad = false;
+    let mut next = 0u64;
+    for c in contexts {
+        bad |= Coll::from_nccl(c.coll as u32).is_none()
+            | RegBuff::from_u8(c.reg_buff).is_none()
+            | (c.reserved != [0; 2])
+            | (c.nodes_min.get() > c.nodes_max.get())
+            | (c.ppn_min.get() > c.ppn_max.get())
+            | (c.rule_start.get() as u64 != next);
+        let n = c.rule_count.get() as u64;
+        if n == 0 {
+            return None;
+        }
+        next += n;
+        let last = rules.get(usize::try_from(next - 1).ok()?)?;
+        bad |= last.last_bucket != u8::MAX;
+    }
+    if bad || next != rules.len() as u64 {
+        return None;
+    }
+    let scan = scan_rules(rules);
+    (scan.ok && scan.ends == contexts.len() as u64).then_some(scan.forced)
+}
+
+/// What [`scan_rules`] found.
+struct RuleScan {
+    /// Every rule passes the per-rule checks, and each `last_bucket` is
+    /// above the previous rule's unless that one is 255.
+    ok: bool,
+    /// Rules ending at bucket 255.
+    ends: u64,
+    /// Rules whose decision is not Default.
+    forced: u32,
+}
+
+/// Rules [`scan_rules`] checks side by side, which the autovectoriser turns
+/// into a few SIMD operations per check (8 measured the same as 4).
+const LANES: usize = 4;
+
+/// One pass over all rules with no data-dependent branch: each check is a
+/// comparison OR-ed into a flag. Rules are taken [`LANES`] at a time, their
+/// three words gathered into lane arrays first, so the compiler evaluates
+/// each check for all lanes with a few SIMD instructions (about 1.1 ns per
+/// rule on the development machine; the rule-by-rule walk took about 2).
+fn scan_rules(rules: &[RuleRecord]) -> RuleScan {
+    let mut bad = [0u32; LANES];
+    let mut ends = [0u32; LANES];
+    let mut forced = [0u32; LANES];
+    // The previous rule's `last_bucket + 1` (mod 256): the least this
+    // rule's `last_bucket` may be. 255 before the first rule wraps to 0, as
+    // after every context's last rule.
+    let mut floor = 0u32;
+    let chunks = rules.as_bytes().chunks_exact(RULE_LEN * LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        let mut w = [RuleWords::default(); LANES];
+        for (k, lane) in w.iter_mut().enumerate() {
+            *lane = RuleWords::read(chunk, RULE_LEN * k);
+        }
+        let mut floors = [floor; LANES];
+        for k in 1..LANES {
+            floors[k] = w[k - 1].next_floor();
+        }
+        for k in 0..LANES {
+            bad[k] |= u32::from(w[k].bad(floors[k]));
+            ends[k] += u32::from(w[k].next_floor() == 0);
+            forced[k] += u32::from(w[k].packed != PACKED_DEFAULT);
+        }
+        floor = w[LANES - 1].next_floor();
+    }
+    let mut scan = RuleScan {
+        ok: bad.iter().all(|&b| b == 0),
+        ends: ends.iter().map(|&e| u64::from(e)).sum(),
+        forced: forced.iter().sum(),
+    };
+    for r in tail.chunks_exact(RULE_LEN) {
+        let w = RuleWords::read(r, 0);
+        scan.ok &= !w.bad(floor);
+        scan.ends += u64::from(w.next_floor() == 0);
+        scan.forced += u32::from(w.packed != PACKED_DEFAULT);
+        floor = w.next_floor();
+    }
+    scan
+}
+
+/// One rule as the three little-endian words [`scan_rules`] checks.
+#[derive(Clone, Copy, Default)]
+struct RuleWords {
+    /// `last_bucket`, `basis` and the two reserved bytes.
+    head: u32,
+    /// The packed decision.
+    packed: u32,
+    /// The gain's bits.
+    gain: u32,
+}
+
+impl RuleWords {
+    /// The rule at byte `at` of `bytes` (all zero past the end, which the
+    /// callers' exact chunking never reaches).
+    #[inline(always)]
+    fn read(bytes: &[u8], at: usize) -> RuleWords {
+        let word = |i: usize| {
+            bytes
+                .get(at + i..at + i + 4)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u32::from_le_bytes)
+        };
+        RuleWords {
+            head: word(0),
+            packed: word(4),
+            gain: word(8),
+        }
+    }
+
+    /// `last_bucket + 1` mod 256: the least the next rule's may be, 0 after
+    /// a rule ending at bucket 255.
+    #[inline(always)]
+    fn next_floor(&self) -> u32 {
+        (self.head.wrapping_add(1)) & 0xFF
+    }
+
+    /// True when any per-rule check fails, or `last_bucket` is below
+    /// `floor`.
+    #[inline(always)]
+    fn bad(&self, floor: u32) -> bool {
+        // basis <= 2 and both reserved bytes zero.
+        let head_bad = (self.head >> 8) > Basis::Extrapolated as u32;
+        ((self.head & 0xFF) < floor)
+            | head_bad
+            | !packed_is_valid(self.packed)
+            | !gain_bits_ok(self.gain)
+    }
+}
+
+/// The exact check of CONTEXTS and RULES: walks context by context and
+/// returns the first problem, named by context and rule. The reference
+/// semantics [`scan_contexts`] must agree with; `from_bytes` runs it only
+/// when the fast scan rejects, to say what is wrong.
+pub(crate) fn validate_contexts_exact(
+    contexts: &[ContextRecord],
+    rules: &[RuleRecord],
+) -> Result<(), Error> {
     let mut next_rule = 0u64;
     for (i, c) in contexts.iter().enumerate() {
         let index = i as u32;

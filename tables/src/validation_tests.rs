@@ -2,6 +2,7 @@
 //! one thing (re-sealing the CRC so the structural check is what fires),
 //! and check `from_bytes` names that thing.
 
+use std::vec;
 use std::vec::Vec;
 
 use crate::build::{assemble, TableBuilder};
@@ -848,4 +849,283 @@ fn digest_is_xxh3_64_of_the_whole_image() {
     let mut other = b.clone();
     other[HEADER_LEN + 20] ^= 1;
     assert_ne!(digest(&other), t.digest());
+}
+
+/// Five contexts of 1, 7, 3, 12 and 2 rules (25 rules: whole lane groups
+/// of the fast rule scan, a tail, context boundaries inside a group), mixing
+/// forced and Default decisions, every basis, channels up to 64.
+fn many_rules_fixture() -> Vec<u8> {
+    let mut b = TableBuilder::new();
+    let mut k = 0u32;
+    for (c, n) in [1u32, 7, 3, 12, 2].into_iter().enumerate() {
+        let rules: Vec<Rule> = (0..n)
+            .map(|i| {
+                k += 1;
+                Rule {
+                    last_bucket: if i + 1 == n {
+                        255
+                    } else {
+                        (i * 20 + c as u32) as u8
+                    },
+                    decision: if k.is_multiple_of(4) {
+                        Decision::Default
+                    } else {
+                        Decision::Force {
+                            algo: Algo::ALL[(k % 7) as usize],
+                            proto: Proto::ALL[(k % 3) as usize],
+                            channels: [0, 1, 64][(k % 3) as usize],
+                        }
+                    },
+                    basis: Basis::ALL[(k % 3) as usize],
+                    gain: 0.5 + k as f32 / 8.0,
+                }
+            })
+            .collect();
+        let spec = ContextSpec {
+            coll: Coll::ALL[c % 5],
+            nodes: (1, 1 + c as u32),
+            ppn: (1, 8),
+            max_pipe_ops: c as u32,
+            reg_buff: RegBuff::from_u8((c % 3) as u8).unwrap(),
+        };
+        b.context(spec, &rules).unwrap();
+    }
+    b.build().unwrap()
+}
+
+/// The CONTEXTS and RULES records of a table image.
+fn context_and_rule_records(b: &[u8]) -> (&[crate::raw::ContextRecord], &[crate::raw::RuleRecord]) {
+    use zerocopy::FromBytes;
+    let sec = |k| {
+        let (e, off) = section(b, k);
+        &b[off..off + u32_at(b, e + 8) as usize]
+    };
+    (
+        <[crate::raw::ContextRecord]>::ref_from_bytes(sec(kind::CONTEXTS)).unwrap(),
+        <[crate::raw::RuleRecord]>::ref_from_bytes(sec(kind::RULES)).unwrap(),
+    )
+}
+
+/// `from_bytes` decides CONTEXTS and RULES with a fused one-pass scan and
+/// walks them rule by rule only to name a problem. The scan must accept
+/// exactly what the walk accepts: every byte of both sections set to each
+/// of a set of telling values (limits of every field, 255 for
+/// `last_bucket`, Default's bytes, float bit patterns), on two tables;
+/// whatever the walk rejects, `from_bytes` rejects with the walk's error.
+#[test]
+fn fast_rule_scan_accepts_exactly_what_the_exact_walk_accepts() {
+    use crate::table::{scan_contexts, validate_contexts_exact};
+    let values = [
+        0u8, 1, 2, 3, 4, 5, 6, 7, 9, 10, 20, 63, 64, 65, 0x7F, 0x80, 0xC8, 0xFE, 0xFF,
+    ];
+    let mut rejected = 0;
+    for base in [fixture(), many_rules_fixture()] {
+        let (c0, r0) = context_and_rule_records(&base);
+        let forced = r0
+            .iter()
+            .filter(|r| r.decision.get() != PACKED_DEFAULT)
+            .count() as u32;
+        assert_eq!(scan_contexts(c0, r0), Some(forced));
+        let (ce, co) = section(&base, kind::CONTEXTS);
+        let (re, ro) = section(&base, kind::RULES);
+        let ranges = [
+            co..co + u32_at(&base, ce + 8) as usize,
+            ro..ro + u32_at(&base, re + 8) as usize,
+        ];
+        for at in ranges.into_iter().flatten() {
+            for v in values {
+                let mut b = base.clone();
+                b[at] = v;
+                let (c, r) = context_and_rule_records(&b);
+                let exact = validate_contexts_exact(c, r);
+                let fast = scan_contexts(c, r);
+                assert_eq!(
+                    fast.is_some(),
+                    exact.is_ok(),
+                    "byte {at} = {v:#x}: {exact:?}"
+                );
+                reseal(&mut b);
+                match exact {
+                    Ok(()) => assert!(Table::from_bytes(&b).is_ok(), "byte {at} = {v:#x}"),
+                    Err(e) => {
+                        rejected += 1;
+                        assert_eq!(err(&b), e, "byte {at} = {v:#x}")
+                    }
+                }
+            }
+        }
+    }
+    assert!(rejected > 1000, "only {rejected} mutations were rejected");
+}
+
+/// The same agreement for two whole words changed at once (a context's
+/// rule range, a rule's decision and gain, ...), at random.
+#[test]
+fn fast_rule_scan_agrees_with_the_exact_walk_on_random_word_pairs() {
+    use crate::table::{scan_contexts, validate_contexts_exact};
+    use proptest::prelude::*;
+    let base = many_rules_fixture();
+    let (ce, co) = section(&base, kind::CONTEXTS);
+    let (re, ro) = section(&base, kind::RULES);
+    let words = (u32_at(&base, ce + 8) + u32_at(&base, re + 8)) as usize / 4;
+    let word_value = prop_oneof![
+        any::<u32>(),
+        Just(0u32),
+        Just(PACKED_DEFAULT),
+        Just(0x00FF),
+        (0u32..=0x41_0000).prop_map(|v| v & 0x41_0303),
+        (0u32..=255).prop_map(|lb| lb | 0x100),
+        Just(1.0f32.to_bits()),
+        Just(f32::MAX.to_bits()),
+        Just(f32::INFINITY.to_bits()),
+        Just(0x8000_0001),
+        (0u32..8),
+    ];
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(4000));
+    runner
+        .run(
+            &(0..words, word_value.clone(), 0..words, word_value),
+            |(i, v, j, w)| {
+                let mut b = base.clone();
+                let at = |k: usize| {
+                    let ctx_words = u32_at(&base, ce + 8) as usize / 4;
+                    if k < ctx_words {
+                        co + 4 * k
+                    } else {
+                        ro + 4 * (k - ctx_words)
+                    }
+                };
+                put_u32(&mut b, at(i), v);
+                put_u32(&mut b, at(j), w);
+                let (c, r) = context_and_rule_records(&b);
+                let exact = validate_contexts_exact(c, r);
+                prop_assert_eq!(scan_contexts(c, r).is_some(), exact.is_ok(), "{:?}", exact);
+                Ok(())
+            },
+        )
+        .unwrap();
+}
+
+/// The scan's branch-free decision check is `Decision::from_packed`: every
+/// algorithm and protocol byte with telling channel and reserved bytes.
+#[test]
+fn branch_free_decision_check_is_from_packed() {
+    for a in 0..=255u32 {
+        for p in 0..=255u32 {
+            for ch in [0u32, 1, 63, 64, 65, 127, 128, 255] {
+                for reserved in [0u32, 1, 0x80, 0xFF] {
+                    let v = a | p << 8 | ch << 16 | reserved << 24;
+                    assert_eq!(
+                        crate::model::packed_is_valid(v),
+                        Decision::from_packed(v).is_some(),
+                        "{v:#010x}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The scan's one-comparison gain check is `check_gain`: the edges of the
+/// finite positive floats and a sweep of the whole bit space.
+#[test]
+fn one_comparison_gain_check_is_check_gain() {
+    let edges = [
+        0u32,
+        1,
+        2,
+        0x0080_0000,
+        0x3F80_0000,
+        0x7F7F_FFFE,
+        0x7F7F_FFFF,
+        0x7F80_0000,
+        0x7F80_0001,
+        0x7FC0_0000,
+        0x7FFF_FFFF,
+        0x8000_0000,
+        0x8000_0001,
+        0xBF80_0000,
+        0xFF80_0000,
+        0xFFFF_FFFF,
+    ];
+    let sweep = (0..=u32::MAX).step_by(65_521);
+    for bits in edges.into_iter().chain(sweep) {
+        assert_eq!(
+            crate::model::gain_bits_ok(bits),
+            crate::model::check_gain(f32::from_bits(bits)).is_ok(),
+            "{bits:#010x}"
+        );
+    }
+}
+
+/// `coverage().forced_rules` is counted by the validating scan now: it is
+/// still the number of rules whose decision is not Default.
+#[test]
+fn coverage_counts_forcing_rules() {
+    let b = many_rules_fixture();
+    let t = Table::from_bytes(&b).unwrap();
+    let forced = t
+        .contexts()
+        .flat_map(|c| c.rules())
+        .filter(|r| r.decision.is_forced())
+        .count() as u32;
+    assert_eq!(t.coverage().rules, 25);
+    assert_eq!(t.coverage().forced_rules, forced);
+    assert!(0 < forced && forced < 25);
+}
+
+/// The same agreement when bucket 255 moves between rules: every pair of
+/// rules, one set to end at 255 and the other to a telling `last_bucket`
+/// (a context whose last rule no longer ends at 255 while another gains a
+/// second 255 keeps the count of 255s; only the per-context check of the
+/// last rule tells).
+#[test]
+fn fast_rule_scan_agrees_with_the_exact_walk_when_bucket_255_moves() {
+    use crate::table::{scan_contexts, validate_contexts_exact};
+    let base = many_rules_fixture();
+    let n = u32_at(&base, section(&base, kind::RULES).0 + 8) as usize / 12;
+    let mut rejected = 0;
+    for i in 0..n {
+        for j in 0..n {
+            for v in [0u8, 1, 100, 230, 254, 255] {
+                let mut b = base.clone();
+                let (rj, ri) = (rule(&b, j), rule(&b, i));
+                b[rj] = 255;
+                b[ri] = v;
+                let (c, r) = context_and_rule_records(&b);
+                let exact = validate_contexts_exact(c, r);
+                rejected += usize::from(exact.is_err());
+                assert_eq!(
+                    scan_contexts(c, r).is_some(),
+                    exact.is_ok(),
+                    "rule {i} ends at {v}, rule {j} at 255: {exact:?}"
+                );
+            }
+        }
+    }
+    assert!(rejected > 1000, "only {rejected} were rejected");
+}
+
+/// The same agreement when RULES is longer or shorter than the contexts'
+/// ranges: every prefix of the contexts against every prefix of the rules
+/// (rules left to no context, even ones without a 255; ranges running past
+/// the end).
+#[test]
+fn fast_rule_scan_agrees_with_the_exact_walk_on_cut_sections() {
+    use crate::table::{scan_contexts, validate_contexts_exact};
+    let base = many_rules_fixture();
+    let (c, r) = context_and_rule_records(&base);
+    let mut rejected = 0;
+    for k in 0..=c.len() {
+        for m in 0..=r.len() {
+            let exact = validate_contexts_exact(&c[..k], &r[..m]);
+            rejected += usize::from(exact.is_err());
+            assert_eq!(
+                scan_contexts(&c[..k], &r[..m]).is_some(),
+                exact.is_ok(),
+                "{k} contexts, {m} rules: {exact:?}"
+            );
+        }
+    }
+    assert_eq!(rejected, (c.len() + 1) * (r.len() + 1) - (c.len() + 1));
 }
