@@ -14,7 +14,7 @@ use std::sync::Arc;
 use sha2::{Digest as _, Sha256};
 
 use super::knobs::{self, Assumptions};
-use super::{quote, FileCtx, FileOutput, Format, Section};
+use super::{quote, FileCtx, FileOutput, Format};
 use crate::record::{Algo, Collective, Proto, Record};
 
 /// Columns a tuner CSV must have (besides a time: `latency_us` or `cost_metric`).
@@ -134,7 +134,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         interned.push(a.clone());
         a
     };
-    let mut section = (header_line, Sha256::new(), 0usize);
+    let mut section = (header_line, Sha256::new());
     let mut vals: Vec<String> = Vec::with_capacity(ncols);
     loop {
         if !next(&mut rdr, &mut rec)? {
@@ -146,13 +146,8 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         }
         if rec == header_rec {
             // The header again: another file's rows follow.
-            let (l, h, first) =
-                std::mem::replace(&mut section, (line, Sha256::new(), out.records.len()));
-            out.sections.push(Section {
-                line: l,
-                digest: h.finalize().into(),
-                records: first..out.records.len(),
-            });
+            let (l, h) = std::mem::replace(&mut section, (line, Sha256::new()));
+            out.end_section(l, h.finalize().into());
             continue;
         }
         out.report.rows += 1;
@@ -283,12 +278,8 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             env: None,
         });
     }
-    let (l, h, first) = section;
-    out.sections.push(Section {
-        line: l,
-        digest: h.finalize().into(),
-        records: first..out.records.len(),
-    });
+    let (l, h) = section;
+    out.end_section(l, h.finalize().into());
     out.bytes = rdr.position().byte();
     Ok(out)
 }
