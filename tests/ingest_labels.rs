@@ -739,3 +739,77 @@ fn real_logs_are_labelled_by_their_file_names() {
     assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Ring)));
     assert!(ds.reports.iter().all(|r| r.knobs.contains("manifest")));
 }
+
+/// Three rows of NVIDIA's raw `data/<nodes>.csv` layout (seven columns).
+const RAW_ROWS: &str = "10.1,10.2,10.3,11.1,11.2,11.3,12.0\n\
+                        10.4,10.5,10.6,11.4,11.5,11.6,12.1\n\
+                        10.7,10.8,10.9,11.7,11.8,11.9,12.2\n";
+
+fn read_with(
+    args: dyncc::ingest::args::IngestArgs,
+    paths: &[PathBuf],
+) -> anyhow::Result<ingest::Dataset> {
+    ingest::read_paths(paths, &args.options(false, false)?)
+}
+
+/// NVIDIA's raw `data/<n>.csv` took its facts (GPUs per node, platform)
+/// only from `--assume`: a manifest row, a name pattern or a `# dyncc:`
+/// line labelling the file was ignored (the file was refused as "ranks
+/// unknown", or, with a `# dyncc:` line first, not read at all).
+#[test]
+fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
+    let d = tempfile::tempdir().unwrap();
+    // Manifest.
+    let f = write(d.path(), "m/4.csv", RAW_ROWS);
+    let m = write(
+        d.path(),
+        "m/labels.csv",
+        "path,gpus_per_node,platform\n4.csv,8,DGX-1V\n",
+    );
+    let ds = read_with(
+        dyncc::ingest::args::IngestArgs {
+            manifest: Some(m),
+            ..Default::default()
+        },
+        std::slice::from_ref(&f),
+    )
+    .unwrap();
+    assert_eq!(ds.records.len(), 21);
+    let r = &ds.records[0];
+    assert_eq!(
+        (r.nnodes, r.nranks, r.platform.as_deref()),
+        (4, 32, Some("DGX-1V"))
+    );
+    // Name pattern.
+    let f = write(d.path(), "p/r16/2.csv", RAW_ROWS);
+    let ds = read_with(
+        dyncc::ingest::args::IngestArgs {
+            name_pattern: vec!["r{ranks}/{nodes}.csv".into()],
+            ..Default::default()
+        },
+        &[f],
+    )
+    .unwrap();
+    assert_eq!(ds.records.len(), 21);
+    assert_eq!((ds.records[0].nnodes, ds.records[0].nranks), (2, 16));
+    // A `# dyncc:` line.
+    let f = write(
+        d.path(),
+        "h/2.csv",
+        &format!("# dyncc: gpus_per_node=16 nccl_version=2.23.4\n{RAW_ROWS}"),
+    );
+    let ds = strict(std::slice::from_ref(&f), &[]).unwrap();
+    assert_eq!(ds.records.len(), 21);
+    let r = &ds.records[0];
+    assert_eq!((r.nnodes, r.nranks, r.nccl_version), (2, 32, Some(22304)));
+    assert_eq!(r.source.line, 2);
+    // The knobs are the columns': a label naming one is refused, not
+    // silently overridden.
+    let f = write(
+        d.path(),
+        "k/2.csv",
+        &format!("# dyncc: NCCL_ALGO=Ring gpus_per_node=8\n{RAW_ROWS}"),
+    );
+    let e = format!("{:#}", strict(&[f], &[]).unwrap_err());
+    assert!(e.contains("2.csv:0") && e.contains("one column per"), "{e}");
+}

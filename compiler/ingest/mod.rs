@@ -902,7 +902,7 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
     {
         return Format::TunerCsv;
     }
-    if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, first_line) {
+    if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, head) {
         return Format::NvidiaRawCsv;
     }
     if name.ends_with(".md")
