@@ -423,15 +423,24 @@ fn check_repeats(
 ) -> anyhow::Result<()> {
     use std::collections::HashMap;
     use std::path::Path;
-    type Group<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
+    type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
     /// Per file: the group's times there and its first line.
     type PerFile<'a> = BTreeMap<&'a Path, (Vec<f64>, u32)>;
-    let mut groups: HashMap<Group<'_>, PerFile<'_>> = HashMap::new();
-    for g in &f.groups {
-        if g.key.flags != 0 || g.samples.is_empty() {
+    let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
+    // Only cells measured in two files or more are compared: their times
+    // are the only ones copied (a single file of repeats copies none).
+    let mut first_file: HashMap<RepeatKey<'_>, (&Path, bool)> = HashMap::new();
+    for g in f.groups.iter().filter(trusted) {
+        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        let e = first_file.entry(k).or_insert((g.key.file.as_path(), false));
+        e.1 |= e.0 != g.key.file.as_path();
+    }
+    let mut groups: HashMap<RepeatKey<'_>, PerFile<'_>> = HashMap::new();
+    for g in f.groups.iter().filter(trusted) {
+        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        if !first_file.get(&k).is_some_and(|e| e.1) {
             continue;
         }
-        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
         let line = g.samples.iter().map(|s| s.line).min().unwrap_or(0);
         let e = groups
             .entry(k)
