@@ -16,7 +16,9 @@ use std::path::Path;
 use divan::counter::BytesCount;
 use dyncc::ingest::{self, Format, IngestOptions};
 
+// Only the sweep of repeats is used here (the distinct one is compile's).
 #[path = "support/gen_sweep.rs"]
+#[allow(dead_code)]
 mod gen_sweep;
 
 #[global_allocator]
