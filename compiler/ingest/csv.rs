@@ -167,8 +167,13 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             )?;
             continue;
         }
-        vals.clear();
-        vals.extend((0..ncols).map(|i| field(&rec, i)));
+        // The fields, into strings kept from row to row (no allocation per
+        // field once they have grown).
+        vals.resize(ncols, String::new());
+        for (i, v) in vals.iter_mut().enumerate() {
+            v.clear();
+            v.push_str(&String::from_utf8_lossy(rec.get(i).unwrap_or(b"")));
+        }
         let get = |i: usize| vals.get(i).map(String::as_str).unwrap_or("");
         macro_rules! bad {
             ($($t:tt)*) => {{ ctx.bad(line, format!($($t)*))?; continue; }};
