@@ -287,7 +287,8 @@ impl Dataset {
     }
 
     fn absorb(&mut self, other: Dataset) {
-        // (`other.folded` is merged by the caller, which knows the order.)
+        // `other.folded` is merged by the caller, which knows the order.
+        debug_assert!(other.folded.groups.is_empty());
         self.records.extend(other.records);
         self.files += other.files;
         self.rows += other.rows;
