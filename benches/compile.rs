@@ -11,16 +11,17 @@ mod gen_sweep;
 
 use std::path::PathBuf;
 
-use dyncc::ingest::{read_paths, IngestOptions};
-use dyncc::pipeline::{compile_dataset, CompileOptions};
+use dyncc::ingest::{read_paths_folded, IngestOptions};
+use dyncc::pipeline::{compile_owned, CompileOptions};
 
 fn main() {
     divan::main();
 }
 
 fn compile(path: PathBuf) -> usize {
-    let ds = read_paths(&[path], &IngestOptions::default()).expect("read");
-    compile_dataset(&ds, &CompileOptions::default())
+    // As `dyncc compile` does: folded as read, compiled without a copy.
+    let ds = read_paths_folded(&[path], &IngestOptions::default()).expect("read");
+    compile_owned(ds, &CompileOptions::default())
         .expect("compile")
         .bytes
         .len()

@@ -2,12 +2,27 @@
 //! generated ~32 MB log that looks like real captured output (srun labels,
 //! header blocks, rank lines, NCCL INFO noise, data rows of every size).
 //! Reported as bytes/s by divan (`cargo bench --bench ingest`).
+//!
+//! Memory: divan's allocation profiler reports each bench's `max alloc`,
+//! the peak of live heap bytes while it ran. `csv_repeats_folded` reads a
+//! 1M-row sweep of 38,850 distinct cells the way `compile` does (folded as
+//! it is read): its peak is a fraction of the 71 MB it reads;
+//! `csv_repeats_records` reads the same file into one record per row, as
+//! `compile` did before, and peaks at about twice the file.
 
 use std::io::Cursor;
 use std::path::Path;
 
 use divan::counter::BytesCount;
 use dyncc::ingest::{self, Format, IngestOptions};
+
+// Only the sweep of repeats is used here (the distinct one is compile's).
+#[path = "support/gen_sweep.rs"]
+#[allow(dead_code)]
+mod gen_sweep;
+
+#[global_allocator]
+static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
 
 fn main() {
     divan::main();
@@ -104,5 +119,46 @@ fn tuner_csv(bencher: divan::Bencher) {
             &opts,
         )
         .unwrap()
+    });
+}
+
+/// The 1M-row sweep of 38,850 distinct cells repeated (`gen_sweep`), on
+/// disk once.
+fn repeats_csv() -> std::path::PathBuf {
+    let path = std::env::temp_dir().join("dyncc-bench-ingest-repeats-1m.csv");
+    if !path.exists() {
+        let tmp = path.with_extension("tmp");
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
+        gen_sweep::write_sweep(&mut f, 1_000_000).unwrap();
+        std::io::Write::flush(&mut f).unwrap();
+        drop(f);
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
+}
+
+/// What `compile` reads: folded as read (see `max alloc`).
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn csv_repeats_folded(bencher: divan::Bencher) {
+    let path = repeats_csv();
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    bencher.counter(BytesCount::new(len)).bench(|| {
+        let ds = ingest::read_paths_folded(std::slice::from_ref(&path), &IngestOptions::default())
+            .unwrap();
+        assert_eq!(ds.folded.groups.len(), 38_850);
+        ds
+    });
+}
+
+/// The same file as one record per row (what `inspect` lists).
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn csv_repeats_records(bencher: divan::Bencher) {
+    let path = repeats_csv();
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    bencher.counter(BytesCount::new(len)).bench(|| {
+        let ds =
+            ingest::read_paths(std::slice::from_ref(&path), &IngestOptions::default()).unwrap();
+        assert_eq!(ds.records.len(), 1_000_000);
+        ds
     });
 }

@@ -23,8 +23,9 @@ use crate::distil::{distil, tree_features, Fidelity, Leaf, Sample};
 use crate::emit::{self, PlannedContext};
 use crate::features::{build_grids, Grid};
 use crate::fit::fit;
+use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
-use crate::record::{Cell, Record};
+use crate::record::{Cell, CellKey};
 use crate::report::{describe, Inputs, Platform, Report, TableInfo};
 use crate::tree::FlatTree;
 use crate::units::fmt_bytes;
@@ -56,32 +57,60 @@ pub struct Compiled {
 
 /// Compiles records already read: the whole pipeline.
 pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
-    let mut work = Dataset {
-        records: ds.records.clone(),
+    let work = Dataset {
+        records: Vec::new(),
+        folded: if ds.records.is_empty() {
+            ds.folded.clone()
+        } else {
+            Folded::from_records(ds.records.iter().cloned())
+        },
+        files: ds.files,
+        rows: ds.rows,
         skipped: ds.skipped.clone(),
+        reports: ds.reports.clone(),
+        notes: ds.notes.clone(),
         ..Default::default()
     };
-    check_repeats(&mut work, opts.lenient)?;
-    check_default_runs(&mut work, opts.lenient)?;
-    if work.records.is_empty() {
+    compile_owned(work, opts)
+}
+
+/// [`compile_dataset`], consuming the dataset: what `dyncc compile` does
+/// with a sweep it read folded ([`ingest::read_paths_folded`]), without a
+/// copy of the measurements.
+pub fn compile_owned(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
+    let mut f = ds.take_folded();
+    check_repeats(&mut f, &mut ds.skipped, opts.lenient)?;
+    check_default_runs(&mut f, &mut ds.skipped, opts.lenient)?;
+    if f.is_empty() {
         bail!(
             "no measurements to compile; expected nccl-tests logs (text or JSON) or a tuner CSV \
              (`dyncc inspect PATH` shows what each file held)"
         );
     }
-    let (records, platform) = select_platform(work.records, opts.platform.as_deref())?;
-    let cells = ingest::aggregate(&records);
-    let mut c = compile_cells(&cells, &platform, opts, &ds.input_digests(&records))?;
+    let platform = select_platform(&mut f, opts.platform.as_deref())?;
+    let cells = f.cells();
+    let inputs = ds.input_digests_of(
+        f.groups
+            .iter()
+            .filter(|g| !g.samples.is_empty())
+            .map(|g| g.key.file.as_path()),
+    );
+    let mut c = compile_cells(&cells, &platform, opts, &inputs)?;
     c.report.inputs = Inputs {
         files: ds.files,
         rows: ds.rows,
-        records: records.len(),
-        untrusted: records.iter().filter(|r| r.flags != 0).count(),
-        skipped: work.skipped.len(),
+        records: f.len(),
+        untrusted: f
+            .groups
+            .iter()
+            .filter(|g| g.key.flags != 0)
+            .map(|g| g.samples.len())
+            .sum(),
+        skipped: ds.skipped.len(),
         cells: cells.len(),
     };
-    c.report.skipped = work.skipped;
-    c.report.notes.extend(ds.notes.iter().cloned());
+    c.report.skipped = ds.skipped;
+    c.report.notes.extend(ds.notes);
     Ok(c)
 }
 
@@ -173,33 +202,31 @@ pub fn compile_cells(
 }
 
 /// One table serves one cluster type: refuse to blend platforms silently.
-fn select_platform(
-    records: Vec<Record>,
-    want: Option<&str>,
-) -> anyhow::Result<(Vec<Record>, Platform)> {
-    let label = |r: &Record| -> Option<String> {
-        r.platform
+/// Keeps the measurements of the platform chosen (all when there is one).
+fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platform> {
+    let label = |g: &Group| -> Option<String> {
+        g.key
+            .platform
             .as_deref()
-            .or(r.gpu.as_deref())
+            .or(g.key.gpu.as_deref())
             .map(str::to_string)
     };
-    let selected: Vec<Record> = match want {
+    match want {
         Some(w) => {
-            let seen: BTreeSet<String> = records.iter().filter_map(label).collect();
-            let v: Vec<Record> = records.into_iter().filter(|r| r.is_platform(w)).collect();
-            if v.is_empty() {
+            let seen: BTreeSet<String> = f.groups.iter().filter_map(label).collect();
+            f.retain(|g| g.is_platform(w));
+            if f.is_empty() {
                 bail!(
                     "no records of platform `{w}`; the inputs hold: {}",
                     seen.into_iter().collect::<Vec<_>>().join(", ")
                 );
             }
-            v
         }
         None => {
             let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            for r in &records {
-                if let Some(l) = label(r) {
-                    *counts.entry(l).or_default() += 1;
+            for g in &f.groups {
+                if let Some(l) = label(g) {
+                    *counts.entry(l).or_default() += g.samples.len();
                 }
             }
             if counts.len() > 1 {
@@ -213,29 +240,28 @@ fn select_platform(
                     list.join(", ")
                 );
             }
-            records
         }
-    };
-    let most = |f: &dyn Fn(&Record) -> Option<String>| -> Option<String> {
+    }
+    let most = |v: &dyn Fn(&Group) -> Option<String>| -> Option<String> {
         let mut m: BTreeMap<String, usize> = BTreeMap::new();
-        for r in &selected {
-            if let Some(v) = f(r) {
-                *m.entry(v).or_default() += 1;
+        for g in &f.groups {
+            if let Some(v) = v(g) {
+                *m.entry(v).or_default() += g.samples.len();
             }
         }
         m.into_iter().max_by_key(|e| e.1).map(|e| e.0)
     };
-    let platform = Platform {
-        label: most(&|r| r.platform.as_deref().map(str::to_string)),
-        gpu: most(&|r| r.gpu.as_deref().map(str::to_string)),
-        gpus_per_node: most(&|r| {
-            (r.nnodes > 0 && r.nranks % r.nnodes == 0)
-                .then(|| format!("{:010}", r.nranks / r.nnodes))
+    Ok(Platform {
+        label: most(&|g| g.key.platform.as_deref().map(str::to_string)),
+        gpu: most(&|g| g.key.gpu.as_deref().map(str::to_string)),
+        gpus_per_node: most(&|g| {
+            let c = &g.key.cell;
+            (c.nnodes > 0 && c.nranks % c.nnodes == 0)
+                .then(|| format!("{:010}", c.nranks / c.nnodes))
         })
         .and_then(|s| s.parse().ok()),
-        nccl_version: ingest::setup::nccl_versions(&selected),
-    };
-    Ok((selected, platform))
+        nccl_version: ingest::setup::nccl_versions_folded(f),
+    })
 }
 
 /// The shapes the distilled trees must reproduce, which are the shapes the
@@ -327,23 +353,35 @@ fn distil_all(
 /// against (the gain is over NCCL's own choice), so nothing of it could be
 /// compiled. Strict: an error naming its first file. Lenient: its records
 /// are dropped and listed as skipped.
-fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
-    /// Records, whether one is a default run, and the first place seen.
-    type Seen = (usize, bool, Option<(PathBuf, u32)>);
+fn check_default_runs(
+    f: &mut Folded,
+    skipped: &mut Vec<ingest::Skip>,
+    lenient: bool,
+) -> anyhow::Result<()> {
+    /// Per collective: its records, whether one is a default run, and the
+    /// first place one was read.
+    #[derive(Default)]
+    struct Seen {
+        n: usize,
+        has_default: bool,
+        first: Option<(u32, PathBuf, u32)>,
+    }
     let mut seen: BTreeMap<&'static str, Seen> = BTreeMap::new();
-    for r in &ds.records {
-        let e = seen.entry(r.collective.name()).or_insert((0, false, None));
-        e.0 += 1;
-        e.1 |= r.algo.is_none() && r.proto.is_none() && r.channels.is_none();
-        if e.2.is_none() {
-            e.2 = Some(((*r.source.file).clone(), r.source.line));
+    for g in &f.groups {
+        let Some(s) = g.first() else { continue };
+        let e = seen.entry(g.collective().name()).or_default();
+        e.n += g.samples.len();
+        e.has_default |= g.is_default();
+        if e.first.as_ref().is_none_or(|(seq, _, _)| s.seq < *seq) {
+            e.first = Some((s.seq, (*g.key.file).clone(), s.line));
         }
     }
-    for (coll, (n, has_default, first)) in seen {
-        if has_default {
+    for (coll, e) in seen {
+        if e.has_default {
             continue;
         }
-        let (file, line) = first.unwrap_or_default();
+        let (_, file, line) = e.first.unwrap_or_default();
+        let n = e.n;
         let why = format!(
             "{coll}: {n} measurements, none with NCCL's own choice (a run without NCCL_ALGO, \
              NCCL_PROTO or channel settings); expected a default run of {coll} to compare \
@@ -355,8 +393,8 @@ fn check_default_runs(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
                 file.display()
             );
         }
-        ds.records.retain(|r| r.collective.name() != coll);
-        ds.skipped.push(ingest::Skip {
+        f.retain(|g| g.collective().name() != coll);
+        skipped.push(ingest::Skip {
             file,
             line,
             reason: format!("{why}; dropped {coll}"),
@@ -378,39 +416,55 @@ pub const REPEAT_MIN_CELLS: usize = 3;
 /// than [`REPEAT_FACTOR`], the median would silently blend a broken run into
 /// the decision. Strict: an error naming both places. Lenient: the cell's
 /// records are dropped and listed as skipped.
-fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
+fn check_repeats(
+    f: &mut Folded,
+    skipped: &mut Vec<ingest::Skip>,
+    lenient: bool,
+) -> anyhow::Result<()> {
     use std::collections::HashMap;
-    type Group<'a> = (crate::record::CellKey, Option<&'a str>, Option<&'a str>);
+    use std::path::Path;
+    type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
     /// Per file: the group's times there and its first line.
-    type PerFile<'a> = BTreeMap<&'a std::path::Path, (Vec<f64>, u32)>;
-    // Per group, per file: (times, first line).
-    let mut groups: HashMap<Group<'_>, PerFile<'_>> = HashMap::new();
-    for r in &ds.records {
-        if r.flags != 0 {
+    type PerFile<'a> = BTreeMap<&'a Path, (Vec<f64>, u32)>;
+    let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
+    // Only cells measured in two files or more are compared: their times
+    // are the only ones copied (a single file of repeats copies none).
+    let mut first_file: HashMap<RepeatKey<'_>, (&Path, bool)> = HashMap::new();
+    for g in f.groups.iter().filter(trusted) {
+        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        let e = first_file.entry(k).or_insert((g.key.file.as_path(), false));
+        e.1 |= e.0 != g.key.file.as_path();
+    }
+    let mut groups: HashMap<RepeatKey<'_>, PerFile<'_>> = HashMap::new();
+    for g in f.groups.iter().filter(trusted) {
+        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        if !first_file.get(&k).is_some_and(|e| e.1) {
             continue;
         }
-        let g = (r.key(), r.platform.as_deref(), r.gpu.as_deref());
+        let line = g.samples.iter().map(|s| s.line).min().unwrap_or(0);
         let e = groups
-            .entry(g)
+            .entry(k)
             .or_default()
-            .entry(r.source.file.as_path())
-            .or_insert((Vec::new(), r.source.line));
-        e.0.push(r.time_us);
-        e.1 = e.1.min(r.source.line);
+            .entry(g.key.file.as_path())
+            .or_insert((Vec::new(), line));
+        e.0.extend(g.samples.iter().map(|s| s.time_us));
+        e.1 = e.1.min(line);
     }
-    type Bad = (
-        crate::record::CellKey,
-        Option<String>,
-        String,
-        (PathBuf, PathBuf),
-    );
+    /// A cell whose repeats disagree: its group, what to say, and the two
+    /// files.
+    struct Bad {
+        key: CellKey,
+        platform: Option<String>,
+        what: String,
+        pair: (PathBuf, PathBuf),
+    }
     let mut bad: Vec<Bad> = Vec::new();
     for ((key, platform, gpu), files) in &groups {
         if files.len() < 2 {
             continue;
         }
         let med = |v: &[f64]| crate::stats::median(&mut v.to_vec()).unwrap_or(f64::NAN);
-        let meds: Vec<(&std::path::Path, f64, u32)> =
+        let meds: Vec<(&Path, f64, u32)> =
             files.iter().map(|(f, (t, l))| (*f, med(t), *l)).collect();
         let lo = meds.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
         let hi = meds.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
@@ -432,26 +486,29 @@ fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
                 lo.2,
                 hi.1 / lo.1,
             );
-            let pair = (hi.0.to_path_buf(), lo.0.to_path_buf());
-            bad.push((*key, platform.or(*gpu).map(String::from), what, pair));
+            bad.push(Bad {
+                key: *key,
+                platform: platform.or(*gpu).map(String::from),
+                what,
+                pair: (hi.0.to_path_buf(), lo.0.to_path_buf()),
+            });
         }
     }
     // One cell far off is a warm-up artefact (the first size of a run often
     // is); a broken run is off at many sizes against the same other run.
     let mut pairs: BTreeMap<(PathBuf, PathBuf), usize> = BTreeMap::new();
     for b in &bad {
-        *pairs.entry(b.3.clone()).or_default() += 1;
+        *pairs.entry(b.pair.clone()).or_default() += 1;
     }
-    bad.retain(|b| pairs[&b.3] >= REPEAT_MIN_CELLS);
-    let mut bad: Vec<_> = bad.into_iter().map(|(k, p, w, _)| (k, p, w)).collect();
+    bad.retain(|b| pairs[&b.pair] >= REPEAT_MIN_CELLS);
     if bad.is_empty() {
         return Ok(());
     }
-    bad.sort_by(|a, b| a.2.cmp(&b.2));
+    bad.sort_by(|a, b| a.what.cmp(&b.what));
     if !lenient {
         bail!(
             "{}{}; remove the bad run, or pass --lenient to drop the cell",
-            bad[0].2,
+            bad[0].what,
             if bad.len() > 1 {
                 format!(" (and {} more such cells)", bad.len() - 1)
             } else {
@@ -459,15 +516,21 @@ fn check_repeats(ds: &mut Dataset, lenient: bool) -> anyhow::Result<()> {
             }
         );
     }
-    let drop: BTreeSet<String> = bad.iter().map(|(k, p, _)| format!("{k:?}{p:?}")).collect();
-    ds.records.retain(|r| {
-        let p = r.platform.as_deref().or(r.gpu.as_deref()).map(String::from);
-        !drop.contains(&format!("{:?}{p:?}", r.key()))
+    let drop: BTreeSet<(CellKey, Option<String>)> =
+        bad.iter().map(|b| (b.key, b.platform.clone())).collect();
+    f.retain(|g| {
+        let p = g
+            .key
+            .platform
+            .as_deref()
+            .or(g.key.gpu.as_deref())
+            .map(String::from);
+        !drop.contains(&(g.key.cell, p))
     });
-    for (_, _, what) in bad {
-        let (place, reason) = what.split_once(": ").unwrap_or(("", &what));
+    for b in bad {
+        let (place, reason) = b.what.split_once(": ").unwrap_or(("", &b.what));
         let (file, line) = place.rsplit_once(':').unwrap_or((place, "0"));
-        ds.skipped.push(ingest::Skip {
+        skipped.push(ingest::Skip {
             file: file.into(),
             line: line.parse().unwrap_or(0),
             reason: format!("{reason}; dropped the cell"),
@@ -481,7 +544,7 @@ mod tests {
     use super::*;
     use crate::decide::DecideOptions;
     use crate::features::tests::{cell, cfg};
-    use crate::record::{Collective, Config};
+    use crate::record::{Collective, Config, Record};
     use dyncc_tables::{Algo, Basis, Decision, Proto};
 
     fn sweep() -> Vec<Cell> {
@@ -657,7 +720,7 @@ mod tests {
             env: None,
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
-        let e = select_platform(recs.clone(), None)
+        let e = select_platform(&mut Folded::from_records(recs.clone()), None)
             .err()
             .unwrap()
             .to_string();
@@ -665,7 +728,8 @@ mod tests {
             e.contains("mix platforms") && e.contains("--platform"),
             "{e}"
         );
-        let (v, p) = select_platform(recs, Some("dgx-2v")).unwrap();
+        let mut v = Folded::from_records(recs);
+        let p = select_platform(&mut v, Some("dgx-2v")).unwrap();
         assert_eq!(v.len(), 1);
         assert_eq!(p.label.as_deref(), Some("DGX-2V"));
     }

@@ -1135,3 +1135,35 @@ fn audit_commands_on_tables_compiled_from_real_sweeps() {
         "the real table forces something on the grid ({forced})"
     );
 }
+
+/// `dyncc plot -o` / `dyncc export -o` onto the table they read replaced
+/// the table with an SVG or a CSV; they refuse, as compile does, and the
+/// table is left intact.
+#[test]
+fn plot_and_export_refuse_to_write_over_their_table() {
+    let d = tempfile::tempdir().unwrap();
+    let bytes = sample("x");
+    let t = write(d.path(), "t.tbl", &bytes);
+    let t = t.to_str().unwrap();
+    for args in [
+        vec!["plot", t, "-o", t],
+        vec!["export", t, "--format", "nccl-csv", "-o", t],
+    ] {
+        let o = dyncc(&args);
+        let (out, err) = text(&o);
+        assert!(!o.status.success(), "{args:?}: {out}{err}");
+        assert!(
+            err.contains("is an input of this command"),
+            "{args:?}: {err}"
+        );
+        assert_eq!(
+            std::fs::read(t).unwrap(),
+            bytes,
+            "{args:?}: the table was replaced"
+        );
+    }
+    // Another path still works.
+    let svg = d.path().join("map.svg");
+    ok(&["plot", t, "-o", svg.to_str().unwrap()]);
+    assert!(svg.exists());
+}

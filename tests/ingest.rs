@@ -612,3 +612,83 @@ fn large_rank_lists_count_ranks_and_hosts() {
     assert_eq!(ds.records.len(), 2);
     assert_eq!((ds.records[0].nranks, ds.records[0].nnodes), (20000, 5000));
 }
+
+/// Compile held one full record per row and copied them all (a 2 GB CSV of
+/// repeats took 8.6 GB): it now reads the sweep folded, one group per
+/// distinct measurement with 16 bytes per repeat, and compiles exactly the
+/// table the records give, on the shipped sweeps and on a file of repeats
+/// with a warm-up outlier and a copy of itself.
+#[test]
+fn compile_reads_repeats_folded_into_one_group_per_cell() {
+    use dyncc::pipeline::{compile_dataset, compile_owned, CompileOptions};
+    let d = tempfile::tempdir().unwrap();
+    let mut csv =
+        String::from("collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n");
+    for rep in 0..40 {
+        for k in 3..13 {
+            let b = 1u64 << k;
+            let t = 10.0 + b as f64 / 100.0 + rep as f64 * 0.01;
+            // A warm-up artefact in the first repeat of the smallest size.
+            let t0 = if rep == 0 && k == 3 { t * 500.0 } else { t };
+            csv += &format!("allreduce,{b},default,default,-1,1,8,{t0:.2}\n");
+            csv += &format!("allreduce,{b},ring,ll,-1,1,8,{:.2}\n", t * 0.8);
+        }
+    }
+    let f = d.path().join("repeats.csv");
+    std::fs::write(&f, &csv).unwrap();
+    std::fs::write(d.path().join("copy.csv"), &csv).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real");
+    for paths in [
+        vec![d.path().to_path_buf()],
+        vec![shipped.join("nvidia-dgx1v-allreduce.csv")],
+        vec![shipped.join("nvidia-dgx2v-allreduce.csv")],
+    ] {
+        let folded = ingest::read_paths_folded(&paths, &opts()).unwrap();
+        let rows = ingest::read_paths(&paths, &opts()).unwrap();
+        assert!(folded.records.is_empty());
+        assert_eq!(folded.folded.len(), rows.records.len(), "{paths:?}");
+        assert_eq!(folded.anomalies.len(), rows.anomalies.len(), "{paths:?}");
+        assert_eq!(folded.notes, rows.notes, "{paths:?}");
+        assert_eq!(
+            folded.folded.cells().len(),
+            ingest::aggregate(&rows.records).len()
+        );
+        // The records come back in the order read.
+        let back = folded.folded.clone().into_records();
+        assert!(back
+            .iter()
+            .zip(&rows.records)
+            .all(|(a, b)| a.source == b.source && a.time_us == b.time_us && a.key() == b.key()));
+        let c = CompileOptions {
+            command: "dyncc compile".into(),
+            ..Default::default()
+        };
+        let a = compile_owned(folded, &c).unwrap();
+        let b = compile_dataset(&rows, &c).unwrap();
+        assert_eq!(a.bytes, b.bytes, "{paths:?}");
+        assert_eq!(a.report.inputs.records, b.report.inputs.records);
+    }
+    // The file of repeats: 20 distinct measurements, 40 repeats each; the
+    // copy counted once; the outlier flagged in a group of its own.
+    let ds = ingest::read_paths_folded(&[d.path().to_path_buf()], &opts()).unwrap();
+    assert_eq!(ds.folded.len(), 800);
+    assert_eq!(ds.folded.groups.len(), 21, "{:?}", ds.folded.groups.len());
+    assert!(
+        ds.notes.iter().any(|n| n.contains("counted once")),
+        "{:?}",
+        ds.notes
+    );
+    let flagged: Vec<_> = ds
+        .folded
+        .groups
+        .iter()
+        .filter(|g| g.key.flags & dyncc::record::flags::WARMUP_OUTLIER != 0)
+        .collect();
+    assert_eq!(flagged.len(), 1);
+    assert_eq!(flagged[0].samples.len(), 1);
+    assert_eq!(ds.anomalies.len(), 1);
+    assert!(ds.anomalies[0].detail.contains("8 B"), "{:?}", ds.anomalies);
+    let cells = ds.folded.cells();
+    assert_eq!(cells.len(), 20);
+    assert_eq!(cells.iter().map(|c| c.n).sum::<u32>(), 799);
+}

@@ -739,3 +739,188 @@ fn real_logs_are_labelled_by_their_file_names() {
     assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Ring)));
     assert!(ds.reports.iter().all(|r| r.knobs.contains("manifest")));
 }
+
+/// Three rows of NVIDIA's raw `data/<nodes>.csv` layout (seven columns).
+const RAW_ROWS: &str = "10.1,10.2,10.3,11.1,11.2,11.3,12.0\n\
+                        10.4,10.5,10.6,11.4,11.5,11.6,12.1\n\
+                        10.7,10.8,10.9,11.7,11.8,11.9,12.2\n";
+
+fn read_with(
+    args: dyncc::ingest::args::IngestArgs,
+    paths: &[PathBuf],
+) -> anyhow::Result<ingest::Dataset> {
+    ingest::read_paths(paths, &args.options(false, false)?)
+}
+
+/// NVIDIA's raw `data/<n>.csv` took its facts (GPUs per node, platform)
+/// only from `--assume`: a manifest row, a name pattern or a `# dyncc:`
+/// line labelling the file was ignored (the file was refused as "ranks
+/// unknown", or, with a `# dyncc:` line first, not read at all).
+#[test]
+fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
+    let d = tempfile::tempdir().unwrap();
+    // Manifest.
+    let f = write(d.path(), "m/4.csv", RAW_ROWS);
+    let m = write(
+        d.path(),
+        "m/labels.csv",
+        "path,gpus_per_node,platform\n4.csv,8,DGX-1V\n",
+    );
+    let ds = read_with(
+        dyncc::ingest::args::IngestArgs {
+            manifest: Some(m),
+            ..Default::default()
+        },
+        std::slice::from_ref(&f),
+    )
+    .unwrap();
+    assert_eq!(ds.records.len(), 21);
+    let r = &ds.records[0];
+    assert_eq!(
+        (r.nnodes, r.nranks, r.platform.as_deref()),
+        (4, 32, Some("DGX-1V"))
+    );
+    // Name pattern.
+    let f = write(d.path(), "p/r16/2.csv", RAW_ROWS);
+    let ds = read_with(
+        dyncc::ingest::args::IngestArgs {
+            name_pattern: vec!["r{ranks}/{nodes}.csv".into()],
+            ..Default::default()
+        },
+        &[f],
+    )
+    .unwrap();
+    assert_eq!(ds.records.len(), 21);
+    assert_eq!((ds.records[0].nnodes, ds.records[0].nranks), (2, 16));
+    // A `# dyncc:` line.
+    let f = write(
+        d.path(),
+        "h/2.csv",
+        &format!("# dyncc: gpus_per_node=16 nccl_version=2.23.4\n{RAW_ROWS}"),
+    );
+    let ds = strict(std::slice::from_ref(&f), &[]).unwrap();
+    assert_eq!(ds.records.len(), 21);
+    let r = &ds.records[0];
+    assert_eq!((r.nnodes, r.nranks, r.nccl_version), (2, 32, Some(22304)));
+    assert_eq!(r.source.line, 2);
+    // The knobs are the columns': a label naming one is refused, not
+    // silently overridden.
+    let f = write(
+        d.path(),
+        "k/2.csv",
+        &format!("# dyncc: NCCL_ALGO=Ring gpus_per_node=8\n{RAW_ROWS}"),
+    );
+    let e = format!("{:#}", strict(&[f], &[]).unwrap_err());
+    assert!(e.contains("2.csv:0") && e.contains("one column per"), "{e}");
+}
+
+/// `dyncc query --data` had its own `--assume` and nothing else: a sweep
+/// labelled by a manifest (or a name pattern, or mixing setups) could not
+/// be read as evidence the way `compile` read it.
+#[test]
+fn query_data_reads_with_the_shared_ingest_labels() {
+    let d = tempfile::tempdir().unwrap();
+    let s = flat_sweep(d.path());
+    let m = write(
+        d.path(),
+        "manifest.csv",
+        "path,NCCL_ALGO,NCCL_PROTO,nodes,ranks\n\
+         allreduce_n1_ring_ll.*.log,Ring,LL,1,2\n\
+         allreduce_n1_default_default.*.log,default,default,1,2\n",
+    );
+    let table = d.path().join("t.dyncc");
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg("--manifest")
+        .arg(&m)
+        .arg("-o")
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let query = |extra: &[&str]| {
+        dyncc()
+            .arg("query")
+            .arg(&table)
+            .args([
+                "--coll",
+                "allreduce",
+                "--bytes",
+                "64",
+                "--nodes",
+                "1",
+                "--ranks",
+                "2",
+            ])
+            .arg("--data")
+            .arg(&s)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let pattern = "{coll}_n{nodes}_{algo}_{proto}.r{repeat}.log";
+    for extra in [
+        vec!["--manifest", m.to_str().unwrap()],
+        vec!["--name-pattern", pattern],
+    ] {
+        let o = query(&extra);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(0), "{extra:?}: {t}");
+        assert!(
+            t.contains("evidence: measurements at 1 node"),
+            "{extra:?}: {t}"
+        );
+        assert!(t.contains("ring/ll"), "{extra:?}: {t}");
+    }
+    // --setup is the shared one too: a setup the data does not hold is an
+    // error listing the ones it does.
+    let o = query(&["--manifest", m.to_str().unwrap(), "--setup", "nccl=2.23.4"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        text(&o).contains("--setup matches no records"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `dyncc inspect --setup` read every setup: its counts and cells were
+/// not those of the sweep `compile --setup` would compile.
+#[test]
+fn inspect_keeps_only_the_setup_asked_for() {
+    let d = tempfile::tempdir().unwrap();
+    let s = d.path().join("s");
+    let gdr = |v: &str, t: f64| {
+        run(
+            &[
+                "NCCL version 2.21.5+cuda12.2",
+                &format!("NCCL_NET_GDR_LEVEL set by environment to {v}"),
+            ],
+            t,
+        )
+    };
+    write(&s, "on/all_reduce.log", &gdr("PHB", 10.0));
+    write(&s, "off/all_reduce.log", &gdr("LOC", 12.0));
+    let inspect = |extra: &[&str]| -> serde_json::Value {
+        let o = dyncc()
+            .arg("inspect")
+            .arg(&s)
+            .args(["--assume", "default", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let all = inspect(&[]);
+    assert_eq!(all["setups"].as_object().unwrap().len(), 2, "{all}");
+    let one = inspect(&["--setup", "NCCL_NET_GDR_LEVEL=PHB"]);
+    let setups = one["setups"].as_object().unwrap();
+    assert_eq!(setups.len(), 1, "{one}");
+    assert!(setups.keys().all(|k| k.contains("PHB")), "{one}");
+    assert_eq!(
+        one["records"].as_u64().unwrap() * 2,
+        all["records"].as_u64().unwrap(),
+        "{one}"
+    );
+}

@@ -208,7 +208,12 @@ pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
     // indicatif draws only when stderr is a terminal.
     let mut opts = args.ingest.options(true, true)?;
     opts.lenient = true;
-    let ds = crate::ingest::read_paths(&args.paths, &opts)?;
+    let mut ds = crate::ingest::read_paths(&args.paths, &opts)?;
+    // What compile would keep: only the setup asked for (mixed setups
+    // without a choice are reported, not refused).
+    if args.ingest.setup.is_some() || args.ingest.pool_setups {
+        crate::ingest::setup::select_setup(&mut ds, &args.ingest.setup_choice()?)?;
+    }
     let mut s = summarise(&ds);
     s.next = next_command(&args, &s);
     let s = s;

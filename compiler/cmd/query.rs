@@ -15,7 +15,8 @@ use crate::audit::{
     algo_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name, read_table,
 };
 use crate::cmd::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
-use crate::ingest::{self, IngestOptions};
+use crate::ingest;
+use crate::ingest::args::IngestArgs;
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
 
@@ -58,9 +59,10 @@ pub struct QueryArgs {
     /// Sweep files or directories to show the nearest measured cells from.
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
-    /// Facts the --data inputs do not state (as for `dyncc compile`).
-    #[arg(long = "assume", value_name = "KEY=VALUE")]
-    pub assume: Vec<String>,
+    /// How to read and label the --data inputs, as for `dyncc compile`
+    /// (they are always read leniently: what cannot be read is counted).
+    #[command(flatten)]
+    pub ingest: IngestArgs,
     /// Answer every call in FILE (CSV lines `coll,bytes,nodes,ranks[,pipe_ops,reg_buff]`;
     /// `#` comments), one JSON object per line.
     #[arg(long, conflicts_with_all = ["coll", "bytes", "nodes", "ranks"])]
@@ -568,13 +570,11 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     let data = if a.data.is_empty() {
         None
     } else {
-        let opts = IngestOptions {
-            lenient: true,
-            assume: IngestOptions::parse_assume(&a.assume)?,
-            progress: false,
-            ..Default::default()
-        };
-        let ds = ingest::read_paths(&a.data, &opts).context("reading --data")?;
+        let mut opts = a.ingest.options(false, false)?;
+        opts.lenient = true;
+        let mut ds = ingest::read_paths(&a.data, &opts).context("reading --data")?;
+        ingest::setup::select_setup(&mut ds, &a.ingest.setup_choice()?)
+            .context("reading --data")?;
         let trusted: Vec<_> = ds
             .records
             .iter()

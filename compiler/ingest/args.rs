@@ -91,6 +91,21 @@ impl IngestArgs {
         Ok(ds)
     }
 
+    /// [`IngestArgs::read_sweep`] with the measurements folded as they are
+    /// read ([`super::read_paths_folded`]): what `compile` does, so memory
+    /// grows with the distinct cells of a sweep, not its rows.
+    pub fn read_sweep_folded(
+        &self,
+        paths: &[PathBuf],
+        progress: bool,
+    ) -> anyhow::Result<super::Dataset> {
+        let opts = self.options(progress, false)?;
+        let setup = self.setup_choice()?;
+        let mut ds = super::read_paths_folded(paths, &opts)?;
+        super::setup::select_setup(&mut ds, &setup)?;
+        Ok(ds)
+    }
+
     /// The options as command-line words (for the commands `inspect`
     /// prints), shell-quoted.
     pub fn to_words(&self) -> Vec<String> {

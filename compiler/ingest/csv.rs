@@ -14,7 +14,7 @@ use std::sync::Arc;
 use sha2::{Digest as _, Sha256};
 
 use super::knobs::{self, Assumptions};
-use super::{quote, FileCtx, FileOutput, Format, Section};
+use super::{quote, FileCtx, FileOutput, Format};
 use crate::record::{Algo, Collective, Proto, Record};
 
 /// Columns a tuner CSV must have (besides a time: `latency_us` or `cost_metric`).
@@ -134,7 +134,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         interned.push(a.clone());
         a
     };
-    let mut section = (header_line, Sha256::new(), 0usize);
+    let mut section = (header_line, Sha256::new());
     let mut vals: Vec<String> = Vec::with_capacity(ncols);
     loop {
         if !next(&mut rdr, &mut rec)? {
@@ -146,13 +146,8 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         }
         if rec == header_rec {
             // The header again: another file's rows follow.
-            let (l, h, first) =
-                std::mem::replace(&mut section, (line, Sha256::new(), out.records.len()));
-            out.sections.push(Section {
-                line: l,
-                digest: h.finalize().into(),
-                records: first..out.records.len(),
-            });
+            let (l, h) = std::mem::replace(&mut section, (line, Sha256::new()));
+            out.end_section(l, h.finalize().into());
             continue;
         }
         out.report.rows += 1;
@@ -172,8 +167,13 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             )?;
             continue;
         }
-        vals.clear();
-        vals.extend((0..ncols).map(|i| field(&rec, i)));
+        // The fields, into strings kept from row to row (no allocation per
+        // field once they have grown).
+        vals.resize(ncols, String::new());
+        for (i, v) in vals.iter_mut().enumerate() {
+            v.clear();
+            v.push_str(&String::from_utf8_lossy(rec.get(i).unwrap_or(b"")));
+        }
         let get = |i: usize| vals.get(i).map(String::as_str).unwrap_or("");
         macro_rules! bad {
             ($($t:tt)*) => {{ ctx.bad(line, format!($($t)*))?; continue; }};
@@ -283,12 +283,8 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             env: None,
         });
     }
-    let (l, h, first) = section;
-    out.sections.push(Section {
-        line: l,
-        digest: h.finalize().into(),
-        records: first..out.records.len(),
-    });
+    let (l, h) = section;
+    out.end_section(l, h.finalize().into());
     out.bytes = rdr.position().byte();
     Ok(out)
 }
@@ -353,15 +349,22 @@ pub const NVIDIA_RAW_COLUMNS: [(Option<Algo>, Option<Proto>); 7] = [
     (None, None),
 ];
 
-/// `<digits>.csv` whose first line is seven comma-separated numbers.
-pub fn looks_like_nvidia_raw(name: &str, first_line: &[u8]) -> bool {
+/// `<digits>.csv` whose first line (after `#` comment lines, e.g. a
+/// `# dyncc:` label) is seven comma-separated numbers.
+pub fn looks_like_nvidia_raw(name: &str, head: &[u8]) -> bool {
     let Some(stem) = name.strip_suffix(".csv") else {
         return false;
     };
     if stem.is_empty() || !stem.bytes().all(|b| b.is_ascii_digit()) {
         return false;
     }
-    let l = String::from_utf8_lossy(first_line);
+    let Some(first) = head
+        .split(|&b| b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty() && !l.trim_ascii_start().starts_with(b"#"))
+    else {
+        return false;
+    };
+    let l = String::from_utf8_lossy(first);
     let f: Vec<&str> = l.trim().split(',').collect();
     f.len() == 7 && f.iter().all(|x| x.trim().parse::<f64>().is_ok())
 }
@@ -381,11 +384,53 @@ pub fn platform_gpus_per_node(platform: &str) -> Option<u32> {
     })
 }
 
-/// Reads NVIDIA's `data/<nodes>.csv`: AllReduce, one run per column.
-pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
+/// The shape of an NVIDIA raw file's runs, once established.
+struct RawShape {
+    nnodes: u32,
+    nranks: u32,
+    platform: Option<Arc<str>>,
+    gpu: Option<Arc<str>>,
+    nccl_version: Option<u32>,
+    /// The shape could not be established (rows kept flagged, for inspect).
+    unresolved: bool,
+    /// Keep the rows.
+    keep: bool,
+}
+
+/// Establishes the shape of an NVIDIA raw file from the facts the user
+/// states, most specific first: `# dyncc:` lines, the manifest row, the
+/// name pattern, then `--assume`; nodes from the name `<nodes>.csv`, the
+/// platform (and so GPUs per node) from a `DGX-1V/data/` directory.
+fn raw_shape(ctx: &mut FileCtx, header: &Assumptions) -> anyhow::Result<RawShape> {
     let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
-    let mut out = FileOutput::empty(Format::NvidiaRawCsv);
-    out.report.knobs = "per column (Tree/LL .. Ring/Simple, default)".into();
+    let file_labels = ctx.labels.clone();
+    let mut facts: Vec<&Assumptions> = vec![header];
+    facts.extend(file_labels.sets());
+    // The knobs are the columns': a label naming one would be overridden.
+    for (a, name) in [
+        (Some(header), "the `# dyncc:` line"),
+        (file_labels.manifest.as_ref(), "the --manifest row"),
+        (file_labels.pattern.as_ref(), "the --name-pattern"),
+    ] {
+        let Some(a) = a else { continue };
+        let k = &a.knobs;
+        if k.algo.is_some()
+            || k.proto.is_some()
+            || k.channels.is_some()
+            || k.min_channels.is_some()
+            || k.max_channels.is_some()
+        {
+            ctx.bad(
+                0,
+                format!(
+                    "{name} names a knob, but NVIDIA's raw data/<nodes>.csv has one column per \
+                     algorithm/protocol (Tree/LL .. Ring/Simple, default); remove the knob from \
+                     {name}"
+                ),
+            )?;
+        }
+    }
+    facts.push(&assume);
     let path = ctx.path.clone();
     let stem = path
         .file_stem()
@@ -395,7 +440,7 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
         .parse()
         .ok()
         .filter(|&n| n > 0)
-        .or(assume.nodes)
+        .or_else(|| facts.iter().find_map(|a| a.nodes))
         .unwrap_or(0);
     // platform from `<platform>/data/<n>.csv` (or the parent dir).
     let mut dir = path.parent();
@@ -405,26 +450,55 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
     let dir_platform: Option<Arc<str>> = dir
         .and_then(|d| d.file_name())
         .map(|n| n.to_string_lossy().as_ref().into());
-    let platform = assume.platform.clone().or_else(|| {
+    let platform = facts.iter().find_map(|a| a.platform.clone()).or_else(|| {
         dir_platform
             .clone()
             .filter(|p| platform_gpus_per_node(p).is_some())
     });
-    let gpn = assume
-        .gpus_per_node
+    let gpn = facts
+        .iter()
+        .find_map(|a| a.gpus_per_node)
         .or_else(|| platform.as_deref().and_then(platform_gpus_per_node));
-    let nranks = assume.ranks.or(gpn.map(|g| g * nnodes.max(1)));
-    let mut keep = true;
-    let mut unresolved = false;
+    let nranks = facts
+        .iter()
+        .find_map(|a| a.ranks)
+        .or(gpn.map(|g| g * nnodes.max(1)));
+    let mut shape = RawShape {
+        nnodes,
+        nranks: nranks.unwrap_or(0),
+        platform,
+        gpu: facts.iter().find_map(|a| a.gpu.clone()),
+        nccl_version: facts.iter().find_map(|a| a.nccl_version),
+        unresolved: false,
+        keep: true,
+    };
+    let mut problems: Vec<String> = file_labels.pattern_error.into_iter().collect();
     if nnodes == 0 || nranks.is_none() {
-        unresolved = true;
-        keep = ctx.unresolved(
-            0,
+        problems.push(
             "ranks unknown: NVIDIA's raw data/<nodes>.csv does not say how many GPUs a node has; \
-             put it under a DGX-1V/ or DGX-2V/ directory or pass --assume gpus_per_node=N",
-        )?;
+             put it under a DGX-1V/ or DGX-2V/ directory, label it (a `# dyncc: gpus_per_node=N` \
+             line, --manifest, --name-pattern) or pass --assume gpus_per_node=N"
+                .into(),
+        );
     }
-    out.report.resolved = !unresolved;
+    if !problems.is_empty() {
+        shape.unresolved = true;
+        shape.keep = ctx.unresolved(0, &problems.join("; "))?;
+    }
+    Ok(shape)
+}
+
+/// Reads NVIDIA's `data/<nodes>.csv`: AllReduce, one run per column.
+/// Leading `#` lines are comments; `# dyncc: KEY=VALUE ...` among them
+/// labels the file (facts such as `gpus_per_node=8 platform=DGX-1V`).
+pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
+    let mut out = FileOutput::empty(Format::NvidiaRawCsv);
+    out.report.knobs = "per column (Tree/LL .. Ring/Simple, default)".into();
+    let mut header = Assumptions {
+        knobs: knobs::KnobSource::named("# dyncc"),
+        ..Default::default()
+    };
+    let mut shape: Option<RawShape> = None;
     let mut buf = String::new();
     let mut rd = rd;
     let mut lineno = 0u32;
@@ -442,6 +516,20 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
         if l.is_empty() {
             continue;
         }
+        if let Some(c) = l.strip_prefix('#') {
+            if let Some(rest) = c.trim_start().strip_prefix("dyncc:") {
+                if shape.is_some() {
+                    ctx.bad(lineno, "`# dyncc:` line after the data rows; expected it first, labelling the whole file")?;
+                } else if let Err(e) = header.parse_header_line(rest) {
+                    ctx.bad(lineno, format!("`# dyncc:` line: {e}"))?;
+                }
+            }
+            continue;
+        }
+        if shape.is_none() {
+            shape = Some(raw_shape(ctx, &header)?);
+        }
+        let Some(sh) = &shape else { continue };
         let fields: Vec<&str> = l.split(',').map(str::trim).collect();
         let vals: Option<Vec<f64>> = fields.iter().map(|f| f.parse::<f64>().ok()).collect();
         let vals = match vals {
@@ -462,7 +550,7 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
             continue;
         };
         idx += 1;
-        if !keep {
+        if !sh.keep {
             continue;
         }
         for (j, &t) in vals.iter().enumerate() {
@@ -474,11 +562,11 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
             out.records.push(Record {
                 collective: Collective::AllReduce,
                 nbytes,
-                nranks: nranks.unwrap_or(0),
-                nnodes,
-                gpu: assume.gpu.clone(),
-                nccl_version: assume.nccl_version,
-                platform: platform.clone(),
+                nranks: sh.nranks,
+                nnodes: sh.nnodes,
+                gpu: sh.gpu.clone(),
+                nccl_version: sh.nccl_version,
+                platform: sh.platform.clone(),
                 algo,
                 proto,
                 channels: None,
@@ -488,10 +576,13 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
                 pipe_ops: 1,
                 reg_buff: false,
                 source: ctx.source(lineno),
-                flags: if unresolved { super::UNRESOLVED } else { 0 },
+                flags: if sh.unresolved { super::UNRESOLVED } else { 0 },
                 env: None,
             });
         }
+    }
+    if let Some(sh) = &shape {
+        out.report.resolved = !sh.unresolved;
     }
     if missing > 0 {
         ctx.anomaly(

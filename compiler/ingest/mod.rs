@@ -25,6 +25,7 @@
 
 pub mod args;
 pub mod csv;
+pub mod fold;
 pub mod json;
 pub mod knobs;
 pub mod labels;
@@ -211,9 +212,15 @@ pub struct FileReport {
 }
 
 /// Everything read from a set of paths.
+///
+/// The measurements are in exactly one of two forms: `records`, one per
+/// measurement in the order read ([`read_paths`], for the commands that
+/// list them), or `folded` ([`read_paths_folded`], what `compile` reads: a
+/// large sweep costs its distinct cells, not its rows).
 #[derive(Clone, Debug, Default)]
 pub struct Dataset {
     pub records: Vec<Record>,
+    pub folded: fold::Folded,
     /// Files that held sweep data (or were meant to: error-only logs count).
     pub files: usize,
     /// Data rows read (nccl-tests table rows, CSV/JSON rows).
@@ -236,9 +243,13 @@ impl Dataset {
     /// (over the sorted per-file lines) and the count, so a sweep of
     /// thousands of logs does not bloat the table.
     pub fn input_digests(&self, records: &[Record]) -> String {
+        self.input_digests_of(records.iter().map(|r| r.source.file.as_path()))
+    }
+
+    /// [`Dataset::input_digests`] of the files that contributed measurements.
+    pub fn input_digests_of<'a>(&self, contributed: impl Iterator<Item = &'a Path>) -> String {
         const LIST_UP_TO: usize = 16;
-        let files: std::collections::BTreeSet<&Path> =
-            records.iter().map(|r| r.source.file.as_path()).collect();
+        let files: std::collections::BTreeSet<&Path> = contributed.collect();
         let digest: HashMap<&Path, &str> = self
             .reports
             .iter()
@@ -276,6 +287,8 @@ impl Dataset {
     }
 
     fn absorb(&mut self, other: Dataset) {
+        // `other.folded` is merged by the caller, which knows the order.
+        debug_assert!(other.folded.groups.is_empty());
         self.records.extend(other.records);
         self.files += other.files;
         self.rows += other.rows;
@@ -290,6 +303,35 @@ impl Dataset {
     /// Number of records with `flag` set.
     pub fn count_flag(&self, flag: u8) -> usize {
         self.records.iter().filter(|r| r.flags & flag != 0).count()
+            + self
+                .folded
+                .groups
+                .iter()
+                .filter(|g| g.key.flags & flag != 0)
+                .map(|g| g.samples.len())
+                .sum::<usize>()
+    }
+
+    /// Number of measurements, in either form.
+    pub fn measurements(&self) -> usize {
+        self.records.len() + self.folded.len()
+    }
+
+    /// The measurements folded (moved out of `records` when they are there).
+    pub fn take_folded(&mut self) -> fold::Folded {
+        if self.records.is_empty() {
+            std::mem::take(&mut self.folded)
+        } else {
+            fold::Folded::from_records(std::mem::take(&mut self.records))
+        }
+    }
+
+    /// The measurements as records, in the order read.
+    pub fn unfold(&mut self) {
+        if !self.folded.groups.is_empty() {
+            let f = std::mem::take(&mut self.folded);
+            self.records.extend(f.into_records());
+        }
     }
 }
 
@@ -383,8 +425,18 @@ fn file_id(m: &std::fs::Metadata) -> FileId {
 
 /// Reads every file under `paths` (files, or directories walked
 /// recursively in sorted order, each directory and file once), counts
-/// identical content once, then flags warm-up outliers.
+/// identical content once, then flags warm-up outliers. The records come
+/// in the order read.
 pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dataset> {
+    let mut ds = read_paths_folded(paths, opts)?;
+    ds.unfold();
+    Ok(ds)
+}
+
+/// [`read_paths`], with the measurements folded as they are read
+/// ([`Dataset::folded`]): memory grows with the distinct cells of the
+/// input, not its rows. What `compile` reads.
+pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dataset> {
     let mut walk = Walk::default();
     for p in paths {
         let meta = std::fs::metadata(p)
@@ -405,13 +457,19 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
     // under different knobs are kept (and reported: a copy or a mislabel).
     let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
     let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
+    // Reading order over all files (records of later files come after).
+    let mut base: u64 = 0;
     for f in &files {
         bar.set_message(
             f.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
         );
-        let (mut d, sections) = match read_file_sections(f, opts) {
+        let FileRead {
+            ds: mut d,
+            mut fold,
+            sections,
+        } = match read_file_sections(f, opts) {
             Ok(d) => d,
             Err(e) => {
                 bar.finish_and_clear();
@@ -419,13 +477,14 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
             }
         };
         bar.inc(1);
+        let pushed = fold.len() as u64;
         let Some(report) = d.reports.first_mut() else {
             ds.absorb(d);
             continue;
         };
         // The same bytes twice: one measurement, not two repeats.
-        if !report.sha256.is_empty() && !d.records.is_empty() {
-            let id = (report.sha256.clone(), keys_digest(&d.records));
+        if !report.sha256.is_empty() && !fold.is_empty() {
+            let id = (report.sha256.clone(), fold.file_keys());
             if let Some(first) = seen_files.get(&id) {
                 ds.notes.push(format!(
                     "{} has the same content as {} (sha256 {}): counted once",
@@ -435,7 +494,6 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
                 ));
                 report.duplicate_of = Some(first.clone());
                 report.records = 0;
-                d.records.clear();
                 d.anomalies.clear();
                 ds.absorb(d);
                 continue;
@@ -449,9 +507,8 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
             if sec.records.is_empty() {
                 continue;
             }
-            let keys = keys_digest(&d.records[sec.records.clone()]);
             match seen_sections.get(&sec.digest) {
-                Some((ff, fl, fk)) if *fk != keys => {
+                Some((ff, fl, fk)) if *fk != sec.keys => {
                     ds.notes.push(format!(
                         "{}:{}: the same {} rows as {}:{} but labelled differently: kept both; \
                          is one a copy of the other, or mislabelled?",
@@ -471,42 +528,32 @@ pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dat
                         ff.display(),
                         fl
                     ));
+                    report.records -= sec.records.len();
                     drop.push(sec.records);
                 }
                 None => {
-                    seen_sections.insert(sec.digest, (f.clone(), sec.line, keys));
+                    seen_sections.insert(sec.digest, (f.clone(), sec.line, sec.keys));
                 }
             }
         }
-        if !drop.is_empty() {
-            let mut i = 0usize;
-            d.records.retain(|_| {
-                let keep = !drop.iter().any(|r| r.contains(&i));
-                i += 1;
-                keep
-            });
-            report.records = d.records.len();
-        }
+        fold.drop_ranges(&drop);
+        let Ok(b) = u32::try_from(base + pushed).map(|_| base as u32) else {
+            anyhow::bail!(
+                "{}: more than {} measurements in the inputs; compile fewer at a time",
+                f.display(),
+                u32::MAX
+            );
+        };
+        ds.folded.append(fold.finish(), b);
+        base += pushed;
         ds.absorb(d);
     }
     bar.finish_and_clear();
     if let Some(m) = &opts.manifest {
         ds.notes.extend(m.unused_rows(&files));
     }
-    flag_outliers(&mut ds);
+    flag_outliers_folded(&mut ds.folded, &mut ds.anomalies);
     Ok(ds)
-}
-
-/// What the records of some content were labelled as (collective, size,
-/// shape, knobs, placement, in order).
-fn keys_digest(records: &[Record]) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for r in records {
-        r.key().hash(&mut h);
-        r.in_place.hash(&mut h);
-    }
-    h.finish()
 }
 
 fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
@@ -597,23 +644,37 @@ impl<R: Read> Read for Hashing<R> {
 
 /// Reads one file, detecting its format from its name and first bytes.
 pub fn read_file(path: &Path, opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    read_file_sections(path, opts).map(|(d, _)| d)
+    read_file_sections(path, opts).map(FileRead::into_dataset)
 }
 
-fn read_file_sections(
-    path: &Path,
-    opts: &IngestOptions,
-) -> anyhow::Result<(Dataset, Vec<Section>)> {
-    let unreadable = |msg: String| -> anyhow::Result<(Dataset, Vec<Section>)> {
+/// One file read: what it gave (without its measurements), its
+/// measurements folded, and its run sections.
+struct FileRead {
+    ds: Dataset,
+    fold: fold::FoldBuilder,
+    sections: Vec<Section>,
+}
+
+impl FileRead {
+    fn into_dataset(self) -> Dataset {
+        let mut ds = self.ds;
+        ds.records = self.fold.finish().into_records();
+        ds
+    }
+}
+
+fn read_file_sections(path: &Path, opts: &IngestOptions) -> anyhow::Result<FileRead> {
+    let unreadable = |msg: String| -> anyhow::Result<FileRead> {
         let mut ctx = FileCtx::new(path, opts);
         ctx.bad(0, msg)?;
-        Ok((
-            Dataset {
+        Ok(FileRead {
+            ds: Dataset {
                 skipped: ctx.skipped,
                 ..Default::default()
             },
-            Vec::new(),
-        ))
+            fold: Default::default(),
+            sections: Vec::new(),
+        })
     };
     // Opening a FIFO blocks until some writer appears (forever, for a stale
     // `mkfifo`), and devices never end: only regular files are read.
@@ -644,16 +705,16 @@ fn read_file_sections(
         Err(e) => return unreadable(format!("cannot read the file: {e}")),
     };
     let format = detect(path, &head);
-    let (mut ds, sections) = read_format(path, &mut rd, format, opts)?;
+    let mut read = read_format(path, &mut rd, format, opts)?;
     if format != Format::Other {
         // A reader may stop early (a corrupted tail): the digest still
         // covers the whole file.
         let drained = std::io::copy(&mut rd, &mut std::io::sink());
-        if let (Ok(_), Some(rep)) = (drained, ds.reports.first_mut()) {
+        if let (Ok(_), Some(rep)) = (drained, read.ds.reports.first_mut()) {
             rep.sha256 = format!("{:x}", rd.into_inner().hasher.finalize());
         }
     }
-    Ok((ds, sections))
+    Ok(read)
 }
 
 /// Reads `rd` (the content of `path`) as `format`.
@@ -663,7 +724,7 @@ pub fn read_with_format<R: BufRead>(
     format: Format,
     opts: &IngestOptions,
 ) -> anyhow::Result<Dataset> {
-    read_format(path, rd, format, opts).map(|(d, _)| d)
+    read_format(path, rd, format, opts).map(FileRead::into_dataset)
 }
 
 fn read_format<R: BufRead>(
@@ -671,12 +732,17 @@ fn read_format<R: BufRead>(
     rd: R,
     format: Format,
     opts: &IngestOptions,
-) -> anyhow::Result<(Dataset, Vec<Section>)> {
+) -> anyhow::Result<FileRead> {
     let mut ctx = FileCtx::new(path, opts);
     let mut ds = Dataset::default();
+    let nothing = |ds: Dataset| FileRead {
+        ds,
+        fold: Default::default(),
+        sections: Vec::new(),
+    };
     if format == Format::Other {
         ds.ignored.push(path.to_path_buf());
-        return Ok((ds, Vec::new()));
+        return Ok(nothing(ds));
     }
     if let Some(m) = &opts.manifest {
         match m.labels_for(path) {
@@ -684,7 +750,7 @@ fn read_format<R: BufRead>(
             Err(e) => {
                 ctx.bad(0, format!("{e:#}"))?;
                 ds.skipped = ctx.skipped;
-                return Ok((ds, Vec::new()));
+                return Ok(nothing(ds));
             }
         }
     }
@@ -725,14 +791,17 @@ fn read_format<R: BufRead>(
     ds.files = 1;
     ds.rows = out.report.rows;
     ds.bytes = out.bytes;
-    ds.records = out.records;
     let mut report = out.report;
     report.file = path.to_path_buf();
-    report.records = ds.records.len();
+    report.records = out.records.len();
     ds.reports.push(report);
     ds.skipped = ctx.skipped;
     ds.anomalies = ctx.anomalies;
-    Ok((ds, out.sections))
+    Ok(FileRead {
+        ds,
+        fold: out.records,
+        sections: out.sections,
+    })
 }
 
 fn is_io(e: &anyhow::Error) -> bool {
@@ -742,7 +811,8 @@ fn is_io(e: &anyhow::Error) -> bool {
 
 /// What a format reader returns for one file.
 pub(crate) struct FileOutput {
-    pub records: Vec<Record>,
+    /// The file's records, folded as they are pushed.
+    pub records: fold::FoldBuilder,
     pub report: FileReport,
     pub bytes: u64,
     /// Run sections whose content is checked against every other's.
@@ -753,13 +823,17 @@ pub(crate) struct FileOutput {
 pub(crate) struct Section {
     pub line: u32,
     pub digest: [u8; 32],
+    /// The section's records, by order pushed.
     pub records: std::ops::Range<usize>,
+    /// What its records were labelled as (collective, size, shape, knobs,
+    /// placement, in order).
+    pub keys: u64,
 }
 
 impl FileOutput {
     pub fn empty(format: Format) -> Self {
         FileOutput {
-            records: Vec::new(),
+            records: Default::default(),
             report: FileReport {
                 file: PathBuf::new(),
                 format,
@@ -774,6 +848,18 @@ impl FileOutput {
             bytes: 0,
             sections: Vec::new(),
         }
+    }
+
+    /// Ends a run section starting at `line` with data rows of `digest`:
+    /// the records pushed since the previous one.
+    pub fn end_section(&mut self, line: u32, digest: [u8; 32]) {
+        let (records, keys) = self.records.end_section();
+        self.sections.push(Section {
+            line,
+            digest,
+            records,
+            keys,
+        });
     }
 }
 
@@ -817,7 +903,7 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
     {
         return Format::TunerCsv;
     }
-    if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, first_line) {
+    if name.ends_with(".csv") && csv::looks_like_nvidia_raw(&name, head) {
         return Format::NvidiaRawCsv;
     }
     if name.ends_with(".md")
@@ -839,85 +925,164 @@ pub fn detect(path: &Path, head: &[u8]) -> Format {
 /// file AND (when the size has other samples there, e.g. the other
 /// placement) more than that factor times their median.
 pub fn flag_outliers(ds: &mut Dataset) {
+    let rows = !ds.records.is_empty();
+    let mut f = ds.take_folded();
+    flag_outliers_folded(&mut f, &mut ds.anomalies);
+    if rows {
+        ds.records = f.into_records();
+    } else {
+        ds.folded = f;
+    }
+}
+
+/// [`flag_outliers`] on folded measurements: flagged samples move to a
+/// group flagged [`flags::WARMUP_OUTLIER`]; one anomaly each, in reading
+/// order.
+pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) {
     // Group by cell key without size; sizes sorted within.
     // Warm-up artefacts are a property of one run: compare a sample with its
     // own file's neighbours and repeats, never with other runs or hardware
     // that happen to share a cell key.
-    let mut groups: HashMap<(CellKey, &Path, Option<&str>), Vec<usize>> = HashMap::new();
-    for (i, r) in ds.records.iter().enumerate() {
-        if r.flags & (UNRESOLVED | flags::WRONG_DATA) != 0 {
+    let mut families: HashMap<(CellKey, &Path, Option<&str>), Vec<usize>> = HashMap::new();
+    for (gi, g) in f.groups.iter().enumerate() {
+        if g.key.flags & (UNRESOLVED | flags::WRONG_DATA) != 0 || g.samples.is_empty() {
             continue;
         }
-        let mut k = r.key();
+        let mut k = g.key.cell;
         k.nbytes = 0;
-        groups
-            .entry((k, r.source.file.as_path(), r.gpu.as_deref()))
+        families
+            .entry((k, g.key.file.as_path(), g.key.gpu.as_deref()))
             .or_default()
-            .push(i);
+            .push(gi);
     }
-    let groups: Vec<Vec<usize>> = groups.into_values().collect();
-    let mut flagged = Vec::new();
-    for idx in &groups {
-        let mut by_size: Vec<(u64, Vec<usize>)> = Vec::new();
-        let mut sorted = idx.clone();
-        sorted.sort_by_key(|&i| ds.records[i].nbytes);
-        for i in sorted {
-            let s = ds.records[i].nbytes;
-            match by_size.last_mut() {
-                Some((ls, v)) if *ls == s => v.push(i),
-                _ => by_size.push((s, vec![i])),
-            }
+    /// A sample found off: its group, its index there, the neighbours' median.
+    struct Off {
+        group: usize,
+        sample: usize,
+        nmed: f64,
+    }
+    let mut off: Vec<Off> = Vec::new();
+    let groups = &f.groups;
+    for (_, mut members) in families {
+        members.sort_by_key(|&gi| groups[gi].key.cell.nbytes);
+        // Per size, the groups there.
+        let mut by_size: Vec<&[usize]> = Vec::new();
+        let mut rest = &members[..];
+        while let Some(&first) = rest.first() {
+            let s = groups[first].key.cell.nbytes;
+            let n = rest
+                .iter()
+                .take_while(|&&gi| groups[gi].key.cell.nbytes == s)
+                .count();
+            by_size.push(&rest[..n]);
+            rest = &rest[n..];
         }
-        for (j, (_, members)) in by_size.iter().enumerate() {
+        let times = |gs: &[usize]| -> Vec<f64> {
+            gs.iter()
+                .flat_map(|&gi| groups[gi].samples.iter().map(|s| s.time_us))
+                .collect()
+        };
+        for (j, here) in by_size.iter().enumerate() {
             let mut neigh: Vec<f64> = Vec::new();
             if j > 0 {
-                neigh.extend(by_size[j - 1].1.iter().map(|&i| ds.records[i].time_us));
+                neigh.extend(times(by_size[j - 1]));
             }
             if j + 1 < by_size.len() {
-                neigh.extend(by_size[j + 1].1.iter().map(|&i| ds.records[i].time_us));
+                neigh.extend(times(by_size[j + 1]));
             }
             let Some(nmed) = crate::stats::median(&mut neigh) else {
                 continue;
             };
-            for &i in members {
-                let t = ds.records[i].time_us;
-                if t <= OUTLIER_FACTOR * nmed {
-                    continue;
-                }
-                let mut others: Vec<f64> = members
-                    .iter()
-                    .filter(|&&o| o != i)
-                    .map(|&o| ds.records[o].time_us)
-                    .collect();
-                let off_repeats = match crate::stats::median(&mut others) {
-                    Some(m) => t > OUTLIER_FACTOR * m,
-                    None => true,
-                };
-                if off_repeats {
-                    flagged.push((i, nmed));
+            for &gi in here.iter() {
+                for (si, s) in groups[gi].samples.iter().enumerate() {
+                    if s.time_us <= OUTLIER_FACTOR * nmed {
+                        continue;
+                    }
+                    let mut others: Vec<f64> = here
+                        .iter()
+                        .flat_map(|&o| {
+                            groups[o]
+                                .samples
+                                .iter()
+                                .enumerate()
+                                .filter(move |&(oi, _)| (o, oi) != (gi, si))
+                                .map(|(_, x)| x.time_us)
+                        })
+                        .collect();
+                    let off_repeats = match crate::stats::median(&mut others) {
+                        Some(m) => s.time_us > OUTLIER_FACTOR * m,
+                        None => true,
+                    };
+                    if off_repeats {
+                        off.push(Off {
+                            group: gi,
+                            sample: si,
+                            nmed,
+                        });
+                    }
                 }
             }
         }
     }
-    flagged.sort_unstable_by_key(|&(i, _)| i);
-    for (i, nmed) in flagged {
-        let r = &mut ds.records[i];
-        r.flags |= flags::WARMUP_OUTLIER;
-        ds.anomalies.push(Anomaly {
-            file: (*r.source.file).clone(),
-            line: r.source.line,
+    if off.is_empty() {
+        return;
+    }
+    off.sort_unstable_by_key(|o| f.groups[o.group].samples[o.sample].seq);
+    for o in &off {
+        let g = &f.groups[o.group];
+        let s = &g.samples[o.sample];
+        anomalies.push(Anomaly {
+            file: (*g.key.file).clone(),
+            line: s.line,
             kind: "warmup-outlier",
             detail: format!(
                 "{} {} B {}: {:.1} us is more than {}x the {:.1} us at adjacent sizes; kept out of fitting",
-                r.collective.name(),
-                r.nbytes,
-                if r.in_place { "in-place" } else { "out-of-place" },
-                r.time_us,
+                g.key.cell.collective.name(),
+                g.key.cell.nbytes,
+                if g.key.in_place { "in-place" } else { "out-of-place" },
+                s.time_us,
                 OUTLIER_FACTOR,
-                nmed
+                o.nmed
             ),
         });
     }
+    // Move each flagged sample into its group's flagged twin.
+    let mut moved: HashMap<usize, Vec<usize>> = HashMap::new();
+    for o in &off {
+        moved.entry(o.group).or_default().push(o.sample);
+    }
+    // Flagged groups already there (flagged before, e.g. read twice).
+    let mut twins: HashMap<fold::GroupKey, usize> = f
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.key.flags & flags::WARMUP_OUTLIER != 0)
+        .map(|(i, g)| (g.key.clone(), i))
+        .collect();
+    for (gi, mut idx) in moved {
+        idx.sort_unstable();
+        let mut key = f.groups[gi].key.clone();
+        key.flags |= flags::WARMUP_OUTLIER;
+        let samples = &mut f.groups[gi].samples;
+        let mut taken = Vec::with_capacity(idx.len());
+        for &si in idx.iter().rev() {
+            taken.push(samples.remove(si));
+        }
+        let at = match twins.get(&key) {
+            Some(&t) => t,
+            None => {
+                f.groups.push(fold::Group {
+                    key: key.clone(),
+                    samples: Vec::new(),
+                });
+                twins.insert(key, f.groups.len() - 1);
+                f.groups.len() - 1
+            }
+        };
+        f.groups[at].samples.extend(taken);
+        f.groups[at].samples.sort_unstable_by_key(|s| s.seq);
+    }
+    f.groups.retain(|g| !g.samples.is_empty());
 }
 
 /// How far off its neighbours a sample must be to count as a warm-up artefact.
@@ -927,34 +1092,7 @@ pub const OUTLIER_FACTOR: f64 = 10.0;
 /// placements count). Records flagged warm-up outlier, wrong data, knob
 /// ignored or unresolved are left out. Cells come sorted by key.
 pub fn aggregate(records: &[Record]) -> Vec<Cell> {
-    let mut groups: HashMap<CellKey, (Vec<f64>, &Source)> = HashMap::new();
-    for r in records {
-        if r.flags & UNTRUSTED != 0 || !r.time_us.is_finite() || r.time_us <= 0.0 {
-            continue;
-        }
-        groups
-            .entry(r.key())
-            .or_insert_with(|| (Vec::new(), &r.source))
-            .0
-            .push(r.time_us);
-    }
-    let mut cells: Vec<Cell> = groups
-        .into_iter()
-        .map(|(key, (mut t, src))| {
-            let n = t.len();
-            let med = crate::stats::median(&mut t).unwrap_or(f64::NAN);
-            let spread = if n > 1 { (t[n - 1] - t[0]) / med } else { 0.0 };
-            Cell {
-                key,
-                time_us: med,
-                n: n as u32,
-                spread,
-                source: src.clone(),
-            }
-        })
-        .collect();
-    cells.sort_by_key(|c| c.key);
-    cells
+    fold::Folded::from_records(records.iter().cloned()).cells()
 }
 
 /// Reads all of `rd` into a buffer, counting bytes (for small formats).

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 
+use super::fold::{Folded, Group};
 use super::{quote, Dataset};
 use crate::record::Record;
 
@@ -28,7 +29,15 @@ pub fn version_string(code: u32) -> String {
 /// The NCCL versions of `records`, sorted, as the table's `nccl_version`
 /// metadata: `2.18.3,2.19.1`; None when no record knows its version.
 pub fn nccl_versions(records: &[Record]) -> Option<String> {
-    let v: BTreeSet<u32> = records.iter().filter_map(|r| r.nccl_version).collect();
+    versions_string(records.iter().filter_map(|r| r.nccl_version).collect())
+}
+
+/// [`nccl_versions`] of folded measurements.
+pub fn nccl_versions_folded(f: &Folded) -> Option<String> {
+    versions_string(f.groups.iter().filter_map(|g| g.key.nccl_version).collect())
+}
+
+fn versions_string(v: BTreeSet<u32>) -> Option<String> {
     (!v.is_empty()).then(|| {
         v.into_iter()
             .map(version_string)
@@ -77,12 +86,12 @@ impl SetupChoice {
         Ok(SetupChoice { want, pool })
     }
 
-    fn matches(&self, r: &Record) -> bool {
+    fn matches(&self, g: &Group) -> bool {
         self.want.iter().all(|(k, v)| {
             if k == "nccl" {
-                return r.nccl_version.map(|c| c.to_string()).as_deref() == Some(v.as_str());
+                return g.key.nccl_version.map(|c| c.to_string()).as_deref() == Some(v.as_str());
             }
-            let Some(env) = r.env.as_deref() else {
+            let Some(env) = g.key.env.as_deref() else {
                 return false;
             };
             let found = env.split(' ').find_map(|kv| {
@@ -106,10 +115,10 @@ struct Setup {
 }
 
 impl Setup {
-    fn of(r: &Record) -> Setup {
+    fn of(g: &Group) -> Setup {
         Setup {
-            version: r.nccl_version,
-            env: r.env.clone(),
+            version: g.key.nccl_version,
+            env: g.key.env.clone(),
         }
     }
 
@@ -141,13 +150,39 @@ impl Setup {
 /// the setups and the option that picks each. Adds a note when the sweep
 /// ran an NCCL too old to load tuner plugins.
 pub fn select_setup(ds: &mut Dataset, choice: &SetupChoice) -> anyhow::Result<()> {
-    let mut groups: BTreeMap<Setup, (usize, String)> = BTreeMap::new();
-    for r in &ds.records {
-        groups
-            .entry(Setup::of(r))
-            .or_insert((0, r.source.to_string()))
-            .0 += 1;
+    let rows = !ds.records.is_empty();
+    let mut f = ds.take_folded();
+    let res = select_setup_folded(&mut f, &mut ds.notes, choice);
+    if rows {
+        ds.records = f.into_records();
+    } else {
+        ds.folded = f;
     }
+    res
+}
+
+/// [`select_setup`] on folded measurements; notes go to `notes`.
+pub fn select_setup_folded(
+    f: &mut Folded,
+    notes: &mut Vec<String>,
+    choice: &SetupChoice,
+) -> anyhow::Result<()> {
+    // Per setup: records, and the first place one was read.
+    let mut first: BTreeMap<Setup, (usize, u32, String)> = BTreeMap::new();
+    for g in &f.groups {
+        let Some(s) = g.first() else { continue };
+        let e = first
+            .entry(Setup::of(g))
+            .or_insert((0, s.seq, g.source(s).to_string()));
+        e.0 += g.samples.len();
+        if s.seq < e.1 {
+            (e.1, e.2) = (s.seq, g.source(s).to_string());
+        }
+    }
+    let groups: BTreeMap<Setup, (usize, String)> = first
+        .into_iter()
+        .map(|(k, (n, _, at))| (k, (n, at)))
+        .collect();
     let versions: BTreeSet<u32> = groups.keys().filter_map(|s| s.version).collect();
     let envs: BTreeSet<&str> = groups.keys().filter_map(|s| s.env.as_deref()).collect();
     let mixed = versions.len() > 1 || envs.len() > 1;
@@ -166,25 +201,19 @@ pub fn select_setup(ds: &mut Dataset, choice: &SetupChoice) -> anyhow::Result<()
             .join("; ")
     };
     if !choice.want.is_empty() {
-        let before = ds.records.len();
-        let kept: Vec<Record> = ds
-            .records
-            .iter()
-            .filter(|r| choice.matches(r))
-            .cloned()
-            .collect();
-        if kept.is_empty() {
+        let before = f.len();
+        f.retain(|g| choice.matches(g));
+        let kept = f.len();
+        if kept == 0 {
             bail!(
                 "--setup matches no records; the inputs hold: {}",
                 list(&groups)
             );
         }
-        let dropped = before - kept.len();
-        ds.records = kept;
+        let dropped = before - kept;
         if dropped > 0 {
-            ds.notes.push(format!(
-                "--setup: kept {} records, left out {dropped} of other or unshown setups",
-                ds.records.len()
+            notes.push(format!(
+                "--setup: kept {kept} records, left out {dropped} of other or unshown setups"
             ));
         }
     } else if mixed && !choice.pool {
@@ -195,7 +224,7 @@ pub fn select_setup(ds: &mut Dataset, choice: &SetupChoice) -> anyhow::Result<()
             list(&groups)
         );
     } else if mixed {
-        ds.notes.push(format!(
+        notes.push(format!(
             "setups pooled as repeats (--pool-setups): {}",
             groups
                 .iter()
@@ -204,14 +233,14 @@ pub fn select_setup(ds: &mut Dataset, choice: &SetupChoice) -> anyhow::Result<()
                 .join("; ")
         ));
     }
-    let old: BTreeSet<u32> = ds
-        .records
+    let old: BTreeSet<u32> = f
+        .groups
         .iter()
-        .filter_map(|r| r.nccl_version)
+        .filter_map(|g| g.key.nccl_version)
         .filter(|&v| v < FIRST_TUNER_NCCL)
         .collect();
     if !old.is_empty() {
-        ds.notes.push(format!(
+        notes.push(format!(
             "warning: the sweep ran NCCL {}; NCCL loads tuner plugins only from {} on, so jobs \
              on that NCCL will not load this table; sweep on the NCCL your jobs use",
             old.into_iter()

@@ -37,7 +37,7 @@ use memchr::memmem;
 use sha2::{Digest as _, Sha256};
 
 use super::knobs::{self, Assumptions, KnobSource};
-use super::{quote, FileCtx, FileOutput, Format, Section, UNRESOLVED};
+use super::{quote, FileCtx, FileOutput, Format, UNRESOLVED};
 use crate::record::{flags, Algo, Collective, Proto, Record};
 
 /// Longest line the text reader accepts (nccl-tests lines are < 1 KiB; rank
@@ -869,7 +869,6 @@ fn finish(
         if b.rows.is_empty() {
             continue;
         }
-        let first_record = out.records.len();
         let mut problems: Vec<String> = Vec::new();
         if let Some(e) = &ctx.labels.pattern_error {
             problems.push(e.clone());
@@ -1062,11 +1061,7 @@ fn finish(
                 });
             }
         }
-        out.sections.push(Section {
-            line: b.line,
-            digest: b.digest.finalize().into(),
-            records: first_record..out.records.len(),
-        });
+        out.end_section(b.line, b.digest.finalize().into());
     }
     if ignored > 0 {
         ctx.anomaly(
