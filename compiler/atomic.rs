@@ -71,10 +71,13 @@ pub fn check_replaceable(path: &Path) -> anyhow::Result<()> {
 /// Checks, before anything is written, that writing `output` destroys
 /// nothing: it is not (the same file as) any of `inputs`, and it is a
 /// regular file or does not exist ([`check_replaceable`]). `inputs` are the
-/// paths given on the command line and every file read from them.
+/// paths given on the command line and every file read from them; `ext` is
+/// the extension of what the command writes (`tbl`, `svg`, `csv`), for the
+/// path the error suggests instead.
 pub fn check_output<'a>(
     output: &Path,
     inputs: impl IntoIterator<Item = &'a Path>,
+    ext: &str,
 ) -> anyhow::Result<()> {
     check_replaceable(output)?;
     let Ok(out) = std::fs::metadata(output) else {
@@ -85,15 +88,15 @@ pub fn check_output<'a>(
             continue;
         };
         if same_file(&out, &inp) {
-            let suggestion = output.with_extension("tbl");
+            let suggestion = output.with_extension(ext);
             let suggestion = if suggestion == output {
-                output.with_extension("new.tbl")
+                output.with_extension(format!("new.{ext}"))
             } else {
                 suggestion
             };
             bail!(
-                "-o {} is an input of this command ({}): writing there would replace the \
-                 measurements with the output; choose another path, e.g. `-o {}`",
+                "-o {} is an input of this command ({}): writing there would replace that \
+                 input with the output; choose another path, e.g. `-o {}`",
                 output.display(),
                 input.display(),
                 suggestion.display()
@@ -296,7 +299,9 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let s = d.path().join("s.csv");
         std::fs::write(&s, b"sweep").unwrap();
-        let e = check_output(&s, [s.as_path()]).unwrap_err().to_string();
+        let e = check_output(&s, [s.as_path()], "tbl")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is an input") && e.contains("-o"), "{e}");
         assert!(e.contains("s.tbl"), "{e}");
         // The same file under another name (a hard link) is the same input.

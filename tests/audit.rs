@@ -1145,9 +1145,9 @@ fn plot_and_export_refuse_to_write_over_their_table() {
     let bytes = sample("x");
     let t = write(d.path(), "t.tbl", &bytes);
     let t = t.to_str().unwrap();
-    for args in [
-        vec!["plot", t, "-o", t],
-        vec!["export", t, "--format", "nccl-csv", "-o", t],
+    for (args, suggested) in [
+        (vec!["plot", t, "-o", t], "t.svg`"),
+        (vec!["export", t, "--format", "nccl-csv", "-o", t], "t.csv`"),
     ] {
         let o = dyncc(&args);
         let (out, err) = text(&o);
@@ -1156,6 +1156,8 @@ fn plot_and_export_refuse_to_write_over_their_table() {
             err.contains("is an input of this command"),
             "{args:?}: {err}"
         );
+        // The way out names a file of the kind the command writes.
+        assert!(err.contains(suggested), "{args:?}: {err}");
         assert_eq!(
             std::fs::read(t).unwrap(),
             bytes,

@@ -59,7 +59,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     let decide = a.decide.options()?;
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
-    crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()))?;
+    crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;
     let ds = a.ingest.read_sweep_folded(&a.paths, !a.json)?;
     crate::atomic::check_output(
         &a.output,
@@ -67,6 +67,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
             .iter()
             .map(|r| r.file.as_path())
             .chain(ds.skipped.iter().map(|s| s.file.as_path())),
+        "tbl",
     )?;
     if ds.measurements() == 0 {
         bail!(

@@ -295,7 +295,7 @@ fn wrap(s: &str, width: usize) -> Vec<String> {
 pub fn run(a: ExportArgs) -> anyhow::Result<i32> {
     // Writing the export over the table would destroy it.
     if let Some(o) = &a.output {
-        crate::atomic::check_output(o, [a.table.as_path()])?;
+        crate::atomic::check_output(o, [a.table.as_path()], "csv")?;
     }
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;

@@ -433,7 +433,7 @@ pub fn render(
 
 pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
     // Writing the SVG over the table would destroy it.
-    crate::atomic::check_output(&a.output, [a.table.as_path()])?;
+    crate::atomic::check_output(&a.output, [a.table.as_path()], "svg")?;
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
     let colls: Vec<Coll> = match &a.coll {
