@@ -307,11 +307,11 @@ mod tests {
         // The same file under another name (a hard link) is the same input.
         let h = d.path().join("hard.csv");
         std::fs::hard_link(&s, &h).unwrap();
-        assert!(check_output(&h, [s.as_path()]).is_err());
+        assert!(check_output(&h, [s.as_path()], "tbl").is_err());
         // A new file, or another existing one, is fine.
         let t = d.path().join("s.tbl");
-        check_output(&t, [s.as_path()]).unwrap();
+        check_output(&t, [s.as_path()], "tbl").unwrap();
         std::fs::write(&t, b"old table").unwrap();
-        check_output(&t, [s.as_path()]).unwrap();
+        check_output(&t, [s.as_path()], "tbl").unwrap();
     }
 }
