@@ -10,8 +10,9 @@ use dyncc_tables::Table;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
-use crate::ingest::{self, Dataset};
-use crate::pipeline::{compile_dataset, CompileOptions};
+use crate::ingest::fold::Folded;
+use crate::ingest::Dataset;
+use crate::pipeline::{compile_owned, CompileOptions};
 use crate::record::{Cell, Collective, Config};
 
 /// A cell more than this much slower than NCCL's default is a regression.
@@ -343,28 +344,34 @@ pub fn cross_validate(
     opts: &CompileOptions,
     mode: CvMode,
 ) -> anyhow::Result<CrossValidation> {
-    let mut nodes: Vec<u32> = ds.records.iter().map(|r| r.nnodes).collect();
+    // Folds are cut from the folded measurements (one group per distinct
+    // cell and source), never a record per row: a sweep of many repeats
+    // costs its distinct cells, as in `dyncc compile`.
+    let folded = if ds.records.is_empty() {
+        ds.folded.clone()
+    } else {
+        Folded::from_records(ds.records.iter().cloned())
+    };
+    let of_nodes = |keep: &[u32]| Folded {
+        groups: folded
+            .groups
+            .iter()
+            .filter(|g| keep.contains(&g.key.cell.nnodes))
+            .cloned()
+            .collect(),
+    };
+    let mut nodes: Vec<u32> = folded.groups.iter().map(|g| g.key.cell.nnodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
     let folds = folds(&nodes, mode)?;
     let mut all = Vec::new();
     for f in &folds {
         let train = Dataset {
-            records: ds
-                .records
-                .iter()
-                .filter(|r| f.train.contains(&r.nnodes))
-                .cloned()
-                .collect(),
+            folded: of_nodes(&f.train),
             ..Default::default()
         };
-        let test: Vec<_> = ds
-            .records
-            .iter()
-            .filter(|r| f.test.contains(&r.nnodes))
-            .cloned()
-            .collect();
-        let c = compile_dataset(&train, opts).with_context(|| {
+        let mut test = of_nodes(&f.test);
+        let c = compile_owned(train, opts).with_context(|| {
             format!(
                 "compiling from node counts {:?} (--cv {})",
                 f.train,
@@ -372,11 +379,10 @@ pub fn cross_validate(
             )
         })?;
         let table = Table::from_bytes(&c.bytes).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let test = match &opts.platform {
-            Some(p) => test.into_iter().filter(|r| r.is_platform(p)).collect(),
-            None => test,
-        };
-        let (_, scored) = score_cells(&table, &ingest::aggregate(&test));
+        if let Some(p) = &opts.platform {
+            test.retain(|g| g.is_platform(p));
+        }
+        let (_, scored) = score_cells(&table, &test.cells());
         all.extend(scored);
     }
     let mut score = Score::default();

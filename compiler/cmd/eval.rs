@@ -84,7 +84,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             command: String::new(),
             lenient: a.ingest.lenient,
         };
-        let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
+        let ds = a.ingest.read_sweep_folded(&a.paths, !a.json)?;
         let mut out = Vec::new();
         for mode in modes {
             let cv = cross_validate(&ds, &opts, mode)?;
@@ -127,11 +127,14 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                      directory (or --cv MODE PATH... to cross-validate)"
                 );
             }
-            let mut records = a.ingest.read_sweep(&a.paths[1..], !a.json)?.records;
+            let mut folded = a
+                .ingest
+                .read_sweep_folded(&a.paths[1..], !a.json)?
+                .take_folded();
             if let Some(p) = &a.platform {
-                records.retain(|r| r.is_platform(p));
+                folded.retain(|g| g.is_platform(p));
             }
-            let (s, c) = score_cells(&table, &ingest::aggregate(&records));
+            let (s, c) = score_cells(&table, &folded.cells());
             let t = format!("{} on the given measurements", table_path.display());
             (s, c, t)
         };
