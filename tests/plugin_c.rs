@@ -330,3 +330,75 @@ fn c_harness_is_clean_under_valgrind() {
         "{stderr}"
     );
 }
+
+/// An NCCL a framework opened with RTLD_LOCAL is not in the global
+/// namespace: the plugin finds `ncclGetVersion` through the library that
+/// holds the logger NCCL passes to init (dladdr, then RTLD_NOLOAD), and
+/// warns that the table was swept on another NCCL. With a logger from
+/// elsewhere, the version is unknown and nothing is claimed.
+#[test]
+fn nccl_version_is_found_through_the_logger_of_a_locally_loaded_nccl() {
+    let cc = require_c_compiler();
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("libfakenccl.so");
+    run(Command::new(cc)
+        .args([
+            "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+        ])
+        .arg("-I")
+        .arg(root().join("tests/c"))
+        .arg(root().join("tests/c/fakenccl.c"))
+        .arg("-o")
+        .arg(&fake));
+    let exe = dir.path().join("version_route");
+    run(Command::new(cc)
+        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
+        .arg("-I")
+        .arg(root().join("tests/c"))
+        .arg(root().join("tests/c/version_route.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-ldl"));
+    let table = dir.path().join("versioned.tbl");
+    std::fs::write(&table, harness_table::versioned_table()).unwrap();
+    let route = |logger: &str| {
+        let out = Command::new(&exe)
+            .arg(&fake)
+            .arg(logger)
+            .env("DYNCC_ROUTE_LIB", plugin_lib())
+            .env("DYNCC_TABLE", &table)
+            .env_remove("DYNCC_STRICT")
+            .env_remove("DYNCC_NCCL_MISMATCH")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "version_route {logger}: {}\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("rc 0 ctx set"), "{logger}: {stdout}");
+        assert!(
+            stdout.contains("nccl still loaded: yes"),
+            "{logger}: {stdout}"
+        );
+        stdout
+    };
+    let found = route("nccl-logger");
+    assert!(
+        found.contains("nccl 2.27.3 (table swept on 2.18.1,2.19.3)"),
+        "{found}"
+    );
+    assert!(
+        found.lines().any(|l| l.starts_with("WARN")
+            && l.contains("swept on NCCL 2.18.1,2.19.3 but this process runs NCCL 2.27.3")),
+        "{found}"
+    );
+    let unknown = route("own-logger");
+    assert!(
+        unknown.contains("nccl unknown (table swept on 2.18.1,2.19.3)"),
+        "{unknown}"
+    );
+    assert!(!unknown.lines().any(|l| l.starts_with("WARN")), "{unknown}");
+}
