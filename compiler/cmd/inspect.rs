@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::ingest::args::IngestArgs;
+use crate::ingest::fold::GroupKey;
 use crate::ingest::{Dataset, Skip, UNRESOLVED};
-use crate::record::{flags, Record};
+use crate::record::flags;
 
 /// Read sweep files and summarise what they hold.
 ///
@@ -86,19 +87,21 @@ struct Coverage {
     records: usize,
 }
 
-fn label<T>(r: &Record, v: Option<T>, name: impl Fn(T) -> String) -> String {
-    if r.flags & UNRESOLVED != 0 {
+fn label<T>(k: &GroupKey, v: Option<T>, name: impl Fn(T) -> String) -> String {
+    if k.flags & UNRESOLVED != 0 {
         "unknown".into()
     } else {
         v.map(name).unwrap_or_else(|| "default".into())
     }
 }
 
+/// Summarises a sweep read folded: every count is over the records a group
+/// stands for, never a record held per row.
 fn summarise(ds: &Dataset) -> Summary {
     let mut s = Summary {
         files: ds.files,
         rows: ds.rows,
-        records: ds.records.len(),
+        records: ds.measurements(),
         bytes: ds.bytes,
         zero_size_rows: ds.reports.iter().map(|r| r.zero_size_rows).sum(),
         skipped: ds.skipped.clone(),
@@ -125,54 +128,59 @@ fn summarise(ds: &Dataset) -> Summary {
         next: String::new(),
     };
     let mut cov: BTreeMap<CovKey, (std::collections::BTreeSet<u64>, usize)> = BTreeMap::new();
-    for r in &ds.records {
+    for g in &ds.folded.groups {
+        let (k, n) = (&g.key, g.samples.len());
+        if n == 0 {
+            continue;
+        }
+        let c = &k.cell;
         *s.collectives
-            .entry(r.collective.name().to_string())
-            .or_default() += 1;
+            .entry(c.collective.name().to_string())
+            .or_default() += n;
         *s.algorithms
-            .entry(label(r, r.algo, |a| a.name().to_string()))
-            .or_default() += 1;
+            .entry(label(k, c.config.algo, |a| a.name().to_string()))
+            .or_default() += n;
         *s.protocols
-            .entry(label(r, r.proto, |p| p.name().to_string()))
-            .or_default() += 1;
+            .entry(label(k, c.config.proto, |p| p.name().to_string()))
+            .or_default() += n;
         *s.channels
-            .entry(label(r, r.channels, |c| c.to_string()))
-            .or_default() += 1;
+            .entry(label(k, c.config.channels, |c| c.to_string()))
+            .or_default() += n;
         *s.gpus
-            .entry(r.gpu.as_deref().unwrap_or("unknown").to_string())
-            .or_default() += 1;
-        if r.nnodes > 0 {
-            s.nodes.push(r.nnodes);
+            .entry(k.gpu.as_deref().unwrap_or("unknown").to_string())
+            .or_default() += n;
+        if c.nnodes > 0 {
+            s.nodes.push(c.nnodes);
         }
-        if r.nranks > 0 {
-            s.ranks.push(r.nranks);
+        if c.nranks > 0 {
+            s.ranks.push(c.nranks);
         }
-        if let Some(v) = r.nccl_version {
+        if let Some(v) = k.nccl_version {
             s.nccl_versions
                 .push(crate::ingest::setup::version_string(v));
         }
         let setup = format!(
             "{}, {}",
-            r.nccl_version
+            k.nccl_version
                 .map(|v| format!("NCCL {}", crate::ingest::setup::version_string(v)))
                 .unwrap_or_else(|| "NCCL version not shown".into()),
-            match r.env.as_deref() {
+            match k.env.as_deref() {
                 None => "environment not shown",
                 Some("") => "no other NCCL_* variable set",
                 Some(e) => e,
             }
         );
-        *s.setups.entry(setup).or_default() += 1;
-        let config = if r.flags & UNRESOLVED != 0 {
+        *s.setups.entry(setup).or_default() += n;
+        let config = if k.flags & UNRESOLVED != 0 {
             "unknown".to_string()
         } else {
-            r.key().config.to_string()
+            c.config.to_string()
         };
         let e = cov
-            .entry((r.collective.name().to_string(), r.nnodes, r.nranks, config))
+            .entry((c.collective.name().to_string(), c.nnodes, c.nranks, config))
             .or_default();
-        e.0.insert(r.nbytes);
-        e.1 += 1;
+        e.0.insert(c.nbytes);
+        e.1 += n;
     }
     for v in [&mut s.nodes, &mut s.ranks] {
         v.sort_unstable();
@@ -196,7 +204,7 @@ fn summarise(ds: &Dataset) -> Summary {
     for a in &ds.anomalies {
         *s.anomalies.entry(a.kind.to_string()).or_default() += 1;
     }
-    let cells = crate::ingest::aggregate(&ds.records);
+    let cells = ds.folded.cells();
     s.cells = cells.len();
     // Runs off the trend of their neighbouring node counts (the check
     // compile makes), so they are seen before a table leans on them.
@@ -208,7 +216,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
     // indicatif draws only when stderr is a terminal.
     let mut opts = args.ingest.options(true, true)?;
     opts.lenient = true;
-    let mut ds = crate::ingest::read_paths(&args.paths, &opts)?;
+    let mut ds = crate::ingest::read_paths_folded(&args.paths, &opts)?;
     // What compile would keep: only the setup asked for (mixed setups
     // without a choice are reported, not refused).
     if args.ingest.setup.is_some() || args.ingest.pool_setups {
