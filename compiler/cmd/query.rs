@@ -572,16 +572,13 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     } else {
         let mut opts = a.ingest.options(false, false)?;
         opts.lenient = true;
-        let mut ds = ingest::read_paths(&a.data, &opts).context("reading --data")?;
+        // Folded as read: memory grows with the distinct measurements.
+        let mut ds = ingest::read_paths_folded(&a.data, &opts).context("reading --data")?;
         ingest::setup::select_setup(&mut ds, &a.ingest.setup_choice()?)
             .context("reading --data")?;
-        let trusted: Vec<_> = ds
-            .records
-            .iter()
-            .filter(|r| r.flags == 0)
-            .cloned()
-            .collect();
-        Some((ingest::aggregate(&trusted), ds.skipped.len()))
+        let mut trusted = ds.take_folded();
+        trusted.retain(|g| g.key.flags == 0);
+        Some((trusted.cells(), ds.skipped.len()))
     };
     let with_evidence = |mut ans: Answer, call: &Call, d: Decision| {
         if let Some((cells, skipped)) = &data {
