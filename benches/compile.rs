@@ -12,7 +12,7 @@ mod gen_sweep;
 use std::path::PathBuf;
 
 use dyncc::ingest::{read_paths_folded, IngestOptions};
-use dyncc::pipeline::{compile_owned, CompileOptions};
+use dyncc::pipeline::{compile_dataset, CompileOptions};
 
 fn main() {
     divan::main();
@@ -21,7 +21,7 @@ fn main() {
 fn compile(path: PathBuf) -> usize {
     // As `dyncc compile` does: folded as read, compiled without a copy.
     let ds = read_paths_folded(&[path], &IngestOptions::default()).expect("read");
-    compile_owned(ds, &CompileOptions::default())
+    compile_dataset(ds, &CompileOptions::default())
         .expect("compile")
         .bytes
         .len()

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::ingest::fold::Folded;
 use crate::ingest::Dataset;
-use crate::pipeline::{compile_owned, CompileOptions};
+use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::record::{Cell, Collective, Config};
 
 /// A cell more than this much slower than NCCL's default is a regression.
@@ -371,7 +371,7 @@ pub fn cross_validate(
             ..Default::default()
         };
         let mut test = of_nodes(&f.test);
-        let c = compile_owned(train, opts).with_context(|| {
+        let c = compile_dataset(train, opts).with_context(|| {
             format!(
                 "compiling from node counts {:?} (--cv {})",
                 f.train,

@@ -55,29 +55,10 @@ pub struct Compiled {
     pub report: Report,
 }
 
-/// Compiles records already read: the whole pipeline.
-pub fn compile_dataset(ds: &Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
-    let work = Dataset {
-        records: Vec::new(),
-        folded: if ds.records.is_empty() {
-            ds.folded.clone()
-        } else {
-            Folded::from_records(ds.records.iter().cloned())
-        },
-        files: ds.files,
-        rows: ds.rows,
-        skipped: ds.skipped.clone(),
-        reports: ds.reports.clone(),
-        notes: ds.notes.clone(),
-        ..Default::default()
-    };
-    compile_owned(work, opts)
-}
-
-/// [`compile_dataset`], consuming the dataset: what `dyncc compile` does
-/// with a sweep it read folded ([`ingest::read_paths_folded`]), without a
-/// copy of the measurements.
-pub fn compile_owned(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
+/// Compiles a sweep already read: the whole pipeline. It consumes the
+/// dataset, so a sweep read folded ([`crate::ingest::read_paths_folded`],
+/// as `dyncc compile` reads) is never copied.
+pub fn compile_dataset(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
     let mut f = ds.take_folded();
     check_repeats(&mut f, &mut ds.skipped, opts.lenient)?;
     check_default_runs(&mut f, &mut ds.skipped, opts.lenient)?;

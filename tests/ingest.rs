@@ -620,7 +620,7 @@ fn large_rank_lists_count_ranks_and_hosts() {
 /// with a warm-up outlier and a copy of itself.
 #[test]
 fn compile_reads_repeats_folded_into_one_group_per_cell() {
-    use dyncc::pipeline::{compile_dataset, compile_owned, CompileOptions};
+    use dyncc::pipeline::{compile_dataset, CompileOptions};
     let d = tempfile::tempdir().unwrap();
     let mut csv =
         String::from("collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n");
@@ -663,8 +663,8 @@ fn compile_reads_repeats_folded_into_one_group_per_cell() {
             command: "dyncc compile".into(),
             ..Default::default()
         };
-        let a = compile_owned(folded, &c).unwrap();
-        let b = compile_dataset(&rows, &c).unwrap();
+        let a = compile_dataset(folded, &c).unwrap();
+        let b = compile_dataset(rows, &c).unwrap();
         assert_eq!(a.bytes, b.bytes, "{paths:?}");
         assert_eq!(a.report.inputs.records, b.report.inputs.records);
     }

@@ -6,7 +6,7 @@ use anyhow::{bail, Context};
 
 use crate::cmd::common::DecideArgs;
 use crate::ingest;
-use crate::pipeline::{compile_owned, CompileOptions};
+use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::report::Report;
 use crate::units::{fmt_bytes, fmt_gain};
 
@@ -60,7 +60,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;
-    let ds = a.ingest.read_sweep_folded(&a.paths, !a.json)?;
+    let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -86,7 +86,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         lenient: a.ingest.lenient,
     };
-    let mut c = compile_owned(ds, &opts)?;
+    let mut c = compile_dataset(ds, &opts)?;
     if a.dry_run {
         eprintln!(
             "dry run: nothing written (the table would be {} bytes at {})",

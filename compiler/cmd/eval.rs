@@ -84,7 +84,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             command: String::new(),
             lenient: a.ingest.lenient,
         };
-        let ds = a.ingest.read_sweep_folded(&a.paths, !a.json)?;
+        let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
         let mut out = Vec::new();
         for mode in modes {
             let cv = cross_validate(&ds, &opts, mode)?;
@@ -127,10 +127,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                      directory (or --cv MODE PATH... to cross-validate)"
                 );
             }
-            let mut folded = a
-                .ingest
-                .read_sweep_folded(&a.paths[1..], !a.json)?
-                .take_folded();
+            let mut folded = a.ingest.read_sweep(&a.paths[1..], !a.json)?.take_folded();
             if let Some(p) = &a.platform {
                 folded.retain(|g| g.is_platform(p));
             }

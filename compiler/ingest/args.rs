@@ -82,23 +82,10 @@ impl IngestArgs {
     }
 
     /// Reads `paths` as these arguments say and keeps the chosen setup:
-    /// what `compile` and `eval` do with their inputs.
-    pub fn read_sweep(&self, paths: &[PathBuf], progress: bool) -> anyhow::Result<super::Dataset> {
-        let opts = self.options(progress, false)?;
-        let setup = self.setup_choice()?;
-        let mut ds = super::read_paths(paths, &opts)?;
-        super::setup::select_setup(&mut ds, &setup)?;
-        Ok(ds)
-    }
-
-    /// [`IngestArgs::read_sweep`] with the measurements folded as they are
-    /// read ([`super::read_paths_folded`]): what `compile` does, so memory
+    /// what `compile` and `eval` do with their inputs. The measurements are
+    /// folded as they are read ([`super::read_paths_folded`]), so memory
     /// grows with the distinct cells of a sweep, not its rows.
-    pub fn read_sweep_folded(
-        &self,
-        paths: &[PathBuf],
-        progress: bool,
-    ) -> anyhow::Result<super::Dataset> {
+    pub fn read_sweep(&self, paths: &[PathBuf], progress: bool) -> anyhow::Result<super::Dataset> {
         let opts = self.options(progress, false)?;
         let setup = self.setup_choice()?;
         let mut ds = super::read_paths_folded(paths, &opts)?;
