@@ -7,24 +7,12 @@
  * docs/failure-semantics.md) what a rank sees for each kind of bad table. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "nccl_tuner.h"
+#include "print_logger.h"
 
-static void logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                   const char *fmt, ...) {
-  (void)flags;
-  (void)file;
-  (void)line;
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  printf("%s %s\n", level == NCCL_LOG_WARN ? "WARN" : level == NCCL_LOG_INFO ? "INFO" : "OTHER", buf);
-}
+static PRINT_LOGGER(logger)
 
 int main(void) {
   const char *lib = getenv("DYNCC_INITLOG_LIB");

@@ -7,25 +7,13 @@
  * Prints what the plugin logs; used by tests/plugin_c.rs. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "nccl_tuner.h"
+#include "print_logger.h"
 
-static void own_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
-                       const char *fmt, ...) {
-  (void)flags;
-  (void)file;
-  (void)line;
-  char buf[2048];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  printf("%s %s\n", level == NCCL_LOG_WARN ? "WARN" : level == NCCL_LOG_INFO ? "INFO" : "OTHER", buf);
-}
+static PRINT_LOGGER(own_logger)
 
 int main(int argc, char **argv) {
   if (argc != 3) return 2;
