@@ -12,16 +12,19 @@
 
 use std::io::Write;
 
+/// The collectives both sweeps cover.
+const COLLS: [&str; 5] = [
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "broadcast",
+    "reduce",
+];
+
 /// Writes about `rows` rows to `out` and returns the number written.
 pub fn write_sweep(out: &mut impl Write, rows: usize) -> std::io::Result<usize> {
     writeln!(out, "{HEADER}")?;
-    let colls = [
-        "allreduce",
-        "allgather",
-        "reducescatter",
-        "broadcast",
-        "reduce",
-    ];
+    let colls = COLLS;
     let nodes = [1u32, 2, 4, 8, 16, 32, 64];
     let channels = CHANNELS;
     // Cells per repeat, to choose the repeat count that reaches `rows`.
@@ -57,13 +60,7 @@ pub fn write_sweep(out: &mut impl Write, rows: usize) -> std::io::Result<usize> 
 /// rows: 47 shapes, node counts 1-24).
 pub fn write_distinct_sweep(out: &mut impl Write, rows: usize) -> std::io::Result<usize> {
     writeln!(out, "{HEADER}")?;
-    let colls = [
-        "allreduce",
-        "allgather",
-        "reducescatter",
-        "broadcast",
-        "reduce",
-    ];
+    let colls = COLLS;
     let mut n = 0usize;
     let mut noise = Noise::default();
     for nn in 1u32.. {

@@ -180,11 +180,6 @@ fn print_report(r: &Report) {
         } else {
             f.ppn.0.to_string()
         };
-        let ch = if f.channels > 0 {
-            format!("/{}ch", f.channels)
-        } else {
-            String::new()
-        };
         println!(
             "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
             f.collective,
@@ -192,7 +187,7 @@ fn print_report(r: &Report) {
             ppn,
             fmt_bytes(f.from_bytes),
             fmt_bytes(f.to_bytes.saturating_add(1)),
-            format!("{}/{}{}", f.algorithm, f.protocol, ch),
+            crate::audit::fmt_forced(&f.algorithm, &f.protocol, f.channels),
             fmt_gain(f.gain),
             f.basis
         );

@@ -107,12 +107,7 @@ fn decision_of(s: &Side) -> String {
     if s.algorithm == "default" {
         return "NCCL's choice".into();
     }
-    let ch = if s.channels > 0 {
-        format!("/{}ch", s.channels)
-    } else {
-        String::new()
-    };
-    format!("{}/{}{ch}", s.algorithm, s.protocol)
+    crate::audit::fmt_forced(s.algorithm, s.protocol, s.channels)
 }
 
 /// The changed regions of one patch under one probe.

@@ -435,15 +435,9 @@ pub fn print_answer(a: &Answer, data_given: bool) {
             let d = if t.algorithm == "default" {
                 format!("NCCL's choice ({})", t.basis)
             } else {
-                let ch = if t.channels > 0 {
-                    format!("/{}ch", t.channels)
-                } else {
-                    String::new()
-                };
                 format!(
-                    "{}/{}{ch}, {} vs default, {}",
-                    t.algorithm,
-                    t.protocol,
+                    "{}, {} vs default, {}",
+                    crate::audit::fmt_forced(t.algorithm, t.protocol, t.channels),
                     fmt_gain(t.expected_gain as f64),
                     t.basis
                 )
