@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::ingest::fold::Folded;
 use crate::ingest::Dataset;
-use crate::pipeline::{compile_dataset, CompileOptions};
+use crate::nodes::{self, Widen};
+use crate::pipeline::{compile_dataset, CompileOptions, Compiled};
 use crate::record::{Cell, Collective, Config};
 
 /// A cell more than this much slower than NCCL's default is a regression.
@@ -32,6 +33,10 @@ pub struct Scored {
     pub default: f64,
     /// t(table's choice) / t(default).
     pub vs_default: f64,
+    /// Cross-validation only: t(default) / t(the fastest setting the kept
+    /// node counts showed beyond the margin here), 1 when none did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub visible: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -57,6 +62,11 @@ pub struct Score {
     pub forced: usize,
     pub regressions: usize,
     pub regression_share: f64,
+    /// Cross-validation only: the share of the available gain the kept
+    /// node counts showed (see [`reachable`]), the bound on `captured` of
+    /// any table read off them at this margin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<f64>,
     /// The same, per node count.
     pub by_nodes: BTreeMap<u32, Summary>,
 }
@@ -67,14 +77,27 @@ pub struct Summary {
     pub table_geomean: f64,
     pub default_geomean: f64,
     pub captured: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<f64>,
     pub regressions: usize,
 }
 
 type GroupKey = (Collective, u32, u32, u64);
 
+/// Measured time of every setting at one cell.
+type Times = HashMap<Config, f64>;
+/// The cells to score, by (collective, nodes, ranks, size).
+type Groups = BTreeMap<GroupKey, Times>;
+
 /// Scores every cell group that has a default run.
 pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
-    let mut groups: BTreeMap<GroupKey, HashMap<Config, f64>> = BTreeMap::new();
+    score_groups(table, &group(cells), &|_, _| None)
+}
+
+/// The scorable cells by (collective, nodes, ranks, size): settings a
+/// table can name, with a usable time.
+fn group(cells: &[Cell]) -> Groups {
+    let mut groups = Groups::new();
     for c in cells {
         if c.key.collective.tunable().is_none() || !(c.time_us > 0.0 && c.time_us.is_finite()) {
             continue;
@@ -88,9 +111,19 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
             .or_default()
             .insert(cfg, c.time_us);
     }
+    groups
+}
+
+/// Scores `groups`; `visible` gives a cell's [`Scored::visible`].
+fn score_groups(
+    table: &Table,
+    groups: &Groups,
+    visible: &dyn Fn(&GroupKey, &Times) -> Option<f64>,
+) -> (Score, Vec<Scored>) {
     let mut score = Score::default();
     let mut out = Vec::new();
-    for ((coll, nnodes, nranks, nbytes), m) in groups {
+    for (key, m) in groups {
+        let &(coll, nnodes, nranks, nbytes) = key;
         let Some(&t_def) = m.get(&Config::DEFAULT) else {
             score.no_default += 1;
             continue;
@@ -114,10 +147,51 @@ pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
             table: t / best,
             default: t_def / best,
             vs_default: t / t_def,
+            visible: visible(key, m),
         });
     }
     summarise(&mut score, &out);
     (score, out)
+}
+
+/// What the kept node counts of a cross-validation showed at a scored
+/// cell: t(default) / t(the fastest measured setting whose gain, read off
+/// the kept counts as the compile reads it, clears the margin there), 1
+/// when none does. Pooled, it bounds what any table read off those counts
+/// could capture: a low figure means the gains at the scored counts do
+/// not show at the measured ones (measure those counts), a high one above
+/// `captured` that the readings were too uncertain to act on.
+fn visible_at(compiled: &Compiled, margin: f64, key: &GroupKey, m: &Times) -> Option<f64> {
+    let &(coll, nnodes, nranks, nbytes) = key;
+    let t_def = *m.get(&Config::DEFAULT)?;
+    let lm = (1.0 + margin).ln();
+    let ppn = nranks / nnodes.max(1);
+    let mut best = t_def;
+    let gi = compiled.grids.iter().position(|g| {
+        Some(g.coll) == coll.tunable() && g.ppn == ppn && nranks % nnodes.max(1) == 0
+    });
+    if let (Some(gi), true) = (gi, nnodes >= 2) {
+        let (grid, decided) = (&compiled.grids[gi], &compiled.decided[gi]);
+        // Read where the compile decided the range holding this count.
+        let at = decided
+            .anchors
+            .iter()
+            .find(|a| !a.measured && (a.span.0..=a.span.1).contains(&nnodes))
+            .map(|a| a.at);
+        if let (Ok(si), Some(at)) = (grid.sizes.binary_search(&nbytes), at) {
+            let none = Widen::none(grid);
+            for (c, cfg) in grid.configs.iter().enumerate().skip(1) {
+                let Some(&t) = m.get(cfg) else { continue };
+                let shows = nodes::read(grid, &none, decided.model.align, at, si, c, None)
+                    .filter(|r| decided.model.sd(si, r).is_some())
+                    .is_some_and(|r| r.gain > lm);
+                if shows && t < best {
+                    best = t;
+                }
+            }
+        }
+    }
+    Some(t_def / best)
 }
 
 /// Fills the statistics of `score` from scored cells.
@@ -126,6 +200,7 @@ pub fn summarise(score: &mut Score, cells: &[Scored]) {
     score.table = stats(cells.iter().map(|c| c.table));
     score.default = stats(cells.iter().map(|c| c.default));
     score.captured = captured(cells.iter());
+    score.reachable = reachable(cells.iter());
     score.forced = cells.iter().filter(|c| c.choice != "default").count();
     score.regressions = cells.iter().filter(|c| c.vs_default > REGRESSION).count();
     score.regression_share = if cells.is_empty() {
@@ -147,6 +222,7 @@ pub fn summarise(score: &mut Score, cells: &[Scored]) {
                     table_geomean: stats(v.iter().map(|c| c.table)).geomean,
                     default_geomean: stats(v.iter().map(|c| c.default)).geomean,
                     captured: captured(v.iter().copied()),
+                    reachable: reachable(v.iter().copied()),
                     regressions: v.iter().filter(|c| c.vs_default > REGRESSION).count(),
                 },
             )
@@ -165,6 +241,18 @@ fn captured<'a>(cells: impl Iterator<Item = &'a Scored>) -> f64 {
     } else {
         0.0
     }
+}
+
+/// The pooled share of the available gain the kept node counts showed
+/// ([`visible_at`]); `None` outside cross-validation.
+fn reachable<'a>(cells: impl Iterator<Item = &'a Scored>) -> Option<f64> {
+    let (mut shown, mut avail, mut any) = (0.0, 0.0, false);
+    for c in cells {
+        any = true;
+        shown += c.visible?.ln();
+        avail += c.default.ln();
+    }
+    any.then_some(if avail > 0.0 { shown / avail } else { 0.0 })
 }
 
 fn stats(v: impl Iterator<Item = f64>) -> Stats {
@@ -382,7 +470,10 @@ pub fn cross_validate(
         if let Some(p) = &opts.platform {
             test.retain(|g| g.is_platform(p));
         }
-        let (_, scored) = score_cells(&table, &test.cells());
+        let margin = opts.decide.margin;
+        let (_, scored) = score_groups(&table, &group(&test.cells()), &|k, m| {
+            visible_at(&c, margin, k, m)
+        });
         all.extend(scored);
     }
     let mut score = Score::default();

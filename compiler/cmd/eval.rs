@@ -26,7 +26,12 @@ use crate::pipeline::CompileOptions;
 ///   sparse  every other node count kept, the rest scored
 ///   upward  the smaller half of the node counts kept, the larger scored
 ///   all     the three above
-/// It tells how far a table can be trusted beyond the sweep.
+/// It tells how far a table can be trusted beyond the sweep. "reachable"
+/// is the share of the held-out gain the kept node counts showed beyond
+/// the margin: the most any table read off them could capture. Captured
+/// far below it: the readings were too noisy to act on (repeats help);
+/// reachable itself low: the gains at those counts do not show elsewhere
+/// (measure the node counts your jobs run at).
 ///
 /// Examples:
 ///   dyncc eval dgx1v.tbl datasets/real/nvidia-dgx1v-allreduce.csv
@@ -188,13 +193,14 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         print_score(&s.title, &s.score, a.cells.then_some(&s.cells[..]));
     }
     if scenarios.len() > 1 {
-        println!("\nsummary (captured share of the gain available over NCCL's default; regressions = cells > 5 % slower than it):");
+        println!("\nsummary (captured share of the gain available over NCCL's default, and the share the kept node counts showed; regressions = cells > 5 % slower than it):");
         for s in &scenarios {
             println!(
-                "  {:<8} {:>5} cells  captured {:>6.1} %  regressions {:>4.1} %  table {:.4} vs default {:.4}",
+                "  {:<8} {:>5} cells  captured {:>6.1} % (reachable {:>5.1} %)  regressions {:>4.1} %  table {:.4} vs default {:.4}",
                 s.mode.map(|m| m.name()).unwrap_or(""),
                 s.score.cells,
                 100.0 * s.score.captured,
+                100.0 * s.score.reachable.unwrap_or(0.0),
                 100.0 * s.score.regression_share,
                 s.score.table.geomean,
                 s.score.default.geomean
@@ -232,18 +238,39 @@ fn print_score(title: &str, score: &Score, cells: Option<&[Scored]>) {
         "-"
     );
     println!("\n(times over the best measured setting per cell; regressions: > 5 % slower than the default)");
+    if let Some(r) = score.reachable {
+        println!(
+            "reachable {:.1}%: the gain the kept node counts showed beyond the margin at the scored \
+             ones, the most a table read off them could capture; where it is low, measure those \
+             counts",
+            100.0 * r
+        );
+    }
+    let reach = |r: Option<f64>| r.map_or(String::new(), |r| format!("{:>9.1}%", 100.0 * r));
     println!(
-        "\n{:>6} {:>6} {:>9} {:>9} {:>9} {:>11}",
-        "nodes", "cells", "table", "default", "captured", "regressions"
+        "\n{:>6} {:>6} {:>9} {:>9} {:>9}{} {:>11}",
+        "nodes",
+        "cells",
+        "table",
+        "default",
+        "captured",
+        if score.reachable.is_some() {
+            format!(" {:>9}", "reachable")
+        } else {
+            String::new()
+        },
+        "regressions"
     );
     for (n, s) in &score.by_nodes {
         println!(
-            "{:>6} {:>6} {:>9.4} {:>9.4} {:>8.1}% {:>11}",
+            "{:>6} {:>6} {:>9.4} {:>9.4} {:>8.1}%{} {:>11}",
             n,
             s.cells,
             s.table_geomean,
             s.default_geomean,
             100.0 * s.captured,
+            s.reachable
+                .map_or(String::new(), |_| format!(" {}", reach(s.reachable))),
             s.regressions
         );
     }
