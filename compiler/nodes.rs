@@ -13,6 +13,9 @@
 //! leave-one-node-count-out), and the errors give, per size region, how fast
 //! gains drift per log2 node (a random walk: the variance of a reading grows
 //! with its distance to the measured counts, a Brownian bridge between two).
+//! That is the uncertainty of a gain drifting between counts; [`agreed`]
+//! finds where the counts on either side measured the same setting fastest,
+//! so that the choice did not drift there.
 //!
 //! [`consistency`] finds runs that sit off the trend of their neighbours; the
 //! uncertainty of every decision leaning on them is widened.
@@ -180,6 +183,34 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
     Some(GainPoint::blend(a, b, w))
 }
 
+/// The measured multi-node counts on either side of `nodes` (node
+/// indices), leaving out node index `exclude`.
+struct Around {
+    lo: Option<usize>,
+    hi: Option<usize>,
+}
+
+fn around(grid: &Grid, nodes: f64, exclude: Option<usize>) -> Around {
+    let multi = |ni: usize| grid.nodes[ni] >= 2 && Some(ni) != exclude;
+    Around {
+        lo: (0..grid.nodes.len())
+            .rev()
+            .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes),
+        hi: (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes),
+    }
+}
+
+/// The log2 size at node index `ni` that matches grid size `si` at
+/// `nodes`: the same total bytes, or the same bytes per rank.
+fn matched_size(grid: &Grid, align: Align, ni: usize, nodes: f64, si: usize) -> f64 {
+    let ls = (grid.sizes[si].max(1) as f64).log2();
+    match align {
+        Align::TotalBytes => ls,
+        // Same bytes per rank: the total scales with the node count.
+        Align::BytesPerRank => ls + (grid.nodes[ni] as f64).log2() - nodes.log2(),
+    }
+}
+
 /// Reads the gain of `cfg` at `nodes` (not itself measured, or excluded)
 /// and grid size `si` off the measured multi-node counts, leaving out node
 /// index `exclude`.
@@ -197,20 +228,13 @@ pub fn read(
         return None;
     }
     let lk = nodes.log2();
-    let ls = (grid.sizes[si].max(1) as f64).log2();
-    let multi = |ni: usize| grid.nodes[ni] >= 2 && Some(ni) != exclude;
-    let lo = (0..grid.nodes.len())
-        .rev()
-        .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes);
-    let hi = (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes);
+    let Around { lo, hi } = around(grid, nodes, exclude);
     let at = |ni: usize| -> Option<(GainPoint, f64)> {
-        let ln = (grid.nodes[ni] as f64).log2();
-        let ls_n = match align {
-            Align::TotalBytes => ls,
-            // Same bytes per rank: the total scales with the node count.
-            Align::BytesPerRank => ls + ln - lk,
-        };
-        Some((gain_at(grid, widen, ni, cfg, ls_n)?, ln))
+        let ls_n = matched_size(grid, align, ni, nodes, si);
+        Some((
+            gain_at(grid, widen, ni, cfg, ls_n)?,
+            (grid.nodes[ni] as f64).log2(),
+        ))
     };
     match (lo.and_then(at), hi.and_then(at)) {
         (Some((pl, ll)), Some((ph, lh))) => {
@@ -233,6 +257,40 @@ pub fn read(
         }),
         (None, None) => None,
     }
+}
+
+/// The setting (never NCCL's default) measured fastest at both of the
+/// measured multi-node counts on either side of `nodes`, at grid size
+/// `si` matched by `align`; `None` when they differ, or when `nodes` is not
+/// between two of them. Where the two counts agree, the choice did not
+/// drift between them, whatever the size region's calibrated uncertainty
+/// says about how far gains drift elsewhere.
+pub fn agreed(grid: &Grid, align: Align, nodes: f64, si: usize) -> Option<usize> {
+    if nodes < 2.0 {
+        return None;
+    }
+    let Around {
+        lo: Some(lo),
+        hi: Some(hi),
+    } = around(grid, nodes, None)
+    else {
+        return None;
+    };
+    let none = Widen::none(grid);
+    let fastest = |ni: usize| -> Option<usize> {
+        let ls_n = matched_size(grid, align, ni, nodes, si);
+        let mut best: Option<(usize, f64)> = None;
+        for c in 1..grid.configs.len() {
+            if let Some(p) = gain_at(grid, &none, ni, c, ls_n) {
+                if p.gain > 0.0 && best.is_none_or(|b| p.gain > b.1) {
+                    best = Some((c, p.gain));
+                }
+            }
+        }
+        best.map(|b| b.0)
+    };
+    let c = fastest(lo)?;
+    (fastest(hi)? == c).then_some(c)
 }
 
 /// One internal cross-validation error.

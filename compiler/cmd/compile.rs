@@ -22,7 +22,8 @@ use crate::units::{fmt_bytes, fmt_gain};
 /// gain is read off the measured multi-node counts around it (linearly in
 /// log2 nodes) and forced only where it clears the margin plus --noise-z
 /// times its uncertainty, calibrated by how well the sweep's own node
-/// counts predict each other. Counts up to --node-reach times beyond the
+/// counts predict each other (between two counts that both measured it
+/// fastest, the margin alone). Counts up to --node-reach times beyond the
 /// measured ones are decided (down towards 2 nodes only from three
 /// multi-node counts or more); one node is never read off several.
 ///
