@@ -658,7 +658,7 @@ fn cross_validation_says_how_much_of_the_held_out_gain_the_kept_counts_showed() 
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("reachable 0.0%"), "{text}");
+    assert!(text.contains("(reachable 0.0%: "), "{text}");
     assert!(text.contains("measure those counts"), "{text}");
     // Scoring a table (not a cross-validation) has no such figure.
     let tbl = dir.path().join("t.tbl");

@@ -240,9 +240,8 @@ fn print_score(title: &str, score: &Score, cells: Option<&[Scored]>) {
     println!("\n(times over the best measured setting per cell; regressions: > 5 % slower than the default)");
     if let Some(r) = score.reachable {
         println!(
-            "reachable {:.1}%: the gain the kept node counts showed beyond the margin at the scored \
-             ones, the most a table read off them could capture; where it is low, measure those \
-             counts",
+            "(reachable {:.1}%: the share of the available gain the kept node counts showed beyond the margin,\n \
+             the most a table read off them could capture; where it is low, measure those counts)",
             100.0 * r
         );
     }
