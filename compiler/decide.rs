@@ -272,13 +272,17 @@ fn decide_unmeasured(
     let mut best: Option<(f64, usize, f64, bool)> = None;
     let mut why = Why::DefaultBest;
     let mut basis = Basis::Interpolated;
-    let agreed = nodes::agreed(grid, model.align, at, si);
-    for c in 1..grid.configs.len() {
-        let Some(r) = nodes::read(grid, widen, model.align, at, si, c, None) else {
-            continue;
-        };
+    let readings: Vec<_> = (0..grid.configs.len())
+        .map(|c| match c {
+            0 => None,
+            c => nodes::read(grid, widen, model.align, at, si, c, None),
+        })
+        .collect();
+    let agreed = nodes::agreed(&readings);
+    for (c, r) in readings.iter().enumerate() {
+        let Some(r) = r else { continue };
         basis = basis.max(basis_of(r.between));
-        let Some(sd) = model.sd(si, &r) else {
+        let Some(sd) = model.sd(si, r) else {
             why = why.max(Why::Uncalibrated);
             continue;
         };

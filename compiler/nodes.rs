@@ -80,6 +80,10 @@ pub struct Reading {
     pub between: bool,
     /// Whether it lies below every measured multi-node count.
     pub below: bool,
+    /// The measured gains it was read from, at the count below and the
+    /// count above (`None` where there is no such count, or the candidate
+    /// was not measured there).
+    pub ends: [Option<f64>; 2],
 }
 
 /// The calibrated model of one grid.
@@ -183,34 +187,6 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
     Some(GainPoint::blend(a, b, w))
 }
 
-/// The measured multi-node counts on either side of `nodes` (node
-/// indices), leaving out node index `exclude`.
-struct Around {
-    lo: Option<usize>,
-    hi: Option<usize>,
-}
-
-fn around(grid: &Grid, nodes: f64, exclude: Option<usize>) -> Around {
-    let multi = |ni: usize| grid.nodes[ni] >= 2 && Some(ni) != exclude;
-    Around {
-        lo: (0..grid.nodes.len())
-            .rev()
-            .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes),
-        hi: (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes),
-    }
-}
-
-/// The log2 size at node index `ni` that matches grid size `si` at
-/// `nodes`: the same total bytes, or the same bytes per rank.
-fn matched_size(grid: &Grid, align: Align, ni: usize, nodes: f64, si: usize) -> f64 {
-    let ls = (grid.sizes[si].max(1) as f64).log2();
-    match align {
-        Align::TotalBytes => ls,
-        // Same bytes per rank: the total scales with the node count.
-        Align::BytesPerRank => ls + (grid.nodes[ni] as f64).log2() - nodes.log2(),
-    }
-}
-
 /// Reads the gain of `cfg` at `nodes` (not itself measured, or excluded)
 /// and grid size `si` off the measured multi-node counts, leaving out node
 /// index `exclude`.
@@ -228,15 +204,24 @@ pub fn read(
         return None;
     }
     let lk = nodes.log2();
-    let Around { lo, hi } = around(grid, nodes, exclude);
+    let ls = (grid.sizes[si].max(1) as f64).log2();
+    let multi = |ni: usize| grid.nodes[ni] >= 2 && Some(ni) != exclude;
+    let lo = (0..grid.nodes.len())
+        .rev()
+        .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes);
+    let hi = (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes);
     let at = |ni: usize| -> Option<(GainPoint, f64)> {
-        let ls_n = matched_size(grid, align, ni, nodes, si);
-        Some((
-            gain_at(grid, widen, ni, cfg, ls_n)?,
-            (grid.nodes[ni] as f64).log2(),
-        ))
+        let ln = (grid.nodes[ni] as f64).log2();
+        let ls_n = match align {
+            Align::TotalBytes => ls,
+            // Same bytes per rank: the total scales with the node count.
+            Align::BytesPerRank => ls + ln - lk,
+        };
+        Some((gain_at(grid, widen, ni, cfg, ls_n)?, ln))
     };
-    match (lo.and_then(at), hi.and_then(at)) {
+    let (below, above) = (lo.and_then(at), hi.and_then(at));
+    let ends = [below.map(|e| e.0.gain), above.map(|e| e.0.gain)];
+    match (below, above) {
         (Some((pl, ll)), Some((ph, lh))) => {
             let w = (lk - ll) / (lh - ll);
             let p = GainPoint::blend(pl, ph, w);
@@ -246,6 +231,7 @@ pub fn read(
                 widen_var: p.widen,
                 between: true,
                 below: false,
+                ends,
             })
         }
         (Some((p, l)), None) | (None, Some((p, l))) => Some(Reading {
@@ -254,43 +240,33 @@ pub fn read(
             widen_var: p.widen,
             between: lo.is_some() && hi.is_some(),
             below: lo.is_none(),
+            ends,
         }),
         (None, None) => None,
     }
 }
 
 /// The setting (never NCCL's default) measured fastest at both of the
-/// measured multi-node counts on either side of `nodes`, at grid size
-/// `si` matched by `align`; `None` when they differ, or when `nodes` is not
-/// between two of them. Where the two counts agree, the choice did not
-/// drift between them, whatever the size region's calibrated uncertainty
-/// says about how far gains drift elsewhere.
-pub fn agreed(grid: &Grid, align: Align, nodes: f64, si: usize) -> Option<usize> {
-    if nodes < 2.0 {
-        return None;
-    }
-    let Around {
-        lo: Some(lo),
-        hi: Some(hi),
-    } = around(grid, nodes, None)
-    else {
-        return None;
-    };
-    let none = Widen::none(grid);
-    let fastest = |ni: usize| -> Option<usize> {
-        let ls_n = matched_size(grid, align, ni, nodes, si);
+/// measured multi-node counts on either side of an unmeasured one, from
+/// every candidate's reading there (`readings[c]`, indexed as the grid's
+/// configs); `None` when the two counts differ, or the count is not between
+/// two of them. Where they agree, the choice did not drift between them,
+/// whatever the size region's calibrated uncertainty says about how far
+/// gains drift elsewhere.
+pub fn agreed(readings: &[Option<Reading>]) -> Option<usize> {
+    let fastest = |side: usize| {
         let mut best: Option<(usize, f64)> = None;
-        for c in 1..grid.configs.len() {
-            if let Some(p) = gain_at(grid, &none, ni, c, ls_n) {
-                if p.gain > 0.0 && best.is_none_or(|b| p.gain > b.1) {
-                    best = Some((c, p.gain));
+        for (c, r) in readings.iter().enumerate() {
+            if let Some(g) = r.as_ref().and_then(|r| r.ends[side]) {
+                if g > 0.0 && best.is_none_or(|b| g > b.1) {
+                    best = Some((c, g));
                 }
             }
         }
         best.map(|b| b.0)
     };
-    let c = fastest(lo)?;
-    (fastest(hi)? == c).then_some(c)
+    let c = fastest(0)?;
+    (fastest(1)? == c).then_some(c)
 }
 
 /// One internal cross-validation error.
