@@ -435,10 +435,12 @@ pub fn cross_validate(
     // Folds are cut from the folded measurements (one group per distinct
     // cell and source), never a record per row: a sweep of many repeats
     // costs its distinct cells, as in `dyncc compile`.
+    let from_records;
     let folded = if ds.records.is_empty() {
-        ds.folded.clone()
+        &ds.folded
     } else {
-        Folded::from_records(ds.records.iter().cloned())
+        from_records = Folded::from_records(ds.records.iter().cloned());
+        &from_records
     };
     let of_nodes = |keep: &[u32]| Folded {
         groups: folded
