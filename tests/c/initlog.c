@@ -10,24 +10,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "init_plugin.h"
 #include "print_logger.h"
 
 static PRINT_LOGGER(logger)
 
 int main(void) {
-  const char *lib = getenv("DYNCC_INITLOG_LIB");
-  void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
-  if (!h) {
-    fprintf(stderr, "initlog: cannot dlopen DYNCC_INITLOG_LIB: %s\n", lib ? dlerror() : "unset");
-    return 2;
-  }
-  ncclTuner_v6_t *v6 = dlsym(h, "ncclTunerPlugin_v6");
-  if (!v6) return 2;
-  ncclNvlDomainInfo_v5_t nvl = {1, 8, 8};
-  ncclTunerConstants_v5_t constants = {0};
-  void *ctx = NULL;
-  ncclResult_t rc = v6->init(&ctx, 0x1234abcdULL, 8, 1, logger, &nvl, &constants);
-  printf("rc %d ctx %s\n", (int)rc, ctx ? "set" : "null");
+  ncclTuner_v6_t *v6;
+  void *ctx;
+  void *h = init_plugin("DYNCC_INITLOG_LIB", "initlog", logger, &v6, &ctx);
+  if (!h) return 2;
   float cost[21];
   for (int i = 0; i < 21; i++) cost[i] = 1.0f;
   int nCh = 0, cell = -1;

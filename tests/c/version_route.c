@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "init_plugin.h"
 #include "print_logger.h"
 
 static PRINT_LOGGER(own_logger)
@@ -32,19 +33,10 @@ int main(int argc, char **argv) {
     logger = (ncclDebugLogger_t)dlsym(nccl, "fake_nccl_debug_log");
     if (!logger) return 2;
   }
-  const char *lib = getenv("DYNCC_ROUTE_LIB");
-  void *h = lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
-  if (!h) {
-    fprintf(stderr, "version_route: cannot dlopen DYNCC_ROUTE_LIB: %s\n", lib ? dlerror() : "unset");
-    return 2;
-  }
-  ncclTuner_v6_t *v6 = dlsym(h, "ncclTunerPlugin_v6");
-  if (!v6) return 2;
-  ncclNvlDomainInfo_v5_t nvl = {1, 8, 8};
-  ncclTunerConstants_v5_t constants = {0};
-  void *ctx = NULL;
-  ncclResult_t rc = v6->init(&ctx, 0x1234abcdULL, 8, 1, logger, &nvl, &constants);
-  printf("rc %d ctx %s\n", (int)rc, ctx ? "set" : "null");
+  ncclTuner_v6_t *v6;
+  void *ctx;
+  void *h = init_plugin("DYNCC_ROUTE_LIB", "version_route", logger, &v6, &ctx);
+  if (!h) return 2;
   v6->finalize(ctx);
   dlclose(h);
   /* NCCL is still loaded and its logger was the plugin's: the plugin's
