@@ -91,6 +91,23 @@ pub(crate) fn run(cmd: &mut Command) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Compiles `src` (a path under tests/c) with `cc` into `out`: C11,
+/// warnings as errors, the plugin's header and tests/c on the include path,
+/// then `flags` before the source and `link` after it.
+pub(crate) fn compile_c(cc: &str, flags: &[&str], src: &str, out: &Path, link: &[&str]) {
+    run(Command::new(cc)
+        .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror"])
+        .args(flags)
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg("-I")
+        .arg(root().join("tests/c"))
+        .arg(root().join("tests/c").join(src))
+        .arg("-o")
+        .arg(out)
+        .args(link));
+}
+
 const TUNER_SYMBOLS: [(&str, u64); 5] = [
     ("ncclTunerPlugin_v2", 32),
     ("ncclTunerPlugin_v3", 32),
@@ -215,18 +232,13 @@ pub(crate) fn harness() -> HarnessFiles {
     let scratch = dir.path().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
     let exe = dir.path().join("harness");
-    run(Command::new(cc)
-        .args([
-            "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread",
-        ])
-        .arg("-I")
-        .arg(root().join("include"))
-        .arg("-I")
-        .arg(root().join("tests/c"))
-        .arg(root().join("tests/c/harness.c"))
-        .arg("-o")
-        .arg(&exe)
-        .args(HARNESS_LINK_FLAGS));
+    compile_c(
+        cc,
+        &["-O1", "-pthread"],
+        "harness.c",
+        &exe,
+        &HARNESS_LINK_FLAGS,
+    );
     let missing = dir.path().join("no-such-table.tbl");
     HarnessFiles {
         _dir: dir,
@@ -341,24 +353,9 @@ fn nccl_version_is_found_through_the_logger_of_a_locally_loaded_nccl() {
     let cc = require_c_compiler();
     let dir = tempfile::tempdir().unwrap();
     let fake = dir.path().join("libfakenccl.so");
-    run(Command::new(cc)
-        .args([
-            "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-        ])
-        .arg("-I")
-        .arg(root().join("tests/c"))
-        .arg(root().join("tests/c/fakenccl.c"))
-        .arg("-o")
-        .arg(&fake));
+    compile_c(cc, &["-O1", "-shared", "-fPIC"], "fakenccl.c", &fake, &[]);
     let exe = dir.path().join("version_route");
-    run(Command::new(cc)
-        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(root().join("tests/c"))
-        .arg(root().join("tests/c/version_route.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl"));
+    compile_c(cc, &["-O1"], "version_route.c", &exe, &["-ldl"]);
     let table = dir.path().join("versioned.tbl");
     std::fs::write(&table, harness_table::versioned_table()).unwrap();
     let route = |logger: &str| {

@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 use dyncc_tables::{Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder};
 
 use crate::plugin_c::{
-    check_harness_output, harness, harness_command, harness_table, plugin_lib, root, run,
+    check_harness_output, compile_c, harness, harness_command, harness_table, plugin_lib, run,
     HARNESS_LINK_FLAGS,
 };
 use crate::support::tools::{require_c_compiler, require_tool};
@@ -64,15 +64,8 @@ impl Stress {
     /// Compiles stress.c with `cc` and `flags` into the scratch dir.
     fn build(&self, cc: &str, flags: &[&str], name: &str) -> PathBuf {
         let exe = self.dir.path().join(name);
-        run(Command::new(cc)
-            .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"])
-            .args(flags)
-            .arg("-I")
-            .arg(root().join("tests/c"))
-            .arg(root().join("tests/c/stress.c"))
-            .arg("-o")
-            .arg(&exe)
-            .arg("-ldl"));
+        let flags: Vec<&str> = ["-pthread"].iter().chain(flags).copied().collect();
+        compile_c(cc, &flags, "stress.c", &exe, &["-ldl"]);
         exe
     }
 
@@ -220,17 +213,8 @@ fn c_harnesses_are_clean_under_asan_and_ubsan() {
     // harness.c: every ABI version, bad tables, threads, reloads.
     let mut h = harness();
     let exe = h.exe.with_file_name("harness-asan");
-    run(Command::new("clang")
-        .args(["-std=c11", "-g", "-Wall", "-Wextra", "-Werror", "-pthread"])
-        .args(SAN_FLAGS)
-        .arg("-I")
-        .arg(root().join("include"))
-        .arg("-I")
-        .arg(root().join("tests/c"))
-        .arg(root().join("tests/c/harness.c"))
-        .arg("-o")
-        .arg(&exe)
-        .args(HARNESS_LINK_FLAGS));
+    let flags: Vec<&str> = ["-pthread"].iter().chain(&SAN_FLAGS).copied().collect();
+    compile_c("clang", &flags, "harness.c", &exe, &HARNESS_LINK_FLAGS);
     h.exe = exe;
     let out = harness_command(&h, &[]).envs(SAN_ENV).output().unwrap();
     check_harness_output("the C harness under ASan/UBSan", &out);
@@ -303,14 +287,7 @@ fn failure_semantics_of_init_for_every_kind_of_bad_table() {
     let cc = require_c_compiler();
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("initlog");
-    run(Command::new(cc)
-        .args(["-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror"])
-        .arg("-I")
-        .arg(root().join("tests/c"))
-        .arg(root().join("tests/c/initlog.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-ldl"));
+    compile_c(cc, &["-O1"], "initlog.c", &exe, &["-ldl"]);
     let file = |name: &str, bytes: &[u8]| {
         let p = dir.path().join(name);
         std::fs::write(&p, bytes).unwrap();
