@@ -34,27 +34,10 @@ fn shipped_dgx1v() -> usize {
     )
 }
 
-/// The generated sweep at `name` in the temp directory, written once.
-fn generated(
-    name: &str,
-    write: fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<usize>,
-) -> PathBuf {
-    let path = std::env::temp_dir().join(name);
-    if !path.exists() {
-        let tmp = path.with_extension("tmp");
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
-        write(&mut f).unwrap();
-        std::io::Write::flush(&mut f).unwrap();
-        drop(f);
-        std::fs::rename(&tmp, &path).unwrap();
-    }
-    path
-}
-
 /// 1,000,000 rows repeating 38,850 distinct cells.
 #[divan::bench(sample_count = 2, sample_size = 1)]
 fn synthetic_1m_rows(b: divan::Bencher) {
-    let path = generated("dyncc-bench-sweep-1m.csv", |f| {
+    let path = gen_sweep::generated("dyncc-bench-sweep-1m.csv", |f| {
         gen_sweep::write_sweep(f, 1_000_000)
     });
     b.bench(|| compile(path.clone()));
@@ -63,7 +46,7 @@ fn synthetic_1m_rows(b: divan::Bencher) {
 /// 1,000,000 rows, every one its own cell (47 shapes, nodes 1-24).
 #[divan::bench(sample_count = 2, sample_size = 1)]
 fn synthetic_1m_distinct_cells(b: divan::Bencher) {
-    let path = generated("dyncc-bench-sweep-1m-distinct.csv", |f| {
+    let path = gen_sweep::generated("dyncc-bench-sweep-1m-distinct.csv", |f| {
         gen_sweep::write_distinct_sweep(f, 1_000_000)
     });
     b.bench(|| compile(path.clone()));

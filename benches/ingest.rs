@@ -125,16 +125,9 @@ fn tuner_csv(bencher: divan::Bencher) {
 /// The 1M-row sweep of 38,850 distinct cells repeated (`gen_sweep`), on
 /// disk once.
 fn repeats_csv() -> std::path::PathBuf {
-    let path = std::env::temp_dir().join("dyncc-bench-ingest-repeats-1m.csv");
-    if !path.exists() {
-        let tmp = path.with_extension("tmp");
-        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
-        gen_sweep::write_sweep(&mut f, 1_000_000).unwrap();
-        std::io::Write::flush(&mut f).unwrap();
-        drop(f);
-        std::fs::rename(&tmp, &path).unwrap();
-    }
-    path
+    gen_sweep::generated("dyncc-bench-ingest-repeats-1m.csv", |f| {
+        gen_sweep::write_sweep(f, 1_000_000)
+    })
 }
 
 /// What `compile` reads: folded as read (see `max alloc`).

@@ -8,7 +8,9 @@
 //! Without `--distinct` the rows repeat 38,850 distinct cells (many repeats
 //! of one sweep); with it every row is its own cell (many shapes).
 
+// `generated` (the benches' files on disk) is not used here.
 #[path = "../benches/support/gen_sweep.rs"]
+#[allow(dead_code)]
 mod gen_sweep;
 
 fn main() -> std::io::Result<()> {

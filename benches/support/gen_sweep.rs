@@ -1,5 +1,6 @@
 //! Synthetic sweeps in the NCCL tuner CSV schema, of any size, for the
-//! compile benchmarks (`benches/compile.rs`, `examples/gen_sweep.rs`).
+//! benchmarks (`benches/compile.rs`, `benches/ingest.rs`, which keep theirs
+//! on disk with [`generated`]) and `examples/gen_sweep.rs`.
 //! Times follow a latency-bandwidth shape per (algorithm, protocol,
 //! channels) with deterministic pseudo-noise; it is load, not physics.
 //!
@@ -149,4 +150,21 @@ fn write_cell(
         }
     }
     Ok(n)
+}
+
+/// The generated sweep at `name` in the temp directory, written once.
+pub fn generated(
+    name: &str,
+    write: fn(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<usize>,
+) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(name);
+    if !path.exists() {
+        let tmp = path.with_extension("tmp");
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).unwrap());
+        write(&mut f).unwrap();
+        std::io::Write::flush(&mut f).unwrap();
+        drop(f);
+        std::fs::rename(&tmp, &path).unwrap();
+    }
+    path
 }
