@@ -544,6 +544,14 @@ mod tests {
         v
     }
 
+    /// Where the grid keeps Tree/LL among its configs.
+    fn tree_ll(g: &Grid) -> usize {
+        g.configs
+            .iter()
+            .position(|c| c.algo == Some(Algo::Tree))
+            .unwrap()
+    }
+
     fn run(cells: &[Cell], opt: &DecideOptions) -> (Grid, GridDecisions) {
         let (g, _) = build_grids(cells);
         let g = g.into_iter().next().unwrap();
@@ -554,11 +562,7 @@ mod tests {
     #[test]
     fn forces_a_clear_winner_and_leaves_the_rest_alone() {
         let (g, d) = run(&sweep(&[1, 2, 8], 0.8), &DecideOptions::default());
-        let tree = g
-            .configs
-            .iter()
-            .position(|c| c.algo == Some(Algo::Tree))
-            .unwrap();
+        let tree = tree_ll(&g);
         let a = &d.anchors[0];
         for (si, c) in a.per_size.iter().enumerate() {
             if g.sizes[si] < 65536 {
@@ -710,11 +714,7 @@ mod tests {
         let mut cells = sweep(&[1, 2, 4], 0.8);
         noisy(&mut cells, 0.03, 7);
         let (g, d) = run(&cells, &DecideOptions::default());
-        let tree = g
-            .configs
-            .iter()
-            .position(|c| c.algo == Some(Algo::Tree))
-            .unwrap();
+        let tree = tree_ll(&g);
         // (Measured counts: with two multi-node counts nothing is carried
         // beyond them.)
         for a in d.anchors.iter().filter(|a| a.measured) {
@@ -758,11 +758,7 @@ mod tests {
             }
         }
         let (g, d) = run(&cells, &DecideOptions::default());
-        let tree = g
-            .configs
-            .iter()
-            .position(|c| c.algo == Some(Algo::Tree))
-            .unwrap();
+        let tree = tree_ll(&g);
         let si = g.sizes.iter().position(|&s| s == 1024).unwrap();
         let first = d.anchors.iter().find(|a| a.measured).unwrap();
         assert_eq!(first.per_size[si].cfg, tree);
@@ -802,11 +798,7 @@ mod tests {
     #[test]
     fn two_multi_node_counts_are_read_between_and_above_but_not_below() {
         let (g, d) = run(&sweep(&[4, 16], 0.8), &DecideOptions::default());
-        let tree = g
-            .configs
-            .iter()
-            .position(|c| c.algo == Some(Algo::Tree))
-            .unwrap();
+        let tree = tree_ll(&g);
         assert_eq!(serving(&d, 8).unwrap().per_size[0].cfg, tree);
         // Upward: a sweep of small jobs carries its gains to bigger ones.
         let above = serving(&d, 32).expect("32 nodes is within the reach");
@@ -860,11 +852,7 @@ mod tests {
         // Steady: Tree/LL 20 % faster at every node count. Between two
         // measured counts the reading is certain and forced.
         let (g, d) = run(&sweep(&[2, 4, 8, 16, 32], 0.8), &DecideOptions::default());
-        let tree = g
-            .configs
-            .iter()
-            .position(|c| c.algo == Some(Algo::Tree))
-            .unwrap();
+        let tree = tree_ll(&g);
         let twelve = serving(&d, 12).unwrap();
         assert!(!twelve.measured);
         assert_eq!(twelve.per_size[0].cfg, tree);
@@ -910,11 +898,7 @@ mod tests {
     #[test]
     fn a_setting_fastest_at_both_counts_around_is_forced_past_the_margin_alone() {
         let (g, d) = run(&drifting_sweep(1.0), &DecideOptions::default());
-        let tree = g
-            .configs
-            .iter()
-            .position(|c| c.algo == Some(Algo::Tree))
-            .unwrap();
+        let tree = tree_ll(&g);
         // 8 nodes reads Tree/LL's 4 % off 4 and 16, where it is fastest:
         // forced, though the size region's drift (Ring/LL's) is large.
         let eight = serving(&d, 8).unwrap();
