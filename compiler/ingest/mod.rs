@@ -238,15 +238,10 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// `sha256  path` per input file that contributed `records` (digests
+    /// `sha256  path` per input file that contributed measurements (digests
     /// recorded while reading); beyond a few files, one combined digest
     /// (over the sorted per-file lines) and the count, so a sweep of
     /// thousands of logs does not bloat the table.
-    pub fn input_digests(&self, records: &[Record]) -> String {
-        self.input_digests_of(records.iter().map(|r| r.source.file.as_path()))
-    }
-
-    /// [`Dataset::input_digests`] of the files that contributed measurements.
     pub fn input_digests_of<'a>(&self, contributed: impl Iterator<Item = &'a Path>) -> String {
         const LIST_UP_TO: usize = 16;
         let files: std::collections::BTreeSet<&Path> = contributed.collect();
