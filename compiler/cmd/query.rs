@@ -15,7 +15,6 @@ use crate::audit::{
     algo_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name, read_table,
 };
 use crate::cmd::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
-use crate::ingest;
 use crate::ingest::args::IngestArgs;
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
@@ -564,12 +563,12 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     let data = if a.data.is_empty() {
         None
     } else {
-        let mut opts = a.ingest.options(false, false)?;
-        opts.lenient = true;
-        // Folded as read: memory grows with the distinct measurements.
-        let mut ds = ingest::read_paths_folded(&a.data, &opts).context("reading --data")?;
-        ingest::setup::select_setup(&mut ds, &a.ingest.setup_choice()?)
-            .context("reading --data")?;
+        // The one read of a sweep (folded), always lenient here.
+        let read = IngestArgs {
+            lenient: true,
+            ..a.ingest.clone()
+        };
+        let mut ds = read.read_sweep(&a.data, false).context("reading --data")?;
         let mut trusted = ds.take_folded();
         trusted.retain(|g| g.key.flags == 0);
         Some((trusted.cells(), ds.skipped.len()))
