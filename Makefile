@@ -5,7 +5,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build test plugin plugin-portable install header bench instructions
+.PHONY: all build test test-deps plugin plugin-portable install header bench instructions
 STRIP ?= strip
 # The library `make install` copies (override with the portable build's).
 PLUGIN_SO ?= $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
@@ -51,9 +51,14 @@ install:
 header:
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-runtime --lib header_is_current
 
+# The tools the tests run (clang, valgrind, shellcheck, ...): installed with
+# apt-get when root, else one line naming the command, before any build.
+test-deps:
+	.ci/test-deps.sh
+
 # The workspace build comes first: the integration tests dlopen the debug
 # plugin (target/debug/libdyncc_runtime.so).
-test:
+test: test-deps
 	$(CARGO) build --workspace
 	$(CARGO) test --workspace
 

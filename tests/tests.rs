@@ -11,5 +11,6 @@ mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
 mod simulate;
-mod stress_c;
-mod support; // shared helpers: required external tools // the plugin under stress, sanitizers, failure semantics (C harnesses)
+mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
+mod support; // shared helpers: required external tools
+mod test_deps; // `make test` installs what the tests need, or names the command that does
