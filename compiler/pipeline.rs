@@ -120,7 +120,14 @@ pub fn compile_cells(
         platform: platform.clone(),
         ..Default::default()
     };
-    describe(&mut report, &grids, &decided, &contexts, &notes, opts);
+    describe(
+        &mut report,
+        &grids,
+        &decided,
+        &contexts,
+        &notes,
+        &opts.decide,
+    );
     for (coll, _, fid) in &trees {
         report.trees.insert(coll.name().to_string(), fid.clone());
     }
