@@ -138,7 +138,8 @@ pub struct GridDecisions {
 
 /// Decides one grid.
 pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
-    let lm = (1.0 + opt.margin).ln();
+    // The log gain a setting must clear to be forced at all.
+    let ln_margin = (1.0 + opt.margin).ln();
     let sigma = |ni: usize, si: usize| fit.sigma(ni, si);
     let (off_trend, widen) = nodes::consistency(grid, &sigma);
     let model = nodes::calibrate(grid, &widen);
@@ -150,17 +151,17 @@ pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
             at: grid.nodes[ni] as f64,
             measured: true,
             per_size: (0..grid.sizes.len())
-                .map(|si| decide_measured(grid, fit, &widen, ni, si, lm, opt))
+                .map(|si| decide_measured(grid, fit, &widen, ni, si, ln_margin, opt))
                 .collect(),
         };
-        smooth(grid, &mut a, fit, lm, opt);
+        smooth(grid, &mut a, fit, ln_margin, opt);
         anchors.push(a);
     }
     let reach = node_reach(grid, opt);
     if let Some((lo, hi)) = reach {
-        for (span, at) in node_bins(grid, lo, hi) {
+        for NodeBin { span, at } in node_bins(grid, lo, hi) {
             let per_size = (0..grid.sizes.len())
-                .map(|si| decide_unmeasured(grid, &model, &widen, at, si, lm, opt))
+                .map(|si| decide_unmeasured(grid, &model, &widen, at, si, ln_margin, opt))
                 .collect();
             anchors.push(Anchor {
                 nodes: span.0,
@@ -195,10 +196,18 @@ fn node_reach(grid: &Grid, opt: &DecideOptions) -> Option<(u32, u32)> {
     Some((lo, hi))
 }
 
+/// A range of unmeasured node counts decided together.
+struct NodeBin {
+    /// Inclusive range of node counts.
+    span: (u32, u32),
+    /// The node count it is decided at (its geometric middle).
+    at: f64,
+}
+
 /// Ranges of unmeasured node counts within `lo..=hi`, each with the point
 /// it is decided at: one per count up to [`NODE_STEP_UNTIL`], quarter
 /// octaves above (crossovers move smoothly with the node count).
-fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<((u32, u32), f64)> {
+fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<NodeBin> {
     let mut starts: Vec<u32> = (lo..=hi.min(NODE_STEP_UNTIL)).collect();
     let mut j = 4 * NODE_STEP_UNTIL.ilog2() + 1;
     loop {
@@ -242,9 +251,32 @@ fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<((u32, u32), f64)> {
         } else {
             (a as f64 * b as f64).sqrt()
         };
-        out.push(((a, b), at));
+        out.push(NodeBin { span: (a, b), at });
     }
     out
+}
+
+/// The best setting found so far at one cell.
+#[derive(Clone, Copy)]
+struct Candidate {
+    /// Index into the grid's configs.
+    cfg: usize,
+    /// What candidates are ranked by (higher wins).
+    score: f64,
+    /// Its log gain over the default.
+    ln_gain: f64,
+    basis: Basis,
+}
+
+impl Candidate {
+    fn forced(self) -> Choice {
+        Choice {
+            cfg: self.cfg,
+            basis: self.basis,
+            gain: self.ln_gain.exp(),
+            why: Why::Forced,
+        }
+    }
 }
 
 /// At an unmeasured node count: the candidate whose reading clears the
@@ -256,7 +288,7 @@ fn decide_unmeasured(
     widen: &Widen,
     at: f64,
     si: usize,
-    lm: f64,
+    ln_margin: f64,
     opt: &DecideOptions,
 ) -> Choice {
     let basis_of = |between: bool| {
@@ -269,7 +301,7 @@ fn decide_unmeasured(
     if !model.calibrated() {
         return Choice::default(Why::Uncalibrated, Basis::Interpolated);
     }
-    let mut best: Option<(f64, usize, f64, bool)> = None;
+    let mut best: Option<Candidate> = None;
     let mut why = Why::DefaultBest;
     let mut basis = Basis::Interpolated;
     let readings: Vec<_> = (0..grid.configs.len())
@@ -286,7 +318,7 @@ fn decide_unmeasured(
             why = why.max(Why::Uncalibrated);
             continue;
         };
-        if r.gain <= lm {
+        if r.gain <= ln_margin {
             continue;
         }
         // The calibrated uncertainty is of a gain drifting between the
@@ -299,21 +331,21 @@ fn decide_unmeasured(
             sd
         };
         let lcb = r.gain - opt.z * sd;
-        if lcb <= lm {
+        if lcb <= ln_margin {
             why = why.max(Why::Uncertain);
             continue;
         }
-        if best.is_none_or(|b| lcb > b.0) {
-            best = Some((lcb, c, r.gain, r.between));
+        if best.is_none_or(|b| lcb > b.score) {
+            best = Some(Candidate {
+                cfg: c,
+                score: lcb,
+                ln_gain: r.gain,
+                basis: basis_of(r.between),
+            });
         }
     }
     match best {
-        Some((_, c, g, between)) => Choice {
-            cfg: c,
-            basis: basis_of(between),
-            gain: g.exp(),
-            why: Why::Forced,
-        },
+        Some(b) => b.forced(),
         None => Choice::default(why, basis),
     }
 }
@@ -324,7 +356,7 @@ fn decide_measured(
     widen: &Widen,
     ni: usize,
     si: usize,
-    lm: f64,
+    ln_margin: f64,
     opt: &DecideOptions,
 ) -> Choice {
     let Some(d) = grid.get(ni, si, 0) else {
@@ -334,14 +366,14 @@ fn decide_measured(
         return Choice::default(Why::OnlyDefaultMeasured, Basis::Measured);
     }
     let sigma = fit.sigma(ni, si);
-    let mut best: Option<(f64, usize, f64)> = None;
+    let mut best: Option<Candidate> = None;
     let mut why = Why::DefaultBest;
     for c in 1..grid.configs.len() {
         let Some(m) = grid.get(ni, si, c) else {
             continue;
         };
-        let g = d.ln_t - m.ln_t;
-        if g <= lm {
+        let ln_gain = d.ln_t - m.ln_t;
+        if ln_gain <= ln_margin {
             continue;
         }
         // Runs off their neighbours' trend (either side of the ratio) make
@@ -350,34 +382,34 @@ fn decide_measured(
             + widen.get(ni, 0)
             + widen.get(ni, c))
         .sqrt();
-        if g <= lm + opt.z * sd {
+        if ln_gain <= ln_margin + opt.z * sd {
             why = why.max(Why::WithinNoise);
             continue;
         }
-        let gp = fit
+        let ln_gain_model = fit
             .predict(c, grid.sizes[si], grid.nodes[ni], grid.ppn)
-            .unwrap_or(g);
+            .unwrap_or(ln_gain);
         // Weak evidence needs corroboration: the model sees the
         // neighbours too, and an advantage it cannot reproduce over them is
         // an isolated, possibly noisy, measurement. Strong evidence (more
         // than STRONG noise sds past the margin) stands on its own: the
         // default is sometimes wrong at a single size.
-        if gp <= lm && g - lm <= STRONG * sd {
+        if ln_gain_model <= ln_margin && ln_gain - ln_margin <= STRONG * sd {
             why = why.max(Why::ModelDisagrees);
             continue;
         }
-        let score = (g + gp.min(g)) / 2.0;
-        if best.is_none_or(|b| score > b.0) {
-            best = Some((score, c, g));
+        let score = (ln_gain + ln_gain_model.min(ln_gain)) / 2.0;
+        if best.is_none_or(|b| score > b.score) {
+            best = Some(Candidate {
+                cfg: c,
+                score,
+                ln_gain,
+                basis: Basis::Measured,
+            });
         }
     }
     match best {
-        Some((_, c, g)) => Choice {
-            cfg: c,
-            basis: Basis::Measured,
-            gain: g.exp(),
-            why: Why::Forced,
-        },
+        Some(b) => b.forced(),
         None => Choice::default(why, Basis::Measured),
     }
 }
@@ -385,7 +417,7 @@ fn decide_measured(
 /// No flip-flopping on noise: a size whose choice differs from two agreeing
 /// neighbours takes theirs when theirs is measured there and within the
 /// noise of it (and still no worse than the default by the margin).
-fn smooth(grid: &Grid, a: &mut Anchor, fit: &Fitted, lm: f64, opt: &DecideOptions) {
+fn smooth(grid: &Grid, a: &mut Anchor, fit: &Fitted, ln_margin: f64, opt: &DecideOptions) {
     let Some(ni) = grid.nodes.iter().position(|&n| n == a.nodes) else {
         return;
     };
@@ -404,7 +436,7 @@ fn smooth(grid: &Grid, a: &mut Anchor, fit: &Fitted, lm: f64, opt: &DecideOption
         let sd = fit.sigma(ni, si) * 2f64.sqrt();
         let alt_gain = d.ln_t - alt.ln_t;
         let close = alt.ln_t - cur.ln_t <= opt.z * sd;
-        let safe = l.cfg == 0 || alt_gain > lm;
+        let safe = l.cfg == 0 || alt_gain > ln_margin;
         if close && safe {
             a.per_size[si] = if l.cfg == 0 {
                 Choice::default(Why::WithinNoise, Basis::Measured)

@@ -8,7 +8,7 @@ use dyncc_tables::{
 };
 
 use crate::decide::{buckets, GridDecisions};
-use crate::distil::Leaf;
+use crate::distil::{Fidelity, Leaf};
 use crate::features::Grid;
 use crate::tree::{FlatTree, Node};
 
@@ -21,6 +21,23 @@ pub struct PlannedContext {
     pub buckets: Box<[BucketDecision; NUM_BUCKETS]>,
 }
 
+/// One collective's distilled tree as it goes into the table, with how
+/// faithfully it summarises the contexts (for the report).
+#[derive(Clone, Debug)]
+pub struct PlannedTree {
+    pub coll: Coll,
+    pub tree: FlatTree<Leaf>,
+    pub fidelity: Fidelity,
+}
+
+/// The grid of a collective with the most measured cells.
+struct BestCovered {
+    coll: Coll,
+    /// Index into the grids.
+    grid: usize,
+    measured: usize,
+}
+
 /// Lays out the contexts of every grid: one per anchor (a measured node
 /// count, or a range of unmeasured ones decided together), then, only when
 /// extrapolating, the best-covered grid's contexts for every other number
@@ -28,8 +45,7 @@ pub struct PlannedContext {
 /// first match is the only match.
 pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec<PlannedContext> {
     let mut out = Vec::new();
-    // Per collective: (grid, measured cells) of the best-covered grid.
-    let mut any_ppn: Vec<(Coll, usize, usize)> = Vec::new();
+    let mut any_ppn: Vec<BestCovered> = Vec::new();
     for (gi, (g, d)) in grids.iter().zip(decided).enumerate() {
         for a in &d.anchors {
             out.push(PlannedContext {
@@ -40,14 +56,19 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
             });
         }
         if extrapolate {
-            match any_ppn.iter_mut().find(|e| e.0 == g.coll) {
-                Some(e) if e.2 >= g.measured() => {}
-                Some(e) => *e = (g.coll, gi, g.measured()),
-                None => any_ppn.push((g.coll, gi, g.measured())),
+            let best = BestCovered {
+                coll: g.coll,
+                grid: gi,
+                measured: g.measured(),
+            };
+            match any_ppn.iter_mut().find(|e| e.coll == g.coll) {
+                Some(e) if e.measured >= best.measured => {}
+                Some(e) => *e = best,
+                None => any_ppn.push(best),
             }
         }
     }
-    for (coll, gi, _) in any_ppn {
+    for BestCovered { coll, grid: gi, .. } in any_ppn {
         let extra: Vec<PlannedContext> = out
             .iter()
             .filter(|c| c.coll == coll && c.ppn == (grids[gi].ppn, grids[gi].ppn))
@@ -128,7 +149,7 @@ pub fn tree_nodes(t: &FlatTree<Leaf>) -> Vec<TreeNode> {
 /// Builds the table bytes.
 pub fn build(
     contexts: &[PlannedContext],
-    trees: &[(Coll, FlatTree<Leaf>)],
+    trees: &[PlannedTree],
     meta: &[(&str, String)],
     extrapolate: bool,
 ) -> anyhow::Result<Vec<u8>> {
@@ -154,8 +175,8 @@ pub fn build(
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("building a table context")?;
     }
-    for (coll, t) in trees {
-        b.tree(*coll, &tree_nodes(t))
+    for t in trees {
+        b.tree(t.coll, &tree_nodes(&t.tree))
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("storing a distilled tree")?;
     }

@@ -19,15 +19,14 @@ use anyhow::bail;
 use dyncc_tables::{bucket_lower_bound, size_bucket, Coll, Table, NCCL_ENUM, NUM_BUCKETS};
 
 use crate::decide::{decide, DecideOptions, GridDecisions};
-use crate::distil::{distil, tree_features, Fidelity, Leaf, Sample};
-use crate::emit::{self, PlannedContext};
+use crate::distil::{distil, tree_features, Sample};
+use crate::emit::{self, PlannedContext, PlannedTree};
 use crate::features::{build_grids, Grid};
 use crate::fit::fit;
 use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
 use crate::record::{Cell, CellKey};
 use crate::report::{describe, Inputs, Platform, Report, TableInfo};
-use crate::tree::FlatTree;
 use crate::units::fmt_bytes;
 
 /// Deepest distilled tree; deeper ones stop being readable.
@@ -120,9 +119,18 @@ pub fn compile_cells(
         platform: platform.clone(),
         ..Default::default()
     };
-    describe(&mut report, &grids, &decided, &contexts, &notes, opts);
-    for (coll, _, fid) in &trees {
-        report.trees.insert(coll.name().to_string(), fid.clone());
+    describe(
+        &mut report,
+        &grids,
+        &decided,
+        &contexts,
+        &notes,
+        &opts.decide,
+    );
+    for t in &trees {
+        report
+            .trees
+            .insert(t.coll.name().to_string(), t.fidelity.clone());
     }
     let coverage_text = report
         .coverage
@@ -162,9 +170,7 @@ pub fn compile_cells(
     if let Some(v) = &platform.nccl_version {
         meta.push(("nccl_version", v.clone()));
     }
-    let tree_list: Vec<(Coll, FlatTree<Leaf>)> =
-        trees.into_iter().map(|(c, t, _)| (c, t)).collect();
-    let bytes = emit::build(&contexts, &tree_list, &meta, opts.decide.extrapolate)?;
+    let bytes = emit::build(&contexts, &trees, &meta, opts.decide.extrapolate)?;
     let table = Table::from_bytes(&bytes)
         .map_err(|e| anyhow::anyhow!("internal error: emitted table does not load: {e}"))?;
     report.table = TableInfo {
@@ -230,7 +236,9 @@ fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platfor
                 *m.entry(v).or_default() += g.samples.len();
             }
         }
-        m.into_iter().max_by_key(|e| e.1).map(|e| e.0)
+        m.into_iter()
+            .max_by_key(|(_, records)| *records)
+            .map(|(value, _)| value)
     };
     Ok(Platform {
         label: most(&|g| g.key.platform.as_deref().map(str::to_string)),
@@ -249,11 +257,7 @@ fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platfor
 /// plugin answers from this table: every size bucket it decides (inside the
 /// measured sizes, or all when extrapolating) at every node count it
 /// decides (each count of a range), for the grid's ranks per node.
-fn distil_all(
-    grids: &[Grid],
-    contexts: &[PlannedContext],
-    extrapolate: bool,
-) -> Vec<(Coll, FlatTree<Leaf>, Fidelity)> {
+fn distil_all(grids: &[Grid], contexts: &[PlannedContext], extrapolate: bool) -> Vec<PlannedTree> {
     // The planned contexts hold every anchor's size buckets already; those
     // for other ranks per node (extrapolating) repeat a grid's, so only the
     // grids' own are used.
@@ -283,9 +287,10 @@ fn distil_all(
     for (g, c) in &own {
         let s = by_coll.entry(g.coll).or_default();
         let (lo, hi) = size_range(g);
-        let mut ends = vec![c.nodes.0];
-        if c.nodes.1 != u32::MAX && c.nodes.1 != c.nodes.0 {
-            ends.push(c.nodes.1);
+        let (first, last) = c.nodes;
+        let mut ends = vec![first];
+        if last != u32::MAX && last != first {
+            ends.push(last);
         }
         // Each end stands for half the node counts of its range.
         let count = emit::range_samples(c.nodes).len() as f64 / ends.len() as f64;
@@ -325,7 +330,11 @@ fn distil_all(
             f.points = points;
             f.disagree = disagree;
             f.weighted_disagree = if total > 0.0 { wrong / total } else { 0.0 };
-            (coll, t, f)
+            PlannedTree {
+                coll,
+                tree: t,
+                fidelity: f,
+            }
         })
         .collect()
 }
@@ -345,7 +354,14 @@ fn check_default_runs(
     struct Seen {
         n: usize,
         has_default: bool,
-        first: Option<(u32, PathBuf, u32)>,
+        first: Option<FirstRead>,
+    }
+    /// Where a record was read, and in which order.
+    #[derive(Default)]
+    struct FirstRead {
+        seq: u32,
+        file: PathBuf,
+        line: u32,
     }
     let mut seen: BTreeMap<&'static str, Seen> = BTreeMap::new();
     for g in &f.groups {
@@ -353,15 +369,19 @@ fn check_default_runs(
         let e = seen.entry(g.collective().name()).or_default();
         e.n += g.samples.len();
         e.has_default |= g.is_default();
-        if e.first.as_ref().is_none_or(|(seq, _, _)| s.seq < *seq) {
-            e.first = Some((s.seq, (*g.key.file).clone(), s.line));
+        if e.first.as_ref().is_none_or(|f| s.seq < f.seq) {
+            e.first = Some(FirstRead {
+                seq: s.seq,
+                file: (*g.key.file).clone(),
+                line: s.line,
+            });
         }
     }
     for (coll, e) in seen {
         if e.has_default {
             continue;
         }
-        let (_, file, line) = e.first.unwrap_or_default();
+        let FirstRead { file, line, .. } = e.first.unwrap_or_default();
         let n = e.n;
         let why = format!(
             "{coll}: {n} measurements, none with NCCL's own choice (a run without NCCL_ALGO, \
@@ -405,21 +425,39 @@ fn check_repeats(
     use std::collections::HashMap;
     use std::path::Path;
     type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
-    /// Per file: the group's times there and its first line.
-    type PerFile<'a> = BTreeMap<&'a Path, (Vec<f64>, u32)>;
+    /// A cell's first file, and whether another file measured it too.
+    struct FirstFile<'a> {
+        file: &'a Path,
+        repeated_elsewhere: bool,
+    }
+    /// A cell's times in one file, and the first line they were read at.
+    struct InFile {
+        times: Vec<f64>,
+        line: u32,
+    }
+    /// A cell's median time in one file.
+    struct FileMedian<'a> {
+        file: &'a Path,
+        median: f64,
+        line: u32,
+    }
+    type PerFile<'a> = BTreeMap<&'a Path, InFile>;
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
     // Only cells measured in two files or more are compared: their times
     // are the only ones copied (a single file of repeats copies none).
-    let mut first_file: HashMap<RepeatKey<'_>, (&Path, bool)> = HashMap::new();
+    let mut first_file: HashMap<RepeatKey<'_>, FirstFile<'_>> = HashMap::new();
     for g in f.groups.iter().filter(trusted) {
         let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
-        let e = first_file.entry(k).or_insert((g.key.file.as_path(), false));
-        e.1 |= e.0 != g.key.file.as_path();
+        let e = first_file.entry(k).or_insert(FirstFile {
+            file: g.key.file.as_path(),
+            repeated_elsewhere: false,
+        });
+        e.repeated_elsewhere |= e.file != g.key.file.as_path();
     }
     let mut groups: HashMap<RepeatKey<'_>, PerFile<'_>> = HashMap::new();
     for g in f.groups.iter().filter(trusted) {
         let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
-        if !first_file.get(&k).is_some_and(|e| e.1) {
+        if !first_file.get(&k).is_some_and(|e| e.repeated_elsewhere) {
             continue;
         }
         let line = g.samples.iter().map(|s| s.line).min().unwrap_or(0);
@@ -427,9 +465,12 @@ fn check_repeats(
             .entry(k)
             .or_default()
             .entry(g.key.file.as_path())
-            .or_insert((Vec::new(), line));
-        e.0.extend(g.samples.iter().map(|s| s.time_us));
-        e.1 = e.1.min(line);
+            .or_insert(InFile {
+                times: Vec::new(),
+                line,
+            });
+        e.times.extend(g.samples.iter().map(|s| s.time_us));
+        e.line = e.line.min(line);
     }
     /// A cell whose repeats disagree: its group, what to say, and the two
     /// files.
@@ -445,33 +486,45 @@ fn check_repeats(
             continue;
         }
         let med = |v: &[f64]| crate::stats::median(&mut v.to_vec()).unwrap_or(f64::NAN);
-        let meds: Vec<(&Path, f64, u32)> =
-            files.iter().map(|(f, (t, l))| (*f, med(t), *l)).collect();
-        let lo = meds.iter().min_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-        let hi = meds.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap();
-        if hi.1 > lo.1 * REPEAT_FACTOR {
+        let meds: Vec<FileMedian> = files
+            .iter()
+            .map(|(file, f)| FileMedian {
+                file,
+                median: med(&f.times),
+                line: f.line,
+            })
+            .collect();
+        let lo = meds
+            .iter()
+            .min_by(|a, b| a.median.total_cmp(&b.median))
+            .unwrap();
+        let hi = meds
+            .iter()
+            .max_by(|a, b| a.median.total_cmp(&b.median))
+            .unwrap();
+        if hi.median > lo.median * REPEAT_FACTOR {
             let what = format!(
                 "{}:{}: {} {} ranks on {} node(s), {} bytes, {}: {:.2} us here but {:.2} us at {}:{} \
                  ({:.0}x apart); expected repeats of one measurement to agree within {REPEAT_FACTOR}x \
                  (was one run on a broken node or other hardware?)",
-                hi.0.display(),
-                hi.2,
+                hi.file.display(),
+                hi.line,
                 key.collective.name(),
                 key.nranks,
                 key.nnodes,
                 key.nbytes,
                 key.config,
-                hi.1,
-                lo.1,
-                lo.0.display(),
-                lo.2,
-                hi.1 / lo.1,
+                hi.median,
+                lo.median,
+                lo.file.display(),
+                lo.line,
+                hi.median / lo.median,
             );
             bad.push(Bad {
                 key: *key,
                 platform: platform.or(*gpu).map(String::from),
                 what,
-                pair: (hi.0.to_path_buf(), lo.0.to_path_buf()),
+                pair: (hi.file.to_path_buf(), lo.file.to_path_buf()),
             });
         }
     }

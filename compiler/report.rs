@@ -8,12 +8,11 @@ use std::path::PathBuf;
 use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision};
 use serde::Serialize;
 
-use crate::decide::{GridDecisions, Why};
+use crate::decide::{DecideOptions, GridDecisions, Why};
 use crate::distil::Fidelity;
 use crate::emit::PlannedContext;
 use crate::features::{Grid, GridNotes};
 use crate::ingest;
-use crate::pipeline::CompileOptions;
 use crate::units::fmt_bytes;
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -93,7 +92,7 @@ pub(crate) fn describe(
     decided: &[GridDecisions],
     contexts: &[PlannedContext],
     notes: &GridNotes,
-    opts: &CompileOptions,
+    decide: &DecideOptions,
 ) {
     for g in grids {
         r.coverage.push(Coverage {
@@ -181,18 +180,18 @@ pub(crate) fn describe(
                 "node counts measured {measured}; {}-{hi} predicted from them (sizes matched on {}; above the measured counts up to {}x, --node-reach), others left to NCCL: carrying gains down below the smallest multi-node count needs at least {} multi-node counts",
                 lo.max(multi_lo(&g.nodes)),
                 d.model.align.name(),
-                opts.decide.node_reach,
+                decide.node_reach,
                 crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE_DOWN
             ),
             Some((lo, hi)) => format!(
                 "node counts measured {measured}; {lo}-{hi} predicted from them (sizes matched on {}; beyond the measured counts up to {}x, --node-reach), others left to NCCL",
                 d.model.align.name(),
-                opts.decide.node_reach
+                decide.node_reach
             ),
         };
         r.reach.push(format!("{coll} ppn {}: {reach}", g.ppn));
     }
-    if !opts.decide.extrapolate {
+    if !decide.extrapolate {
         let colls: BTreeSet<&str> = grids.iter().map(|g| g.coll.name()).collect();
         for coll in colls {
             let gs: Vec<&Grid> = grids.iter().filter(|g| g.coll.name() == coll).collect();

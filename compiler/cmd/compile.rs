@@ -188,7 +188,7 @@ fn print_report(r: &Report) {
             ppn,
             fmt_bytes(f.from_bytes),
             fmt_bytes(f.to_bytes.saturating_add(1)),
-            crate::audit::fmt_forced(&f.algorithm, &f.protocol, f.channels),
+            crate::audit::text::fmt_forced(&f.algorithm, &f.protocol, f.channels),
             fmt_gain(f.gain),
             f.basis
         );

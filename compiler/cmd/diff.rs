@@ -9,10 +9,10 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Decision, Lookup, Table, NUM_BUCKETS};
 use serde::Serialize;
 
-use crate::audit::{
-    algo_name, channels, fmt_sizes, fmt_span, open, patches, plane, probes, proto_name, read_table,
-    run_bytes, runs, Patch, Probe,
-};
+use crate::audit::files::{open, read_table};
+use crate::audit::names::{algo_name, channels, proto_name};
+use crate::audit::plane::{live_buckets, patches, plane, probes, run_bytes, runs, Patch, Probe};
+use crate::audit::text::{fmt_forced, fmt_sizes, fmt_span};
 use crate::units::fmt_gain;
 
 /// Show where two tables decide differently.
@@ -89,7 +89,7 @@ pub struct DiffJson {
 
 fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
     let l = row[r.0 as usize];
-    let live = crate::audit::live_buckets().filter(|b| (r.0..=r.1).contains(b));
+    let live = live_buckets().filter(|b| (r.0..=r.1).contains(b));
     let gain = live
         .map(|b| row[b as usize].gain)
         .fold(f32::INFINITY, f32::min);
@@ -107,7 +107,7 @@ fn decision_of(s: &Side) -> String {
     if s.algorithm == "default" {
         return "NCCL's choice".into();
     }
-    crate::audit::fmt_forced(s.algorithm, s.protocol, s.channels)
+    fmt_forced(s.algorithm, s.protocol, s.channels)
 }
 
 /// The changed regions of one patch under one probe.
@@ -125,9 +125,7 @@ fn patch_changes(a: &Table, b: &Table, p: &Patch, probe: Probe) -> Vec<Change> {
         .filter(|r| pair[r.0 as usize].0 != pair[r.0 as usize].1)
         .map(|r| {
             let (lo, hi) = run_bytes(r);
-            let live: Vec<u8> = crate::audit::live_buckets()
-                .filter(|k| (r.0..=r.1).contains(k))
-                .collect();
+            let live: Vec<u8> = live_buckets().filter(|k| (r.0..=r.1).contains(k)).collect();
             let log_sum: f64 = live
                 .iter()
                 .map(|&k| (rb[k as usize].gain as f64 / ra[k as usize].gain as f64).ln())

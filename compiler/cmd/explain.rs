@@ -7,15 +7,18 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use dyncc_tables::{
-    Coll, ContextView, Decision, Feature, Rule, Table, TreeNode, TreeView, NUM_FEATURES,
-};
+use dyncc_tables::{Coll, Decision, Feature, Table, TreeNode, TreeView, NUM_FEATURES};
 use serde::Serialize;
 
-use crate::audit::{
-    algo_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name, read_table,
+use crate::audit::colour::colour_hex;
+use crate::audit::files::{open, read_table};
+use crate::audit::json::{context_json, ContextJson};
+use crate::audit::names::{algo_name, channels, parse_colls, proto_name};
+use crate::audit::plane::live_buckets;
+use crate::audit::text::{
+    condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then, one_line_summary,
 };
-use crate::units::{fmt_bytes, fmt_gain};
+use crate::units::fmt_gain;
 
 /// Output format of `dyncc explain`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -109,88 +112,6 @@ pub enum NodeJson {
     },
 }
 
-/// One size rule of a context.
-#[derive(Clone, Debug, Serialize)]
-pub struct RuleJson {
-    pub index: u32,
-    pub from_bytes: u64,
-    pub to_bytes: u64,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    pub channels: u8,
-    pub expected_gain: f32,
-    pub basis: &'static str,
-}
-
-/// One context.
-#[derive(Clone, Debug, Serialize)]
-pub struct ContextJson {
-    pub index: u32,
-    pub collective: &'static str,
-    pub nodes: (u32, u32),
-    pub ppn: (u32, u32),
-    /// 0 = any numPipeOps.
-    pub max_pipe_ops: u32,
-    /// any, 0 or 1.
-    pub reg_buff: &'static str,
-    pub rules: Vec<RuleJson>,
-}
-
-pub fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule) -> RuleJson {
-    let first = prev_last.map_or(0, |p| p.saturating_add(1));
-    let (lo, hi) = (
-        dyncc_tables::bucket_lower_bound(first),
-        dyncc_tables::bucket_upper_bound(r.last_bucket),
-    );
-    // Rules starting in the empty buckets 4..=7 really start at 4 bytes.
-    let lo = if dyncc_tables::bucket_is_empty(first) {
-        4
-    } else {
-        lo
-    };
-    RuleJson {
-        index,
-        from_bytes: lo,
-        to_bytes: hi,
-        algorithm: algo_name(r.decision),
-        protocol: proto_name(r.decision),
-        channels: channels(r.decision),
-        expected_gain: r.gain,
-        basis: r.basis.name(),
-    }
-}
-
-pub fn reg_buff_name(r: dyncc_tables::RegBuff) -> &'static str {
-    match r {
-        dyncc_tables::RegBuff::Any => "any",
-        dyncc_tables::RegBuff::Only0 => "0",
-        dyncc_tables::RegBuff::Only1 => "1",
-    }
-}
-
-pub fn context_json(c: &ContextView) -> ContextJson {
-    let s = c.spec();
-    let mut prev = None;
-    let rules = c
-        .rules()
-        .enumerate()
-        .map(|(i, r)| {
-            let j = rule_json(i as u32, prev, &r);
-            prev = Some(r.last_bucket);
-            j
-        })
-        .collect();
-    ContextJson {
-        index: c.index(),
-        collective: s.coll.name(),
-        nodes: s.nodes,
-        ppn: s.ppn,
-        max_pipe_ops: s.max_pipe_ops,
-        reg_buff: reg_buff_name(s.reg_buff),
-        rules,
-    }
-}
-
 /// `allreduce  nodes 2  ranks/node 8` plus gates.
 pub fn context_title(c: &ContextJson) -> String {
     let mut s = format!(
@@ -207,78 +128,6 @@ pub fn context_title(c: &ContextJson) -> String {
         let _ = write!(s, "  only regBuff={}", c.reg_buff);
     }
     s
-}
-
-/// `tree/ll, +30.0 % vs default, measured` or `NCCL's choice`.
-pub fn fmt_then(d: Decision, gain: f32, basis: &str) -> String {
-    match d {
-        Decision::Default => format!("NCCL's choice ({basis})"),
-        d => format!(
-            "{}, {} vs default, {basis}",
-            fmt_decision(d),
-            fmt_gain(gain as f64)
-        ),
-    }
-}
-
-fn feature_label(f: Feature) -> &'static str {
-    match f {
-        Feature::Log2Bytes => "bytes",
-        Feature::Nodes => "nodes",
-        Feature::Ranks => "ranks",
-        Feature::Ppn => "ranks/node",
-        Feature::Log2BytesPerRank => "bytes/rank",
-    }
-}
-
-/// The byte size a log2 threshold stands for. Thresholds are log2 of grid
-/// sizes (bucket lower bounds) stored as f32, so snapping to the nearest
-/// bucket edge recovers the size exactly.
-fn pow2_bytes(t: f32) -> u64 {
-    let v = 2f64.powf(t as f64);
-    if v >= u64::MAX as f64 {
-        return u64::MAX;
-    }
-    let v = v.round().max(0.0) as u64;
-    let b = dyncc_tables::size_bucket(v);
-    let lo = dyncc_tables::bucket_lower_bound(b);
-    let hi = if b == 255 {
-        lo
-    } else {
-        dyncc_tables::bucket_lower_bound(b + 1)
-    };
-    if v - lo <= hi.saturating_sub(v) {
-        lo
-    } else {
-        hi
-    }
-}
-
-/// Human text of one merged condition.
-pub fn condition_text(f: Feature, min: Option<f32>, below: Option<f32>) -> String {
-    let name = feature_label(f);
-    match f {
-        Feature::Log2Bytes | Feature::Log2BytesPerRank => {
-            let b = |t: f32| fmt_bytes(pow2_bytes(t));
-            match (min, below) {
-                (Some(lo), Some(hi)) => format!("{} <= {name} < {}", b(lo), b(hi)),
-                (Some(lo), None) => format!("{name} >= {}", b(lo)),
-                (None, Some(hi)) => format!("{name} < {}", b(hi)),
-                (None, None) => String::new(),
-            }
-        }
-        _ => {
-            // Integer features: x >= t <=> x >= ceil(t); x < t <=> x < ceil(t).
-            let c = |t: f32| (t as f64).ceil() as i64;
-            match (min, below) {
-                (Some(lo), Some(hi)) if c(hi) - c(lo) == 1 => format!("{name} = {}", c(lo)),
-                (Some(lo), Some(hi)) => format!("{} <= {name} < {}", c(lo), c(hi)),
-                (Some(lo), None) => format!("{name} >= {}", c(lo)),
-                (None, Some(hi)) => format!("{name} < {}", c(hi)),
-                (None, None) => String::new(),
-            }
-        }
-    }
 }
 
 /// Every leaf of `tree` as a rule, in depth-first (left before right) order.
@@ -387,20 +236,10 @@ pub fn tree_json(tree: &TreeView) -> TreeJson {
     }
 }
 
-/// Parses `--coll`; the error lists the names.
-pub fn parse_coll(s: &str) -> anyhow::Result<Coll> {
-    Coll::parse(s).ok_or_else(|| {
-        anyhow::anyhow!(
-            "`{s}` is not a collective a tuner decides: use allreduce, allgather, reducescatter, broadcast or reduce \
-             (any spelling: all_reduce, AllReduce, all_reduce_perf)"
-        )
-    })
-}
-
 /// The whole explanation as text.
 pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{name}: {}", crate::cmd::verify::one_line_summary(table));
+    let _ = writeln!(s, "{name}: {}", one_line_summary(table));
     let mut any_tree = false;
     for &coll in colls {
         let Some(tree) = table.tree(coll) else {
@@ -558,7 +397,7 @@ pub fn tree_agreement(table: &Table, coll: Coll) -> Option<Agreement> {
                 continue;
             }
             let mut run: Option<Disagreement> = None;
-            for b in crate::audit::live_buckets() {
+            for b in live_buckets() {
                 let bytes = dyncc_tables::bucket_lower_bound(b);
                 let plugin = table
                     .lookup(coll as u32, ranks, nodes as u64, bytes, 1, 0)
@@ -648,7 +487,7 @@ pub fn render_dot(table: &Table, colls: &[Coll]) -> String {
                             format!("NCCL's choice\\n{}", basis.name()),
                         ),
                         d => (
-                            crate::cmd::plot::colour_hex(d),
+                            colour_hex(d),
                             format!(
                                 "{}\\n{} vs default\\n{}",
                                 fmt_decision(d),
@@ -687,10 +526,7 @@ struct ExplainJson {
 pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
-    let colls: Vec<Coll> = match &a.coll {
-        Some(c) => vec![parse_coll(c)?],
-        None => Coll::ALL.iter().rev().copied().collect(),
-    };
+    let colls = parse_colls(a.coll.as_deref())?;
     let format = if a.json { Format::Json } else { a.format };
     let name = a.table.display().to_string();
     match format {
@@ -739,6 +575,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
 mod tests {
     use super::*;
     use crate::audit::testutil;
+    use dyncc_tables::Rule;
 
     #[test]
     fn leaves_become_rules_with_merged_conditions() {
@@ -761,26 +598,6 @@ mod tests {
             "ring/ll128/16ch, +12.0 % vs default, measured"
         );
         assert_eq!(rules[1].algorithm, "default");
-    }
-
-    #[test]
-    fn integer_conditions_read_naturally() {
-        assert_eq!(
-            condition_text(Feature::Nodes, Some(3.5), Some(4.5)),
-            "nodes = 4"
-        );
-        assert_eq!(
-            condition_text(Feature::Nodes, Some(2.0), Some(8.0)),
-            "2 <= nodes < 8"
-        );
-        assert_eq!(
-            condition_text(Feature::Ppn, None, Some(2.0)),
-            "ranks/node < 2"
-        );
-        assert_eq!(
-            condition_text(Feature::Log2Bytes, Some(10.0), Some(20.0)),
-            "1 KiB <= bytes < 1 MiB"
-        );
     }
 
     #[test]

@@ -14,7 +14,9 @@ use dyncc_tables::{
     bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Table,
 };
 
-use crate::audit::{fmt_span, open, patches, read_table};
+use crate::audit::files::{open, read_table, write_output};
+use crate::audit::plane::patches;
+use crate::audit::text::fmt_span;
 
 /// Export formats.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -317,7 +319,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<i32> {
     }
     match &a.output {
         Some(p) => {
-            crate::audit::write_output(p, text.as_bytes(), 0o644)?;
+            write_output(p, text.as_bytes(), 0o644)?;
             eprintln!("wrote {} ({} rules)", p.display(), csv.rows.len());
         }
         None => print!("{text}"),

@@ -8,12 +8,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use dyncc_tables::{
-    bucket_lower_bound, size_bucket, Algo, Basis, Coll, Decision, Lookup, Proto, Table,
-};
+use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, Coll, Decision, Lookup, Table};
 
-use crate::audit::{fmt_span, live_buckets, open, patches, plane, read_table, Patch, Probe};
-use crate::cmd::explain::parse_coll;
+use crate::audit::colour::colour_hex;
+use crate::audit::files::{open, read_table, write_output};
+use crate::audit::names::{channels, parse_colls};
+use crate::audit::plane::{live_buckets, patches, plane, Patch, Probe};
+use crate::audit::text::fmt_span;
 use crate::units::{fmt_bytes, fmt_gain};
 
 /// Draw a table's decision map as SVG.
@@ -46,52 +47,6 @@ pub struct PlotArgs {
     /// Largest size on the x axis (default: 4 GiB or the largest forced size).
     #[arg(long)]
     pub max_bytes: Option<String>,
-}
-
-/// A colour per (algorithm, protocol): hue by algorithm, lightness by
-/// protocol, so related settings look related.
-pub fn colour(d: Decision) -> (f64, f64, f64) {
-    let Decision::Force { algo, proto, .. } = d else {
-        return (0.0, 0.0, 0.86);
-    };
-    let h = match algo {
-        Algo::Tree => 212.0,
-        Algo::Ring => 28.0,
-        Algo::CollNetDirect => 285.0,
-        Algo::CollNetChain => 325.0,
-        Algo::Nvls => 128.0,
-        Algo::NvlsTree => 172.0,
-        Algo::Pat => 355.0,
-    };
-    let l = match proto {
-        Proto::LL => 0.66,
-        Proto::LL128 => 0.50,
-        Proto::Simple => 0.36,
-    };
-    (h, 0.72, l)
-}
-
-fn hsl_to_rgb((h, s, l): (f64, f64, f64)) -> (u8, u8, u8) {
-    let c = (1.0 - (2.0 * l - 1.0).abs()) * s;
-    let hp = h / 60.0;
-    let x = c * (1.0 - (hp % 2.0 - 1.0).abs());
-    let (r, g, b) = match hp as u32 {
-        0 => (c, x, 0.0),
-        1 => (x, c, 0.0),
-        2 => (0.0, c, x),
-        3 => (0.0, x, c),
-        4 => (x, 0.0, c),
-        _ => (c, 0.0, x),
-    };
-    let m = l - c / 2.0;
-    let f = |v: f64| ((v + m) * 255.0).round().clamp(0.0, 255.0) as u8;
-    (f(r), f(g), f(b))
-}
-
-/// `#rrggbb` of a decision's colour.
-pub fn colour_hex(d: Decision) -> String {
-    let (r, g, b) = hsl_to_rgb(colour(d));
-    format!("#{r:02x}{g:02x}{b:02x}")
 }
 
 fn short_bytes(n: u64) -> String {
@@ -262,7 +217,7 @@ pub fn render(
                     if let Some(pat) = pat {
                         let _ = writeln!(body, "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"url(#{pat})\"/>");
                     }
-                    if crate::audit::channels(l.decision) > 0 {
+                    if channels(l.decision) > 0 {
                         let _ = writeln!(body, "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"url(#pinned)\"/>");
                     }
                 }
@@ -372,7 +327,7 @@ pub fn render(
         (
             "pinned",
             "channels pinned",
-            decisions.iter().any(|d| crate::audit::channels(*d) > 0),
+            decisions.iter().any(|d| channels(*d) > 0),
         ),
     ] {
         if !show {
@@ -436,10 +391,7 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
     crate::atomic::check_output(&a.output, [a.table.as_path()], "svg")?;
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
-    let colls: Vec<Coll> = match &a.coll {
-        Some(c) => vec![parse_coll(c)?],
-        None => Coll::ALL.iter().rev().copied().collect(),
-    };
+    let colls = parse_colls(a.coll.as_deref())?;
     let parse = |v: &Option<String>, flag: &str| -> anyhow::Result<Option<u64>> {
         v.as_deref()
             .map(|s| crate::units::parse_bytes(s).map_err(|e| anyhow::anyhow!("{flag} {e}")))
@@ -459,7 +411,7 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
         }
     }
     let svg = render(&table, &a.table.display().to_string(), &colls, lo, hi);
-    crate::audit::write_output(&a.output, svg.as_bytes(), 0o644)?;
+    write_output(&a.output, svg.as_bytes(), 0o644)?;
     println!(
         "wrote {} ({} bytes); view it in a browser or `rsvg-convert {} -o map.png`",
         a.output.display(),
@@ -487,19 +439,5 @@ mod tests {
         // Every tag that opens closes (a cheap well-formedness check).
         assert_eq!(s.matches("<svg").count(), s.matches("</svg>").count());
         assert_eq!(s.matches("<rect").count(), s.matches("<rect").count());
-    }
-
-    #[test]
-    fn distinct_decisions_get_distinct_colours() {
-        let mut seen = std::collections::HashSet::new();
-        for a in Algo::ALL {
-            for p in Proto::ALL {
-                assert!(seen.insert(colour_hex(Decision::Force {
-                    algo: a,
-                    proto: p,
-                    channels: 0
-                })));
-            }
-        }
     }
 }

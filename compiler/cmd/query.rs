@@ -11,10 +11,10 @@ use anyhow::{bail, Context};
 use dyncc_tables::{Coll, Decision, Feature, Table};
 use serde::Serialize;
 
-use crate::audit::{
-    algo_name, channels, fmt_decision, fmt_sizes, fmt_span, open, proto_name, read_table,
-};
-use crate::cmd::explain::{condition_text, context_json, fmt_then, parse_coll, RuleJson};
+use crate::audit::files::{open, read_table};
+use crate::audit::json::{context_json, RuleJson};
+use crate::audit::names::{algo_name, channels, feature_label, parse_coll, proto_name};
+use crate::audit::text::{condition_text, fmt_decision, fmt_forced, fmt_sizes, fmt_span, fmt_then};
 use crate::ingest::args::IngestArgs;
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
@@ -427,7 +427,7 @@ pub fn print_answer(a: &Answer, data_given: bool) {
                 println!(
                     "  {:<24} ({} = {v}): {}",
                     s.test,
-                    feature_word(f),
+                    feature_label(f),
                     if s.holds { "yes" } else { "no" }
                 );
             }
@@ -436,7 +436,7 @@ pub fn print_answer(a: &Answer, data_given: bool) {
             } else {
                 format!(
                     "{}, {} vs default, {}",
-                    crate::audit::fmt_forced(t.algorithm, t.protocol, t.channels),
+                    fmt_forced(t.algorithm, t.protocol, t.channels),
                     fmt_gain(t.expected_gain as f64),
                     t.basis
                 )
@@ -485,16 +485,6 @@ pub fn print_answer(a: &Answer, data_given: bool) {
                 println!("  ({} inputs could not be read and were skipped)", e.skipped);
             }
         }
-    }
-}
-
-fn feature_word(f: Feature) -> &'static str {
-    match f {
-        Feature::Log2Bytes => "bytes",
-        Feature::Nodes => "nodes",
-        Feature::Ranks => "ranks",
-        Feature::Ppn => "ranks/node",
-        Feature::Log2BytesPerRank => "bytes/rank",
     }
 }
 

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Table, FORMAT_MAJOR, FORMAT_MINOR};
 use serde::Serialize;
 
-use crate::audit::{fmt_span, read_table};
+use crate::audit::files::read_table;
+use crate::audit::text::fmt_span;
 
 /// Check a table's integrity and print its digest, metadata and coverage.
 ///
@@ -60,27 +61,6 @@ pub struct VerifyJson {
     pub forced_rules: u32,
     pub trees: u32,
     pub collectives: BTreeMap<&'static str, CollCoverage>,
-}
-
-/// `digest 0123..., format 1.0, platform X, 12 contexts ...` on one line.
-pub fn one_line_summary(t: &Table) -> String {
-    let (ma, mi) = t.version();
-    let platform = t
-        .meta("platform")
-        .filter(|p| !p.is_empty())
-        .or(t.meta("gpu").filter(|g| !g.is_empty()));
-    format!(
-        "digest {:016x}, format {ma}.{mi}, {}{}{}",
-        t.digest(),
-        platform
-            .map(|p| format!("platform {p}, "))
-            .unwrap_or_default(),
-        t.meta("nccl_version")
-            .filter(|v| !v.is_empty())
-            .map(|v| format!("swept on NCCL {v}, "))
-            .unwrap_or_default(),
-        t.coverage()
-    )
 }
 
 pub fn coverage(t: &Table) -> BTreeMap<&'static str, CollCoverage> {

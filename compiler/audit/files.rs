@@ -1,0 +1,47 @@
+//! Reading a table and writing what a command renders from it, with
+//! errors that say what to do next.
+
+use std::path::Path;
+
+use anyhow::Context;
+use dyncc_tables::Table;
+
+/// Reads a table file; the error says what to do next.
+pub fn read_table(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| {
+        format!(
+            "cannot read the table {} (does it exist? `dyncc compile SWEEPS -o {}` writes one)",
+            path.display(),
+            path.display()
+        )
+    })
+}
+
+/// Validates a table image; the error names the file and the problem.
+pub fn open<'a>(path: &Path, bytes: &'a [u8]) -> anyhow::Result<Table<'a>> {
+    Table::from_bytes(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{} is not a valid dyncc table: {e}. Run `dyncc verify {}` for details; \
+             re-create it with `dyncc compile`",
+            path.display(),
+            path.display()
+        )
+    })
+}
+
+/// Writes `bytes` to `path` atomically with mode `mode` (the temporary file
+/// `write_atomic` renames is created 0600, too tight for a map or a rule
+/// file other users read, or a script).
+pub fn write_output(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    crate::atomic::write_atomic(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("setting the permissions of {}", path.display()))?;
+    }
+    #[cfg(not(unix))]
+    let _ = mode;
+    Ok(())
+}
