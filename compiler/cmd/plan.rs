@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::bail;
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Algo, Coll, Machine, Proto, Refusal};
 use serde::Serialize;
 
 use crate::units::{fmt_bytes, parse_bytes};
@@ -34,9 +34,10 @@ pub enum Launcher {
 /// each collective at each node count, repeated with repeats interleaved
 /// (so drift does not pose as a difference). Combinations NCCL rejects
 /// are left out: Tree is allreduce only; Broadcast/Reduce run Ring only;
-/// NVLS/NVLSTree/PAT/CollNet are Simple only; PAT needs 1 GPU per node;
-/// NVLSTree and CollNet need more than one node; NVLS needs NVSwitch
-/// (--nvls) and CollNet a SHARP-style network (--collnet).
+/// NVLS/NVLSTree/PAT/CollNet are Simple only; PAT needs 1 GPU per node,
+/// NVLS several and CollNet at most 8; NVLSTree and CollNet need more than
+/// one node; NVLS needs NVSwitch (--nvls) and CollNet a SHARP-style network
+/// (--collnet), and NVLS runs across nodes only with CollNet.
 ///
 /// With Slurm, the --launcher-args that request resources (account,
 /// partition, qos, constraint, ...) also become #SBATCH lines, so a site
@@ -153,55 +154,6 @@ fn ser_proto<S: serde::Serializer>(p: &Option<Proto>, s: S) -> Result<S::Ok, S::
     s.serialize_str(p.map_or("default", Proto::env_name))
 }
 
-/// Why NCCL cannot run `algo`/`proto` for `coll` on this shape, if it cannot
-/// (reference: NCCL's tuning.cc model table and env handling).
-pub fn unrunnable(
-    coll: Coll,
-    algo: Algo,
-    proto: Proto,
-    nodes: u32,
-    gpn: u32,
-) -> Option<&'static str> {
-    let algo_ok = match coll {
-        Coll::Broadcast | Coll::Reduce => algo == Algo::Ring,
-        Coll::AllGather | Coll::ReduceScatter => matches!(
-            algo,
-            Algo::Ring | Algo::Pat | Algo::Nvls | Algo::CollNetDirect
-        ),
-        Coll::AllReduce => algo != Algo::Pat,
-    };
-    if !algo_ok {
-        return Some(match coll {
-            Coll::Broadcast | Coll::Reduce => "broadcast and reduce run Ring only",
-            Coll::AllGather | Coll::ReduceScatter => {
-                "allgather/reducescatter run Ring, PAT, NVLS or CollNetDirect only"
-            }
-            Coll::AllReduce => "PAT does not run allreduce",
-        });
-    }
-    if matches!(algo, Algo::Nvls | Algo::NvlsTree | Algo::Pat) && proto != Proto::Simple {
-        return Some("NVLS, NVLSTree and PAT run the Simple protocol only");
-    }
-    if algo == Algo::Pat && gpn != 1 {
-        return Some("PAT runs only with 1 GPU per node");
-    }
-    if algo == Algo::NvlsTree && nodes < 2 {
-        return Some("NVLSTree needs more than one node");
-    }
-    if algo == Algo::Nvls && gpn < 2 {
-        return Some("NVLS needs several GPUs on an NVSwitch in each node");
-    }
-    if matches!(algo, Algo::CollNetDirect | Algo::CollNetChain) {
-        if proto != Proto::Simple {
-            return Some("CollNet runs the Simple protocol only");
-        }
-        if nodes < 2 {
-            return Some("CollNet needs more than one node (it runs over the network)");
-        }
-    }
-    None
-}
-
 /// The settings of one (collective, nodes): (algo, proto, channels).
 pub fn settings(
     a: &Plan,
@@ -210,9 +162,10 @@ pub fn settings(
     skipped: &mut Vec<String>,
 ) -> Vec<(Algo, Proto, u32)> {
     let mut out = Vec::new();
+    let machine = a.machine(nodes);
     for &algo in &a.algos {
         for &proto in &a.protos {
-            if let Some(why) = unrunnable(coll, algo, proto, nodes, a.gpus_per_node) {
+            if let Some(why) = machine.refusal(coll, algo, proto).map(Refusal::why) {
                 if a.explicit_algos {
                     let s = format!(
                         "{} {}/{} at {nodes} node(s): {why}",
@@ -251,6 +204,10 @@ pub struct Plan {
     pub explicit_algos: bool,
     pub protos: Vec<Proto>,
     pub channels: Vec<u32>,
+    /// `--nvls`: the machines have NVLink SHARP.
+    pub nvls: bool,
+    /// `--collnet`: the network has CollNet (SHARP).
+    pub collnet: bool,
     pub nccl_tests: PathBuf,
     pub out_dir: String,
     pub platform: Option<String>,
@@ -361,6 +318,8 @@ impl Plan {
             explicit_algos,
             protos,
             channels,
+            nvls: a.nvls,
+            collnet: a.collnet,
             nccl_tests: a.nccl_tests.clone(),
             out_dir: a.out_dir.clone(),
             platform: a.platform.clone(),
@@ -371,6 +330,21 @@ impl Plan {
                 .collect::<Vec<_>>()
                 .join(" "),
         })
+    }
+
+    /// The machines at `nodes` nodes as far as the plan knows them:
+    /// `--nvls` and `--collnet` say what the network and NVSwitch offer,
+    /// and so does naming an algorithm in `--algos`; what the plan is not
+    /// told (NVSwitch for CollNetDirect, PAT, LL128) is assumed, and a run
+    /// NCCL refuses anyway lands in failed/.
+    pub fn machine(&self, nodes: u32) -> Machine {
+        let asked =
+            |family: &[Algo]| self.explicit_algos && self.algos.iter().any(|a| family.contains(a));
+        Machine {
+            nvls: self.nvls || asked(&[Algo::Nvls, Algo::NvlsTree]),
+            collnet: self.collnet || asked(&[Algo::CollNetDirect, Algo::CollNetChain]),
+            ..Machine::new(nodes, self.gpus_per_node)
+        }
     }
 
     /// Every run, repeats outermost (interleaved), then nodes, collective,
@@ -1036,6 +1010,48 @@ mod tests {
                 .any(|s| s.contains("CollNet needs more than one node")),
             "{sk:?}"
         );
+    }
+
+    /// NCCL runs NVLS across nodes only with CollNet (NVLSTree spans nodes
+    /// without it): `--nvls` alone planned NVLS runs at 2+ nodes that
+    /// NCCL refuses.
+    #[test]
+    fn nvls_across_nodes_is_planned_only_with_collnet() {
+        let p = plan("--launcher slurm --nodes 1,2 --nvls --nccl-tests /x -o s.sh").unwrap();
+        assert!(settings_names(&p, Coll::AllReduce, 1).contains(&"NVLS/Simple".to_string()));
+        let ar2 = settings_names(&p, Coll::AllReduce, 2);
+        assert!(!ar2.contains(&"NVLS/Simple".to_string()), "{ar2:?}");
+        assert!(ar2.contains(&"NVLSTree/Simple".to_string()), "{ar2:?}");
+        assert!(!settings_names(&p, Coll::AllGather, 2).contains(&"NVLS/Simple".to_string()));
+        let p =
+            plan("--launcher slurm --nodes 2 --nvls --collnet --nccl-tests /x -o s.sh").unwrap();
+        assert!(settings_names(&p, Coll::AllReduce, 2).contains(&"NVLS/Simple".to_string()));
+        // Asked for by name, the refusal is reported.
+        let p = plan("--launcher slurm --nodes 2 --algos nvls --nccl-tests /x -o s.sh").unwrap();
+        let mut sk = vec![];
+        assert!(p.runs(&mut sk).iter().all(|r| r.algo.is_none()));
+        assert!(
+            sk.iter()
+                .any(|s| s.contains("NVLS runs across nodes only with CollNet")),
+            "{sk:?}"
+        );
+    }
+
+    /// NVLSTree is NVLS inside each node, so like NVLS it needs several
+    /// GPUs per node; CollNet serves at most 8 per node.
+    #[test]
+    fn nvls_tree_and_collnet_follow_the_gpus_per_node() {
+        let p =
+            plan("--launcher mpirun --nodes 2 --gpus-per-node 1 --nvls --nccl-tests /x -o s.sh")
+                .unwrap();
+        let ar = settings_names(&p, Coll::AllReduce, 2);
+        assert!(!ar.iter().any(|s| s.starts_with("NVLS")), "{ar:?}");
+        let p =
+            plan("--launcher slurm --nodes 2 --gpus-per-node 16 --collnet --nccl-tests /x -o s.sh")
+                .unwrap();
+        let ar = settings_names(&p, Coll::AllReduce, 2);
+        assert!(!ar.iter().any(|s| s.starts_with("CollNet")), "{ar:?}");
+        assert!(ar.contains(&"Ring/Simple".to_string()), "{ar:?}");
     }
 
     #[test]
