@@ -6,7 +6,8 @@
 //! writes the table through `dyncc-tables`; [`pipeline`] runs them in that
 //! order and [`eval`] scores the result. [`cmd`] holds one file per
 //! subcommand (arguments, run, printing). [`simulate`] produces sweeps
-//! without a cluster; [`audit`] answers questions about a table.
+//! without a cluster, [`plan`] the script that sweeps one; [`audit`]
+//! answers questions about a table.
 
 pub mod atomic;
 pub mod audit;
@@ -20,6 +21,7 @@ pub mod fit;
 pub mod ingest;
 pub mod nodes;
 pub mod pipeline;
+pub mod plan;
 pub mod record;
 pub mod report;
 pub mod simulate;

@@ -382,6 +382,38 @@ fn slurm_launcher_args_reach_the_sbatch_lines() {
     shellcheck(&s);
 }
 
+/// The bash program of every script is a template file with `@NAME@`
+/// placeholders; it is a bash script in its own right and stays
+/// shellcheck-clean (the scripts made from it are checked above).
+#[test]
+fn the_script_template_is_shellcheck_clean() {
+    require_tool("shellcheck", "shellcheck");
+    let t = Path::new(env!("CARGO_MANIFEST_DIR")).join("compiler/plan/sweep.sh.tmpl");
+    let o = Command::new("shellcheck")
+        .arg("--shell=bash")
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "shellcheck {}:\n{}",
+        t.display(),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let text = std::fs::read_to_string(&t).unwrap();
+    assert_eq!(template_placeholder(&text), Some("NCCL_TESTS_DIR"));
+}
+
+/// A template placeholder (`@NAME@`) left in `text`, if any.
+fn template_placeholder(text: &str) -> Option<&str> {
+    let parts: Vec<&str> = text.split('@').collect();
+    let between = parts.get(1..parts.len().saturating_sub(1)).unwrap_or(&[]);
+    between
+        .iter()
+        .copied()
+        .find(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_uppercase() || b == b'_'))
+}
+
 /// The scripts held literal placeholders (`sbatch {this script}`,
 /// `HOSTFILE=...`): every instruction in them can be run as written.
 #[test]
@@ -403,6 +435,7 @@ fn plan_scripts_hold_no_placeholders() {
                 "{name}: placeholder in `{l}`"
             );
         }
+        assert_eq!(template_placeholder(&text), None, "{name}: {text}");
         assert!(text.contains(&format!("bash {}", s.display())), "{text}");
         assert!(
             text.contains("# Afterwards: dyncc compile dyncc-sweep/logs -o cluster.tbl"),

@@ -5,7 +5,9 @@
 //! then NCCL's channel rule. The model is NCCL's, not the simulator's
 //! physics, so it is wrong in places exactly as on real clusters.
 
-use super::profile::{CpuVendor, LinkKind, Profile};
+use dyncc_tables::Machine;
+
+use super::profile::{CpuVendor, Profile};
 use crate::record::{Algo, Coll, Proto};
 
 const NA: usize = 7;
@@ -204,8 +206,13 @@ impl NcclModel {
         let intra_hw = if intra_nvlink { &HW_NVLINK } else { &HW_PCI };
         let hw = if nnodes == 1 { intra_hw } else { &HW_NET };
         let net_overhead = if p.cpu == CpuVendor::Amd { 2.0 } else { 1.0 };
-        let nvswitch = p.intra.kind == LinkKind::NvSwitch;
-        let collnet = p.features.collnet && nnodes > 1;
+        // The model's view of the machine: LL128 on "auto" (§5.5), NVLS
+        // with the channels its model needs (§5.4).
+        let machine = Machine {
+            nvls: nvls_ch >= 2,
+            ll128: ll128_auto(p),
+            ..p.machine(nnodes)
+        };
 
         let mut lat = [[[0.0; NP]; NA]; 5];
         let mut bwt = [[[0.0; NP]; NA]; 5];
@@ -218,16 +225,6 @@ impl NcclModel {
             };
             for a in Algo::ALL {
                 let ai = a as usize;
-                let supported = match c {
-                    Coll::Broadcast | Coll::Reduce => a == Algo::Ring,
-                    Coll::AllGather | Coll::ReduceScatter => {
-                        matches!(a, Algo::Pat | Algo::Ring | Algo::Nvls | Algo::CollNetDirect)
-                    }
-                    Coll::AllReduce => a != Algo::Pat,
-                };
-                if !supported {
-                    continue;
-                }
                 let g_nch = match a {
                     Algo::Nvls | Algo::NvlsTree => nvls_ch,
                     _ => nch,
@@ -235,10 +232,8 @@ impl NcclModel {
                 for pr in Proto::ALL {
                     let pi = pr as usize;
                     let simple = pr == Proto::Simple;
-                    if matches!(a, Algo::Nvls | Algo::NvlsTree) && (!simple || g_nch < 2.0) {
-                        continue;
-                    }
-                    if a == Algo::Pat && (!simple || !p.features.pat || ppn != 1) {
+                    // What NCCL cannot run keeps bandwidth 0 (time -1).
+                    if !machine.runs(c, a, pr) {
                         continue;
                     }
                     let collnet_algo = matches!(a, Algo::CollNetDirect | Algo::CollNetChain);
@@ -287,9 +282,6 @@ impl NcclModel {
                     if a == Algo::Pat {
                         bus *= 0.75;
                     }
-                    if collnet_algo && !simple {
-                        bus = 0.0;
-                    }
                     if a == Algo::CollNetDirect && simple {
                         if matches!(c, Coll::AllGather | Coll::ReduceScatter) {
                             bus = ppnf * bw_intra.min(0.9 * bw_inter);
@@ -301,13 +293,6 @@ impl NcclModel {
                                 bus *= 0.85;
                             }
                         }
-                    }
-                    if matches!(a, Algo::Nvls | Algo::CollNetDirect)
-                        && matches!(c, Coll::AllGather | Coll::ReduceScatter)
-                        && nnodes > 1
-                        && !collnet
-                    {
-                        bus = 0.0;
                     }
                     let ratio =
                         if a != Algo::Ring && matches!(c, Coll::AllGather | Coll::ReduceScatter) {
@@ -378,24 +363,8 @@ impl NcclModel {
                         }
                     }
 
-                    // Enable pass.
-                    let mut enabled = true;
-                    if a == Algo::NvlsTree && nnodes == 1 {
-                        enabled = false;
-                    }
-                    if (collnet_algo || (a == Algo::Nvls && nnodes > 1)) && !collnet {
-                        enabled = false;
-                    }
-                    if a == Algo::CollNetDirect && !nvswitch {
-                        enabled = false;
-                    }
-                    if pr == Proto::LL128 && !ll128_auto(p) {
-                        enabled = false;
-                    }
-                    if enabled {
-                        lat[ci][ai][pi] = l;
-                        bwt[ci][ai][pi] = bw_final;
-                    }
+                    lat[ci][ai][pi] = l;
+                    bwt[ci][ai][pi] = bw_final;
                 }
             }
         }

@@ -15,7 +15,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
-use super::profile::{LinkKind, Profile};
+use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
 /// log2 of the bytes per rank and NCCL channel where the latency ramp starts,
@@ -23,35 +23,11 @@ use crate::record::{Algo, Coll, Proto};
 const RAMP_START: [f64; 3] = [3.0, 5.0, 5.0];
 const RAMP_SPAN: [f64; 3] = [6.0, 10.0, 4.0];
 
-/// Whether `(c, a, p)` can run on `nnodes` nodes of profile `prof` (NCCL's
-/// support rules, ABI §5.4, plus the hardware: NVLS needs NVSwitch SHARP,
-/// CollNet a SHARP fabric, PAT one GPU per node).
+/// Whether `(c, a, p)` can run, forced, on `nnodes` nodes of profile
+/// `prof`: NCCL's rules ([`dyncc_tables::Machine`]) on the profile's
+/// hardware ([`Profile::machine`]), for at least two ranks.
 pub fn supported(prof: &Profile, nnodes: u32, c: Coll, a: Algo, p: Proto) -> bool {
-    let f = &prof.features;
-    let ppn = prof.gpus_per_node;
-    let simple = p == Proto::Simple;
-    let multi = nnodes > 1;
-    if ppn * nnodes < 2 {
-        return false;
-    }
-    let nvswitch = prof.intra.kind == LinkKind::NvSwitch;
-    let nvls_ok = f.nvls && simple && (!multi || f.collnet);
-    match (c, a) {
-        (_, Algo::Ring) => true,
-        (Coll::Broadcast | Coll::Reduce, _) => false,
-        (Coll::AllGather | Coll::ReduceScatter, Algo::Pat) => simple && f.pat && ppn == 1 && multi,
-        (Coll::AllGather | Coll::ReduceScatter, Algo::Nvls) => nvls_ok,
-        (Coll::AllGather | Coll::ReduceScatter, Algo::CollNetDirect) => {
-            simple && f.collnet && multi && nvswitch
-        }
-        (Coll::AllGather | Coll::ReduceScatter, _) => false,
-        (Coll::AllReduce, Algo::Tree) => true,
-        (Coll::AllReduce, Algo::Nvls) => nvls_ok,
-        (Coll::AllReduce, Algo::NvlsTree) => f.nvls && simple && multi,
-        (Coll::AllReduce, Algo::CollNetDirect) => simple && f.collnet && multi && nvswitch,
-        (Coll::AllReduce, Algo::CollNetChain) => simple && f.collnet && multi,
-        (Coll::AllReduce, Algo::Pat) => false,
-    }
+    prof.gpus_per_node * nnodes >= 2 && prof.machine(nnodes).runs(c, a, p)
 }
 
 /// Every (algorithm, protocol) that can run, in NCCL index order.

@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use anyhow::{bail, Context};
+use dyncc_tables::Machine;
 use serde::{Deserialize, Serialize};
 
 /// Intra-node interconnect.
@@ -211,6 +212,22 @@ fn default_host_prefix() -> String {
 }
 
 impl Profile {
+    /// What NCCL can run on `nnodes` nodes of this hardware, as
+    /// [`dyncc_tables::Machine`] facts. LL128 counts as on: a forced run
+    /// (`NCCL_PROTO=LL128`) gets it whatever NCCL's platform check says;
+    /// the cost model applies that check itself.
+    pub fn machine(&self, nnodes: u32) -> Machine {
+        Machine {
+            nodes: nnodes,
+            ranks_per_node: self.gpus_per_node,
+            nvls: self.features.nvls,
+            collnet: self.features.collnet,
+            nvswitch: self.intra.kind == LinkKind::NvSwitch,
+            pat: self.features.pat,
+            ll128: true,
+        }
+    }
+
     /// Checks the numbers make sense; names the field that does not.
     pub fn validate(&self) -> anyhow::Result<()> {
         let n = &self.name;

@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use dyncc_tables::{Algo, Coll, Decision, Specialised};
+use dyncc_tables::{Coll, Decision, Machine, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::ffi::*;
@@ -41,6 +41,9 @@ pub const PLUGIN_NAME: &core::ffi::CStr = c"dyncc";
 pub struct Context {
     spec: Specialised,
     handle: Option<Handle>,
+    /// This communicator's shape as NCCL 2.21 sees it, for the v2 check
+    /// of what NCCL can run (its features come with each call).
+    machine: Machine,
 }
 
 impl Context {
@@ -261,6 +264,7 @@ fn init_inner(
             let ctx = Box::new(Context {
                 spec,
                 handle: Some(handle),
+                machine: v2_machine(n_ranks, n_nodes),
             });
             Ok(Box::into_raw(ctx).cast())
         }
@@ -506,6 +510,19 @@ unsafe extern "C" fn init_v5(
     unsafe { init_guarded(&cfg, ctx, n_ranks, n_nodes, Logger(log), facts) }
 }
 
+/// The communicator as NCCL 2.21 (the v2 ABI) has it: no PAT (2.21 has
+/// six algorithms), and NVSwitch and LL128 taken as there, since v2 is
+/// not told (a forced LL128 runs regardless of NCCL's platform check).
+fn v2_machine(n_ranks: u64, n_nodes: u64) -> Machine {
+    let nodes = u32::try_from(n_nodes).unwrap_or(u32::MAX);
+    let ranks_per_node =
+        u32::try_from(n_ranks.checked_div(n_nodes).unwrap_or(n_ranks)).unwrap_or(u32::MAX);
+    Machine {
+        pat: false,
+        ..Machine::new(nodes, ranks_per_node)
+    }
+}
+
 /// `getCollInfo` of NCCL 2.21 (v2): algorithm/protocol out-parameters.
 unsafe extern "C" fn get_coll_info_v2(
     ctx: *mut c_void,
@@ -535,16 +552,18 @@ unsafe extern "C" fn get_coll_info_v2(
         else {
             return;
         };
-        // NCCL 2.21 (the only release that loads v2 natively) has 6
-        // algorithms and does not range-check the plugin's answer, and v2
-        // sees no cost table: only answer what this communicator supports.
-        let supported = match algo {
-            Algo::Tree | Algo::Ring => true,
-            Algo::CollNetDirect | Algo::CollNetChain => coll_net_support != 0,
-            Algo::Nvls | Algo::NvlsTree => nvls_support != 0,
-            Algo::Pat => false,
+        // NCCL 2.21 (the only release that loads v2 natively) does not
+        // check the plugin's answer, and v2 sees no cost table: only answer
+        // what NCCL can run for this collective on this communicator.
+        let Some(coll) = Coll::from_nccl(coll_type as u32) else {
+            return;
         };
-        if !supported {
+        let machine = Machine {
+            nvls: nvls_support != 0,
+            collnet: coll_net_support != 0,
+            ..ctx.machine
+        };
+        if !machine.runs(coll, algo, proto) {
             return;
         }
         // SAFETY: non-NULL out-pointers from NCCL.

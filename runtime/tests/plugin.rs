@@ -208,7 +208,11 @@ fn v2_answers_algorithm_and_protocol_only_when_supported() {
         (-1, -1, 0),
         "CollNet needs collNetSupport"
     );
-    assert_eq!(call(0, 1 << 20, 1, 0), (2, 2, 2));
+    assert_eq!(
+        call(0, 1 << 20, 1, 0),
+        (-1, -1, 0),
+        "NCCL runs broadcast with Ring only, and CollNet on one node never"
+    );
     assert_eq!(
         call(3, 1 << 20, 1, 0),
         (-1, -1, 0),
@@ -216,6 +220,98 @@ fn v2_answers_algorithm_and_protocol_only_when_supported() {
     );
     assert_eq!(call(3, 1 << 20, 0, 1), (4, 2, 8));
     finalize(ctx);
+}
+
+/// NCCL 2.21 takes a v2 answer unchecked, so an answer NCCL cannot run
+/// (Tree for allgather, CollNet on one node, NVLS across nodes without
+/// CollNet) is undefined behaviour there: v2 answered every Tree and Ring
+/// and every supported CollNet/NVLS, whatever the collective and shape.
+#[test]
+fn v2_answers_only_what_nccl_can_run_for_the_collective_and_shape() {
+    use dyncc_tables::{
+        Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
+    };
+    let _g = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let force = |algo, proto| {
+        [Rule {
+            last_bucket: 255,
+            decision: Decision::Force {
+                algo,
+                proto,
+                channels: 0,
+            },
+            basis: Basis::Measured,
+            gain: 1.2,
+        }]
+    };
+    let spec = |coll| ContextSpec {
+        coll,
+        nodes: (1, 8),
+        ppn: (1, 16),
+        max_pipe_ops: 0,
+        reg_buff: RegBuff::Any,
+    };
+    let mut b = TableBuilder::new();
+    b.context(
+        spec(Coll::AllReduce),
+        &force(Algo::CollNetChain, Proto::Simple),
+    )
+    .unwrap();
+    b.context(spec(Coll::AllGather), &force(Algo::Tree, Proto::LL))
+        .unwrap();
+    b.context(spec(Coll::ReduceScatter), &force(Algo::Nvls, Proto::Simple))
+        .unwrap();
+    let path = dir.path().join("t.tbl");
+    std::fs::write(&path, b.build().unwrap()).unwrap();
+    let gci = ncclTunerPlugin_v2.getCollInfo.unwrap();
+    let answer = |n_ranks, n_nodes, coll, collnet, nvls| {
+        let mut ctx = null_mut();
+        // SAFETY: writable context pointer.
+        let rc = unsafe { init_with(&cfg(Some(&path), true), &mut ctx, n_ranks, n_nodes, None) };
+        assert_eq!(rc, NCCL_SUCCESS);
+        let (mut a, mut p, mut ch) = (-1, -1, 0);
+        // SAFETY: a context from init, writable outs.
+        unsafe {
+            gci(
+                ctx,
+                coll,
+                1 << 20,
+                collnet,
+                nvls,
+                1,
+                &mut a,
+                &mut p,
+                &mut ch,
+            )
+        };
+        finalize(ctx);
+        (a, p)
+    };
+    let (ar, ag, rs) = (4, 2, 3);
+    assert_eq!(answer(16, 2, ar, 1, 0), (3, 2), "CollNetChain on 2 nodes");
+    assert_eq!(answer(8, 1, ar, 1, 0), (-1, -1), "CollNet on one node");
+    assert_eq!(
+        answer(32, 2, ar, 1, 0),
+        (-1, -1),
+        "CollNet with 16 GPUs per node"
+    );
+    assert_eq!(
+        answer(16, 2, ag, 0, 0),
+        (-1, -1),
+        "Tree does not run allgather"
+    );
+    assert_eq!(answer(8, 1, rs, 0, 1), (4, 2), "NVLS in one node");
+    assert_eq!(
+        answer(16, 2, rs, 0, 1),
+        (-1, -1),
+        "NVLS across nodes without CollNet"
+    );
+    assert_eq!(
+        answer(16, 2, rs, 1, 1),
+        (4, 2),
+        "NVLS across nodes with CollNet"
+    );
 }
 
 #[test]

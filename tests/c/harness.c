@@ -346,7 +346,7 @@ static void check_v2(void) {
       {ncclFuncAllReduce, 64 * MiB, 0, 0, 1, -1, -1, 0, "allreduce 64M"},
       {ncclFuncAllGather, 1 * MiB, 1, 1, 1, -1, -1, 0, "PAT does not exist in NCCL 2.21"},
       {ncclFuncBroadcast, 1 * MiB, 0, 1, 1, -1, -1, 0, "collnet without collNetSupport"},
-      {ncclFuncBroadcast, 1 * MiB, 1, 0, 1, NCCL_ALGO_COLLNET_DIRECT, NCCL_PROTO_SIMPLE, 2, "collnet supported"},
+      {ncclFuncBroadcast, 1 * MiB, 1, 0, 1, -1, -1, 0, "collnet supported, but broadcast runs Ring only"},
       {ncclFuncReduceScatter, 1 * MiB, 1, 0, 1, -1, -1, 0, "nvls without nvlsSupport"},
       {ncclFuncReduceScatter, 1 * MiB, 0, 1, 1, NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE, 8, "nvls supported"},
       {ncclFuncReduceScatter, 1 * MiB, 0, 1, 3, -1, -1, 0, "numPipeOps 3"},
