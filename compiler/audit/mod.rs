@@ -17,7 +17,3 @@ pub mod text;
 
 #[cfg(test)]
 pub(crate) mod testutil;
-
-// `plan` writes its script through this path; kept while `cmd/plan.rs` is
-// being split elsewhere, to spare that change a conflict.
-pub use files::write_output;

@@ -262,7 +262,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
     let runs = p.runs(&mut skipped);
     let est: f64 = runs.iter().map(|r| p.run_seconds(r)).sum();
     let text = script(&p, &runs, est, &skipped);
-    crate::audit::write_output(&a.output, text.as_bytes(), 0o755)?;
+    crate::audit::files::write_output(&a.output, text.as_bytes(), 0o755)?;
     if a.json {
         let mut settings = Vec::new();
         for &n in &p.nodes {
