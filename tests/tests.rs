@@ -4,12 +4,12 @@ mod compile; // compile and eval end to end on the shipped datasets
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts
-mod ingest_cli;
+mod ingest_cli; // `dyncc inspect` as users run it
 mod ingest_errors; // malformed input: file, line, what was expected
 mod ingest_labels; // knobs per run, labels, copies and setups, checked values, bounded walk
 mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
-mod simulate;
-mod stress_c;
-mod support; // shared helpers: required external tools // the plugin under stress, sanitizers, failure semantics (C harnesses)
+mod simulate; // `dyncc simulate`: physics, realism, determinism, readable output
+mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
+mod support; // shared helpers: the dyncc binary, required external tools
