@@ -1,5 +1,6 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
+mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
 mod compile; // compile and eval end to end on the shipped datasets
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
