@@ -20,8 +20,8 @@ fn dir(target: &str) -> PathBuf {
 
 #[test]
 fn replay_every_fuzz_input_through_its_target() {
-    for (target, run) in TARGETS {
-        let mut n = 0;
+    for t in TARGETS {
+        let (target, mut n) = (t.name, 0);
         let entries = std::fs::read_dir(dir(target))
             .unwrap_or_else(|e| panic!("tests/fuzz_inputs/{target}: {e} (every target has seeds)"));
         for e in entries {
@@ -31,7 +31,7 @@ fn replay_every_fuzz_input_through_its_target() {
                 "replaying {target}/{}",
                 p.file_name().unwrap().to_string_lossy()
             );
-            run(&data);
+            (t.run)(&data);
             n += 1;
         }
         assert!(n > 0, "tests/fuzz_inputs/{target} holds no seeds");
@@ -42,7 +42,7 @@ fn replay_every_fuzz_input_through_its_target() {
 /// hold seeds nothing runs.
 #[test]
 fn every_input_directory_is_a_target() {
-    let names: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();
+    let names: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
     for e in
         std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_inputs")).unwrap()
     {
@@ -72,7 +72,7 @@ fn the_fuzz_crate_builds_every_target() {
         .map(|b| b["name"].as_str().unwrap())
         .collect();
     bins.sort_unstable();
-    let mut targets: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();
+    let mut targets: Vec<&str> = TARGETS.iter().map(|t| t.name).collect();
     targets.sort_unstable();
     assert_eq!(bins, targets);
 }

@@ -11,15 +11,15 @@ mod fuzz;
 #[test]
 fn replay_every_fuzz_input_through_its_target() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fuzz");
-    for (target, run) in fuzz::TARGETS {
-        let mut n = 0;
+    for t in fuzz::TARGETS {
+        let (target, mut n) = (t.name, 0);
         for e in std::fs::read_dir(root.join(target)).unwrap() {
             let p = e.unwrap().path();
             eprintln!(
                 "replaying {target}/{}",
                 p.file_name().unwrap().to_string_lossy()
             );
-            run(&std::fs::read(&p).unwrap());
+            (t.run)(&std::fs::read(&p).unwrap());
             n += 1;
         }
         assert!(n > 0, "runtime/testdata/fuzz/{target} holds no seeds");

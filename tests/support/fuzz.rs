@@ -15,17 +15,47 @@ use dyncc::ingest::labels::{Manifest, NamePattern};
 use dyncc::ingest::{self, knobs, Assumptions, Format, IngestOptions};
 use dyncc::record::Collective;
 
-/// The targets, by name, and the function each runs: what `fuzz/` builds
-/// and what the replay test walks.
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
-    ("ingest_text", |d| ingest(Format::NcclTestsText, d)),
-    ("ingest_csv", |d| ingest(Format::TunerCsv, d)),
-    ("ingest_json", |d| ingest(Format::NcclTestsJson, d)),
-    ("ingest_nvidia_raw", |d| ingest(Format::NvidiaRawCsv, d)),
-    ("detect", detect),
-    ("path_knobs", path_knobs),
-    ("manifest", manifest),
-    ("name_pattern", name_pattern),
+/// A fuzz target: its name (the cargo-fuzz binary, the directory of its
+/// inputs) and the function it runs.
+pub struct Target {
+    pub name: &'static str,
+    pub run: fn(&[u8]),
+}
+
+/// Every target: what `fuzz/` builds and what the replay test walks.
+pub const TARGETS: [Target; 8] = [
+    Target {
+        name: "ingest_text",
+        run: |d| ingest(Format::NcclTestsText, d),
+    },
+    Target {
+        name: "ingest_csv",
+        run: |d| ingest(Format::TunerCsv, d),
+    },
+    Target {
+        name: "ingest_json",
+        run: |d| ingest(Format::NcclTestsJson, d),
+    },
+    Target {
+        name: "ingest_nvidia_raw",
+        run: |d| ingest(Format::NvidiaRawCsv, d),
+    },
+    Target {
+        name: "detect",
+        run: detect,
+    },
+    Target {
+        name: "path_knobs",
+        run: path_knobs,
+    },
+    Target {
+        name: "manifest",
+        run: manifest,
+    },
+    Target {
+        name: "name_pattern",
+        run: name_pattern,
+    },
 ];
 
 /// The name a format's input is read under. Names matter: NVIDIA's raw
