@@ -8,31 +8,56 @@ use std::path::Path;
 #[path = "support/fuzz.rs"]
 mod fuzz;
 
-#[test]
-fn replay_every_fuzz_input_through_its_target() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fuzz");
-    for t in fuzz::TARGETS {
-        let (target, mut n) = (t.name, 0);
-        for e in std::fs::read_dir(root.join(target)).unwrap() {
-            let p = e.unwrap().path();
-            eprintln!(
-                "replaying {target}/{}",
-                p.file_name().unwrap().to_string_lossy()
-            );
-            (t.run)(&std::fs::read(&p).unwrap());
-            n += 1;
-        }
-        assert!(n > 0, "runtime/testdata/fuzz/{target} holds no seeds");
+fn inputs() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/fuzz")
+}
+
+/// Runs every input of `target` (its directory of inputs) through `run`.
+fn replay(target: &str, run: fn(&[u8])) {
+    let mut n = 0;
+    for e in std::fs::read_dir(inputs().join(target)).unwrap() {
+        let p = e.unwrap().path();
+        eprintln!(
+            "replaying {target}/{}",
+            p.file_name().unwrap().to_string_lossy()
+        );
+        run(&std::fs::read(&p).unwrap());
+        n += 1;
     }
-    let dirs = std::fs::read_dir(&root)
+    assert!(n > 0, "runtime/testdata/fuzz/{target} holds no seeds");
+}
+
+#[test]
+fn replay_runtime_env_inputs() {
+    replay("runtime_env", fuzz::env);
+}
+
+#[test]
+fn replay_nccl_version_inputs() {
+    replay("nccl_version", fuzz::nccl_version);
+}
+
+/// Every directory of inputs is a target replayed above and listed in
+/// runtime/fuzz/Cargo.toml.
+#[test]
+fn every_input_directory_is_a_target() {
+    let fuzz_toml =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/Cargo.toml"))
+            .unwrap();
+    let mut dirs: Vec<String> = std::fs::read_dir(inputs())
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().is_dir())
-        .count();
-    assert_eq!(
-        dirs,
-        fuzz::TARGETS.len(),
-        "a directory of inputs no target replays"
-    );
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    dirs.sort();
+    assert_eq!(dirs, ["nccl_version", "runtime_env"]);
+    for d in &dirs {
+        assert!(
+            fuzz_toml.contains(&format!("name = \"{d}\"")),
+            "runtime/fuzz builds no target {d}"
+        );
+    }
 }
 
 /// The environment rules, through the lookup `from_env` uses.

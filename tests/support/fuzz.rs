@@ -22,40 +22,22 @@ pub struct Target {
     pub run: fn(&[u8]),
 }
 
+impl Target {
+    pub const fn new(name: &'static str, run: fn(&[u8])) -> Target {
+        Target { name, run }
+    }
+}
+
 /// Every target: what `fuzz/` builds and what the replay test walks.
 pub const TARGETS: [Target; 8] = [
-    Target {
-        name: "ingest_text",
-        run: |d| ingest(Format::NcclTestsText, d),
-    },
-    Target {
-        name: "ingest_csv",
-        run: |d| ingest(Format::TunerCsv, d),
-    },
-    Target {
-        name: "ingest_json",
-        run: |d| ingest(Format::NcclTestsJson, d),
-    },
-    Target {
-        name: "ingest_nvidia_raw",
-        run: |d| ingest(Format::NvidiaRawCsv, d),
-    },
-    Target {
-        name: "detect",
-        run: detect,
-    },
-    Target {
-        name: "path_knobs",
-        run: path_knobs,
-    },
-    Target {
-        name: "manifest",
-        run: manifest,
-    },
-    Target {
-        name: "name_pattern",
-        run: name_pattern,
-    },
+    Target::new("ingest_text", |d| ingest(Format::NcclTestsText, d)),
+    Target::new("ingest_csv", |d| ingest(Format::TunerCsv, d)),
+    Target::new("ingest_json", |d| ingest(Format::NcclTestsJson, d)),
+    Target::new("ingest_nvidia_raw", |d| ingest(Format::NvidiaRawCsv, d)),
+    Target::new("detect", detect),
+    Target::new("path_knobs", path_knobs),
+    Target::new("manifest", manifest),
+    Target::new("name_pattern", name_pattern),
 ];
 
 /// The name a format's input is read under. Names matter: NVIDIA's raw

@@ -13,27 +13,6 @@ use dyncc_runtime::log::{Escaped, Msg, MSG_CAP};
 use dyncc_runtime::nccl_version::{NcclVersion, VersionCheck};
 use dyncc_runtime::plugin::{Config, MismatchPolicy};
 
-/// A fuzz target: its name (the cargo-fuzz binary, the directory of its
-/// inputs) and the function it runs.
-pub struct Target {
-    /// The name.
-    pub name: &'static str,
-    /// The function.
-    pub run: fn(&[u8]),
-}
-
-/// Every target: what `runtime/fuzz/` builds and the replay test walks.
-pub const TARGETS: [Target; 2] = [
-    Target {
-        name: "runtime_env",
-        run: env,
-    },
-    Target {
-        name: "nccl_version",
-        run: nccl_version,
-    },
-];
-
 /// `DYNCC_TABLE`, `DYNCC_STRICT` and `DYNCC_NCCL_MISMATCH` (the first
 /// three lines of `data`, any bytes; a missing line is an unset variable):
 /// the configuration says what the documented rules say, and the WARN a
