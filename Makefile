@@ -5,7 +5,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build test test-deps plugin plugin-portable install header bench instructions
+.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions
 STRIP ?= strip
 # The library `make install` copies (override with the portable build's).
 PLUGIN_SO ?= $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
@@ -47,9 +47,14 @@ install:
 	install -D -m 0755 $(PLUGIN_SO) $(DESTDIR)$(LIBDIR)/libnccl-tuner-dyncc.so
 	install -D -m 0644 include/dyncc.h $(DESTDIR)$(INCLUDEDIR)/dyncc.h
 
-# Regenerate the committed include/dyncc.h after changing runtime/src/capi.rs.
-header:
+# Rewrite every committed file a test compares output against, after an
+# intentional change: include/dyncc.h (runtime/src/capi.rs changed) and the
+# current format version's golden tables (tables/golden/). Each such test
+# writes its file instead of comparing when DYNCC_BLESS=1, the one switch for
+# all of them; review the diff before committing.
+bless:
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-runtime --lib header_is_current
+	DYNCC_BLESS=1 $(CARGO) test -p dyncc-tables --features build --test golden golden_tables_match_the_generator
 
 # The tools the tests run (clang, valgrind, shellcheck, ...): installed with
 # apt-get when root, else one line naming the command, before any build.

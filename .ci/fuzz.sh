@@ -5,18 +5,25 @@
 # out-of-memory). Prints executions per target and the total, and fails if
 # any target finds a crash.
 #
-# Targets: tables/fuzz (table from_bytes + lookup + specialisation) and, when
-# present, fuzz/ (the ingest parsers: nccl-tests text, tuner CSV, JSON).
-# Seeds come from committed files (golden tables, corrupt seeds, test logs),
-# copied into the (git-ignored) corpus directory first.
+# Targets: tables/fuzz (table from_bytes + lookup + specialisation),
+# runtime/fuzz (the plugin's environment, NCCL version strings and codes)
+# and fuzz/ (the compiler's parsers of untrusted bytes: the four ingest
+# readers, format detection, path knobs and `# dyncc:` lines, --manifest,
+# --name-pattern). Every target's harness is a file `cargo test` also
+# compiles (tables/tests/support/harness.rs, runtime/tests/support/fuzz.rs,
+# tests/support/fuzz.rs) and replays the committed inputs through.
+# Seeds come from committed files (golden tables, seeds, test logs), copied
+# into the (git-ignored) corpus directory first.
 #
 # A crash leaves its input in <fuzz dir>/artifacts/<target>/crash-*. To turn
 # it into a regression case replayed by plain `cargo test`:
 #   cargo fuzz tmin -s none <target> <artifact>      (in the fuzz dir)
 #   tables: copy the minimised file to tables/testdata/fuzz/crash-<what broke>
-#   ingest: copy it to tests/fuzz_inputs/ingest/<text|csv|json>/crash-<what broke>
-#   then fix the bug; tests/fuzz_replay.rs and tables/tests/fuzz_regressions.rs
-#   replay every file in those directories.
+#   runtime: copy it to runtime/testdata/fuzz/<target>/crash-<what broke>
+#   compiler: copy it to tests/fuzz_inputs/<target>/crash-<what broke>
+#   then fix the bug; tables/tests/fuzz_regressions.rs,
+#   runtime/tests/fuzz_replay.rs and tests/fuzz_replay.rs replay every file
+#   in those directories.
 #
 # Env: FUZZ_SECONDS (per target), FUZZ_TARGETS (space-separated subset),
 # FUZZ_JOBS (parallel fuzz processes per target, default 1).
@@ -54,7 +61,8 @@ run_target() {
   local log
   log=$(mktemp)
   echo "fuzz: $target (${secs}s) in ${dir#"$root"/}"
-  local start=$(date +%s)
+  local start
+  start=$(date +%s)
   # The build is outside the time bound; libFuzzer counts only fuzzing.
   (cd "$dir" && cargo fuzz build -s none --target-dir "$tdir" "$target" 2>&1 | tail -n 3)
   set +e
@@ -76,19 +84,25 @@ run_target() {
     summary+=("$target: CRASH after $runs executions")
   else
     total=$((total + runs))
-    summary+=("$target: $runs executions in ${secs}s without a crash (corpus $(ls "$corpus" | wc -l) inputs; ${took}s with build)")
+    summary+=("$target: $runs executions in ${secs}s without a crash (corpus $(find "$corpus" -type f | wc -l) inputs; ${took}s with build)")
     rm -f "$log"
   fi
 }
 
 run_target "$root/tables/fuzz" from_bytes "$root/tables/golden" "$root/tables/testdata/fuzz"
-if [ -f "$root/fuzz/Cargo.toml" ]; then
-  run_target "$root/fuzz" ingest_text "$root/tests/data" "$root/tests/fuzz_inputs/ingest/text"
-  run_target "$root/fuzz" ingest_csv "$root/tests/data/nvidia-raw" "$root/tests/fuzz_inputs/ingest/csv"
-  run_target "$root/fuzz" ingest_json "$root/tests/data" "$root/tests/fuzz_inputs/ingest/json"
-else
-  echo "fuzz: no fuzz/Cargo.toml (ingest fuzz targets); skipping the ingest targets"
-fi
+# Each crate's targets as its Cargo.toml lists them; seeds in the directory
+# named for the target.
+for t in $(cd "$root/runtime/fuzz" && cargo fuzz list); do
+  run_target "$root/runtime/fuzz" "$t" "$root/runtime/testdata/fuzz/$t"
+done
+for t in $(cd "$root/fuzz" && cargo fuzz list); do
+  seeds=("$root/tests/fuzz_inputs/$t")
+  case $t in
+    ingest_text | ingest_csv | ingest_json) seeds+=("$root/tests/data") ;;
+    ingest_nvidia_raw) seeds+=("$root/tests/data/nvidia-raw") ;;
+  esac
+  run_target "$root/fuzz" "$t" "${seeds[@]}"
+done
 
 echo
 echo "fuzz summary ($(( $(date +%s) - t0 ))s wall, ${secs}s per target):"

@@ -7,12 +7,7 @@ use std::process::{Command, Output};
 use dyncc_tables::*;
 use rand::{Rng, SeedableRng};
 
-fn dyncc(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dyncc"))
-        .args(args)
-        .output()
-        .expect("run dyncc")
-}
+use crate::support::cli::dyncc_output;
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -22,7 +17,7 @@ fn text(o: &Output) -> (String, String) {
 }
 
 fn ok(args: &[&str]) -> String {
-    let o = dyncc(args);
+    let o = dyncc_output(args);
     let (out, err) = text(&o);
     assert!(o.status.success(), "dyncc {args:?} failed: {err}\n{out}");
     out
@@ -268,7 +263,7 @@ fn explain_prints_rules_dot_and_json() {
     assert_eq!(j["trees"][0]["rules"][3]["channels"], 16);
     assert_eq!(j["contexts"].as_array().unwrap().len(), 4);
     // dot of a collective without a tree says what to do instead.
-    let o = dyncc(&["explain", t, "--format", "dot", "--coll", "allgather"]);
+    let o = dyncc_output(&["explain", t, "--format", "dot", "--coll", "allgather"]);
     assert!(!o.status.success());
     assert!(text(&o).1.contains("--contexts"), "{}", text(&o).1);
 }
@@ -325,7 +320,7 @@ fn query_answers_with_context_rule_tree_and_no_evidence_hint() {
     );
     assert!(j["basis"].is_null());
     assert_eq!(j["expected_gain"], 1.0);
-    let o = dyncc(&[
+    let o = dyncc_output(&[
         "query",
         t,
         "--coll",
@@ -342,7 +337,7 @@ fn query_answers_with_context_rule_tree_and_no_evidence_hint() {
         "{}",
         text(&o).1
     );
-    let o = dyncc(&[
+    let o = dyncc_output(&[
         "query", t, "--coll", "alltoall", "--bytes", "1K", "--nodes", "1", "--ranks", "8",
     ]);
     assert!(
@@ -754,7 +749,7 @@ fn diff_ignores_metadata_and_shows_changed_regions() {
     let a = write(d.path(), "a.tbl", &sample("dyncc compile a"));
     let b = write(d.path(), "b.tbl", &sample("dyncc compile b"));
     let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
-    let o = dyncc(&["diff", a, b]);
+    let o = dyncc_output(&["diff", a, b]);
     let (out, _) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}");
     assert!(out.contains("no differences"), "{out}");
@@ -775,7 +770,7 @@ fn diff_ignores_metadata_and_shows_changed_regions() {
         nb.context(c.spec(), &rules).unwrap();
     }
     let c = write(d.path(), "c.tbl", &nb.build().unwrap());
-    let o = dyncc(&["diff", a, c.to_str().unwrap()]);
+    let o = dyncc_output(&["diff", a, c.to_str().unwrap()]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(out.contains("2 regions decide differently"), "{out}");
@@ -784,7 +779,8 @@ fn diff_ignores_metadata_and_shows_changed_regions() {
         "{out}"
     );
     let j: serde_json::Value =
-        serde_json::from_str(&text(&dyncc(&["diff", a, c.to_str().unwrap(), "--json"])).0).unwrap();
+        serde_json::from_str(&text(&dyncc_output(&["diff", a, c.to_str().unwrap(), "--json"])).0)
+            .unwrap();
     assert_eq!(j["identical_decisions"], false);
     let changes = j["changes"].as_array().unwrap();
     assert_eq!(changes.len(), 2);
@@ -811,7 +807,7 @@ fn diff_exits_2_on_a_missing_or_unreadable_table() {
     for bad in [&missing, &corrupt, &dir] {
         let bad = bad.to_str().unwrap();
         for args in [["diff", a, bad], ["diff", bad, a]] {
-            let o = dyncc(&args);
+            let o = dyncc_output(&args);
             assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o).1);
             assert!(text(&o).1.contains(bad), "{args:?}: {}", text(&o).1);
         }
@@ -860,9 +856,9 @@ fn every_command_exits_2_on_a_usage_error_or_a_missing_input() {
         vec!["plan", "--launcher", "slurm", "--nodes", "0", "-o", o],
     ];
     for args in &commands {
-        let r = dyncc(args);
+        let r = dyncc_output(args);
         assert_eq!(r.status.code(), Some(2), "{args:?}: {}", text(&r).1);
-        let usage = dyncc(&[args[0], "--no-such-flag"]);
+        let usage = dyncc_output(&[args[0], "--no-such-flag"]);
         assert_eq!(usage.status.code(), Some(2), "{} --no-such-flag", args[0]);
     }
     assert!(!out.exists());
@@ -874,7 +870,7 @@ fn export_writes_example_plugin_rules_and_warns() {
     let d = tempfile::tempdir().unwrap();
     let t = write(d.path(), "t.tbl", &sample("x"));
     let out = d.path().join("nccl_tuner.conf");
-    let o = dyncc(&[
+    let o = dyncc_output(&[
         "export",
         t.to_str().unwrap(),
         "--format",
@@ -925,21 +921,21 @@ fn verify_reports_valid_and_corrupt_tables() {
     let n = bad.len();
     bad[n - 3] ^= 1;
     let b = write(d.path(), "bad.tbl", &bad);
-    let o = dyncc(&["verify", b.to_str().unwrap()]);
+    let o = dyncc_output(&["verify", b.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("CRC-32"), "{}", text(&o).1);
     let tr = write(d.path(), "short.tbl", &good[..good.len() / 2]);
-    let o = dyncc(&["verify", tr.to_str().unwrap(), "--json"]);
+    let o = dyncc_output(&["verify", tr.to_str().unwrap(), "--json"]);
     assert_eq!(o.status.code(), Some(2));
     let j: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
     assert!(j["error"].as_str().unwrap().contains("truncated"), "{j}");
-    let o = dyncc(&["explain", d.path().join("missing.tbl").to_str().unwrap()]);
+    let o = dyncc_output(&["explain", d.path().join("missing.tbl").to_str().unwrap()]);
     assert!(
         !o.status.success() && text(&o).1.contains("dyncc compile"),
         "{}",
         text(&o).1
     );
-    let o = dyncc(&[
+    let o = dyncc_output(&[
         "query",
         b.to_str().unwrap(),
         "--coll",
@@ -1039,14 +1035,14 @@ fn audit_commands_on_tables_compiled_from_real_sweeps() {
     assert!(ok(&["verify", t]).contains("valid dyncc table"));
     let svg = d.path().join("map.svg");
     ok(&["plot", t, "-o", svg.to_str().unwrap()]);
-    let csv = text(&dyncc(&["export", t])).0;
+    let csv = text(&dyncc_output(&["export", t])).0;
     assert!(
         csv.lines().filter(|l| !l.starts_with('#')).count() > 0,
         "{csv}"
     );
-    let o = dyncc(&["diff", t, t]);
+    let o = dyncc_output(&["diff", t, t]);
     assert_eq!(o.status.code(), Some(0));
-    let o = dyncc(&["diff", t, tables[1].1.to_str().unwrap(), "--json"]);
+    let o = dyncc_output(&["diff", t, tables[1].1.to_str().unwrap(), "--json"]);
     assert_eq!(o.status.code(), Some(1), "DGX-1V and DGX-2V tables differ");
 
     // A forced decision, with its evidence from the sweep it was compiled from.
@@ -1149,7 +1145,7 @@ fn plot_and_export_refuse_to_write_over_their_table() {
         (vec!["plot", t, "-o", t], "t.svg`"),
         (vec!["export", t, "--format", "nccl-csv", "-o", t], "t.csv`"),
     ] {
-        let o = dyncc(&args);
+        let o = dyncc_output(&args);
         let (out, err) = text(&o);
         assert!(!o.status.success(), "{args:?}: {out}{err}");
         assert!(

@@ -4,13 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn dyncc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dyncc"))
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::cli::{dyncc, root};
 
 fn real(name: &str) -> PathBuf {
     root().join("datasets/real").join(name)

@@ -10,9 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-fn dyncc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dyncc"))
-}
+use crate::support::cli::dyncc;
 
 /// A valid sweep: AllReduce and AllGather on 1 and 2 nodes of 8 GPUs,
 /// NCCL's default plus forced algorithm/protocol runs, up to 64 MiB.

@@ -1,11 +1,8 @@
 //! `dyncc inspect` as users run it: JSON fields, human summary, exit codes.
 
 use std::path::Path;
-use std::process::Command;
 
-fn dyncc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dyncc"))
-}
+use crate::support::cli::dyncc;
 
 fn data(p: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))

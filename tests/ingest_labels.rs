@@ -4,18 +4,12 @@
 //! checked CSV rows, implausible values refused, a bounded input walk.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use dyncc::ingest::{self, IngestOptions};
 use dyncc::record::{Algo, Proto};
 
-fn dyncc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dyncc"))
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::cli::{dyncc, root};
 
 fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
     let p = dir.join(name);

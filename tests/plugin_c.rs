@@ -7,14 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+pub(crate) use crate::support::cli::root;
 use crate::support::tools::{require_c_compiler, require_tool};
 
 #[path = "c/harness_table.rs"]
 pub(crate) mod harness_table;
-
-pub(crate) fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn newest_mtime(dir: &Path) -> std::time::SystemTime {
     let mut newest = std::time::SystemTime::UNIX_EPOCH;

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use dyncc::record::{Algo, Coll, Proto};
 use dyncc::simulate::calibrate;
@@ -12,13 +11,7 @@ use dyncc::simulate::physics::{configs, true_time};
 use dyncc::simulate::profile::{builtin, builtins};
 use dyncc::simulate::sweep::{gaps, Ch, Models, Spec};
 
-fn dyncc() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_dyncc"))
-}
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::support::cli::{dyncc, root};
 
 fn sizes() -> Vec<u64> {
     (3..=32).map(|i| 1u64 << i).collect()
@@ -248,7 +241,7 @@ fn default_gap_is_realistic_on_every_profile() {
 #[test]
 fn physics_matches_real_dgx1v_sweep() {
     let real =
-        calibrate::read_real(&repo().join("datasets/real/nvidia-dgx1v-allreduce.csv")).unwrap();
+        calibrate::read_real(&root().join("datasets/real/nvidia-dgx1v-allreduce.csv")).unwrap();
     let r = calibrate::compare(&builtin("v100").unwrap(), &real);
     assert!(
         r.overall_rms_log < 0.25,

@@ -1,16 +1,17 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
+mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
 mod compile; // compile and eval end to end on the shipped datasets
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts
-mod ingest_cli;
+mod ingest_cli; // `dyncc inspect` as users run it
 mod ingest_errors; // malformed input: file, line, what was expected
 mod ingest_labels; // knobs per run, labels, copies and setups, checked values, bounded walk
 mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
-mod simulate;
+mod simulate; // `dyncc simulate`: physics, realism, determinism, readable output
 mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
-mod support; // shared helpers: required external tools
+mod support; // shared helpers: the dyncc binary, required external tools
 mod test_deps; // `make test` installs what the tests need, or names the command that does

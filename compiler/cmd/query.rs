@@ -650,17 +650,68 @@ mod tests {
             .contains("allreduce, allgather"));
     }
 
+    /// The sizes at both sides of every rule boundary of the sample table
+    /// (where an off-by-one in a rule's shown range would show).
+    fn rule_edges() -> Vec<u64> {
+        let b = testutil::sample();
+        let t = Table::from_bytes(&b).unwrap();
+        let mut edges = vec![0];
+        for c in t.contexts() {
+            for r in c.rules() {
+                let hi = dyncc_tables::bucket_upper_bound(r.last_bucket);
+                edges.extend([hi, hi.saturating_add(1)]);
+            }
+        }
+        edges
+    }
+
     proptest! {
+        /// The provenance `answer` shows describes the call it answered:
+        /// the context holds the call's shape, the rule's size range holds
+        /// its size and names the decision given; no context means NCCL's
+        /// choice. (The decision itself is the plugin's path by
+        /// construction; what can drift is the context and rule picked to
+        /// explain it, e.g. an off-by-one rule index or size bound.)
         #[test]
-        fn answer_is_the_plugin_path(coll in 0u32..5, bytes in any::<u64>(), nodes in 1u64..10, ppn in 1u64..10, pipe in -2i32..4, reg in -1i32..3) {
+        fn answer_provenance_describes_the_call(
+            coll in prop_oneof![Just(Coll::AllReduce as u32), 0u32..5],
+            // Sizes spread over every power of two, and at the rules' edges.
+            bytes in prop_oneof![
+                (any::<u64>(), 0u32..64).prop_map(|(raw, shift)| raw >> shift),
+                prop::sample::select(rule_edges()),
+            ],
+            nodes in 1u64..6,
+            ppn in prop_oneof![Just(8u64), 1u64..10],
+            pipe in -2i32..4,
+            reg in -1i32..3,
+        ) {
             let b = testutil::sample();
             let t = Table::from_bytes(&b).unwrap();
             let call = Call { coll: Coll::from_nccl(coll).unwrap(), bytes, nodes, ranks: nodes * ppn, pipe_ops: pipe, reg_buff: reg };
             let a = answer(&t, &call).unwrap();
-            let d = t.specialise(call.ranks, call.nodes).decide(coll, bytes, pipe, reg);
-            prop_assert_eq!(a.algorithm, algo_name(d));
-            prop_assert_eq!(a.protocol, proto_name(d));
-            prop_assert_eq!(a.channels, channels(d));
+            match (&a.context, &a.rule) {
+                (None, rule) => {
+                    prop_assert!(rule.is_none());
+                    prop_assert_eq!((a.algorithm, a.protocol, a.basis), ("default", "default", None));
+                }
+                (Some(c), rule) => {
+                    let within = |v: u64, (lo, hi): (u32, u32)| (lo as u64..=hi as u64).contains(&v);
+                    prop_assert!(within(nodes, c.nodes), "context nodes {:?} for {} nodes", c.nodes, nodes);
+                    prop_assert!(within(ppn, c.ppn), "context ranks/node {:?} for {}", c.ppn, ppn);
+                    // Every rule has a basis; only a call no rule covers has none.
+                    prop_assert_eq!(rule.is_some(), a.basis.is_some());
+                    if let Some(r) = rule {
+                        prop_assert!(
+                            (r.from_bytes..=r.to_bytes).contains(&bytes),
+                            "rule {} covers {}..={} B, the call is {} B", r.index, r.from_bytes, r.to_bytes, bytes
+                        );
+                        prop_assert_eq!((r.algorithm, r.protocol, r.channels), (a.algorithm, a.protocol, a.channels));
+                        prop_assert_eq!(Some(r.basis), a.basis);
+                    } else {
+                        prop_assert_eq!(a.algorithm, "default");
+                    }
+                }
+            }
         }
     }
 }

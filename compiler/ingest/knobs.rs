@@ -267,7 +267,10 @@ pub fn parse_nccl_version(s: &str) -> Option<u32> {
     let ma: u32 = it.next()?.parse().ok()?;
     let mi: u32 = it.next()?.parse().ok()?;
     let pa: u32 = it.next().unwrap_or("0").parse().ok()?;
-    Some(ma * 10000 + mi * 100 + pa)
+    // A version too large for a code is no NCCL's (and must not overflow).
+    ma.checked_mul(10000)?
+        .checked_add(mi.checked_mul(100)?)?
+        .checked_add(pa)
 }
 
 /// Knobs found in path components (`NCCL_ALGO=Ring/NCCL_PROTO=LL128/x.log`).

@@ -45,11 +45,33 @@ impl Manifest {
     pub fn load(path: &Path) -> anyhow::Result<Manifest> {
         let file = std::fs::File::open(path)
             .with_context(|| format!("--manifest {}: cannot open it", path.display()))?;
+        let dir = path
+            .parent()
+            .map(|d| {
+                if d.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    d
+                }
+            })
+            .unwrap_or(Path::new("."));
+        let dir = dir.canonicalize().with_context(|| {
+            format!(
+                "--manifest {}: cannot resolve its directory",
+                path.display()
+            )
+        })?;
+        Self::parse(path, &dir, file)
+    }
+
+    /// [`Manifest::load`] on the manifest's content: `path` names it in
+    /// messages, `dir` (canonical) is where its globs are rooted.
+    pub fn parse(path: &Path, dir: &Path, content: impl std::io::Read) -> anyhow::Result<Manifest> {
         let mut rd = csv::ReaderBuilder::new()
             .has_headers(true)
             .flexible(false)
             .trim(csv::Trim::All)
-            .from_reader(file);
+            .from_reader(content);
         let loc = |line: u64| format!("{}:{line}", path.display());
         let headers = rd
             .headers()
@@ -78,22 +100,6 @@ impl Manifest {
                 );
             }
         }
-        let dir = path
-            .parent()
-            .map(|d| {
-                if d.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    d
-                }
-            })
-            .unwrap_or(Path::new("."));
-        let dir = dir.canonicalize().with_context(|| {
-            format!(
-                "--manifest {}: cannot resolve its directory",
-                path.display()
-            )
-        })?;
         let mut rows = Vec::new();
         for rec in rd.records() {
             let rec = rec.map_err(|e| {
@@ -138,7 +144,7 @@ impl Manifest {
         }
         Ok(Manifest {
             path: path.to_path_buf(),
-            dir,
+            dir: dir.to_path_buf(),
             rows,
         })
     }

@@ -52,8 +52,8 @@ mod header {
             panic!(
                 "include/dyncc.h is out of date with runtime/src (first difference at line {}):\n\
                  committed: {:?}\ngenerated: {:?}\n\
-                 Regenerate it with `make header` (or `DYNCC_BLESS=1 cargo test -p dyncc-runtime \
-                 header_is_current`) and commit it.",
+                 Regenerate it with `make bless` (DYNCC_BLESS=1, which rewrites every golden \
+                 file) and commit it.",
                 first + 1,
                 committed.lines().nth(first),
                 generated.lines().nth(first),

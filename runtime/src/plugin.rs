@@ -84,7 +84,14 @@ pub struct Config {
 impl Config {
     /// Reads `DYNCC_TABLE`, `DYNCC_STRICT` and `DYNCC_NCCL_MISMATCH`.
     pub fn from_env() -> Config {
-        let (nccl_mismatch, bad_nccl_mismatch) = match std::env::var_os("DYNCC_NCCL_MISMATCH") {
+        Config::from_vars(|name| std::env::var_os(name))
+    }
+
+    /// [`Config::from_env`] with the variables looked up by `var` (the
+    /// fuzz target and tests give them without touching the process
+    /// environment).
+    pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Config {
+        let (nccl_mismatch, bad_nccl_mismatch) = match var("DYNCC_NCCL_MISMATCH") {
             None => (MismatchPolicy::Warn, None),
             Some(v) => {
                 let v = v.to_string_lossy();
@@ -96,8 +103,8 @@ impl Config {
                 }
             }
         };
-        let table = std::env::var_os("DYNCC_TABLE").filter(|v| !v.is_empty());
-        let strict = match std::env::var_os("DYNCC_STRICT") {
+        let table = var("DYNCC_TABLE").filter(|v| !v.is_empty());
+        let strict = match var("DYNCC_STRICT") {
             None => true,
             Some(v) => {
                 let v = v.to_string_lossy();

@@ -3,11 +3,9 @@
 //!
 //! `tables/golden/*_v1.0.tbl` are written by `generate()` below. With the
 //! `build` feature this test also checks that the builder still produces
-//! them byte for byte; to rewrite them after an intentional format change:
-//!
-//! ```text
-//! DYNCC_REGEN_GOLDEN=1 cargo test -p dyncc-tables --features build --test golden
-//! ```
+//! them byte for byte; to rewrite them after an intentional format change,
+//! `make bless` (which runs this test with `DYNCC_BLESS=1`, the one switch
+//! every golden-file test obeys).
 //!
 //! Files of older format versions are never regenerated: they stay as the
 //! proof that later readers still load what earlier writers wrote.
@@ -46,6 +44,8 @@ mod gen {
 
     fn common_meta(b: &mut TableBuilder, what: &str) {
         b.meta("dyncc_version", "0.1.0")
+            // What wrote the v1.0 files, as recorded in them; kept as it
+            // was so they stay byte for byte (today: `make bless`).
             .meta(
                 "command",
                 "DYNCC_REGEN_GOLDEN=1 cargo test -p dyncc-tables --features build --test golden",
@@ -257,7 +257,7 @@ mod gen {
 
     #[test]
     fn golden_tables_match_the_generator() {
-        let regen = std::env::var_os("DYNCC_REGEN_GOLDEN").is_some_and(|v| v == "1");
+        let regen = std::env::var_os("DYNCC_BLESS").is_some_and(|v| v == "1");
         for (name, bytes) in generate() {
             let path = golden_dir().join(name);
             if regen {
@@ -268,8 +268,7 @@ mod gen {
                 load(name) == bytes,
                 "golden table {name} differs from what the builder writes today. If the format \
                  changed on purpose, bump the version, add new golden files and keep the old \
-                 ones; to rewrite the current ones run: DYNCC_REGEN_GOLDEN=1 cargo test -p \
-                 dyncc-tables --features build --test golden"
+                 ones; to rewrite the current ones run `make bless` (DYNCC_BLESS=1)"
             );
         }
     }

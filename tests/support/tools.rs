@@ -1,7 +1,8 @@
 //! External tools the tests run: C compilers, valgrind, binutils,
 //! shellcheck, rsvg-convert. A test that needs a tool that is not installed
 //! FAILS, naming the Debian package that provides it (a skipped test that
-//! passes would claim a check that never ran); `.ci/run` installs them all.
+//! passes would claim a check that never ran); `make test` installs them all
+//! first (`.ci/test-deps.sh`, the same list).
 
 use std::process::Command;
 
@@ -16,7 +17,7 @@ pub fn require_tool(tool: &str, package: &str) {
     assert!(
         have(tool),
         "`{tool}` is needed by this test and is not on PATH: install it with \
-         `apt-get install {package}` (.ci/run installs every tool the tests use)"
+         `apt-get install {package}` (`make test` installs every tool the tests use, as root)"
     );
 }
 
@@ -29,7 +30,7 @@ pub fn require_c_compiler() -> &'static str {
         .unwrap_or_else(|| {
             panic!(
                 "a C compiler (gcc or cc) is needed by this test and neither is on PATH: install \
-             one with `apt-get install gcc` (.ci/run installs every tool the tests use)"
+             one with `apt-get install gcc` (`make test` installs every tool the tests use, as root)"
             )
         })
 }

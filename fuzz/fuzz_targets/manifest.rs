@@ -1,0 +1,12 @@
+//! Fuzzes the `--manifest` CSV and its globs; the harness and its checks are
+//! tests/support/fuzz.rs, which `cargo test` replays the seeds through.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+// Each target calls one of its functions.
+#[allow(dead_code)]
+#[path = "../../tests/support/fuzz.rs"]
+mod harness;
+
+fuzz_target!(|data: &[u8]| harness::manifest(data));
