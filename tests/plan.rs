@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::support::cli::dyncc;
 use crate::support::tools::require_tool;
 
 fn fake_dir() -> PathBuf {
@@ -23,7 +24,7 @@ fn plan(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
         script.to_str().unwrap(),
     ];
     all.extend_from_slice(args);
-    let o = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+    let o = dyncc()
         .args(&all)
         .output()
         .unwrap();
@@ -247,7 +248,7 @@ fn local_sweep_runs_end_to_end_and_resumes() {
     // The logs feed `dyncc compile`, and the fake's physics (Tree/LL is
     // fastest for small allreduce) comes out as a forced decision.
     let tbl = d.path().join("cluster.tbl");
-    let o = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+    let o = dyncc()
         .args([
             "compile",
             out.join("logs").to_str().unwrap(),
@@ -261,7 +262,7 @@ fn local_sweep_runs_end_to_end_and_resumes() {
         "compile of the sweep failed: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let q = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+    let q = dyncc()
         .args([
             "query",
             tbl.to_str().unwrap(),
@@ -449,7 +450,7 @@ fn plan_scripts_hold_no_placeholders() {
 fn a_collnet_plan_holds_only_runs_nccl_will_do() {
     let d = tempfile::tempdir().unwrap();
     let script = d.path().join("s.sh");
-    let o = Command::new(env!("CARGO_BIN_EXE_dyncc"))
+    let o = dyncc()
         .args([
             "plan",
             "--launcher",
