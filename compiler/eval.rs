@@ -446,11 +446,11 @@ pub fn cross_validate(
         groups: folded
             .groups
             .iter()
-            .filter(|g| keep.contains(&g.key.cell.nnodes))
+            .filter(|g| keep.contains(&g.key.run.nnodes))
             .cloned()
             .collect(),
     };
-    let mut nodes: Vec<u32> = folded.groups.iter().map(|g| g.key.cell.nnodes).collect();
+    let mut nodes: Vec<u32> = folded.groups.iter().map(|g| g.key.run.nnodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
     let folds = folds(&nodes, mode)?;

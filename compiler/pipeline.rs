@@ -187,9 +187,10 @@ pub fn compile_cells(
 fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platform> {
     let label = |g: &Group| -> Option<String> {
         g.key
+            .run
             .platform
             .as_deref()
-            .or(g.key.gpu.as_deref())
+            .or(g.key.run.gpu.as_deref())
             .map(str::to_string)
     };
     match want {
@@ -233,10 +234,10 @@ fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platfor
         m.into_iter().max_by_key(|e| e.1).map(|e| e.0)
     };
     Ok(Platform {
-        label: most(&|g| g.key.platform.as_deref().map(str::to_string)),
-        gpu: most(&|g| g.key.gpu.as_deref().map(str::to_string)),
+        label: most(&|g| g.key.run.platform.as_deref().map(str::to_string)),
+        gpu: most(&|g| g.key.run.gpu.as_deref().map(str::to_string)),
         gpus_per_node: most(&|g| {
-            let c = &g.key.cell;
+            let c = &g.key.run;
             (c.nnodes > 0 && c.nranks % c.nnodes == 0)
                 .then(|| format!("{:010}", c.nranks / c.nnodes))
         })
@@ -412,13 +413,21 @@ fn check_repeats(
     // are the only ones copied (a single file of repeats copies none).
     let mut first_file: HashMap<RepeatKey<'_>, (&Path, bool)> = HashMap::new();
     for g in f.groups.iter().filter(trusted) {
-        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        let k = (
+            g.key.cell(),
+            g.key.run.platform.as_deref(),
+            g.key.run.gpu.as_deref(),
+        );
         let e = first_file.entry(k).or_insert((g.key.file.as_path(), false));
         e.1 |= e.0 != g.key.file.as_path();
     }
     let mut groups: HashMap<RepeatKey<'_>, PerFile<'_>> = HashMap::new();
     for g in f.groups.iter().filter(trusted) {
-        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        let k = (
+            g.key.cell(),
+            g.key.run.platform.as_deref(),
+            g.key.run.gpu.as_deref(),
+        );
         if !first_file.get(&k).is_some_and(|e| e.1) {
             continue;
         }
@@ -502,11 +511,12 @@ fn check_repeats(
     f.retain(|g| {
         let p = g
             .key
+            .run
             .platform
             .as_deref()
-            .or(g.key.gpu.as_deref())
+            .or(g.key.run.gpu.as_deref())
             .map(String::from);
-        !drop.contains(&(g.key.cell, p))
+        !drop.contains(&(g.key.cell(), p))
     });
     for b in bad {
         let (place, reason) = b.what.split_once(": ").unwrap_or(("", &b.what));
@@ -681,24 +691,24 @@ mod tests {
     fn mixed_platforms_are_refused_unless_one_is_picked() {
         let a = crate::features::tests::cell(Collective::AllReduce, 1, 8, 8, Config::DEFAULT, 1.0);
         let rec = |p: &str| Record {
-            collective: Collective::AllReduce,
+            run: crate::record::Run {
+                collective: Collective::AllReduce,
+                nranks: 8,
+                nnodes: 1,
+                config: Config::DEFAULT,
+                gpu: None,
+                nccl_version: None,
+                platform: Some(p.into()),
+                env: None,
+                pipe_ops: 1,
+                reg_buff: false,
+            },
             nbytes: 8,
-            nranks: 8,
-            nnodes: 1,
-            gpu: None,
-            nccl_version: None,
-            platform: Some(p.into()),
-            algo: None,
-            proto: None,
-            channels: None,
             time_us: 1.0,
             in_place: false,
             dtype: None,
-            pipe_ops: 1,
-            reg_buff: false,
             source: a.source.clone(),
             flags: 0,
-            env: None,
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
         let e = select_platform(&mut Folded::from_records(recs.clone()), None)

@@ -107,15 +107,17 @@ pub mod flags {
     pub const KNOB_IGNORED: u8 = 4;
 }
 
-/// One measurement, normalised.
-#[derive(Clone, Debug)]
-pub struct Record {
+/// What a run is: everything the measurements of one run share. Every
+/// reader establishes it once per run through one constructor
+/// (`ingest::run::Labeller::label`), from what the input shows and what the
+/// user states; the measurements then add only their size, time and place.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Run {
     pub collective: Collective,
-    /// nccl-tests `size`: for AllGather/ReduceScatter the total buffer, the
-    /// same `nBytes` NCCL passes a tuner.
-    pub nbytes: u64,
     pub nranks: u32,
     pub nnodes: u32,
+    /// The knobs: all `None` is NCCL's own choice.
+    pub config: Config,
     /// GPU model as printed in the rank lines, e.g. `NVIDIA H100 80GB HBM3`.
     pub gpu: Option<Arc<str>>,
     /// NCCL version code (major*10000 + minor*100 + patch), e.g. 22902.
@@ -123,55 +125,71 @@ pub struct Record {
     /// Cluster or platform label, when the input names one (the CSV
     /// `platform` column, `# dyncc: platform=...`), e.g. `DGX-1V`.
     pub platform: Option<Arc<str>>,
-    /// `None`: NCCL chose (not forced).
-    pub algo: Option<Algo>,
-    /// `None`: NCCL chose (not forced).
-    pub proto: Option<Proto>,
-    /// `None`: NCCL chose (not forced).
-    pub channels: Option<u32>,
-    /// Average time per operation in microseconds.
-    pub time_us: f64,
-    pub in_place: bool,
-    /// Data type name (`float`, `double`, ...), when known.
-    pub dtype: Option<Arc<str>>,
-    pub pipe_ops: u32,
-    pub reg_buff: bool,
-    pub source: Source,
-    /// Bit set of [`flags`].
-    pub flags: u8,
     /// The run's other `NCCL_*` variables (`NCCL_IB_HCA=mlx5
     /// NCCL_NET_GDR_LEVEL=PHB`, sorted; empty: none set) when the input
     /// shows the run's environment; `None` when it does not. With
     /// `nccl_version` it is the run's setup: runs of different setups are
     /// not repeats of one measurement (see `ingest::setup`).
     pub env: Option<Arc<str>>,
+    pub pipe_ops: u32,
+    pub reg_buff: bool,
 }
 
-impl Record {
+impl Run {
     /// True when nothing was forced: NCCL's own choice.
     pub fn is_default(&self) -> bool {
-        self.algo.is_none() && self.proto.is_none() && self.channels.is_none()
+        self.config.is_default()
     }
 
-    /// Whether `--platform LABEL` selects this record: its platform label
-    /// or its GPU model, compared case-insensitively.
+    /// Whether `--platform LABEL` selects this run: its platform label or
+    /// its GPU model, compared case-insensitively.
     pub fn is_platform(&self, label: &str) -> bool {
         let eq = |v: &Option<Arc<str>>| v.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(label));
         eq(&self.platform) || eq(&self.gpu)
     }
 
-    pub fn key(&self) -> CellKey {
+    /// The cell a measurement of `nbytes` of this run falls in.
+    pub fn cell(&self, nbytes: u64) -> CellKey {
         CellKey {
             collective: self.collective,
-            nbytes: self.nbytes,
+            nbytes,
             nranks: self.nranks,
             nnodes: self.nnodes,
-            config: Config {
-                algo: self.algo,
-                proto: self.proto,
-                channels: self.channels,
-            },
+            config: self.config,
         }
+    }
+}
+
+/// One measurement, normalised: a run's, at one size.
+#[derive(Clone, Debug)]
+pub struct Record {
+    pub run: Run,
+    /// nccl-tests `size`: for AllGather/ReduceScatter the total buffer, the
+    /// same `nBytes` NCCL passes a tuner.
+    pub nbytes: u64,
+    /// Average time per operation in microseconds.
+    pub time_us: f64,
+    pub in_place: bool,
+    /// Data type name (`float`, `double`, ...), when known.
+    pub dtype: Option<Arc<str>>,
+    pub source: Source,
+    /// Bit set of [`flags`].
+    pub flags: u8,
+}
+
+impl Record {
+    /// True when nothing was forced: NCCL's own choice.
+    pub fn is_default(&self) -> bool {
+        self.run.is_default()
+    }
+
+    /// Whether `--platform LABEL` selects this record (see [`Run::is_platform`]).
+    pub fn is_platform(&self, label: &str) -> bool {
+        self.run.is_platform(label)
+    }
+
+    pub fn key(&self) -> CellKey {
+        self.run.cell(self.nbytes)
     }
 }
 

@@ -44,32 +44,34 @@ fn sweeps_csv_row_and_record_counts() {
         assert_eq!(ds.rows, rows, "{file}");
         assert_eq!(ds.records.len(), rows, "{file}");
         assert!(ds.skipped.is_empty(), "{file}: {:?}", ds.skipped);
-        let mut n: Vec<u32> = ds.records.iter().map(|r| r.nnodes).collect();
+        let mut n: Vec<u32> = ds.records.iter().map(|r| r.run.nnodes).collect();
         n.sort();
         n.dedup();
         assert_eq!(n, nodes, "{file}");
         assert!(ds
             .records
             .iter()
-            .all(|r| r.nranks == r.nnodes * ranks_per_node));
+            .all(|r| r.run.nranks == r.run.nnodes * ranks_per_node));
         assert!(ds
             .records
             .iter()
-            .all(|r| r.collective == Collective::AllReduce));
+            .all(|r| r.run.collective == Collective::AllReduce));
         // 7 configurations x 30 sizes per node count; default is NCCL's choice.
         let defaults = ds.records.iter().filter(|r| r.is_default()).count();
         assert_eq!(defaults, rows / 7, "{file}");
         let ring_ll128 = ds
             .records
             .iter()
-            .filter(|r| r.algo == Some(Algo::Ring) && r.proto == Some(Proto::LL128))
+            .filter(|r| {
+                r.run.config.algo == Some(Algo::Ring) && r.run.config.proto == Some(Proto::LL128)
+            })
             .count();
         assert_eq!(ring_ll128, rows / 7);
         assert!(ds
             .records
             .iter()
-            .all(|r| r.channels.is_none() && r.time_us > 0.0));
-        assert!(ds.records.iter().all(|r| r.platform.is_some()));
+            .all(|r| r.run.config.channels.is_none() && r.time_us > 0.0));
+        assert!(ds.records.iter().all(|r| r.run.platform.is_some()));
         let cells = ingest::aggregate(&ds.records);
         // One run per cell: every row is its own cell.
         assert_eq!(
@@ -82,7 +84,10 @@ fn sweeps_csv_row_and_record_counts() {
     let ds =
         ingest::read_paths(&[real.join("sweeps/nvidia-dgx1v-allreduce.csv")], &opts()).unwrap();
     let r = &ds.records[0];
-    assert_eq!((r.nbytes, r.nnodes, r.nranks, r.time_us), (8, 1, 8, 12.7));
+    assert_eq!(
+        (r.nbytes, r.run.nnodes, r.run.nranks, r.time_us),
+        (8, 1, 8, 12.7)
+    );
     assert_eq!(
         (
             r.source.line,
@@ -91,7 +96,7 @@ fn sweeps_csv_row_and_record_counts() {
         ),
         (2, 3, 1261)
     );
-    assert_eq!(r.platform.as_deref(), Some("DGX-1V"));
+    assert_eq!(r.run.platform.as_deref(), Some("DGX-1V"));
 }
 
 #[test]
@@ -190,9 +195,9 @@ fn alps_srun_labels_launcher_collective_and_shape() {
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (30, 60));
     let r = &ds.records[0];
-    assert_eq!(r.collective, Collective::AllReduce); // from `+ srun ... all_reduce_perf`
-    assert_eq!((r.nranks, r.nnodes), (8, 2));
-    assert_eq!(r.gpu.as_deref(), Some("NVIDIA GH200 120GB"));
+    assert_eq!(r.run.collective, Collective::AllReduce); // from `+ srun ... all_reduce_perf`
+    assert_eq!((r.run.nranks, r.run.nnodes), (8, 2));
+    assert_eq!(r.run.gpu.as_deref(), Some("NVIDIA GH200 120GB"));
     assert_eq!((r.nbytes, r.time_us, r.in_place), (8, 18.74, false));
     assert_eq!(
         (ds.records[1].time_us, ds.records[1].in_place),
@@ -236,13 +241,16 @@ fn xxrjun_new_format_several_collectives_per_file() {
         Collective::SendRecv,
     ] {
         assert_eq!(
-            ds.records.iter().filter(|r| r.collective == c).count(),
+            ds.records.iter().filter(|r| r.run.collective == c).count(),
             20,
             "{c:?}"
         );
     }
-    assert!(ds.records.iter().all(|r| r.nranks == 20 && r.nnodes == 10));
-    assert!(ds.records.iter().all(|r| r.nccl_version == Some(22902)));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.nranks == 20 && r.run.nnodes == 10));
+    assert!(ds.records.iter().all(|r| r.run.nccl_version == Some(22902)));
     assert!(ds
         .records
         .iter()
@@ -251,7 +259,7 @@ fn xxrjun_new_format_several_collectives_per_file() {
     let ag = ds
         .records
         .iter()
-        .find(|r| r.collective == Collective::AllGather)
+        .find(|r| r.run.collective == Collective::AllGather)
         .unwrap();
     assert_eq!(ag.nbytes, 33554240);
 }
@@ -262,11 +270,14 @@ fn interleaved_jobs_are_not_read_as_one_bigger_job() {
     let f = logs.join("together-nccl-tests-h100/20260306_001221_slurm__all_reduce_ring.out");
     let ds = ingest::read_paths(&[f], &assume(&["NCCL_ALGO=Ring", "default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (28, 56));
-    assert!(ds.records.iter().all(|r| r.nranks == 8 && r.nnodes == 1));
     assert!(ds
         .records
         .iter()
-        .all(|r| r.algo == Some(Algo::Ring) && r.proto.is_none()));
+        .all(|r| r.run.nranks == 8 && r.run.nnodes == 1));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.config.algo == Some(Algo::Ring) && r.run.config.proto.is_none()));
     assert_eq!(
         ds.anomalies
             .iter()
@@ -288,10 +299,10 @@ fn old_format_no_root_float_error_column() {
     assert_eq!((ds.rows, ds.records.len()), (7, 14));
     let r = &ds.records[12];
     assert_eq!(
-        (r.nbytes, r.time_us, r.nranks, r.nnodes),
+        (r.nbytes, r.time_us, r.run.nranks, r.run.nnodes),
         (2147483648, 1258554.0, 4, 1)
     );
-    assert_eq!(r.gpu.as_deref(), Some("Tesla K80"));
+    assert_eq!(r.run.gpu.as_deref(), Some("Tesla K80"));
     // 2e-07 max error is rounding, not wrong data.
     assert_eq!(ds.count_flag(dyncc::record::flags::WRONG_DATA), 0);
 }
@@ -304,8 +315,11 @@ fn openmpi_tag_output_and_mpi_binary_name() {
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (8, 16));
     let r = &ds.records[0];
-    assert_eq!(r.collective, Collective::AllReduce);
-    assert_eq!((r.nranks, r.nnodes, r.nccl_version), (2, 1, Some(22907)));
+    assert_eq!(r.run.collective, Collective::AllReduce);
+    assert_eq!(
+        (r.run.nranks, r.run.nnodes, r.run.nccl_version),
+        (2, 1, Some(22907))
+    );
     assert_eq!((r.nbytes, r.time_us), (1048576, 4366.46));
 }
 
@@ -318,7 +332,7 @@ fn linear_steps_na_wrong_and_zero_size_rows() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.collective == Collective::SendRecv && r.flags == 0));
+        .all(|r| r.run.collective == Collective::SendRecv && r.flags == 0));
     assert_eq!(ds.records[2].nbytes, 1048584);
     // nccl_g1.out names no collective anywhere: an error unless assumed.
     let g1 = logs.join("format-samples/monsieurconan__nccl_g1.out");
@@ -344,11 +358,11 @@ fn polaris_zero_size_rows_and_error_only_files() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.collective == Collective::AllGather));
+        .all(|r| r.run.collective == Collective::AllGather));
     assert!(ds
         .records
         .iter()
-        .all(|r| r.nranks == 512 && r.nnodes == 128));
+        .all(|r| r.run.nranks == 512 && r.run.nnodes == 128));
     // A failed launch: no rows, reported with its message, not an error.
     let ds = ingest::read_paths(&[d.join("all_gather_output.dat.1")], &opts()).unwrap();
     assert_eq!((ds.files, ds.rows, ds.records.len()), (1, 0, 0));
@@ -373,8 +387,14 @@ fn elided_rank_lists_need_the_shape_from_metadata() {
     assert!(e.to_string().contains("elided"), "{e}");
     let ds = ingest::read_paths(&[f], &assume(&["default", "ranks=128", "nodes=16"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (30, 60));
-    assert!(ds.records.iter().all(|r| r.nranks == 128 && r.nnodes == 16));
-    assert_eq!(ds.records[0].gpu.as_deref(), Some("NVIDIA A100-SXM4-80GB"));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.nranks == 128 && r.run.nnodes == 16));
+    assert_eq!(
+        ds.records[0].run.gpu.as_deref(),
+        Some("NVIDIA A100-SXM4-80GB")
+    );
 }
 
 #[test]
@@ -385,8 +405,11 @@ fn together_nvls_label_needs_an_explicit_knob() {
     assert!(ingest::read_paths(std::slice::from_ref(&f), &opts()).is_err());
     let ds = ingest::read_paths(&[f], &assume(&["NCCL_ALGO=NVLS", "default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (31, 62));
-    assert!(ds.records.iter().all(|r| r.algo == Some(Algo::Nvls)));
-    assert_eq!(ds.records[0].nccl_version, Some(22602));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.config.algo == Some(Algo::Nvls)));
+    assert_eq!(ds.records[0].run.nccl_version, Some(22602));
 }
 
 fn data(p: &str) -> PathBuf {
@@ -405,12 +428,15 @@ fn json_fixture_env_knobs_and_shape() {
     assert_eq!((ds.rows, ds.records.len()), (25, 50));
     let r = &ds.records[0];
     assert_eq!(
-        (r.algo, r.proto, r.channels),
+        (r.run.config.algo, r.run.config.proto, r.run.config.channels),
         (Some(Algo::Ring), Some(Proto::LL128), Some(16))
     );
-    assert_eq!((r.nranks, r.nnodes, r.nccl_version), (16, 2, Some(22703)));
-    assert_eq!(r.collective, Collective::AllReduce);
-    assert_eq!(r.gpu.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(
+        (r.run.nranks, r.run.nnodes, r.run.nccl_version),
+        (16, 2, Some(22703))
+    );
+    assert_eq!(r.run.collective, Collective::AllReduce);
+    assert_eq!(r.run.gpu.as_deref(), Some("NVIDIA H100 80GB HBM3"));
     assert_eq!(r.nbytes, 8);
 }
 
@@ -419,13 +445,13 @@ fn modern_log_per_iteration_timestamps_all_types_and_dyncc_header() {
     let ds = ingest::read_paths(&[data("modern_I_S_dall_reduce_scatter.log")], &opts()).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (6, 12));
     let r = &ds.records[0];
-    assert_eq!(r.collective, Collective::ReduceScatter);
+    assert_eq!(r.run.collective, Collective::ReduceScatter);
     assert_eq!(
-        (r.algo, r.proto, r.channels),
+        (r.run.config.algo, r.run.config.proto, r.run.config.channels),
         (Some(Algo::Ring), Some(Proto::LL128), Some(8))
     );
-    assert_eq!((r.nranks, r.nnodes, r.time_us), (4, 2, 21.05));
-    assert_eq!(r.platform.as_deref(), Some("sim-h100"));
+    assert_eq!((r.run.nranks, r.run.nnodes, r.time_us), (4, 2, 21.05));
+    assert_eq!(r.run.platform.as_deref(), Some("sim-h100"));
     assert_eq!(ds.records[1].time_us, 20.80); // in-place time, not an -I column
     assert_eq!(ds.records[2].dtype.as_deref(), Some("half"));
     assert_eq!(ds.records[8].time_us, 12.0); // 1.2e+01
@@ -443,8 +469,8 @@ fn knob_ignored_by_nccl_is_flagged_from_its_own_info_lines() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.algo == Some(Algo::Nvls) && r.proto.is_none()));
-    assert_eq!(ds.records[0].nccl_version, Some(22602));
+        .all(|r| r.run.config.algo == Some(Algo::Nvls) && r.run.config.proto.is_none()));
+    assert_eq!(ds.records[0].run.nccl_version, Some(22602));
     let ignored: Vec<u64> = ds
         .records
         .iter()
@@ -462,9 +488,12 @@ fn path_components_give_knobs() {
     // not forced (once a second error, "channel count unknown").
     let ds = ingest::read_paths(&[f], &opts()).unwrap();
     assert_eq!(ds.records.len(), 14);
-    assert!(ds.records.iter().all(|r| r.algo == Some(Algo::Tree)
-        && r.proto == Some(Proto::Simple)
-        && r.channels.is_none()));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.config.algo == Some(Algo::Tree)
+            && r.run.config.proto == Some(Proto::Simple)
+            && r.run.config.channels.is_none()));
 }
 
 #[test]
@@ -474,19 +503,19 @@ fn nvidia_raw_csv_from_platform_directory() {
     let one = ds
         .records
         .iter()
-        .find(|r| r.platform.as_deref() == Some("DGX-1V"))
+        .find(|r| r.run.platform.as_deref() == Some("DGX-1V"))
         .unwrap();
-    assert_eq!((one.nnodes, one.nranks, one.nbytes), (2, 16, 8));
+    assert_eq!((one.run.nnodes, one.run.nranks, one.nbytes), (2, 16, 8));
     assert_eq!(
-        (one.algo, one.proto, one.time_us),
+        (one.run.config.algo, one.run.config.proto, one.time_us),
         (Some(Algo::Tree), Some(Proto::LL), 25.8)
     );
     let two = ds
         .records
         .iter()
-        .find(|r| r.platform.as_deref() == Some("DGX-2V"))
+        .find(|r| r.run.platform.as_deref() == Some("DGX-2V"))
         .unwrap();
-    assert_eq!((two.nnodes, two.nranks), (4, 64));
+    assert_eq!((two.run.nnodes, two.run.nranks), (4, 64));
     // The raw files carry the same numbers as the converted sweeps.
     let real = real_dir();
     let sw =
@@ -494,7 +523,7 @@ fn nvidia_raw_csv_from_platform_directory() {
     let raw: Vec<_> = ds
         .records
         .iter()
-        .filter(|r| r.platform.as_deref() == Some("DGX-1V"))
+        .filter(|r| r.run.platform.as_deref() == Some("DGX-1V"))
         .collect();
     for r in raw {
         let s = sw
@@ -610,7 +639,10 @@ fn large_rank_lists_count_ranks_and_hosts() {
     )
     .unwrap();
     assert_eq!(ds.records.len(), 2);
-    assert_eq!((ds.records[0].nranks, ds.records[0].nnodes), (20000, 5000));
+    assert_eq!(
+        (ds.records[0].run.nranks, ds.records[0].run.nnodes),
+        (20000, 5000)
+    );
 }
 
 /// Compile held one full record per row and copied them all (a 2 GB CSV of

@@ -235,7 +235,12 @@ fn csv_time_falls_back_to_cost_metric() {
     let ds = ingest::read_paths(&[p], &IngestOptions::default()).unwrap();
     let r = &ds.records[0];
     assert_eq!(
-        (r.time_us, r.channels, r.reg_buff, r.nnodes),
+        (
+            r.time_us,
+            r.run.config.channels,
+            r.run.reg_buff,
+            r.run.nnodes
+        ),
         (33.5, Some(4), true, 2)
     );
 }
@@ -269,7 +274,7 @@ fn nvidia_raw_bad_row_and_unknown_platform() {
         },
     )
     .unwrap();
-    assert_eq!((ds.records.len(), ds.records[0].nranks), (7, 12));
+    assert_eq!((ds.records.len(), ds.records[0].run.nranks), (7, 12));
 }
 
 #[test]

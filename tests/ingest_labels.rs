@@ -78,7 +78,11 @@ fn run(info: &[&str], t0: f64) -> String {
 const BANNER: &str = "NCCL version 2.21.5+cuda12.4";
 
 fn configs(ds: &ingest::Dataset) -> Vec<(Option<Algo>, Option<Proto>)> {
-    let mut v: Vec<_> = ds.records.iter().map(|r| (r.algo, r.proto)).collect();
+    let mut v: Vec<_> = ds
+        .records
+        .iter()
+        .map(|r| (r.run.config.algo, r.run.config.proto))
+        .collect();
     v.dedup();
     v
 }
@@ -99,7 +103,7 @@ fn explicit_labels_beat_an_info_banner_without_environment_lines() {
     // --assume.
     let ds = strict(std::slice::from_ref(&p), &["NCCL_ALGO=Ring"]).unwrap();
     assert_eq!(configs(&ds), vec![(Some(Algo::Ring), None)]);
-    assert_eq!(ds.records[0].nccl_version, Some(22105));
+    assert_eq!(ds.records[0].run.nccl_version, Some(22105));
     // A `# dyncc:` header.
     let h = write(
         d.path(),
@@ -116,7 +120,7 @@ fn explicit_labels_beat_an_info_banner_without_environment_lines() {
     );
     let ds = strict(&[q], &[]).unwrap();
     assert_eq!(configs(&ds), vec![(Some(Algo::Ring), Some(Proto::LL))]);
-    assert!(ds.records.iter().all(|r| r.channels.is_none()));
+    assert!(ds.records.iter().all(|r| r.run.config.channels.is_none()));
 }
 
 /// A label that says Ring on a log whose own environment lines say Tree
@@ -735,8 +739,14 @@ fn real_logs_are_labelled_by_their_file_names() {
         },
     )
     .unwrap();
-    assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Nvls)));
-    assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Ring)));
+    assert!(ds
+        .records
+        .iter()
+        .any(|r| r.run.config.algo == Some(Algo::Nvls)));
+    assert!(ds
+        .records
+        .iter()
+        .any(|r| r.run.config.algo == Some(Algo::Ring)));
     assert!(ds.reports.iter().all(|r| r.knobs.contains("manifest")));
 }
 
@@ -777,7 +787,7 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     assert_eq!(ds.records.len(), 21);
     let r = &ds.records[0];
     assert_eq!(
-        (r.nnodes, r.nranks, r.platform.as_deref()),
+        (r.run.nnodes, r.run.nranks, r.run.platform.as_deref()),
         (4, 32, Some("DGX-1V"))
     );
     // Name pattern.
@@ -791,7 +801,10 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     )
     .unwrap();
     assert_eq!(ds.records.len(), 21);
-    assert_eq!((ds.records[0].nnodes, ds.records[0].nranks), (2, 16));
+    assert_eq!(
+        (ds.records[0].run.nnodes, ds.records[0].run.nranks),
+        (2, 16)
+    );
     // A `# dyncc:` line.
     let f = write(
         d.path(),
@@ -801,7 +814,10 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     let ds = strict(std::slice::from_ref(&f), &[]).unwrap();
     assert_eq!(ds.records.len(), 21);
     let r = &ds.records[0];
-    assert_eq!((r.nnodes, r.nranks, r.nccl_version), (2, 32, Some(22304)));
+    assert_eq!(
+        (r.run.nnodes, r.run.nranks, r.run.nccl_version),
+        (2, 32, Some(22304))
+    );
     assert_eq!(r.source.line, 2);
     // The knobs are the columns': a label naming one is refused, not
     // silently overridden.
@@ -812,6 +828,52 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     );
     let e = format!("{:#}", strict(&[f], &[]).unwrap_err());
     assert!(e.contains("2.csv:0") && e.contains("one column per"), "{e}");
+}
+
+/// The text reader ignored a manifest's (or name pattern's) collective, and
+/// the JSON reader let a collective guessed from the file name beat it:
+/// every reader now labels a run in one place, where what the user states
+/// beats what is inferred.
+#[test]
+fn a_stated_collective_beats_the_one_guessed_from_the_file_name() {
+    let d = tempfile::tempdir().unwrap();
+    // A log whose name says allgather but has no `Collective test starting`
+    // or launcher line: the manifest says what it is.
+    let log = write(d.path(), "all_gather_run.log", &run(&[], 10.0));
+    let mut json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root().join("tests/data/nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    json["args"] = serde_json::json!(["./build/runner"]);
+    let js = write(d.path(), "all_gather_run.json", &json.to_string());
+    let m = write(
+        d.path(),
+        "labels.csv",
+        "path,coll\nall_gather_run.log,allreduce\nall_gather_run.json,allreduce\n",
+    );
+    for f in [log, js] {
+        let ds = read_with(
+            dyncc::ingest::args::IngestArgs {
+                manifest: Some(m.clone()),
+                assume: vec!["default".into()],
+                ..Default::default()
+            },
+            std::slice::from_ref(&f),
+        )
+        .unwrap();
+        assert!(!ds.records.is_empty(), "{}", f.display());
+        assert!(
+            ds.records
+                .iter()
+                .all(|r| r.run.collective == dyncc::record::Collective::AllReduce),
+            "{}: {:?}",
+            f.display(),
+            ds.records[0].run.collective
+        );
+    }
 }
 
 /// `dyncc query --data` had its own `--assume` and nothing else: a sweep

@@ -29,6 +29,7 @@ pub mod fold;
 pub mod json;
 pub mod knobs;
 pub mod labels;
+pub(crate) mod run;
 pub mod setup;
 pub mod text;
 
@@ -943,10 +944,10 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
         if g.key.flags & (UNRESOLVED | flags::WRONG_DATA) != 0 || g.samples.is_empty() {
             continue;
         }
-        let mut k = g.key.cell;
+        let mut k = g.key.cell();
         k.nbytes = 0;
         families
-            .entry((k, g.key.file.as_path(), g.key.gpu.as_deref()))
+            .entry((k, g.key.file.as_path(), g.key.run.gpu.as_deref()))
             .or_default()
             .push(gi);
     }
@@ -959,15 +960,15 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
     let mut off: Vec<Off> = Vec::new();
     let groups = &f.groups;
     for (_, mut members) in families {
-        members.sort_by_key(|&gi| groups[gi].key.cell.nbytes);
+        members.sort_by_key(|&gi| groups[gi].key.nbytes);
         // Per size, the groups there.
         let mut by_size: Vec<&[usize]> = Vec::new();
         let mut rest = &members[..];
         while let Some(&first) = rest.first() {
-            let s = groups[first].key.cell.nbytes;
+            let s = groups[first].key.nbytes;
             let n = rest
                 .iter()
-                .take_while(|&&gi| groups[gi].key.cell.nbytes == s)
+                .take_while(|&&gi| groups[gi].key.nbytes == s)
                 .count();
             by_size.push(&rest[..n]);
             rest = &rest[n..];
@@ -1032,8 +1033,8 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             kind: "warmup-outlier",
             detail: format!(
                 "{} {} B {}: {:.1} us is more than {}x the {:.1} us at adjacent sizes; kept out of fitting",
-                g.key.cell.collective.name(),
-                g.key.cell.nbytes,
+                g.key.run.collective.name(),
+                g.key.nbytes,
                 if g.key.in_place { "in-place" } else { "out-of-place" },
                 s.time_us,
                 OUTLIER_FACTOR,
@@ -1100,31 +1101,31 @@ pub(crate) fn read_all<R: Read>(mut rd: R) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Collective, Config};
+    use crate::record::{Collective, Config, Run};
 
     fn rec(nbytes: u64, t: f64, in_place: bool) -> Record {
         Record {
-            collective: Collective::AllReduce,
+            run: Run {
+                collective: Collective::AllReduce,
+                nranks: 8,
+                nnodes: 1,
+                config: Config::DEFAULT,
+                gpu: None,
+                nccl_version: None,
+                platform: None,
+                env: None,
+                pipe_ops: 1,
+                reg_buff: false,
+            },
             nbytes,
-            nranks: 8,
-            nnodes: 1,
-            gpu: None,
-            nccl_version: None,
-            platform: None,
-            algo: None,
-            proto: None,
-            channels: None,
             time_us: t,
             in_place,
             dtype: None,
-            pipe_ops: 1,
-            reg_buff: false,
             source: Source {
                 file: Arc::new(PathBuf::from("x")),
                 line: 1,
             },
             flags: 0,
-            env: None,
         }
     }
 

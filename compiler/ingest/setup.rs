@@ -29,12 +29,17 @@ pub fn version_string(code: u32) -> String {
 /// The NCCL versions of `records`, sorted, as the table's `nccl_version`
 /// metadata: `2.18.3,2.19.1`; None when no record knows its version.
 pub fn nccl_versions(records: &[Record]) -> Option<String> {
-    versions_string(records.iter().filter_map(|r| r.nccl_version).collect())
+    versions_string(records.iter().filter_map(|r| r.run.nccl_version).collect())
 }
 
 /// [`nccl_versions`] of folded measurements.
 pub fn nccl_versions_folded(f: &Folded) -> Option<String> {
-    versions_string(f.groups.iter().filter_map(|g| g.key.nccl_version).collect())
+    versions_string(
+        f.groups
+            .iter()
+            .filter_map(|g| g.key.run.nccl_version)
+            .collect(),
+    )
 }
 
 fn versions_string(v: BTreeSet<u32>) -> Option<String> {
@@ -89,9 +94,10 @@ impl SetupChoice {
     fn matches(&self, g: &Group) -> bool {
         self.want.iter().all(|(k, v)| {
             if k == "nccl" {
-                return g.key.nccl_version.map(|c| c.to_string()).as_deref() == Some(v.as_str());
+                return g.key.run.nccl_version.map(|c| c.to_string()).as_deref()
+                    == Some(v.as_str());
             }
-            let Some(env) = g.key.env.as_deref() else {
+            let Some(env) = g.key.run.env.as_deref() else {
                 return false;
             };
             let found = env.split(' ').find_map(|kv| {
@@ -117,8 +123,8 @@ struct Setup {
 impl Setup {
     fn of(g: &Group) -> Setup {
         Setup {
-            version: g.key.nccl_version,
-            env: g.key.env.clone(),
+            version: g.key.run.nccl_version,
+            env: g.key.run.env.clone(),
         }
     }
 
@@ -236,7 +242,7 @@ pub fn select_setup_folded(
     let old: BTreeSet<u32> = f
         .groups
         .iter()
-        .filter_map(|g| g.key.nccl_version)
+        .filter_map(|g| g.key.run.nccl_version)
         .filter(|&v| v < FIRST_TUNER_NCCL)
         .collect();
     if !old.is_empty() {
