@@ -3,13 +3,14 @@
 
 use anyhow::Context;
 use dyncc_tables::{
-    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, RegBuff,
-    TableBuilder, TreeNode, NUM_BUCKETS,
+    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, TableBuilder,
+    TreeNode, NUM_BUCKETS,
 };
 
 use crate::decide::{buckets, GridDecisions};
 use crate::distil::Leaf;
 use crate::features::Grid;
+use crate::record::State;
 use crate::tree::{FlatTree, Node};
 
 /// One context as it goes into the table, kept for the report and tests.
@@ -18,6 +19,8 @@ pub struct PlannedContext {
     pub coll: Coll,
     pub nodes: (u32, u32),
     pub ppn: (u32, u32),
+    /// The call state its decisions were measured in: its gates.
+    pub state: State,
     pub buckets: Box<[BucketDecision; NUM_BUCKETS]>,
 }
 
@@ -28,29 +31,33 @@ pub struct PlannedContext {
 /// first match is the only match.
 pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec<PlannedContext> {
     let mut out = Vec::new();
-    // Per collective: (grid, measured cells) of the best-covered grid.
-    let mut any_ppn: Vec<(Coll, usize, usize)> = Vec::new();
+    // Per collective and state: (grid, measured cells) of the best-covered grid.
+    let mut any_ppn: Vec<((Coll, State), usize, usize)> = Vec::new();
     for (gi, (g, d)) in grids.iter().zip(decided).enumerate() {
         for a in &d.anchors {
             out.push(PlannedContext {
                 coll: g.coll,
                 nodes: a.span,
                 ppn: (g.ppn, g.ppn),
+                state: g.state,
                 buckets: buckets(g, a, extrapolate),
             });
         }
         if extrapolate {
-            match any_ppn.iter_mut().find(|e| e.0 == g.coll) {
+            let key = (g.coll, g.state);
+            match any_ppn.iter_mut().find(|e| e.0 == key) {
                 Some(e) if e.2 >= g.measured() => {}
-                Some(e) => *e = (g.coll, gi, g.measured()),
-                None => any_ppn.push((g.coll, gi, g.measured())),
+                Some(e) => *e = (key, gi, g.measured()),
+                None => any_ppn.push((key, gi, g.measured())),
             }
         }
     }
-    for (coll, gi, _) in any_ppn {
+    for ((coll, state), gi, _) in any_ppn {
         let extra: Vec<PlannedContext> = out
             .iter()
-            .filter(|c| c.coll == coll && c.ppn == (grids[gi].ppn, grids[gi].ppn))
+            .filter(|c| {
+                c.coll == coll && c.state == state && c.ppn == (grids[gi].ppn, grids[gi].ppn)
+            })
             .map(|c| {
                 let mut b = c.buckets.clone();
                 for s in b.iter_mut() {
@@ -60,6 +67,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                     coll,
                     nodes: c.nodes,
                     ppn: (1, u32::MAX),
+                    state,
                     buckets: b,
                 }
             })
@@ -143,12 +151,18 @@ pub fn build(
         if !extrapolate && rules.iter().all(|r| r.decision == Decision::Default) {
             continue;
         }
+        let gates = c.state.gates().with_context(|| {
+            format!(
+                "internal error: a context for calls in state {} no gate expresses",
+                c.state
+            )
+        })?;
         let spec = ContextSpec {
             coll: c.coll,
             nodes: c.nodes,
             ppn: c.ppn,
-            max_pipe_ops: 0,
-            reg_buff: RegBuff::Any,
+            max_pipe_ops: gates.max_pipe_ops,
+            reg_buff: gates.reg_buff,
         };
         b.context(spec, &rules)
             .map_err(|e| anyhow::anyhow!("{e}"))

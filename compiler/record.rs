@@ -131,8 +131,8 @@ pub struct Run {
     /// `nccl_version` it is the run's setup: runs of different setups are
     /// not repeats of one measurement (see `ingest::setup`).
     pub env: Option<Arc<str>>,
-    pub pipe_ops: u32,
-    pub reg_buff: bool,
+    /// The state of its calls beside the size (`numPipeOps`, `regBuff`).
+    pub state: State,
 }
 
 impl Run {
@@ -155,6 +155,7 @@ impl Run {
             nbytes,
             nranks: self.nranks,
             nnodes: self.nnodes,
+            state: self.state,
             config: self.config,
         }
     }
@@ -248,14 +249,87 @@ impl std::fmt::Display for Config {
     }
 }
 
-/// What identifies one cell of a sweep.
+/// What identifies one cell of a sweep: what NCCL passes a tuner
+/// (collective, size, the communicator's shape, the call's [`State`]) and
+/// the setting measured. Every step from ingest to the emitted table
+/// contexts keys on it.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct CellKey {
     pub collective: Collective,
     pub nbytes: u64,
     pub nranks: u32,
     pub nnodes: u32,
+    pub state: State,
     pub config: Config,
+}
+
+/// The state of a call that NCCL passes a tuner beside its collective,
+/// size and communicator: runs made in different states are not repeats of
+/// one measurement, and a table context decides for the states its
+/// [`Gates`] let through. A new state column is a field here, the readers
+/// that fill it (`ingest`), and its gate in [`State::gates`].
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct State {
+    /// Operations NCCL pipelines in one launch (`numPipeOps`; 1: one).
+    pub pipe_ops: u32,
+    /// The user buffers are registered with NCCL (`regBuff`: nccl-tests
+    /// `-R 1` or `-R 2`, the tuner CSV's `regBuff` column).
+    pub reg_buff: bool,
+}
+
+impl State {
+    /// What nccl-tests measures unless told otherwise: one operation at a
+    /// time, buffers not registered.
+    pub const BASELINE: State = State {
+        pipe_ops: 1,
+        reg_buff: false,
+    };
+
+    /// The gates of a table context decided from measurements in this
+    /// state; `None` when the table cannot tell its calls apart.
+    ///
+    /// Baseline measurements decide for every call, as every table has
+    /// (their settings are what NCCL runs without registration, and
+    /// existing tables stay as they are). Registered-buffer measurements
+    /// decide only for registered buffers: the settings that win there
+    /// (NVLS, CollNet, zero-copy paths) can lose without registration.
+    /// `numPipeOps` can only be gated from above (`<= N`), so measurements
+    /// of several pipelined operations cannot be told apart from single
+    /// ones and are not decided.
+    pub fn gates(self) -> Option<Gates> {
+        if self.pipe_ops != 1 {
+            return None;
+        }
+        Some(Gates {
+            max_pipe_ops: 0,
+            reg_buff: if self.reg_buff {
+                dyncc_tables::RegBuff::Only1
+            } else {
+                dyncc_tables::RegBuff::Any
+            },
+        })
+    }
+}
+
+impl std::fmt::Display for State {
+    /// `numPipeOps 1, regBuff 0`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "numPipeOps {}, regBuff {}",
+            self.pipe_ops,
+            u8::from(self.reg_buff)
+        )
+    }
+}
+
+/// Which calls a table context decides for (the `max_pipe_ops` and
+/// `reg_buff` fields of its `ContextSpec`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Gates {
+    /// 0: any `numPipeOps`.
+    pub max_pipe_ops: u32,
+    pub reg_buff: dyncc_tables::RegBuff,
 }
 
 /// The robust aggregate of every trusted repeat of one cell.

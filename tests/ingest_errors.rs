@@ -238,7 +238,7 @@ fn csv_time_falls_back_to_cost_metric() {
         (
             r.time_us,
             r.run.config.channels,
-            r.run.reg_buff,
+            r.run.state.reg_buff,
             r.run.nnodes
         ),
         (33.5, Some(4), true, 2)

@@ -265,8 +265,8 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             .map(&mut intern);
         shown.gpu = c_gpu.map(get).filter(|s| !s.is_empty()).map(&mut intern);
         shown.nccl_version = c_ver.map(get).and_then(super::knobs::parse_nccl_version);
-        shown.pipe_ops = pipe_ops;
-        shown.reg_buff = reg_buff;
+        shown.pipe_ops = Some(pipe_ops);
+        shown.reg_buff = Some(reg_buff);
         let labelled = labeller.label(ctx, line, shown)?;
         let Some(run) = labelled.run else { continue };
         out.records.push(

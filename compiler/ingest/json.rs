@@ -64,10 +64,9 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
     let run_env = env.complete.then(|| setup_env.join(" ").into());
     let mut shown = Shown::new(ShownKnobs::Log(env));
     shown.env = run_env;
+    let args = top.get("args").and_then(Value::as_array);
     // The collective from argv[0].
-    shown.collective = top
-        .get("args")
-        .and_then(Value::as_array)
+    shown.collective = args
         .and_then(|a| a.first())
         .and_then(Value::as_str)
         .and_then(|s| Collective::parse(knobs::strip_binary_suffix(s)));
@@ -102,6 +101,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .get("nccl_version")
         .and_then(Value::as_u64)
         .map(|v| v as u32);
+    shown.reg_buff = args.map(|a| registered(a, shown.nccl_version));
     out.report.rows = results.len();
     let labelled = Labeller::new(ctx, None)?.label(ctx, 0, shown)?;
     if let Some(msg) = labelled.problem {
@@ -178,4 +178,61 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         }
     }
     Ok(out)
+}
+
+/// Whether nccl-tests registered its buffers (`regBuff` != 0 in the calls
+/// NCCL made), from its `args`: `-R 1` / `-R 2` (local or symmetric
+/// registration), also written `-R1`, `--local_register 1` or
+/// `--local_register=1`; the last one given counts, as with getopt. NCCL
+/// before 2.19 cannot register: nccl-tests ignores `-R` there.
+fn registered(args: &[Value], nccl_version: Option<u32>) -> bool {
+    let words: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
+    let mut level = 0i64;
+    let mut i = 1;
+    while i < words.len() {
+        let w = words[i];
+        let value = if w == "-R" || w == "--local_register" {
+            i += 1;
+            words.get(i).copied()
+        } else {
+            w.strip_prefix("--local_register=")
+                .or_else(|| w.strip_prefix("-R").filter(|v| !v.is_empty()))
+        };
+        if let Some(v) = value {
+            // strtol: leading digits, 0 when none.
+            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
+            level = digits.parse().unwrap_or(0);
+        }
+        i += 1;
+    }
+    level != 0 && nccl_version.is_none_or(|v| v >= FIRST_REGISTER_NCCL)
+}
+
+/// NCCL registers user buffers (`ncclCommRegister`) from 2.19.0 on.
+const FIRST_REGISTER_NCCL: u32 = 21900;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Value> {
+        words.iter().map(|w| Value::from(*w)).collect()
+    }
+
+    #[test]
+    fn buffer_registration_is_read_from_the_nccl_tests_arguments() {
+        let bin = "./build/all_reduce_perf";
+        for (words, want) in [
+            (vec![bin, "-b", "8", "-R", "1"], true),
+            (vec![bin, "-R2"], true),
+            (vec![bin, "--local_register", "1"], true),
+            (vec![bin, "--local_register=1", "-R", "0"], false),
+            (vec![bin, "-b", "8", "-e", "1G"], false),
+            (vec![bin, "-R", "0"], false),
+        ] {
+            assert_eq!(registered(&args(&words), Some(22304)), want, "{words:?}");
+        }
+        // NCCL 2.18 cannot register: nccl-tests ignores -R.
+        assert!(!registered(&args(&[bin, "-R", "1"]), Some(21803)));
+    }
 }

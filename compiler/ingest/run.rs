@@ -13,7 +13,10 @@
 //! 3. what is inferred: the collective a launcher command line or the file
 //!    name names;
 //! 4. `--assume`, for what nothing else says;
-//! 5. a platform guessed from a `DGX-1V/` directory.
+//! 5. a platform guessed from a `DGX-1V/` directory;
+//! 6. for the call state ([`State`]: `numPipeOps`, `regBuff`), what
+//!    nccl-tests runs unless told otherwise: one operation, buffers not
+//!    registered.
 //!
 //! Node and rank counts are completed from each other with the GPUs per
 //! node (stated, or known for the DGX platforms). Knobs are resolved by
@@ -26,7 +29,7 @@ use super::csv::platform_gpus_per_node;
 use super::knobs::{self, Assumptions, KnobSource};
 use super::text::collective_from_name;
 use super::{FileCtx, UNRESOLVED};
-use crate::record::{Collective, Config, Run};
+use crate::record::{Collective, Config, Run, State};
 
 /// What an input shows about one run, before any label.
 pub(crate) struct Shown {
@@ -51,8 +54,12 @@ pub(crate) struct Shown {
     pub platform_hint: Option<Arc<str>>,
     pub env: Option<Arc<str>>,
     pub knobs: ShownKnobs,
-    pub pipe_ops: u32,
-    pub reg_buff: bool,
+    /// `numPipeOps` of the run's calls, when the input shows it (the CSV's
+    /// `pipeOps` column).
+    pub pipe_ops: Option<u32>,
+    /// Whether the run's buffers were registered, when the input shows it
+    /// (the CSV's `regBuff` column, nccl-tests `-R` in the JSON `args`).
+    pub reg_buff: Option<bool>,
     /// Problems the reader found with the run itself (jobs of different
     /// shapes interleaved), reported after the collective's.
     pub problems: Vec<String>,
@@ -76,8 +83,8 @@ impl Shown {
             platform_hint: None,
             env: None,
             knobs,
-            pipe_ops: 1,
-            reg_buff: false,
+            pipe_ops: None,
+            reg_buff: None,
             problems: Vec::new(),
         }
     }
@@ -240,8 +247,17 @@ impl Labeller {
                 .or_else(|| self.fact(|a| a.platform.clone()))
                 .or(shown.platform_hint),
             env: shown.env,
-            pipe_ops: shown.pipe_ops,
-            reg_buff: shown.reg_buff,
+            // What nccl-tests runs unless told otherwise.
+            state: State {
+                pipe_ops: shown
+                    .pipe_ops
+                    .or_else(|| self.fact(|a| a.pipe_ops))
+                    .unwrap_or(State::BASELINE.pipe_ops),
+                reg_buff: shown
+                    .reg_buff
+                    .or_else(|| self.fact(|a| a.reg_buff))
+                    .unwrap_or(State::BASELINE.reg_buff),
+            },
         });
         Ok(Labelled {
             run,

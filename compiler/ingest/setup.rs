@@ -1,9 +1,11 @@
-//! Setups: the NCCL version of a run and the other `NCCL_*` variables its
-//! log shows (GPUDirect RDMA on or off, the IB HCAs, ...). Runs of
+//! Setups: the NCCL version of a run, the other `NCCL_*` variables its
+//! log shows (GPUDirect RDMA on or off, the IB HCAs, ...) and the state of
+//! its calls (registered buffers, pipelined operations). Runs of
 //! different setups can differ by 20 % and more at the same size: they are
 //! not repeats of one measurement. [`select_setup`] refuses to blend them
 //! unless the user picks one (`--setup`) or says they may be pooled
-//! (`--pool-setups`), the way `compile` treats mixed platforms.
+//! (`--pool-setups`), the way `compile` treats mixed platforms. Call
+//! states are never pooled: a table decides for one (its contexts' gates).
 //!
 //! A run whose log does not show a version or its environment is compatible
 //! with any setup: only two runs known to differ are "mixed".
@@ -15,7 +17,7 @@ use anyhow::bail;
 
 use super::fold::{Folded, Group};
 use super::{quote, Dataset};
-use crate::record::Record;
+use crate::record::{Record, State};
 
 /// NCCL loads tuner plugins from 2.19.0 on (`ncclTunerPlugin_v1`, see
 /// /work/shared/reference/nccl-tuner-abi.md); older NCCLs never load one.
@@ -83,8 +85,26 @@ impl SetupChoice {
             } else {
                 k
             };
+            // The call state (`regBuff=1`, `pipeOps=2`) picks runs too.
+            let mut state = super::knobs::Assumptions::default();
+            match state.set(k, v) {
+                Err(e) => bail!("--setup {e}"),
+                Ok(true) if state.reg_buff.is_some() || state.pipe_ops.is_some() => {
+                    if let Some(r) = state.reg_buff {
+                        want.push((REG_BUFF.to_string(), u8::from(r).to_string()));
+                    }
+                    if let Some(p) = state.pipe_ops {
+                        want.push((PIPE_OPS.to_string(), p.to_string()));
+                    }
+                    continue;
+                }
+                Ok(_) => {}
+            }
             if !k.starts_with("NCCL_") {
-                bail!("--setup {w}: expected nccl=VERSION or an NCCL_* variable");
+                bail!(
+                    "--setup {w}: expected nccl=VERSION or an NCCL_* variable (or the call \
+                     state: regBuff=0|1, pipeOps=N)"
+                );
             }
             want.push((k.to_string(), v.to_string()));
         }
@@ -92,10 +112,17 @@ impl SetupChoice {
     }
 
     fn matches(&self, g: &Group) -> bool {
+        let state = g.key.run.state;
         self.want.iter().all(|(k, v)| {
             if k == "nccl" {
                 return g.key.run.nccl_version.map(|c| c.to_string()).as_deref()
                     == Some(v.as_str());
+            }
+            if k == REG_BUFF {
+                return u8::from(state.reg_buff).to_string() == *v;
+            }
+            if k == PIPE_OPS {
+                return state.pipe_ops.to_string() == *v;
             }
             let Some(env) = g.key.run.env.as_deref() else {
                 return false;
@@ -113,11 +140,18 @@ impl SetupChoice {
     }
 }
 
+/// `--setup` words that pick a call state.
+const REG_BUFF: &str = "regBuff";
+const PIPE_OPS: &str = "pipeOps";
+
 /// One setup of the inputs.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Setup {
     version: Option<u32>,
     env: Option<Arc<str>>,
+    /// The state of the run's calls: runs in different states are not
+    /// repeats either, and a table decides for one (see [`State::gates`]).
+    state: State,
 }
 
 impl Setup {
@@ -125,6 +159,7 @@ impl Setup {
         Setup {
             version: g.key.run.nccl_version,
             env: g.key.run.env.clone(),
+            state: g.key.run.state,
         }
     }
 
@@ -138,7 +173,10 @@ impl Setup {
             Some(e) => e.to_string(),
             None => "environment not shown".to_string(),
         };
-        format!("{v}, {e}")
+        if self.state == State::BASELINE {
+            return format!("{v}, {e}");
+        }
+        format!("{v}, {e}, {}", self.state)
     }
 
     fn vars(&self) -> BTreeMap<&str, &str> {
@@ -191,12 +229,13 @@ pub fn select_setup_folded(
         .collect();
     let versions: BTreeSet<u32> = groups.keys().filter_map(|s| s.version).collect();
     let envs: BTreeSet<&str> = groups.keys().filter_map(|s| s.env.as_deref()).collect();
-    let mixed = versions.len() > 1 || envs.len() > 1;
+    let states: BTreeSet<State> = groups.keys().map(|s| s.state).collect();
+    let mixed = versions.len() > 1 || envs.len() > 1 || states.len() > 1;
     let list = |groups: &BTreeMap<Setup, (usize, String)>| -> String {
         groups
             .iter()
             .map(|(s, (n, at))| {
-                let pick = pick_spec(s, groups.keys(), versions.len() > 1);
+                let pick = pick_spec(s, groups.keys(), versions.len() > 1, &states);
                 format!(
                     "{} ({n} records, e.g. {at}){}",
                     s.describe(),
@@ -222,6 +261,13 @@ pub fn select_setup_folded(
                 "--setup: kept {kept} records, left out {dropped} of other or unshown setups"
             ));
         }
+    } else if states.len() > 1 {
+        bail!(
+            "the inputs mix call states: {}. Runs in different states are not repeats of one \
+             measurement, and a table decides for one state (its contexts are gated on \
+             it): compile each separately, picking one with --setup as shown",
+            list(&groups)
+        );
     } else if mixed && !choice.pool {
         bail!(
             "the inputs mix NCCL setups: {}. Runs of different setups are not repeats of one \
@@ -265,10 +311,17 @@ fn pick_spec<'a>(
     s: &Setup,
     all: impl Iterator<Item = &'a Setup> + Clone,
     by_version: bool,
+    states: &BTreeSet<State>,
 ) -> Option<String> {
     let mut words = Vec::new();
     if by_version {
         words.push(format!("nccl={}", version_string(s.version?)));
+    }
+    if states.iter().any(|o| o.reg_buff != s.state.reg_buff) {
+        words.push(format!("{REG_BUFF}={}", u8::from(s.state.reg_buff)));
+    }
+    if states.iter().any(|o| o.pipe_ops != s.state.pipe_ops) {
+        words.push(format!("{PIPE_OPS}={}", s.state.pipe_ops));
     }
     if s.env.is_some() {
         let mine = s.vars();
