@@ -109,6 +109,22 @@ pub fn compile_cells(
              reducescatter, allreduce) in the input: nothing to compile"
         );
     }
+    // A context gated on one state does not let its calls fall through to
+    // another's (tables/FORMAT.md): one state per communicator. Grids come
+    // sorted by (collective, ppn, state).
+    if let Some(w) = grids
+        .windows(2)
+        .find(|w| (w[0].coll, w[0].ppn) == (w[1].coll, w[1].ppn))
+    {
+        bail!(
+            "{} at {} ranks per node was measured in two call states ({}; {}); a table decides \
+             for one: pick it with --setup (e.g. --setup regBuff=1)",
+            w[0].coll.name(),
+            w[0].ppn,
+            w[0].state,
+            w[1].state
+        );
+    }
     let decided: Vec<GridDecisions> = grids
         .iter()
         .map(|g| decide(g, &fit(g), &opts.decide))
@@ -579,6 +595,31 @@ mod tests {
             }
         }
         v
+    }
+
+    /// Cells of one communicator in two call states would compile into two
+    /// contexts where the first shadows the other (gated contexts do not
+    /// fall through): refused, naming the way to pick one.
+    #[test]
+    fn two_call_states_of_one_communicator_are_refused() {
+        let mut cells = sweep();
+        let registered: Vec<Cell> = cells
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.key.state.reg_buff = true;
+                c
+            })
+            .collect();
+        cells.extend(registered);
+        let e = compile_cells(&cells, &Platform::default(), &CompileOptions::default(), "")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("two call states") && e.contains("--setup"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -266,8 +266,10 @@ pub struct CellKey {
 /// The state of a call that NCCL passes a tuner beside its collective,
 /// size and communicator: runs made in different states are not repeats of
 /// one measurement, and a table context decides for the states its
-/// [`Gates`] let through. A new state column is a field here, the readers
-/// that fill it (`ingest`), and its gate in [`State::gates`].
+/// [`Gates`] let through. A new state column is a field here and in
+/// [`PartialState`] (its name and values), its gate in [`State::gates`],
+/// and the readers that see it; ingest, setups, grids and the emitted
+/// contexts carry it as part of the key.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct State {
     /// Operations NCCL pipelines in one launch (`numPipeOps`; 1: one).
@@ -311,15 +313,100 @@ impl State {
     }
 }
 
+impl State {
+    /// The columns by the names labels, `--setup` and reports use, with
+    /// their values: `pipeOps=1`, `regBuff=0`.
+    pub fn columns(self) -> Vec<(&'static str, String)> {
+        PartialState::from(self).columns()
+    }
+}
+
 impl std::fmt::Display for State {
-    /// `numPipeOps 1, regBuff 0`.
+    /// `pipeOps 1, regBuff 0`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "numPipeOps {}, regBuff {}",
-            self.pipe_ops,
-            u8::from(self.reg_buff)
-        )
+        let cols: Vec<String> = self
+            .columns()
+            .into_iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        f.write_str(&cols.join(", "))
+    }
+}
+
+/// A [`State`] as one source gives it: each column when the source names
+/// it. Readers fill one from what the input shows, labels (`--assume`,
+/// `# dyncc:`, manifests) from their `KEY=VALUE` words.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct PartialState {
+    pub pipe_ops: Option<u32>,
+    pub reg_buff: Option<bool>,
+}
+
+impl PartialState {
+    /// Takes `key=value` when `key` names a state column (`pipeOps`,
+    /// `regBuff`; any case, `pipe_ops`, `numPipeOps`, `reg_buff`): `Ok(false)`
+    /// when it names none, `Err` for a bad value.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        let v = value.trim();
+        match key.trim().to_ascii_lowercase().as_str() {
+            "regbuff" | "reg_buff" => {
+                self.reg_buff = Some(match v {
+                    "0" => false,
+                    "1" | "2" => true,
+                    _ => {
+                        return Err(format!(
+                            "{key}={value}: expected 0 (buffers not registered) or 1 \
+                             (registered: nccl-tests -R 1 or -R 2)"
+                        ))
+                    }
+                })
+            }
+            "pipeops" | "pipe_ops" | "numpipeops" => {
+                self.pipe_ops =
+                    Some(v.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        format!("{key}={value}: expected a positive whole number")
+                    })?)
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Each column from `self`, else from `other`.
+    pub fn or(self, other: PartialState) -> PartialState {
+        PartialState {
+            pipe_ops: self.pipe_ops.or(other.pipe_ops),
+            reg_buff: self.reg_buff.or(other.reg_buff),
+        }
+    }
+
+    /// The state, with what nothing names at its [`State::BASELINE`] value.
+    pub fn or_baseline(self) -> State {
+        State {
+            pipe_ops: self.pipe_ops.unwrap_or(State::BASELINE.pipe_ops),
+            reg_buff: self.reg_buff.unwrap_or(State::BASELINE.reg_buff),
+        }
+    }
+
+    /// The columns named, by name (see [`State::columns`]).
+    pub fn columns(self) -> Vec<(&'static str, String)> {
+        let mut v = Vec::new();
+        if let Some(p) = self.pipe_ops {
+            v.push(("pipeOps", p.to_string()));
+        }
+        if let Some(r) = self.reg_buff {
+            v.push(("regBuff", u8::from(r).to_string()));
+        }
+        v
+    }
+}
+
+impl From<State> for PartialState {
+    fn from(s: State) -> PartialState {
+        PartialState {
+            pipe_ops: Some(s.pipe_ops),
+            reg_buff: Some(s.reg_buff),
+        }
     }
 }
 

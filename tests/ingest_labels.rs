@@ -876,6 +876,39 @@ fn a_stated_collective_beats_the_one_guessed_from_the_file_name() {
     }
 }
 
+/// Whether a run registered its buffers (`regBuff`, a table gate) was
+/// never read: nccl-tests `-R 1` in the JSON `args` and a `regBuff=1`
+/// label now set the run's state, which keeps it apart from unregistered
+/// runs of the same cell.
+#[test]
+fn registered_buffers_are_read_from_nccl_tests_args_and_labels() {
+    let d = tempfile::tempdir().unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root().join("tests/data/nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    json["args"] = serde_json::json!(["./build/all_reduce_perf", "-b", "8", "-R", "1"]);
+    let js = write(d.path(), "registered.json", &json.to_string());
+    let log = write(
+        d.path(),
+        "all_reduce_registered.log",
+        &format!("# dyncc: regBuff=1 default\n{}", run(&[], 10.0)),
+    );
+    for f in [js, log] {
+        let ds = strict(std::slice::from_ref(&f), &[]).unwrap();
+        assert!(!ds.records.is_empty(), "{}", f.display());
+        assert!(
+            ds.records.iter().all(|r| r.run.state.reg_buff),
+            "{}",
+            f.display()
+        );
+        assert_ne!(ds.records[0].key().state, dyncc::record::State::BASELINE);
+    }
+}
+
 /// `dyncc query --data` had its own `--assume` and nothing else: a sweep
 /// labelled by a manifest (or a name pattern, or mixing setups) could not
 /// be read as evidence the way `compile` read it.

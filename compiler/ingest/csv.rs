@@ -17,7 +17,7 @@ use super::fold::Measurement;
 use super::knobs::{self, Assumptions};
 use super::run::{Labeller, Shown, ShownKnobs};
 use super::{quote, FileCtx, FileOutput, Format};
-use crate::record::{Algo, Collective, Config, Proto, Run};
+use crate::record::{Algo, Collective, Config, PartialState, Proto, Run};
 
 /// Columns a tuner CSV must have (besides a time: `latency_us` or `cost_metric`).
 const TUNER_REQUIRED: [&str; 7] = [
@@ -265,8 +265,10 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             .map(&mut intern);
         shown.gpu = c_gpu.map(get).filter(|s| !s.is_empty()).map(&mut intern);
         shown.nccl_version = c_ver.map(get).and_then(super::knobs::parse_nccl_version);
-        shown.pipe_ops = Some(pipe_ops);
-        shown.reg_buff = Some(reg_buff);
+        shown.state = PartialState {
+            pipe_ops: Some(pipe_ops),
+            reg_buff: Some(reg_buff),
+        };
         let labelled = labeller.label(ctx, line, shown)?;
         let Some(run) = labelled.run else { continue };
         out.records.push(

@@ -101,7 +101,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .get("nccl_version")
         .and_then(Value::as_u64)
         .map(|v| v as u32);
-    shown.reg_buff = args.map(|a| registered(a, shown.nccl_version));
+    shown.state.reg_buff = args.map(|a| registered(a, shown.nccl_version));
     out.report.rows = results.len();
     let labelled = Labeller::new(ctx, None)?.label(ctx, 0, shown)?;
     if let Some(msg) = labelled.problem {

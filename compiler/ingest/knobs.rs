@@ -35,7 +35,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::record::{Algo, Collective, Proto};
+use crate::record::{Algo, Collective, PartialState, Proto};
 
 /// What one source says about the knobs (raw values; resolved per
 /// collective by [`resolve`]).
@@ -141,10 +141,8 @@ pub struct Assumptions {
     pub platform: Option<Arc<str>>,
     pub gpu: Option<Arc<str>>,
     pub nccl_version: Option<u32>,
-    /// `numPipeOps` of the run's calls (`pipeOps=N`).
-    pub pipe_ops: Option<u32>,
-    /// The run's buffers were registered (`regBuff=1`: nccl-tests `-R 1`).
-    pub reg_buff: Option<bool>,
+    /// The state of the run's calls (`regBuff=1`, `pipeOps=N`).
+    pub state: PartialState,
 }
 
 impl Assumptions {
@@ -188,20 +186,12 @@ impl Assumptions {
             "platform" => self.platform = Some(value.trim().into()),
             "gpu" => self.gpu = Some(value.trim().into()),
             "nccl_version" | "nccl" => self.nccl_version = Some(parse_nccl_version(value).ok_or_else(|| format!("{key}={value}: expected a version like 2.23.4 or a code like 22304"))?),
-            "regbuff" | "reg_buff" => {
-                self.reg_buff = Some(match value.trim() {
-                    "0" => false,
-                    "1" | "2" => true,
-                    _ => return Err(format!("{key}={value}: expected 0 (buffers not registered) or 1 (registered, nccl-tests -R 1 or -R 2)")),
-                })
-            }
-            "pipeops" | "pipe_ops" | "numpipeops" => match num(value)? {
-                0 => return Err(format!("{key}={value}: expected a positive whole number")),
-                n => self.pipe_ops = Some(n),
-            },
             // Recorded by dyncc plan scripts; not needed to read the rows.
             "repeat" | "rep" | "seed" | "profile" => {}
             _ => {
+                if self.state.set(key, value)? {
+                    return Ok(true);
+                }
                 if !self.knobs.set(key, value) {
                     return Ok(false);
                 }

@@ -14,7 +14,7 @@
 //!    name names;
 //! 4. `--assume`, for what nothing else says;
 //! 5. a platform guessed from a `DGX-1V/` directory;
-//! 6. for the call state ([`State`]: `numPipeOps`, `regBuff`), what
+//! 6. for the call state ([`crate::record::State`]: `numPipeOps`, `regBuff`), what
 //!    nccl-tests runs unless told otherwise: one operation, buffers not
 //!    registered.
 //!
@@ -29,7 +29,7 @@ use super::csv::platform_gpus_per_node;
 use super::knobs::{self, Assumptions, KnobSource};
 use super::text::collective_from_name;
 use super::{FileCtx, UNRESOLVED};
-use crate::record::{Collective, Config, Run, State};
+use crate::record::{Collective, Config, PartialState, Run};
 
 /// What an input shows about one run, before any label.
 pub(crate) struct Shown {
@@ -54,12 +54,10 @@ pub(crate) struct Shown {
     pub platform_hint: Option<Arc<str>>,
     pub env: Option<Arc<str>>,
     pub knobs: ShownKnobs,
-    /// `numPipeOps` of the run's calls, when the input shows it (the CSV's
-    /// `pipeOps` column).
-    pub pipe_ops: Option<u32>,
-    /// Whether the run's buffers were registered, when the input shows it
-    /// (the CSV's `regBuff` column, nccl-tests `-R` in the JSON `args`).
-    pub reg_buff: Option<bool>,
+    /// The state of the run's calls, as far as the input shows it (the
+    /// CSV's `pipeOps`/`regBuff` columns, nccl-tests `-R` in the JSON
+    /// `args`).
+    pub state: PartialState,
     /// Problems the reader found with the run itself (jobs of different
     /// shapes interleaved), reported after the collective's.
     pub problems: Vec<String>,
@@ -83,8 +81,7 @@ impl Shown {
             platform_hint: None,
             env: None,
             knobs,
-            pipe_ops: None,
-            reg_buff: None,
+            state: PartialState::default(),
             problems: Vec::new(),
         }
     }
@@ -248,16 +245,10 @@ impl Labeller {
                 .or(shown.platform_hint),
             env: shown.env,
             // What nccl-tests runs unless told otherwise.
-            state: State {
-                pipe_ops: shown
-                    .pipe_ops
-                    .or_else(|| self.fact(|a| a.pipe_ops))
-                    .unwrap_or(State::BASELINE.pipe_ops),
-                reg_buff: shown
-                    .reg_buff
-                    .or_else(|| self.fact(|a| a.reg_buff))
-                    .unwrap_or(State::BASELINE.reg_buff),
-            },
+            state: self
+                .stated()
+                .fold(shown.state, |s, a| s.or(a.state))
+                .or_baseline(),
         });
         Ok(Labelled {
             run,

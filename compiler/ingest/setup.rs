@@ -17,7 +17,7 @@ use anyhow::bail;
 
 use super::fold::{Folded, Group};
 use super::{quote, Dataset};
-use crate::record::{Record, State};
+use crate::record::{PartialState, Record, State};
 
 /// NCCL loads tuner plugins from 2.19.0 on (`ncclTunerPlugin_v1`, see
 /// /work/shared/reference/nccl-tuner-abi.md); older NCCLs never load one.
@@ -86,19 +86,14 @@ impl SetupChoice {
                 k
             };
             // The call state (`regBuff=1`, `pipeOps=2`) picks runs too.
-            let mut state = super::knobs::Assumptions::default();
+            let mut state = PartialState::default();
             match state.set(k, v) {
                 Err(e) => bail!("--setup {e}"),
-                Ok(true) if state.reg_buff.is_some() || state.pipe_ops.is_some() => {
-                    if let Some(r) = state.reg_buff {
-                        want.push((REG_BUFF.to_string(), u8::from(r).to_string()));
-                    }
-                    if let Some(p) = state.pipe_ops {
-                        want.push((PIPE_OPS.to_string(), p.to_string()));
-                    }
+                Ok(true) => {
+                    want.extend(state.columns().into_iter().map(|(k, v)| (k.to_string(), v)));
                     continue;
                 }
-                Ok(_) => {}
+                Ok(false) => {}
             }
             if !k.starts_with("NCCL_") {
                 bail!(
@@ -118,11 +113,8 @@ impl SetupChoice {
                 return g.key.run.nccl_version.map(|c| c.to_string()).as_deref()
                     == Some(v.as_str());
             }
-            if k == REG_BUFF {
-                return u8::from(state.reg_buff).to_string() == *v;
-            }
-            if k == PIPE_OPS {
-                return state.pipe_ops.to_string() == *v;
+            if let Some((_, sv)) = state.columns().into_iter().find(|(sk, _)| sk == k) {
+                return sv == *v;
             }
             let Some(env) = g.key.run.env.as_deref() else {
                 return false;
@@ -139,10 +131,6 @@ impl SetupChoice {
         })
     }
 }
-
-/// `--setup` words that pick a call state.
-const REG_BUFF: &str = "regBuff";
-const PIPE_OPS: &str = "pipeOps";
 
 /// One setup of the inputs.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -317,11 +305,15 @@ fn pick_spec<'a>(
     if by_version {
         words.push(format!("nccl={}", version_string(s.version?)));
     }
-    if states.iter().any(|o| o.reg_buff != s.state.reg_buff) {
-        words.push(format!("{REG_BUFF}={}", u8::from(s.state.reg_buff)));
-    }
-    if states.iter().any(|o| o.pipe_ops != s.state.pipe_ops) {
-        words.push(format!("{PIPE_OPS}={}", s.state.pipe_ops));
+    // The state columns whose values differ between states.
+    let others: Vec<Vec<(&str, String)>> = states.iter().map(|o| o.columns()).collect();
+    for (i, (k, v)) in s.state.columns().into_iter().enumerate() {
+        if others
+            .iter()
+            .any(|o| o.get(i).is_some_and(|(_, ov)| *ov != v))
+        {
+            words.push(format!("{k}={v}"));
+        }
     }
     if s.env.is_some() {
         let mine = s.vars();
