@@ -754,6 +754,18 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
     compile_with(&reg, "regBuff=1");
     assert_eq!(lookup(&reg, 1), force(Algo::Ring, Proto::LL));
     assert_eq!(lookup(&reg, 0), Decision::Default);
+    // The built plugin, as NCCL calls it (getCollInfo v6 with regBuff).
+    let calls = dir.path().join("calls.csv");
+    std::fs::write(&calls, "allreduce,4096,1,8,1,1\nallreduce,4096,1,8,1,0\n").unwrap();
+    let answers = crate::audit::plugin_answers(&reg, &calls, &dir.path().join("answers.txt"));
+    let names = |a: &(String, String, u8)| (a.0.clone(), a.1.clone());
+    assert_eq!(
+        answers.iter().map(names).collect::<Vec<_>>(),
+        [
+            ("ring".to_string(), "ll".to_string()),
+            ("default".to_string(), "default".to_string())
+        ]
+    );
     // The unregistered runs decide as every table always has: for any call.
     let unreg = dir.path().join("unregistered.tbl");
     compile_with(&unreg, "regBuff=0");
