@@ -612,10 +612,11 @@ mod tests {
             })
             .collect();
         cells.extend(registered);
-        let e = compile_cells(&cells, &Platform::default(), &CompileOptions::default(), "")
-            .err()
-            .unwrap()
-            .to_string();
+        let Err(e) = compile_cells(&cells, &Platform::default(), &CompileOptions::default(), "")
+        else {
+            panic!("two states of one communicator compiled into one table");
+        };
+        let e = e.to_string();
         assert!(
             e.contains("two call states") && e.contains("--setup"),
             "{e}"
@@ -733,22 +734,17 @@ mod tests {
         let a = crate::features::tests::cell(Collective::AllReduce, 1, 8, 8, Config::DEFAULT, 1.0);
         let rec = |p: &str| Record {
             run: crate::record::Run {
-                collective: Collective::AllReduce,
-                nranks: 8,
-                nnodes: 1,
-                config: Config::DEFAULT,
-                gpu: None,
-                nccl_version: None,
                 platform: Some(p.into()),
-                env: None,
-                state: crate::record::State::BASELINE,
+                ..crate::record::Run::example()
             },
-            nbytes: 8,
-            time_us: 1.0,
-            in_place: false,
-            dtype: None,
-            source: a.source.clone(),
-            flags: 0,
+            measurement: crate::record::Measurement {
+                nbytes: 8,
+                time_us: 1.0,
+                in_place: false,
+                dtype: None,
+                source: a.source.clone(),
+                flags: 0,
+            },
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
         let e = select_platform(&mut Folded::from_records(recs.clone()), None)

@@ -161,10 +161,35 @@ impl Run {
     }
 }
 
+#[cfg(test)]
+impl Run {
+    /// An allreduce of 8 ranks on one node under NCCL's own choice, all
+    /// else unknown: what tests vary.
+    pub(crate) fn example() -> Run {
+        Run {
+            collective: Collective::AllReduce,
+            nranks: 8,
+            nnodes: 1,
+            config: Config::DEFAULT,
+            gpu: None,
+            nccl_version: None,
+            platform: None,
+            env: None,
+            state: State::BASELINE,
+        }
+    }
+}
+
 /// One measurement, normalised: a run's, at one size.
 #[derive(Clone, Debug)]
 pub struct Record {
     pub run: Run,
+    pub measurement: Measurement,
+}
+
+/// What a measurement adds to its run.
+#[derive(Clone, Debug)]
+pub struct Measurement {
     /// nccl-tests `size`: for AllGather/ReduceScatter the total buffer, the
     /// same `nBytes` NCCL passes a tuner.
     pub nbytes: u64,
@@ -174,7 +199,7 @@ pub struct Record {
     /// Data type name (`float`, `double`, ...), when known.
     pub dtype: Option<Arc<str>>,
     pub source: Source,
-    /// Bit set of [`flags`].
+    /// Bit set of [`flags`] (and `ingest::UNRESOLVED`).
     pub flags: u8,
 }
 
@@ -190,7 +215,7 @@ impl Record {
     }
 
     pub fn key(&self) -> CellKey {
-        self.run.cell(self.nbytes)
+        self.run.cell(self.measurement.nbytes)
     }
 }
 

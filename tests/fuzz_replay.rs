@@ -32,7 +32,7 @@ fn exercise(name: &str, data: &[u8], format: Format) {
                 assert!(
                     ds.records
                         .iter()
-                        .all(|r| r.time_us.is_finite() && r.time_us > 0.0),
+                        .all(|r| r.measurement.time_us.is_finite() && r.measurement.time_us > 0.0),
                     "{name}: a record with a non-finite or non-positive time"
                 );
                 ingest::flag_outliers(&mut ds);

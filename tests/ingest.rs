@@ -70,7 +70,7 @@ fn sweeps_csv_row_and_record_counts() {
         assert!(ds
             .records
             .iter()
-            .all(|r| r.run.config.channels.is_none() && r.time_us > 0.0));
+            .all(|r| r.run.config.channels.is_none() && r.measurement.time_us > 0.0));
         assert!(ds.records.iter().all(|r| r.run.platform.is_some()));
         let cells = ingest::aggregate(&ds.records);
         // One run per cell: every row is its own cell.
@@ -85,14 +85,19 @@ fn sweeps_csv_row_and_record_counts() {
         ingest::read_paths(&[real.join("sweeps/nvidia-dgx1v-allreduce.csv")], &opts()).unwrap();
     let r = &ds.records[0];
     assert_eq!(
-        (r.nbytes, r.run.nnodes, r.run.nranks, r.time_us),
+        (
+            r.measurement.nbytes,
+            r.run.nnodes,
+            r.run.nranks,
+            r.measurement.time_us
+        ),
         (8, 1, 8, 12.7)
     );
     assert_eq!(
         (
-            r.source.line,
-            ds.records[1].source.line,
-            ds.records[1259].source.line
+            r.measurement.source.line,
+            ds.records[1].measurement.source.line,
+            ds.records[1259].measurement.source.line
         ),
         (2, 3, 1261)
     );
@@ -198,13 +203,23 @@ fn alps_srun_labels_launcher_collective_and_shape() {
     assert_eq!(r.run.collective, Collective::AllReduce); // from `+ srun ... all_reduce_perf`
     assert_eq!((r.run.nranks, r.run.nnodes), (8, 2));
     assert_eq!(r.run.gpu.as_deref(), Some("NVIDIA GH200 120GB"));
-    assert_eq!((r.nbytes, r.time_us, r.in_place), (8, 18.74, false));
     assert_eq!(
-        (ds.records[1].time_us, ds.records[1].in_place),
+        (
+            r.measurement.nbytes,
+            r.measurement.time_us,
+            r.measurement.in_place
+        ),
+        (8, 18.74, false)
+    );
+    assert_eq!(
+        (
+            ds.records[1].measurement.time_us,
+            ds.records[1].measurement.in_place
+        ),
         (18.69, true)
     );
     assert!(ds.records.iter().all(|r| r.is_default()));
-    assert_eq!(ds.records.last().unwrap().nbytes, 4294967296);
+    assert_eq!(ds.records.last().unwrap().measurement.nbytes, 4294967296);
 }
 
 #[test]
@@ -215,10 +230,10 @@ fn alps_wrong_rows_are_flagged_and_not_aggregated() {
     let wrong: Vec<_> = ds
         .records
         .iter()
-        .filter(|r| r.flags & dyncc::record::flags::WRONG_DATA != 0)
+        .filter(|r| r.measurement.flags & dyncc::record::flags::WRONG_DATA != 0)
         .collect();
     assert_eq!(wrong.len(), 2);
-    assert!(wrong.iter().all(|r| r.nbytes == 33554432));
+    assert!(wrong.iter().all(|r| r.measurement.nbytes == 33554432));
     let cells = ingest::aggregate(&ds.records);
     assert!(!cells.iter().any(|c| c.key.nbytes == 33554432));
     assert_eq!(cells.len(), 29);
@@ -254,14 +269,14 @@ fn xxrjun_new_format_several_collectives_per_file() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.dtype.as_deref() == Some("double")));
+        .all(|r| r.measurement.dtype.as_deref() == Some("double")));
     // AllGather size is the total buffer (rounded to nranks x 8 B).
     let ag = ds
         .records
         .iter()
         .find(|r| r.run.collective == Collective::AllGather)
         .unwrap();
-    assert_eq!(ag.nbytes, 33554240);
+    assert_eq!(ag.measurement.nbytes, 33554240);
 }
 
 #[test]
@@ -299,7 +314,12 @@ fn old_format_no_root_float_error_column() {
     assert_eq!((ds.rows, ds.records.len()), (7, 14));
     let r = &ds.records[12];
     assert_eq!(
-        (r.nbytes, r.time_us, r.run.nranks, r.run.nnodes),
+        (
+            r.measurement.nbytes,
+            r.measurement.time_us,
+            r.run.nranks,
+            r.run.nnodes
+        ),
         (2147483648, 1258554.0, 4, 1)
     );
     assert_eq!(r.run.gpu.as_deref(), Some("Tesla K80"));
@@ -320,7 +340,10 @@ fn openmpi_tag_output_and_mpi_binary_name() {
         (r.run.nranks, r.run.nnodes, r.run.nccl_version),
         (2, 1, Some(22907))
     );
-    assert_eq!((r.nbytes, r.time_us), (1048576, 4366.46));
+    assert_eq!(
+        (r.measurement.nbytes, r.measurement.time_us),
+        (1048576, 4366.46)
+    );
 }
 
 #[test]
@@ -332,8 +355,8 @@ fn linear_steps_na_wrong_and_zero_size_rows() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.run.collective == Collective::SendRecv && r.flags == 0));
-    assert_eq!(ds.records[2].nbytes, 1048584);
+        .all(|r| r.run.collective == Collective::SendRecv && r.measurement.flags == 0));
+    assert_eq!(ds.records[2].measurement.nbytes, 1048584);
     // nccl_g1.out names no collective anywhere: an error unless assumed.
     let g1 = logs.join("format-samples/monsieurconan__nccl_g1.out");
     let e = ingest::read_paths(std::slice::from_ref(&g1), &assume(&["default"])).unwrap_err();
@@ -437,7 +460,7 @@ fn json_fixture_env_knobs_and_shape() {
     );
     assert_eq!(r.run.collective, Collective::AllReduce);
     assert_eq!(r.run.gpu.as_deref(), Some("NVIDIA H100 80GB HBM3"));
-    assert_eq!(r.nbytes, 8);
+    assert_eq!(r.measurement.nbytes, 8);
 }
 
 #[test]
@@ -450,11 +473,14 @@ fn modern_log_per_iteration_timestamps_all_types_and_dyncc_header() {
         (r.run.config.algo, r.run.config.proto, r.run.config.channels),
         (Some(Algo::Ring), Some(Proto::LL128), Some(8))
     );
-    assert_eq!((r.run.nranks, r.run.nnodes, r.time_us), (4, 2, 21.05));
+    assert_eq!(
+        (r.run.nranks, r.run.nnodes, r.measurement.time_us),
+        (4, 2, 21.05)
+    );
     assert_eq!(r.run.platform.as_deref(), Some("sim-h100"));
-    assert_eq!(ds.records[1].time_us, 20.80); // in-place time, not an -I column
-    assert_eq!(ds.records[2].dtype.as_deref(), Some("half"));
-    assert_eq!(ds.records[8].time_us, 12.0); // 1.2e+01
+    assert_eq!(ds.records[1].measurement.time_us, 20.80); // in-place time, not an -I column
+    assert_eq!(ds.records[2].measurement.dtype.as_deref(), Some("half"));
+    assert_eq!(ds.records[8].measurement.time_us, 12.0); // 1.2e+01
     assert_eq!(ds.count_flag(dyncc::record::flags::WRONG_DATA), 1);
     // float and half rows of one size share a cell.
     let cells = ingest::aggregate(&ds.records);
@@ -474,8 +500,8 @@ fn knob_ignored_by_nccl_is_flagged_from_its_own_info_lines() {
     let ignored: Vec<u64> = ds
         .records
         .iter()
-        .filter(|r| r.flags & dyncc::record::flags::KNOB_IGNORED != 0)
-        .map(|r| r.nbytes)
+        .filter(|r| r.measurement.flags & dyncc::record::flags::KNOB_IGNORED != 0)
+        .map(|r| r.measurement.nbytes)
         .collect();
     assert_eq!(ignored, vec![1048576, 1048576, 4194304, 4194304]);
     assert_eq!(ingest::aggregate(&ds.records).len(), 1);
@@ -505,9 +531,16 @@ fn nvidia_raw_csv_from_platform_directory() {
         .iter()
         .find(|r| r.run.platform.as_deref() == Some("DGX-1V"))
         .unwrap();
-    assert_eq!((one.run.nnodes, one.run.nranks, one.nbytes), (2, 16, 8));
     assert_eq!(
-        (one.run.config.algo, one.run.config.proto, one.time_us),
+        (one.run.nnodes, one.run.nranks, one.measurement.nbytes),
+        (2, 16, 8)
+    );
+    assert_eq!(
+        (
+            one.run.config.algo,
+            one.run.config.proto,
+            one.measurement.time_us
+        ),
         (Some(Algo::Tree), Some(Proto::LL), 25.8)
     );
     let two = ds
@@ -531,7 +564,7 @@ fn nvidia_raw_csv_from_platform_directory() {
             .iter()
             .find(|s| s.key() == r.key())
             .expect("same cell in the sweep");
-        assert_eq!(s.time_us, r.time_us);
+        assert_eq!(s.measurement.time_us, r.measurement.time_us);
     }
 }
 
@@ -606,11 +639,11 @@ mod prop {
             prop_assert_eq!(ds.records.len(), rows.len() * 2);
             for (i, (size, a, b)) in rows.iter().enumerate() {
                 let (ra, rb) = (&ds.records[2 * i], &ds.records[2 * i + 1]);
-                prop_assert_eq!((ra.nbytes, rb.nbytes), (*size, *size));
-                prop_assert_eq!(ra.time_us, fmt_time(*a, new).trim().parse::<f64>().unwrap());
-                prop_assert_eq!(rb.time_us, fmt_time(*b, new).trim().parse::<f64>().unwrap());
-                prop_assert!(!ra.in_place && rb.in_place);
-                prop_assert_eq!(ra.flags, 0);
+                prop_assert_eq!((ra.measurement.nbytes, rb.measurement.nbytes), (*size, *size));
+                prop_assert_eq!(ra.measurement.time_us, fmt_time(*a, new).trim().parse::<f64>().unwrap());
+                prop_assert_eq!(rb.measurement.time_us, fmt_time(*b, new).trim().parse::<f64>().unwrap());
+                prop_assert!(!ra.measurement.in_place && rb.measurement.in_place);
+                prop_assert_eq!(ra.measurement.flags, 0);
             }
         }
     }
@@ -690,7 +723,9 @@ fn compile_reads_repeats_folded_into_one_group_per_cell() {
         assert!(back
             .iter()
             .zip(&rows.records)
-            .all(|(a, b)| a.source == b.source && a.time_us == b.time_us && a.key() == b.key()));
+            .all(|(a, b)| a.measurement.source == b.measurement.source
+                && a.measurement.time_us == b.measurement.time_us
+                && a.key() == b.key()));
         let c = CompileOptions {
             command: "dyncc compile".into(),
             ..Default::default()

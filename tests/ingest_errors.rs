@@ -148,7 +148,10 @@ fn unknown_knobs_are_an_error_that_says_what_to_pass() {
     )
     .unwrap();
     assert_eq!(ds.records.len(), 2);
-    assert!(ds.records.iter().all(|r| r.flags & ingest::UNRESOLVED != 0));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.measurement.flags & ingest::UNRESOLVED != 0));
     assert!(ingest::aggregate(&ds.records).is_empty());
 }
 
@@ -236,7 +239,7 @@ fn csv_time_falls_back_to_cost_metric() {
     let r = &ds.records[0];
     assert_eq!(
         (
-            r.time_us,
+            r.measurement.time_us,
             r.run.config.channels,
             r.run.state.reg_buff,
             r.run.nnodes

@@ -590,7 +590,10 @@ fn csv_rows_with_the_wrong_field_count_are_errors_naming_the_line() {
         &format!("\u{feff}{CSV_HEAD}\"allreduce\",8,default,default,-1,1,8,\"4.5\"\n"),
     );
     let ds = strict(&[p], &[]).unwrap();
-    assert_eq!((ds.records.len(), ds.records[0].time_us), (1, 4.5));
+    assert_eq!(
+        (ds.records.len(), ds.records[0].measurement.time_us),
+        (1, 4.5)
+    );
 }
 
 #[test]
@@ -680,7 +683,11 @@ fn input_digests_are_recorded_while_reading() {
     let want = format!("{:x}", Sha256::digest(body.as_bytes()));
     assert_eq!(ds.reports[0].sha256, want);
     assert_eq!(
-        ds.input_digests_of(ds.records.iter().map(|r| r.source.file.as_path())),
+        ds.input_digests_of(
+            ds.records
+                .iter()
+                .map(|r| r.measurement.source.file.as_path())
+        ),
         format!("{want}  {}", p.display())
     );
 }
@@ -818,7 +825,7 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
         (r.run.nnodes, r.run.nranks, r.run.nccl_version),
         (2, 32, Some(22304))
     );
-    assert_eq!(r.source.line, 2);
+    assert_eq!(r.measurement.source.line, 2);
     // The knobs are the columns': a label naming one is refused, not
     // silently overridden.
     let f = write(

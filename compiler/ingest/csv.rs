@@ -13,11 +13,10 @@ use std::sync::Arc;
 
 use sha2::{Digest as _, Sha256};
 
-use super::fold::Measurement;
 use super::knobs::{self, Assumptions};
 use super::run::{Labeller, Shown, ShownKnobs};
 use super::{quote, FileCtx, FileOutput, Format};
-use crate::record::{Algo, Collective, Config, PartialState, Proto, Run};
+use crate::record::{Algo, Collective, Config, Measurement, PartialState, Proto, Run};
 
 /// Columns a tuner CSV must have (besides a time: `latency_us` or `cost_metric`).
 const TUNER_REQUIRED: [&str; 7] = [

@@ -15,7 +15,7 @@ use std::hash::{Hash as _, Hasher as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::record::{Cell, CellKey, Collective, Record, Run, Source};
+use crate::record::{Cell, CellKey, Collective, Measurement, Record, Run, Source};
 
 /// Everything about a record except its time and where it was read: its
 /// run, its size and how it was measured.
@@ -47,19 +47,6 @@ pub struct Sample {
     pub seq: u32,
 }
 
-/// What a reader knows of one measurement besides its run.
-#[derive(Clone, Debug)]
-pub struct Measurement {
-    pub nbytes: u64,
-    /// Average time per operation in microseconds.
-    pub time_us: f64,
-    pub in_place: bool,
-    pub dtype: Option<Arc<str>>,
-    pub source: Source,
-    /// Bit set of [`crate::record::flags`] and [`super::UNRESOLVED`].
-    pub flags: u8,
-}
-
 /// Records that differ only in time and line.
 #[derive(Clone, Debug)]
 pub struct Group {
@@ -85,12 +72,14 @@ impl Group {
         let k = &self.key;
         Record {
             run: k.run.clone(),
-            nbytes: k.nbytes,
-            time_us: s.time_us,
-            in_place: k.in_place,
-            dtype: k.dtype.clone(),
-            source: self.source(s),
-            flags: k.flags,
+            measurement: Measurement {
+                nbytes: k.nbytes,
+                time_us: s.time_us,
+                in_place: k.in_place,
+                dtype: k.dtype.clone(),
+                source: self.source(s),
+                flags: k.flags,
+            },
         }
     }
 
@@ -226,8 +215,17 @@ pub struct FoldBuilder {
 impl FoldBuilder {
     /// Adds one measurement of `run`: what every reader calls per row.
     pub fn push(&mut self, run: &Run, m: Measurement) {
+        self.push_owned(run.clone(), m);
+    }
+
+    /// Adds a record (measurements already read, folded again).
+    pub fn push_record(&mut self, r: Record) {
+        self.push_owned(r.run, r.measurement);
+    }
+
+    fn push_owned(&mut self, run: Run, m: Measurement) {
         let key = GroupKey {
-            run: run.clone(),
+            run,
             nbytes: m.nbytes,
             file: m.source.file,
             in_place: m.in_place,
@@ -235,19 +233,6 @@ impl FoldBuilder {
             flags: m.flags,
         };
         self.push_key(key, m.time_us, m.source.line);
-    }
-
-    /// Adds a record (measurements already read, folded again).
-    pub fn push_record(&mut self, r: Record) {
-        let key = GroupKey {
-            run: r.run,
-            nbytes: r.nbytes,
-            file: r.source.file,
-            in_place: r.in_place,
-            dtype: r.dtype,
-            flags: r.flags,
-        };
-        self.push_key(key, r.time_us, r.source.line);
     }
 
     fn push_key(&mut self, key: GroupKey, time_us: f64, line: u32) {

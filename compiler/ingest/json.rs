@@ -10,11 +10,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::fold::Measurement;
 use super::knobs::{self, Assumptions, KnobSource};
 use super::run::{Labeller, Shown, ShownKnobs};
 use super::{FileCtx, FileOutput, Format};
-use crate::record::{flags, Collective};
+use crate::record::{flags, Collective, Measurement};
 
 pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
     // `--assume` is checked before the file is parsed.

@@ -298,7 +298,10 @@ impl Dataset {
 
     /// Number of records with `flag` set.
     pub fn count_flag(&self, flag: u8) -> usize {
-        self.records.iter().filter(|r| r.flags & flag != 0).count()
+        self.records
+            .iter()
+            .filter(|r| r.measurement.flags & flag != 0)
+            .count()
             + self
                 .folded
                 .groups
@@ -1101,30 +1104,22 @@ pub(crate) fn read_all<R: Read>(mut rd: R) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Collective, Config, Run};
+    use crate::record::{Config, Measurement, Run};
 
     fn rec(nbytes: u64, t: f64, in_place: bool) -> Record {
         Record {
-            run: Run {
-                collective: Collective::AllReduce,
-                nranks: 8,
-                nnodes: 1,
-                config: Config::DEFAULT,
-                gpu: None,
-                nccl_version: None,
-                platform: None,
-                env: None,
-                state: crate::record::State::BASELINE,
+            run: Run::example(),
+            measurement: Measurement {
+                nbytes,
+                time_us: t,
+                in_place,
+                dtype: None,
+                source: Source {
+                    file: Arc::new(PathBuf::from("x")),
+                    line: 1,
+                },
+                flags: 0,
             },
-            nbytes,
-            time_us: t,
-            in_place,
-            dtype: None,
-            source: Source {
-                file: Arc::new(PathBuf::from("x")),
-                line: 1,
-            },
-            flags: 0,
         }
     }
 
@@ -1132,7 +1127,7 @@ mod tests {
     fn aggregate_takes_median_of_both_placements_and_drops_flagged() {
         let mut rs = vec![rec(8, 10.0, false), rec(8, 12.0, true), rec(8, 11.0, false)];
         let mut bad = rec(8, 1000.0, true);
-        bad.flags = flags::WRONG_DATA;
+        bad.measurement.flags = flags::WRONG_DATA;
         rs.push(bad);
         let cells = aggregate(&rs);
         assert_eq!(cells.len(), 1);
@@ -1148,7 +1143,7 @@ mod tests {
     fn warmup_outliers_are_not_judged_against_other_runs() {
         let other = |n, t, f: &str| {
             let mut r = rec(n, t, false);
-            r.source.file = Arc::new(PathBuf::from(f));
+            r.measurement.source.file = Arc::new(PathBuf::from(f));
             r
         };
         let mut ds = Dataset {
@@ -1161,7 +1156,7 @@ mod tests {
             ..Default::default()
         };
         flag_outliers(&mut ds);
-        assert!(ds.records.iter().all(|r| r.flags == 0));
+        assert!(ds.records.iter().all(|r| r.measurement.flags == 0));
     }
 
     #[test]
@@ -1178,8 +1173,8 @@ mod tests {
             ..Default::default()
         };
         flag_outliers(&mut ds);
-        assert_eq!(ds.records[0].flags, flags::WARMUP_OUTLIER);
-        assert!(ds.records[1..].iter().all(|r| r.flags == 0));
+        assert_eq!(ds.records[0].measurement.flags, flags::WARMUP_OUTLIER);
+        assert!(ds.records[1..].iter().all(|r| r.measurement.flags == 0));
         assert_eq!(ds.anomalies.len(), 1);
         // A genuine cliff seen by both placements is not an outlier.
         let mut ds = Dataset {
@@ -1191,6 +1186,6 @@ mod tests {
             ..Default::default()
         };
         flag_outliers(&mut ds);
-        assert!(ds.records.iter().all(|r| r.flags == 0));
+        assert!(ds.records.iter().all(|r| r.measurement.flags == 0));
     }
 }

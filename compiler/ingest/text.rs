@@ -36,11 +36,10 @@ use memchr::memmem;
 
 use sha2::{Digest as _, Sha256};
 
-use super::fold::Measurement;
 use super::knobs::{self, Assumptions, KnobSource};
 use super::run::{Labeller, Shown, ShownKnobs};
 use super::{quote, FileCtx, FileOutput, Format};
-use crate::record::{flags, Algo, Collective, Proto};
+use crate::record::{flags, Algo, Collective, Measurement, Proto};
 
 /// Longest line the text reader accepts (nccl-tests lines are < 1 KiB; rank
 /// lists of huge jobs stay far below this).
