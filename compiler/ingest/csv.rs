@@ -236,16 +236,18 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
                 quote(tval)
             ),
         };
+        // An empty or absent state column leaves the state to the labels.
         let pipe_ops = match c_pipe.map(get).filter(|s| !s.is_empty()) {
-            None => 1,
+            None => None,
             Some(v) => match v.parse::<u32>() {
-                Ok(p) if p > 0 => p,
+                Ok(p) if p > 0 => Some(p),
                 _ => bad!("pipeOps {:?}: expected a positive whole number", quote(v)),
             },
         };
         let reg_buff = match c_reg.map(get).filter(|s| !s.is_empty()) {
-            None | Some("0") => false,
-            Some("1") => true,
+            None => None,
+            Some("0") => Some(false),
+            Some("1") => Some(true),
             Some(v) => bad!("regBuff {:?}: expected 0 or 1", quote(v)),
         };
         let in_place = matches!(c_inplace.map(get), Some("1" | "true" | "yes"));
@@ -264,10 +266,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             .map(&mut intern);
         shown.gpu = c_gpu.map(get).filter(|s| !s.is_empty()).map(&mut intern);
         shown.nccl_version = c_ver.map(get).and_then(super::knobs::parse_nccl_version);
-        shown.state = PartialState {
-            pipe_ops: Some(pipe_ops),
-            reg_buff: Some(reg_buff),
-        };
+        shown.state = PartialState { pipe_ops, reg_buff };
         let labelled = labeller.label(ctx, line, shown)?;
         let Some(run) = labelled.run else { continue };
         out.records.push(

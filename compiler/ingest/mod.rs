@@ -14,7 +14,9 @@
 //! Knobs (which NCCL_ALGO / NCCL_PROTO / channel count a run used) are not
 //! in nccl-tests text output. See [`knobs`] for where they come from and the
 //! rule for ordinary default-only logs (`--assume default`), [`labels`] for
-//! a user's manifest and file-name patterns.
+//! a user's manifest and file-name patterns, and `run` for the one place
+//! every reader labels a run with what its input shows and the user states
+//! (a new reader is a parser plus a call to it).
 //!
 //! The walk is bounded: a directory or file reached twice (symlink loops,
 //! a path given twice) is read once. Each file is hashed while it is read
