@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let r = ingest::read_with_format(Path::new("t.csv"), Cursor::new(data), Format::TunerCsv, &opts);
         if let Ok(mut ds) = r {
-            assert!(ds.records.iter().all(|r| r.time_us.is_finite() && r.time_us > 0.0));
+            assert!(ds.records.iter().all(|r| r.measurement.time_us.is_finite() && r.measurement.time_us > 0.0));
             ingest::flag_outliers(&mut ds);
             let _ = ingest::aggregate(&ds.records);
         } else if lenient {
