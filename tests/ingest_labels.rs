@@ -904,8 +904,14 @@ fn registered_buffers_are_read_from_nccl_tests_args_and_labels() {
         "all_reduce_registered.log",
         &format!("# dyncc: regBuff=1 default\n{}", run(&[], 10.0)),
     );
-    for f in [js, log] {
-        let ds = strict(std::slice::from_ref(&f), &[]).unwrap();
+    // A launcher command line echoed into the log (`set -x`).
+    let launched = format!(
+        "+ srun -N 1 ./build/all_reduce_perf -b 8 -e 8K -R 1\n{}",
+        run(&[], 10.0)
+    );
+    let launch = write(d.path(), "launched.log", &launched);
+    for f in [js, log, launch] {
+        let ds = strict(std::slice::from_ref(&f), &["default"]).unwrap();
         assert!(!ds.records.is_empty(), "{}", f.display());
         assert!(
             ds.records.iter().all(|r| r.run.state.reg_buff),
@@ -914,6 +920,14 @@ fn registered_buffers_are_read_from_nccl_tests_args_and_labels() {
         );
         assert_ne!(ds.records[0].key().state, dyncc::record::State::BASELINE);
     }
+    // What the user states beats what the launcher line implies.
+    let relabelled = write(
+        d.path(),
+        "relabelled.log",
+        &format!("# dyncc: regBuff=0\n{launched}"),
+    );
+    let ds = strict(&[relabelled], &["default"]).unwrap();
+    assert!(ds.records.iter().all(|r| !r.run.state.reg_buff));
 }
 
 /// `dyncc query --data` had its own `--assume` and nothing else: a sweep

@@ -179,36 +179,12 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
     Ok(out)
 }
 
-/// Whether nccl-tests registered its buffers (`regBuff` != 0 in the calls
-/// NCCL made), from its `args`: `-R 1` / `-R 2` (local or symmetric
-/// registration), also written `-R1`, `--local_register 1` or
-/// `--local_register=1`; the last one given counts, as with getopt. NCCL
-/// before 2.19 cannot register: nccl-tests ignores `-R` there.
+/// Whether nccl-tests registered its buffers, from its `args` (see
+/// [`knobs::nccl_tests_registers`]; `args[0]` is the binary).
 fn registered(args: &[Value], nccl_version: Option<u32>) -> bool {
-    let words: Vec<&str> = args.iter().filter_map(Value::as_str).collect();
-    let mut level = 0i64;
-    let mut i = 1;
-    while i < words.len() {
-        let w = words[i];
-        let value = if w == "-R" || w == "--local_register" {
-            i += 1;
-            words.get(i).copied()
-        } else {
-            w.strip_prefix("--local_register=")
-                .or_else(|| w.strip_prefix("-R").filter(|v| !v.is_empty()))
-        };
-        if let Some(v) = value {
-            // strtol: leading digits, 0 when none.
-            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
-            level = digits.parse().unwrap_or(0);
-        }
-        i += 1;
-    }
-    level != 0 && nccl_version.is_none_or(|v| v >= FIRST_REGISTER_NCCL)
+    let words: Vec<&str> = args.iter().skip(1).filter_map(Value::as_str).collect();
+    knobs::nccl_tests_registers(&words, nccl_version)
 }
-
-/// NCCL registers user buffers (`ncclCommRegister`) from 2.19.0 on.
-const FIRST_REGISTER_NCCL: u32 = 21900;
 
 #[cfg(test)]
 mod tests {

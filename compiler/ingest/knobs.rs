@@ -261,6 +261,37 @@ pub fn strip_binary_suffix(s: &str) -> &str {
     s.strip_suffix("_mpi").unwrap_or(s)
 }
 
+/// Whether nccl-tests registered its buffers (`regBuff` != 0 in the calls
+/// NCCL made) when run with the options `args` (the words after the
+/// binary): `-R 1` / `-R 2` (local or symmetric registration), also
+/// written `-R1`, `--local_register 1` or `--local_register=1`; the last one
+/// given counts, as with getopt. NCCL before 2.19 cannot register:
+/// nccl-tests ignores `-R` there.
+pub fn nccl_tests_registers(args: &[&str], nccl_version: Option<u32>) -> bool {
+    let mut level = 0i64;
+    let mut i = 0;
+    while i < args.len() {
+        let w = args[i];
+        let value = if w == "-R" || w == "--local_register" {
+            i += 1;
+            args.get(i).copied()
+        } else {
+            w.strip_prefix("--local_register=")
+                .or_else(|| w.strip_prefix("-R").filter(|v| !v.is_empty()))
+        };
+        if let Some(v) = value {
+            // strtol: leading digits, 0 when none.
+            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
+            level = digits.parse().unwrap_or(0);
+        }
+        i += 1;
+    }
+    level != 0 && nccl_version.is_none_or(|v| v >= FIRST_REGISTER_NCCL)
+}
+
+/// NCCL registers user buffers (`ncclCommRegister`) from 2.19.0 on.
+const FIRST_REGISTER_NCCL: u32 = 21900;
+
 /// `2.23.4`, `2.23.4-1`, `2.18.1+cuda12.1` or a code `22304` -> 22304.
 pub fn parse_nccl_version(s: &str) -> Option<u32> {
     let s = s.trim();

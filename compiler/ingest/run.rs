@@ -11,7 +11,7 @@
 //! 2. what the user states about the file, most specific first: its
 //!    `# dyncc:` line, the `--manifest` row, the `--name-pattern`;
 //! 3. what is inferred: the collective a launcher command line or the file
-//!    name names;
+//!    name names, the registered buffers its `-R 1` asks for;
 //! 4. `--assume`, for what nothing else says;
 //! 5. a platform guessed from a `DGX-1V/` directory;
 //! 6. for the call state ([`crate::record::State`]: `numPipeOps`, `regBuff`), what
@@ -58,6 +58,9 @@ pub(crate) struct Shown {
     /// CSV's `pipeOps`/`regBuff` columns, nccl-tests `-R` in the JSON
     /// `args`).
     pub state: PartialState,
+    /// The state a launcher command line in the log implies (`-R 1`): an
+    /// inference, below the user's labels.
+    pub state_hint: PartialState,
     /// Problems the reader found with the run itself (jobs of different
     /// shapes interleaved), reported after the collective's.
     pub problems: Vec<String>,
@@ -82,6 +85,7 @@ impl Shown {
             env: None,
             knobs,
             state: PartialState::default(),
+            state_hint: PartialState::default(),
             problems: Vec::new(),
         }
     }
@@ -248,6 +252,7 @@ impl Labeller {
             state: self
                 .stated()
                 .fold(shown.state, |s, a| s.or(a.state))
+                .or(shown.state_hint)
                 .or_baseline(),
         });
         Ok(Labelled {

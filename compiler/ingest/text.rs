@@ -221,6 +221,8 @@ struct State {
     cur: Block,
     header: Assumptions,
     launcher_coll: Option<Collective>,
+    /// The options after the binary on the launcher command line (`-R 1`).
+    launcher_args: Vec<String>,
     /// (function, bytes) -> what NCCL chose, from `Bytes -> Algo` lines.
     chosen: ChosenMap,
     dtypes: Vec<Arc<str>>,
@@ -242,6 +244,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<F
             ..Default::default()
         },
         launcher_coll: None,
+        launcher_args: Vec::new(),
         chosen: HashMap::new(),
         dtypes: Vec::new(),
         first_error: None,
@@ -434,6 +437,10 @@ fn line(ctx: &mut FileCtx, st: &mut State, no: u32, raw: &[u8]) -> anyhow::Resul
             if let Ok(s) = std::str::from_utf8(&l[start..end]) {
                 if let Some(c) = Collective::parse(s) {
                     st.launcher_coll = Some(c);
+                    st.launcher_args = String::from_utf8_lossy(&l[end..])
+                        .split_whitespace()
+                        .map(str::to_string)
+                        .collect();
                 }
             }
         }
@@ -856,7 +863,7 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
         if b.rows.is_empty() {
             continue;
         }
-        let shown = shown(ctx, &b, st.launcher_coll);
+        let shown = shown(ctx, &b, st.launcher_coll, &st.launcher_args);
         let labelled = labeller.label(ctx, b.line, shown)?;
         if let Some(how) = labelled.how {
             knob_desc.push(if several {
@@ -933,11 +940,21 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
 
 /// What one section of the log shows about its run: the collective, the
 /// shape and GPU from its rank lines, the NCCL version, knobs and
-/// environment from its NCCL INFO lines.
-fn shown(ctx: &mut FileCtx, b: &Block, launcher: Option<Collective>) -> Shown {
+/// environment from its NCCL INFO lines; and what the launcher command
+/// line (the binary and its options) implies.
+fn shown(
+    ctx: &mut FileCtx,
+    b: &Block,
+    launcher: Option<Collective>,
+    launcher_args: &[String],
+) -> Shown {
     let mut s = Shown::new(ShownKnobs::Log(b.info.clone()));
     s.collective = b.coll;
     s.launcher_collective = launcher;
+    if launcher.is_some() {
+        let args: Vec<&str> = launcher_args.iter().map(String::as_str).collect();
+        s.state_hint.reg_buff = Some(knobs::nccl_tests_registers(&args, b.nccl_version));
+    }
     s.collective_unknown = "collective unknown: no `Collective test starting` line, launcher \
                             command or collective in the file name; pass --assume \
                             coll=allreduce (or the right one)";
