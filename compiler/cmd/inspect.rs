@@ -159,18 +159,7 @@ fn summarise(ds: &Dataset) -> Summary {
             s.nccl_versions
                 .push(crate::ingest::setup::version_string(v));
         }
-        let setup = format!(
-            "{}, {}",
-            k.run
-                .nccl_version
-                .map(|v| format!("NCCL {}", crate::ingest::setup::version_string(v)))
-                .unwrap_or_else(|| "NCCL version not shown".into()),
-            match k.run.env.as_deref() {
-                None => "environment not shown",
-                Some("") => "no other NCCL_* variable set",
-                Some(e) => e,
-            }
-        );
+        let setup = crate::ingest::setup::describe(&k.run);
         *s.setups.entry(setup).or_default() += n;
         let config = if k.flags & UNRESOLVED != 0 {
             "unknown".to_string()

@@ -17,7 +17,7 @@ use anyhow::bail;
 
 use super::fold::{Folded, Group};
 use super::{quote, Dataset};
-use crate::record::{PartialState, Record, State};
+use crate::record::{PartialState, Record, Run, State};
 
 /// NCCL loads tuner plugins from 2.19.0 on (`ncclTunerPlugin_v1`, see
 /// /work/shared/reference/nccl-tuner-abi.md); older NCCLs never load one.
@@ -142,12 +142,22 @@ struct Setup {
     state: State,
 }
 
+/// A run's setup as reports name it: `NCCL 2.23.4, NCCL_IB_HCA=mlx5`
+/// (and its call state when not the baseline).
+pub fn describe(run: &Run) -> String {
+    Setup::of_run(run).describe()
+}
+
 impl Setup {
     fn of(g: &Group) -> Setup {
+        Setup::of_run(&g.key.run)
+    }
+
+    fn of_run(run: &Run) -> Setup {
         Setup {
-            version: g.key.run.nccl_version,
-            env: g.key.run.env.clone(),
-            state: g.key.run.state,
+            version: run.nccl_version,
+            env: run.env.clone(),
+            state: run.state,
         }
     }
 
