@@ -3,13 +3,14 @@
 
 use anyhow::Context;
 use dyncc_tables::{
-    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, RegBuff,
-    TableBuilder, TreeNode, NUM_BUCKETS,
+    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, TableBuilder,
+    TreeNode, NUM_BUCKETS,
 };
 
 use crate::decide::{buckets, GridDecisions};
 use crate::distil::{Fidelity, Leaf};
 use crate::features::Grid;
+use crate::record::State;
 use crate::tree::{FlatTree, Node};
 
 /// One context as it goes into the table, kept for the report and tests.
@@ -18,6 +19,8 @@ pub struct PlannedContext {
     pub coll: Coll,
     pub nodes: (u32, u32),
     pub ppn: (u32, u32),
+    /// The call state its decisions were measured in: its gates.
+    pub state: State,
     pub buckets: Box<[BucketDecision; NUM_BUCKETS]>,
 }
 
@@ -30,9 +33,10 @@ pub struct PlannedTree {
     pub fidelity: Fidelity,
 }
 
-/// The grid of a collective with the most measured cells.
+/// The grid of a collective (in one call state) with the most measured cells.
 struct BestCovered {
     coll: Coll,
+    state: State,
     /// Index into the grids.
     grid: usize,
     measured: usize,
@@ -52,26 +56,39 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                 coll: g.coll,
                 nodes: a.span,
                 ppn: (g.ppn, g.ppn),
+                state: g.state,
                 buckets: buckets(g, a, extrapolate),
             });
         }
         if extrapolate {
             let best = BestCovered {
                 coll: g.coll,
+                state: g.state,
                 grid: gi,
                 measured: g.measured(),
             };
-            match any_ppn.iter_mut().find(|e| e.coll == g.coll) {
+            match any_ppn
+                .iter_mut()
+                .find(|e| e.coll == g.coll && e.state == g.state)
+            {
                 Some(e) if e.measured >= best.measured => {}
                 Some(e) => *e = best,
                 None => any_ppn.push(best),
             }
         }
     }
-    for BestCovered { coll, grid: gi, .. } in any_ppn {
+    for BestCovered {
+        coll,
+        state,
+        grid: gi,
+        ..
+    } in any_ppn
+    {
         let extra: Vec<PlannedContext> = out
             .iter()
-            .filter(|c| c.coll == coll && c.ppn == (grids[gi].ppn, grids[gi].ppn))
+            .filter(|c| {
+                c.coll == coll && c.state == state && c.ppn == (grids[gi].ppn, grids[gi].ppn)
+            })
             .map(|c| {
                 let mut b = c.buckets.clone();
                 for s in b.iter_mut() {
@@ -81,6 +98,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                     coll,
                     nodes: c.nodes,
                     ppn: (1, u32::MAX),
+                    state,
                     buckets: b,
                 }
             })
@@ -164,12 +182,18 @@ pub fn build(
         if !extrapolate && rules.iter().all(|r| r.decision == Decision::Default) {
             continue;
         }
+        let gates = c.state.gates().with_context(|| {
+            format!(
+                "internal error: a context for calls in state {} no gate expresses",
+                c.state
+            )
+        })?;
         let spec = ContextSpec {
             coll: c.coll,
             nodes: c.nodes,
             ppn: c.ppn,
-            max_pipe_ops: 0,
-            reg_buff: RegBuff::Any,
+            max_pipe_ops: gates.max_pipe_ops,
+            reg_buff: gates.reg_buff,
         };
         b.context(spec, &rules)
             .map_err(|e| anyhow::anyhow!("{e}"))

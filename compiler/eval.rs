@@ -14,7 +14,7 @@ use crate::ingest::fold::Folded;
 use crate::ingest::Dataset;
 use crate::nodes::{self, Widen};
 use crate::pipeline::{compile_dataset, CompileOptions, Compiled};
-use crate::record::{Cell, Collective, Config};
+use crate::record::{Cell, Collective, Config, State};
 
 /// A cell more than this much slower than NCCL's default is a regression.
 pub const REGRESSION: f64 = 1.05;
@@ -323,6 +323,8 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
                 nbytes: num(cs, "a size in bytes")?,
                 nranks: num(cr, "a rank count")? as u32,
                 nnodes: num(cn, "a node count")? as u32,
+                // `dyncc simulate` measures the baseline state only.
+                state: State::BASELINE,
                 config: Config {
                     algo,
                     proto,
@@ -446,11 +448,11 @@ pub fn cross_validate(
         groups: folded
             .groups
             .iter()
-            .filter(|g| keep.contains(&g.key.cell.nnodes))
+            .filter(|g| keep.contains(&g.key.run.nnodes))
             .cloned()
             .collect(),
     };
-    let mut nodes: Vec<u32> = folded.groups.iter().map(|g| g.key.cell.nnodes).collect();
+    let mut nodes: Vec<u32> = folded.groups.iter().map(|g| g.key.run.nnodes).collect();
     nodes.sort_unstable();
     nodes.dedup();
     let folds = folds(&nodes, mode)?;

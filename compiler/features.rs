@@ -1,10 +1,10 @@
-//! Features: arrange aggregated cells into per-(collective, ranks-per-node)
-//! grids of node count x message size x configuration, and the feature
-//! vectors the models see.
+//! Features: arrange aggregated cells into per-(collective, ranks-per-node,
+//! call state) grids of node count x message size x configuration, and the
+//! feature vectors the models see.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::record::{Cell, Coll, Config};
+use crate::record::{Cell, Coll, Config, State};
 
 /// Feature vector layout for the models: log2 bytes, log2 nodes, ppn,
 /// log2 ranks, log2 bytes per rank.
@@ -33,12 +33,14 @@ pub struct Meas {
     pub spread: f64,
 }
 
-/// All cells of one collective at one ranks-per-node, as a dense array
-/// `[node][size][config]`. Config 0 is always NCCL's default.
+/// All cells of one collective at one ranks-per-node in one call state, as
+/// a dense array `[node][size][config]`. Config 0 is always NCCL's default.
 #[derive(Clone, Debug)]
 pub struct Grid {
     pub coll: Coll,
     pub ppn: u32,
+    /// The state of the calls measured: the gates of the grid's contexts.
+    pub state: State,
     pub nodes: Vec<u32>,
     pub sizes: Vec<u64>,
     pub configs: Vec<Config>,
@@ -74,12 +76,15 @@ pub struct GridNotes {
     /// protocol, ...): a table cannot express them.
     pub partial_configs: BTreeSet<String>,
     pub partial_cells: usize,
+    /// Cells measured in a call state no table gate can single out
+    /// (several pipelined operations: see [`State::gates`]).
+    pub ungated: usize,
 }
 
-/// Groups cells into grids, one per (collective, ppn).
+/// Groups cells into grids, one per (collective, ppn, state).
 pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
     let mut notes = GridNotes::default();
-    type Key = (Coll, u32);
+    type Key = (Coll, u32, State);
     let mut groups: BTreeMap<Key, Vec<&Cell>> = BTreeMap::new();
     for c in cells {
         let Some(coll) = c.key.collective.tunable() else {
@@ -91,6 +96,10 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             notes.uneven += 1;
             continue;
         }
+        if k.state.gates().is_none() {
+            notes.ungated += 1;
+            continue;
+        }
         let cfg = k.config;
         if !cfg.is_default() && (cfg.algo.is_none() || cfg.proto.is_none()) {
             notes.partial_configs.insert(cfg.to_string());
@@ -98,13 +107,13 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             continue;
         }
         groups
-            .entry((coll, k.nranks / k.nnodes))
+            .entry((coll, k.nranks / k.nnodes, k.state))
             .or_default()
             .push(c);
     }
     let grids = groups
         .into_iter()
-        .map(|((coll, ppn), cs)| {
+        .map(|((coll, ppn, state), cs)| {
             let nodes: Vec<u32> = cs
                 .iter()
                 .map(|c| c.key.nnodes)
@@ -147,6 +156,7 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             Grid {
                 coll,
                 ppn,
+                state,
                 nodes,
                 sizes,
                 configs,
@@ -166,7 +176,7 @@ fn cmp_cfg(a: &Config, b: &Config) -> std::cmp::Ordering {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::record::{Algo, CellKey, Collective, Proto, Source};
+    use crate::record::{Algo, CellKey, Collective, Proto, Source, State};
     use std::sync::Arc;
 
     pub fn cell(coll: Collective, nodes: u32, ppn: u32, bytes: u64, cfg: Config, t: f64) -> Cell {
@@ -176,6 +186,7 @@ pub(crate) mod tests {
                 nbytes: bytes,
                 nranks: nodes * ppn,
                 nnodes: nodes,
+                state: State::BASELINE,
                 config: cfg,
             },
             time_us: t,

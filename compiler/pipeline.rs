@@ -108,6 +108,22 @@ pub fn compile_cells(
              reducescatter, allreduce) in the input: nothing to compile"
         );
     }
+    // A context gated on one state does not let its calls fall through to
+    // another's (tables/FORMAT.md): one state per communicator. Grids come
+    // sorted by (collective, ppn, state).
+    if let Some(w) = grids
+        .windows(2)
+        .find(|w| (w[0].coll, w[0].ppn) == (w[1].coll, w[1].ppn))
+    {
+        bail!(
+            "{} at {} ranks per node was measured in two call states ({}; {}); a table decides \
+             for one: pick it with --setup (e.g. --setup regBuff=1)",
+            w[0].coll.name(),
+            w[0].ppn,
+            w[0].state,
+            w[1].state
+        );
+    }
     let decided: Vec<GridDecisions> = grids
         .iter()
         .map(|g| decide(g, &fit(g), &opts.decide))
@@ -193,9 +209,10 @@ pub fn compile_cells(
 fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platform> {
     let label = |g: &Group| -> Option<String> {
         g.key
+            .run
             .platform
             .as_deref()
-            .or(g.key.gpu.as_deref())
+            .or(g.key.run.gpu.as_deref())
             .map(str::to_string)
     };
     match want {
@@ -241,10 +258,10 @@ fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platfor
             .map(|(value, _)| value)
     };
     Ok(Platform {
-        label: most(&|g| g.key.platform.as_deref().map(str::to_string)),
-        gpu: most(&|g| g.key.gpu.as_deref().map(str::to_string)),
+        label: most(&|g| g.key.run.platform.as_deref().map(str::to_string)),
+        gpu: most(&|g| g.key.run.gpu.as_deref().map(str::to_string)),
         gpus_per_node: most(&|g| {
-            let c = &g.key.cell;
+            let c = &g.key.run;
             (c.nnodes > 0 && c.nranks % c.nnodes == 0)
                 .then(|| format!("{:010}", c.nranks / c.nnodes))
         })
@@ -424,7 +441,15 @@ fn check_repeats(
 ) -> anyhow::Result<()> {
     use std::collections::HashMap;
     use std::path::Path;
+    /// Repeats are measurements of one cell on one platform and GPU.
     type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
+    fn repeat_key(g: &Group) -> RepeatKey<'_> {
+        (
+            g.key.cell(),
+            g.key.run.platform.as_deref(),
+            g.key.run.gpu.as_deref(),
+        )
+    }
     /// A cell's first file, and whether another file measured it too.
     struct FirstFile<'a> {
         file: &'a Path,
@@ -447,8 +472,7 @@ fn check_repeats(
     // are the only ones copied (a single file of repeats copies none).
     let mut first_file: HashMap<RepeatKey<'_>, FirstFile<'_>> = HashMap::new();
     for g in f.groups.iter().filter(trusted) {
-        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
-        let e = first_file.entry(k).or_insert(FirstFile {
+        let e = first_file.entry(repeat_key(g)).or_insert(FirstFile {
             file: g.key.file.as_path(),
             repeated_elsewhere: false,
         });
@@ -456,7 +480,7 @@ fn check_repeats(
     }
     let mut groups: HashMap<RepeatKey<'_>, PerFile<'_>> = HashMap::new();
     for g in f.groups.iter().filter(trusted) {
-        let k = (g.key.cell, g.key.platform.as_deref(), g.key.gpu.as_deref());
+        let k = repeat_key(g);
         if !first_file.get(&k).is_some_and(|e| e.repeated_elsewhere) {
             continue;
         }
@@ -555,11 +579,12 @@ fn check_repeats(
     f.retain(|g| {
         let p = g
             .key
+            .run
             .platform
             .as_deref()
-            .or(g.key.gpu.as_deref())
+            .or(g.key.run.gpu.as_deref())
             .map(String::from);
-        !drop.contains(&(g.key.cell, p))
+        !drop.contains(&(g.key.cell(), p))
     });
     for b in bad {
         let (place, reason) = b.what.split_once(": ").unwrap_or(("", &b.what));
@@ -622,6 +647,32 @@ mod tests {
             }
         }
         v
+    }
+
+    /// Cells of one communicator in two call states would compile into two
+    /// contexts where the first shadows the other (gated contexts do not
+    /// fall through): refused, naming the way to pick one.
+    #[test]
+    fn two_call_states_of_one_communicator_are_refused() {
+        let mut cells = sweep();
+        let registered: Vec<Cell> = cells
+            .iter()
+            .map(|c| {
+                let mut c = c.clone();
+                c.key.state.reg_buff = true;
+                c
+            })
+            .collect();
+        cells.extend(registered);
+        let Err(e) = compile_cells(&cells, &Platform::default(), &CompileOptions::default(), "")
+        else {
+            panic!("two states of one communicator compiled into one table");
+        };
+        let e = e.to_string();
+        assert!(
+            e.contains("two call states") && e.contains("--setup"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -734,24 +785,18 @@ mod tests {
     fn mixed_platforms_are_refused_unless_one_is_picked() {
         let a = crate::features::tests::cell(Collective::AllReduce, 1, 8, 8, Config::DEFAULT, 1.0);
         let rec = |p: &str| Record {
-            collective: Collective::AllReduce,
-            nbytes: 8,
-            nranks: 8,
-            nnodes: 1,
-            gpu: None,
-            nccl_version: None,
-            platform: Some(p.into()),
-            algo: None,
-            proto: None,
-            channels: None,
-            time_us: 1.0,
-            in_place: false,
-            dtype: None,
-            pipe_ops: 1,
-            reg_buff: false,
-            source: a.source.clone(),
-            flags: 0,
-            env: None,
+            run: crate::record::Run {
+                platform: Some(p.into()),
+                ..crate::record::Run::example()
+            },
+            measurement: crate::record::Measurement {
+                nbytes: 8,
+                time_us: 1.0,
+                in_place: false,
+                dtype: None,
+                source: a.source.clone(),
+                flags: 0,
+            },
         };
         let recs = vec![rec("DGX-1V"), rec("DGX-2V")];
         let e = select_platform(&mut Folded::from_records(recs.clone()), None)

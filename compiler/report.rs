@@ -229,6 +229,12 @@ pub(crate) fn describe(
             notes.partial_configs.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
     }
+    if notes.ungated > 0 {
+        r.notes.push(format!(
+            "{} cells measured several pipelined operations (numPipeOps > 1) were not used: a table gates numPipeOps only from above, so it cannot decide them apart from single ones",
+            notes.ungated
+        ));
+    }
 }
 
 /// Joins forced regions that differ only in adjacent node ranges, so a

@@ -556,7 +556,7 @@ fn plugin_answers_for(table: &Path, calls: &[Call], dir: &Path) -> Vec<(String, 
 /// lines), with `table` in DYNCC_TABLE. Runs in a child process (this test
 /// binary, running `plugin_probe`) so the environment variable never leaks
 /// into other tests.
-fn plugin_answers(table: &Path, calls: &Path, out: &Path) -> Vec<(String, String, u8)> {
+pub(crate) fn plugin_answers(table: &Path, calls: &Path, out: &Path) -> Vec<(String, String, u8)> {
     let lib = crate::plugin_c::plugin_lib();
     let o = Command::new(std::env::current_exe().unwrap())
         .args([

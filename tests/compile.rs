@@ -665,3 +665,104 @@ fn cross_validation_says_how_much_of_the_held_out_gain_the_kept_counts_showed() 
     );
     assert!(v.get("reachable").is_none(), "{v}");
 }
+
+/// A sweep of one 8-GPU node measured with unregistered buffers (Tree/LL
+/// 20 % faster than NCCL below 64 KiB) and with registered ones (`regBuff`
+/// 1, nccl-tests `-R 1`: Ring/LL 20 % faster there instead).
+fn sweep_with_registered_buffers(dir: &Path) -> PathBuf {
+    let csv = dir.join("sweep.csv");
+    let mut s = String::from(
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us\n",
+    );
+    for reg in [0, 1] {
+        for k in 3..=25 {
+            let b = 1u64 << k;
+            let base = 10.0 + b as f64 / 1e4;
+            let small = b < 65536;
+            let (tree, ring) = match (reg, small) {
+                (0, true) => (0.8, 1.3),
+                (1, true) => (1.3, 0.8),
+                _ => (1.0, 1.3),
+            };
+            for (algo, proto, f) in [
+                ("default", "default", 1.0),
+                ("tree", "ll", tree),
+                ("ring", "ll", ring),
+            ] {
+                let t = base * f;
+                s.push_str(&format!(
+                    "allreduce,{b},{algo},{proto},-1,1,8,1,{reg},{t:.3},1,{t:.3}\n"
+                ));
+            }
+        }
+    }
+    std::fs::write(&csv, s).unwrap();
+    csv
+}
+
+/// `regBuff` (the CSV column; nccl-tests `-R`) was read and then dropped:
+/// registered and unregistered runs were pooled as repeats of one cell, and
+/// every table decided for any `regBuff`. It is now part of the cell key,
+/// the runs are kept apart like NCCL setups, and a table compiled from the
+/// registered runs is gated to registered buffers.
+#[test]
+fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
+    use dyncc_tables::{Algo, Decision, Proto, Table};
+    let dir = tempfile::tempdir().unwrap();
+    let csv = sweep_with_registered_buffers(dir.path());
+    // Mixed states are not repeats: refused, naming how to pick each.
+    let out = dyncc()
+        .arg("compile")
+        .arg(&csv)
+        .arg("-o")
+        .arg(dir.path().join("mixed.tbl"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--setup 'regBuff=1'") && err.contains("--setup 'regBuff=0'"),
+        "{err}"
+    );
+    let lookup = |tbl: &Path, reg_buff: i32| {
+        let bytes = std::fs::read(tbl).unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        // allreduce (ncclFunc_t 4), 8 ranks on 1 node, 4 KiB, one operation.
+        t.lookup(4, 8, 1, 4096, 1, reg_buff).decision
+    };
+    let force = |algo, proto| Decision::Force {
+        algo,
+        proto,
+        channels: 0,
+    };
+    let compile_with = |out: &Path, setup: &str| {
+        run_json(
+            dyncc()
+                .arg("compile")
+                .arg(&csv)
+                .args(["--setup", setup, "--json", "-o"])
+                .arg(out),
+        )
+    };
+    let reg = dir.path().join("registered.tbl");
+    compile_with(&reg, "regBuff=1");
+    assert_eq!(lookup(&reg, 1), force(Algo::Ring, Proto::LL));
+    assert_eq!(lookup(&reg, 0), Decision::Default);
+    // The built plugin, as NCCL calls it (getCollInfo v6 with regBuff).
+    let calls = dir.path().join("calls.csv");
+    std::fs::write(&calls, "allreduce,4096,1,8,1,1\nallreduce,4096,1,8,1,0\n").unwrap();
+    let answers = crate::audit::plugin_answers(&reg, &calls, &dir.path().join("answers.txt"));
+    let names = |a: &(String, String, u8)| (a.0.clone(), a.1.clone());
+    assert_eq!(
+        answers.iter().map(names).collect::<Vec<_>>(),
+        [
+            ("ring".to_string(), "ll".to_string()),
+            ("default".to_string(), "default".to_string())
+        ]
+    );
+    // The unregistered runs decide as every table always has: for any call.
+    let unreg = dir.path().join("unregistered.tbl");
+    compile_with(&unreg, "regBuff=0");
+    assert_eq!(lookup(&unreg, 0), force(Algo::Tree, Proto::LL));
+    assert_eq!(lookup(&unreg, 1), force(Algo::Tree, Proto::LL));
+}

@@ -44,32 +44,34 @@ fn sweeps_csv_row_and_record_counts() {
         assert_eq!(ds.rows, rows, "{file}");
         assert_eq!(ds.records.len(), rows, "{file}");
         assert!(ds.skipped.is_empty(), "{file}: {:?}", ds.skipped);
-        let mut n: Vec<u32> = ds.records.iter().map(|r| r.nnodes).collect();
+        let mut n: Vec<u32> = ds.records.iter().map(|r| r.run.nnodes).collect();
         n.sort();
         n.dedup();
         assert_eq!(n, nodes, "{file}");
         assert!(ds
             .records
             .iter()
-            .all(|r| r.nranks == r.nnodes * ranks_per_node));
+            .all(|r| r.run.nranks == r.run.nnodes * ranks_per_node));
         assert!(ds
             .records
             .iter()
-            .all(|r| r.collective == Collective::AllReduce));
+            .all(|r| r.run.collective == Collective::AllReduce));
         // 7 configurations x 30 sizes per node count; default is NCCL's choice.
         let defaults = ds.records.iter().filter(|r| r.is_default()).count();
         assert_eq!(defaults, rows / 7, "{file}");
         let ring_ll128 = ds
             .records
             .iter()
-            .filter(|r| r.algo == Some(Algo::Ring) && r.proto == Some(Proto::LL128))
+            .filter(|r| {
+                r.run.config.algo == Some(Algo::Ring) && r.run.config.proto == Some(Proto::LL128)
+            })
             .count();
         assert_eq!(ring_ll128, rows / 7);
         assert!(ds
             .records
             .iter()
-            .all(|r| r.channels.is_none() && r.time_us > 0.0));
-        assert!(ds.records.iter().all(|r| r.platform.is_some()));
+            .all(|r| r.run.config.channels.is_none() && r.measurement.time_us > 0.0));
+        assert!(ds.records.iter().all(|r| r.run.platform.is_some()));
         let cells = ingest::aggregate(&ds.records);
         // One run per cell: every row is its own cell.
         assert_eq!(
@@ -82,16 +84,24 @@ fn sweeps_csv_row_and_record_counts() {
     let ds =
         ingest::read_paths(&[real.join("sweeps/nvidia-dgx1v-allreduce.csv")], &opts()).unwrap();
     let r = &ds.records[0];
-    assert_eq!((r.nbytes, r.nnodes, r.nranks, r.time_us), (8, 1, 8, 12.7));
     assert_eq!(
         (
-            r.source.line,
-            ds.records[1].source.line,
-            ds.records[1259].source.line
+            r.measurement.nbytes,
+            r.run.nnodes,
+            r.run.nranks,
+            r.measurement.time_us
+        ),
+        (8, 1, 8, 12.7)
+    );
+    assert_eq!(
+        (
+            r.measurement.source.line,
+            ds.records[1].measurement.source.line,
+            ds.records[1259].measurement.source.line
         ),
         (2, 3, 1261)
     );
-    assert_eq!(r.platform.as_deref(), Some("DGX-1V"));
+    assert_eq!(r.run.platform.as_deref(), Some("DGX-1V"));
 }
 
 #[test]
@@ -190,16 +200,26 @@ fn alps_srun_labels_launcher_collective_and_shape() {
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (30, 60));
     let r = &ds.records[0];
-    assert_eq!(r.collective, Collective::AllReduce); // from `+ srun ... all_reduce_perf`
-    assert_eq!((r.nranks, r.nnodes), (8, 2));
-    assert_eq!(r.gpu.as_deref(), Some("NVIDIA GH200 120GB"));
-    assert_eq!((r.nbytes, r.time_us, r.in_place), (8, 18.74, false));
+    assert_eq!(r.run.collective, Collective::AllReduce); // from `+ srun ... all_reduce_perf`
+    assert_eq!((r.run.nranks, r.run.nnodes), (8, 2));
+    assert_eq!(r.run.gpu.as_deref(), Some("NVIDIA GH200 120GB"));
     assert_eq!(
-        (ds.records[1].time_us, ds.records[1].in_place),
+        (
+            r.measurement.nbytes,
+            r.measurement.time_us,
+            r.measurement.in_place
+        ),
+        (8, 18.74, false)
+    );
+    assert_eq!(
+        (
+            ds.records[1].measurement.time_us,
+            ds.records[1].measurement.in_place
+        ),
         (18.69, true)
     );
     assert!(ds.records.iter().all(|r| r.is_default()));
-    assert_eq!(ds.records.last().unwrap().nbytes, 4294967296);
+    assert_eq!(ds.records.last().unwrap().measurement.nbytes, 4294967296);
 }
 
 #[test]
@@ -210,10 +230,10 @@ fn alps_wrong_rows_are_flagged_and_not_aggregated() {
     let wrong: Vec<_> = ds
         .records
         .iter()
-        .filter(|r| r.flags & dyncc::record::flags::WRONG_DATA != 0)
+        .filter(|r| r.measurement.flags & dyncc::record::flags::WRONG_DATA != 0)
         .collect();
     assert_eq!(wrong.len(), 2);
-    assert!(wrong.iter().all(|r| r.nbytes == 33554432));
+    assert!(wrong.iter().all(|r| r.measurement.nbytes == 33554432));
     let cells = ingest::aggregate(&ds.records);
     assert!(!cells.iter().any(|c| c.key.nbytes == 33554432));
     assert_eq!(cells.len(), 29);
@@ -236,24 +256,27 @@ fn xxrjun_new_format_several_collectives_per_file() {
         Collective::SendRecv,
     ] {
         assert_eq!(
-            ds.records.iter().filter(|r| r.collective == c).count(),
+            ds.records.iter().filter(|r| r.run.collective == c).count(),
             20,
             "{c:?}"
         );
     }
-    assert!(ds.records.iter().all(|r| r.nranks == 20 && r.nnodes == 10));
-    assert!(ds.records.iter().all(|r| r.nccl_version == Some(22902)));
     assert!(ds
         .records
         .iter()
-        .all(|r| r.dtype.as_deref() == Some("double")));
+        .all(|r| r.run.nranks == 20 && r.run.nnodes == 10));
+    assert!(ds.records.iter().all(|r| r.run.nccl_version == Some(22902)));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.measurement.dtype.as_deref() == Some("double")));
     // AllGather size is the total buffer (rounded to nranks x 8 B).
     let ag = ds
         .records
         .iter()
-        .find(|r| r.collective == Collective::AllGather)
+        .find(|r| r.run.collective == Collective::AllGather)
         .unwrap();
-    assert_eq!(ag.nbytes, 33554240);
+    assert_eq!(ag.measurement.nbytes, 33554240);
 }
 
 #[test]
@@ -262,11 +285,14 @@ fn interleaved_jobs_are_not_read_as_one_bigger_job() {
     let f = logs.join("together-nccl-tests-h100/20260306_001221_slurm__all_reduce_ring.out");
     let ds = ingest::read_paths(&[f], &assume(&["NCCL_ALGO=Ring", "default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (28, 56));
-    assert!(ds.records.iter().all(|r| r.nranks == 8 && r.nnodes == 1));
     assert!(ds
         .records
         .iter()
-        .all(|r| r.algo == Some(Algo::Ring) && r.proto.is_none()));
+        .all(|r| r.run.nranks == 8 && r.run.nnodes == 1));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.config.algo == Some(Algo::Ring) && r.run.config.proto.is_none()));
     assert_eq!(
         ds.anomalies
             .iter()
@@ -288,10 +314,15 @@ fn old_format_no_root_float_error_column() {
     assert_eq!((ds.rows, ds.records.len()), (7, 14));
     let r = &ds.records[12];
     assert_eq!(
-        (r.nbytes, r.time_us, r.nranks, r.nnodes),
+        (
+            r.measurement.nbytes,
+            r.measurement.time_us,
+            r.run.nranks,
+            r.run.nnodes
+        ),
         (2147483648, 1258554.0, 4, 1)
     );
-    assert_eq!(r.gpu.as_deref(), Some("Tesla K80"));
+    assert_eq!(r.run.gpu.as_deref(), Some("Tesla K80"));
     // 2e-07 max error is rounding, not wrong data.
     assert_eq!(ds.count_flag(dyncc::record::flags::WRONG_DATA), 0);
 }
@@ -304,9 +335,15 @@ fn openmpi_tag_output_and_mpi_binary_name() {
     let ds = ingest::read_paths(&[f], &assume(&["default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (8, 16));
     let r = &ds.records[0];
-    assert_eq!(r.collective, Collective::AllReduce);
-    assert_eq!((r.nranks, r.nnodes, r.nccl_version), (2, 1, Some(22907)));
-    assert_eq!((r.nbytes, r.time_us), (1048576, 4366.46));
+    assert_eq!(r.run.collective, Collective::AllReduce);
+    assert_eq!(
+        (r.run.nranks, r.run.nnodes, r.run.nccl_version),
+        (2, 1, Some(22907))
+    );
+    assert_eq!(
+        (r.measurement.nbytes, r.measurement.time_us),
+        (1048576, 4366.46)
+    );
 }
 
 #[test]
@@ -318,8 +355,8 @@ fn linear_steps_na_wrong_and_zero_size_rows() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.collective == Collective::SendRecv && r.flags == 0));
-    assert_eq!(ds.records[2].nbytes, 1048584);
+        .all(|r| r.run.collective == Collective::SendRecv && r.measurement.flags == 0));
+    assert_eq!(ds.records[2].measurement.nbytes, 1048584);
     // nccl_g1.out names no collective anywhere: an error unless assumed.
     let g1 = logs.join("format-samples/monsieurconan__nccl_g1.out");
     let e = ingest::read_paths(std::slice::from_ref(&g1), &assume(&["default"])).unwrap_err();
@@ -344,11 +381,11 @@ fn polaris_zero_size_rows_and_error_only_files() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.collective == Collective::AllGather));
+        .all(|r| r.run.collective == Collective::AllGather));
     assert!(ds
         .records
         .iter()
-        .all(|r| r.nranks == 512 && r.nnodes == 128));
+        .all(|r| r.run.nranks == 512 && r.run.nnodes == 128));
     // A failed launch: no rows, reported with its message, not an error.
     let ds = ingest::read_paths(&[d.join("all_gather_output.dat.1")], &opts()).unwrap();
     assert_eq!((ds.files, ds.rows, ds.records.len()), (1, 0, 0));
@@ -373,8 +410,14 @@ fn elided_rank_lists_need_the_shape_from_metadata() {
     assert!(e.to_string().contains("elided"), "{e}");
     let ds = ingest::read_paths(&[f], &assume(&["default", "ranks=128", "nodes=16"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (30, 60));
-    assert!(ds.records.iter().all(|r| r.nranks == 128 && r.nnodes == 16));
-    assert_eq!(ds.records[0].gpu.as_deref(), Some("NVIDIA A100-SXM4-80GB"));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.nranks == 128 && r.run.nnodes == 16));
+    assert_eq!(
+        ds.records[0].run.gpu.as_deref(),
+        Some("NVIDIA A100-SXM4-80GB")
+    );
 }
 
 #[test]
@@ -385,8 +428,11 @@ fn together_nvls_label_needs_an_explicit_knob() {
     assert!(ingest::read_paths(std::slice::from_ref(&f), &opts()).is_err());
     let ds = ingest::read_paths(&[f], &assume(&["NCCL_ALGO=NVLS", "default"])).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (31, 62));
-    assert!(ds.records.iter().all(|r| r.algo == Some(Algo::Nvls)));
-    assert_eq!(ds.records[0].nccl_version, Some(22602));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.config.algo == Some(Algo::Nvls)));
+    assert_eq!(ds.records[0].run.nccl_version, Some(22602));
 }
 
 fn data(p: &str) -> PathBuf {
@@ -405,13 +451,16 @@ fn json_fixture_env_knobs_and_shape() {
     assert_eq!((ds.rows, ds.records.len()), (25, 50));
     let r = &ds.records[0];
     assert_eq!(
-        (r.algo, r.proto, r.channels),
+        (r.run.config.algo, r.run.config.proto, r.run.config.channels),
         (Some(Algo::Ring), Some(Proto::LL128), Some(16))
     );
-    assert_eq!((r.nranks, r.nnodes, r.nccl_version), (16, 2, Some(22703)));
-    assert_eq!(r.collective, Collective::AllReduce);
-    assert_eq!(r.gpu.as_deref(), Some("NVIDIA H100 80GB HBM3"));
-    assert_eq!(r.nbytes, 8);
+    assert_eq!(
+        (r.run.nranks, r.run.nnodes, r.run.nccl_version),
+        (16, 2, Some(22703))
+    );
+    assert_eq!(r.run.collective, Collective::AllReduce);
+    assert_eq!(r.run.gpu.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(r.measurement.nbytes, 8);
 }
 
 #[test]
@@ -419,16 +468,19 @@ fn modern_log_per_iteration_timestamps_all_types_and_dyncc_header() {
     let ds = ingest::read_paths(&[data("modern_I_S_dall_reduce_scatter.log")], &opts()).unwrap();
     assert_eq!((ds.rows, ds.records.len()), (6, 12));
     let r = &ds.records[0];
-    assert_eq!(r.collective, Collective::ReduceScatter);
+    assert_eq!(r.run.collective, Collective::ReduceScatter);
     assert_eq!(
-        (r.algo, r.proto, r.channels),
+        (r.run.config.algo, r.run.config.proto, r.run.config.channels),
         (Some(Algo::Ring), Some(Proto::LL128), Some(8))
     );
-    assert_eq!((r.nranks, r.nnodes, r.time_us), (4, 2, 21.05));
-    assert_eq!(r.platform.as_deref(), Some("sim-h100"));
-    assert_eq!(ds.records[1].time_us, 20.80); // in-place time, not an -I column
-    assert_eq!(ds.records[2].dtype.as_deref(), Some("half"));
-    assert_eq!(ds.records[8].time_us, 12.0); // 1.2e+01
+    assert_eq!(
+        (r.run.nranks, r.run.nnodes, r.measurement.time_us),
+        (4, 2, 21.05)
+    );
+    assert_eq!(r.run.platform.as_deref(), Some("sim-h100"));
+    assert_eq!(ds.records[1].measurement.time_us, 20.80); // in-place time, not an -I column
+    assert_eq!(ds.records[2].measurement.dtype.as_deref(), Some("half"));
+    assert_eq!(ds.records[8].measurement.time_us, 12.0); // 1.2e+01
     assert_eq!(ds.count_flag(dyncc::record::flags::WRONG_DATA), 1);
     // float and half rows of one size share a cell.
     let cells = ingest::aggregate(&ds.records);
@@ -443,13 +495,13 @@ fn knob_ignored_by_nccl_is_flagged_from_its_own_info_lines() {
     assert!(ds
         .records
         .iter()
-        .all(|r| r.algo == Some(Algo::Nvls) && r.proto.is_none()));
-    assert_eq!(ds.records[0].nccl_version, Some(22602));
+        .all(|r| r.run.config.algo == Some(Algo::Nvls) && r.run.config.proto.is_none()));
+    assert_eq!(ds.records[0].run.nccl_version, Some(22602));
     let ignored: Vec<u64> = ds
         .records
         .iter()
-        .filter(|r| r.flags & dyncc::record::flags::KNOB_IGNORED != 0)
-        .map(|r| r.nbytes)
+        .filter(|r| r.measurement.flags & dyncc::record::flags::KNOB_IGNORED != 0)
+        .map(|r| r.measurement.nbytes)
         .collect();
     assert_eq!(ignored, vec![1048576, 1048576, 4194304, 4194304]);
     assert_eq!(ingest::aggregate(&ds.records).len(), 1);
@@ -462,9 +514,12 @@ fn path_components_give_knobs() {
     // not forced (once a second error, "channel count unknown").
     let ds = ingest::read_paths(&[f], &opts()).unwrap();
     assert_eq!(ds.records.len(), 14);
-    assert!(ds.records.iter().all(|r| r.algo == Some(Algo::Tree)
-        && r.proto == Some(Proto::Simple)
-        && r.channels.is_none()));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.run.config.algo == Some(Algo::Tree)
+            && r.run.config.proto == Some(Proto::Simple)
+            && r.run.config.channels.is_none()));
 }
 
 #[test]
@@ -474,19 +529,26 @@ fn nvidia_raw_csv_from_platform_directory() {
     let one = ds
         .records
         .iter()
-        .find(|r| r.platform.as_deref() == Some("DGX-1V"))
+        .find(|r| r.run.platform.as_deref() == Some("DGX-1V"))
         .unwrap();
-    assert_eq!((one.nnodes, one.nranks, one.nbytes), (2, 16, 8));
     assert_eq!(
-        (one.algo, one.proto, one.time_us),
+        (one.run.nnodes, one.run.nranks, one.measurement.nbytes),
+        (2, 16, 8)
+    );
+    assert_eq!(
+        (
+            one.run.config.algo,
+            one.run.config.proto,
+            one.measurement.time_us
+        ),
         (Some(Algo::Tree), Some(Proto::LL), 25.8)
     );
     let two = ds
         .records
         .iter()
-        .find(|r| r.platform.as_deref() == Some("DGX-2V"))
+        .find(|r| r.run.platform.as_deref() == Some("DGX-2V"))
         .unwrap();
-    assert_eq!((two.nnodes, two.nranks), (4, 64));
+    assert_eq!((two.run.nnodes, two.run.nranks), (4, 64));
     // The raw files carry the same numbers as the converted sweeps.
     let real = real_dir();
     let sw =
@@ -494,7 +556,7 @@ fn nvidia_raw_csv_from_platform_directory() {
     let raw: Vec<_> = ds
         .records
         .iter()
-        .filter(|r| r.platform.as_deref() == Some("DGX-1V"))
+        .filter(|r| r.run.platform.as_deref() == Some("DGX-1V"))
         .collect();
     for r in raw {
         let s = sw
@@ -502,7 +564,7 @@ fn nvidia_raw_csv_from_platform_directory() {
             .iter()
             .find(|s| s.key() == r.key())
             .expect("same cell in the sweep");
-        assert_eq!(s.time_us, r.time_us);
+        assert_eq!(s.measurement.time_us, r.measurement.time_us);
     }
 }
 
@@ -577,11 +639,11 @@ mod prop {
             prop_assert_eq!(ds.records.len(), rows.len() * 2);
             for (i, (size, a, b)) in rows.iter().enumerate() {
                 let (ra, rb) = (&ds.records[2 * i], &ds.records[2 * i + 1]);
-                prop_assert_eq!((ra.nbytes, rb.nbytes), (*size, *size));
-                prop_assert_eq!(ra.time_us, fmt_time(*a, new).trim().parse::<f64>().unwrap());
-                prop_assert_eq!(rb.time_us, fmt_time(*b, new).trim().parse::<f64>().unwrap());
-                prop_assert!(!ra.in_place && rb.in_place);
-                prop_assert_eq!(ra.flags, 0);
+                prop_assert_eq!((ra.measurement.nbytes, rb.measurement.nbytes), (*size, *size));
+                prop_assert_eq!(ra.measurement.time_us, fmt_time(*a, new).trim().parse::<f64>().unwrap());
+                prop_assert_eq!(rb.measurement.time_us, fmt_time(*b, new).trim().parse::<f64>().unwrap());
+                prop_assert!(!ra.measurement.in_place && rb.measurement.in_place);
+                prop_assert_eq!(ra.measurement.flags, 0);
             }
         }
     }
@@ -610,7 +672,10 @@ fn large_rank_lists_count_ranks_and_hosts() {
     )
     .unwrap();
     assert_eq!(ds.records.len(), 2);
-    assert_eq!((ds.records[0].nranks, ds.records[0].nnodes), (20000, 5000));
+    assert_eq!(
+        (ds.records[0].run.nranks, ds.records[0].run.nnodes),
+        (20000, 5000)
+    );
 }
 
 /// Compile held one full record per row and copied them all (a 2 GB CSV of
@@ -658,7 +723,9 @@ fn compile_reads_repeats_folded_into_one_group_per_cell() {
         assert!(back
             .iter()
             .zip(&rows.records)
-            .all(|(a, b)| a.source == b.source && a.time_us == b.time_us && a.key() == b.key()));
+            .all(|(a, b)| a.measurement.source == b.measurement.source
+                && a.measurement.time_us == b.measurement.time_us
+                && a.key() == b.key()));
         let c = CompileOptions {
             command: "dyncc compile".into(),
             ..Default::default()

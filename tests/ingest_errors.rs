@@ -148,7 +148,10 @@ fn unknown_knobs_are_an_error_that_says_what_to_pass() {
     )
     .unwrap();
     assert_eq!(ds.records.len(), 2);
-    assert!(ds.records.iter().all(|r| r.flags & ingest::UNRESOLVED != 0));
+    assert!(ds
+        .records
+        .iter()
+        .all(|r| r.measurement.flags & ingest::UNRESOLVED != 0));
     assert!(ingest::aggregate(&ds.records).is_empty());
 }
 
@@ -235,7 +238,12 @@ fn csv_time_falls_back_to_cost_metric() {
     let ds = ingest::read_paths(&[p], &IngestOptions::default()).unwrap();
     let r = &ds.records[0];
     assert_eq!(
-        (r.time_us, r.channels, r.reg_buff, r.nnodes),
+        (
+            r.measurement.time_us,
+            r.run.config.channels,
+            r.run.state.reg_buff,
+            r.run.nnodes
+        ),
         (33.5, Some(4), true, 2)
     );
 }
@@ -269,7 +277,7 @@ fn nvidia_raw_bad_row_and_unknown_platform() {
         },
     )
     .unwrap();
-    assert_eq!((ds.records.len(), ds.records[0].nranks), (7, 12));
+    assert_eq!((ds.records.len(), ds.records[0].run.nranks), (7, 12));
 }
 
 #[test]

@@ -72,7 +72,11 @@ fn run(info: &[&str], t0: f64) -> String {
 const BANNER: &str = "NCCL version 2.21.5+cuda12.4";
 
 fn configs(ds: &ingest::Dataset) -> Vec<(Option<Algo>, Option<Proto>)> {
-    let mut v: Vec<_> = ds.records.iter().map(|r| (r.algo, r.proto)).collect();
+    let mut v: Vec<_> = ds
+        .records
+        .iter()
+        .map(|r| (r.run.config.algo, r.run.config.proto))
+        .collect();
     v.dedup();
     v
 }
@@ -93,7 +97,7 @@ fn explicit_labels_beat_an_info_banner_without_environment_lines() {
     // --assume.
     let ds = strict(std::slice::from_ref(&p), &["NCCL_ALGO=Ring"]).unwrap();
     assert_eq!(configs(&ds), vec![(Some(Algo::Ring), None)]);
-    assert_eq!(ds.records[0].nccl_version, Some(22105));
+    assert_eq!(ds.records[0].run.nccl_version, Some(22105));
     // A `# dyncc:` header.
     let h = write(
         d.path(),
@@ -110,7 +114,7 @@ fn explicit_labels_beat_an_info_banner_without_environment_lines() {
     );
     let ds = strict(&[q], &[]).unwrap();
     assert_eq!(configs(&ds), vec![(Some(Algo::Ring), Some(Proto::LL))]);
-    assert!(ds.records.iter().all(|r| r.channels.is_none()));
+    assert!(ds.records.iter().all(|r| r.run.config.channels.is_none()));
 }
 
 /// A label that says Ring on a log whose own environment lines say Tree
@@ -580,7 +584,10 @@ fn csv_rows_with_the_wrong_field_count_are_errors_naming_the_line() {
         &format!("\u{feff}{CSV_HEAD}\"allreduce\",8,default,default,-1,1,8,\"4.5\"\n"),
     );
     let ds = strict(&[p], &[]).unwrap();
-    assert_eq!((ds.records.len(), ds.records[0].time_us), (1, 4.5));
+    assert_eq!(
+        (ds.records.len(), ds.records[0].measurement.time_us),
+        (1, 4.5)
+    );
 }
 
 #[test]
@@ -670,7 +677,11 @@ fn input_digests_are_recorded_while_reading() {
     let want = format!("{:x}", Sha256::digest(body.as_bytes()));
     assert_eq!(ds.reports[0].sha256, want);
     assert_eq!(
-        ds.input_digests_of(ds.records.iter().map(|r| r.source.file.as_path())),
+        ds.input_digests_of(
+            ds.records
+                .iter()
+                .map(|r| r.measurement.source.file.as_path())
+        ),
         format!("{want}  {}", p.display())
     );
 }
@@ -729,8 +740,14 @@ fn real_logs_are_labelled_by_their_file_names() {
         },
     )
     .unwrap();
-    assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Nvls)));
-    assert!(ds.records.iter().any(|r| r.algo == Some(Algo::Ring)));
+    assert!(ds
+        .records
+        .iter()
+        .any(|r| r.run.config.algo == Some(Algo::Nvls)));
+    assert!(ds
+        .records
+        .iter()
+        .any(|r| r.run.config.algo == Some(Algo::Ring)));
     assert!(ds.reports.iter().all(|r| r.knobs.contains("manifest")));
 }
 
@@ -771,7 +788,7 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     assert_eq!(ds.records.len(), 21);
     let r = &ds.records[0];
     assert_eq!(
-        (r.nnodes, r.nranks, r.platform.as_deref()),
+        (r.run.nnodes, r.run.nranks, r.run.platform.as_deref()),
         (4, 32, Some("DGX-1V"))
     );
     // Name pattern.
@@ -785,7 +802,10 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     )
     .unwrap();
     assert_eq!(ds.records.len(), 21);
-    assert_eq!((ds.records[0].nnodes, ds.records[0].nranks), (2, 16));
+    assert_eq!(
+        (ds.records[0].run.nnodes, ds.records[0].run.nranks),
+        (2, 16)
+    );
     // A `# dyncc:` line.
     let f = write(
         d.path(),
@@ -795,8 +815,11 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     let ds = strict(std::slice::from_ref(&f), &[]).unwrap();
     assert_eq!(ds.records.len(), 21);
     let r = &ds.records[0];
-    assert_eq!((r.nnodes, r.nranks, r.nccl_version), (2, 32, Some(22304)));
-    assert_eq!(r.source.line, 2);
+    assert_eq!(
+        (r.run.nnodes, r.run.nranks, r.run.nccl_version),
+        (2, 32, Some(22304))
+    );
+    assert_eq!(r.measurement.source.line, 2);
     // The knobs are the columns': a label naming one is refused, not
     // silently overridden.
     let f = write(
@@ -806,6 +829,99 @@ fn nvidia_raw_csv_honours_manifest_name_pattern_and_dyncc_line() {
     );
     let e = format!("{:#}", strict(&[f], &[]).unwrap_err());
     assert!(e.contains("2.csv:0") && e.contains("one column per"), "{e}");
+}
+
+/// The text reader ignored a manifest's (or name pattern's) collective, and
+/// the JSON reader let a collective guessed from the file name beat it:
+/// every reader now labels a run in one place, where what the user states
+/// beats what is inferred.
+#[test]
+fn a_stated_collective_beats_the_one_guessed_from_the_file_name() {
+    let d = tempfile::tempdir().unwrap();
+    // A log whose name says allgather but has no `Collective test starting`
+    // or launcher line: the manifest says what it is.
+    let log = write(d.path(), "all_gather_run.log", &run(&[], 10.0));
+    let mut json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root().join("tests/data/nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    json["args"] = serde_json::json!(["./build/runner"]);
+    let js = write(d.path(), "all_gather_run.json", &json.to_string());
+    let m = write(
+        d.path(),
+        "labels.csv",
+        "path,coll\nall_gather_run.log,allreduce\nall_gather_run.json,allreduce\n",
+    );
+    for f in [log, js] {
+        let ds = read_with(
+            dyncc::ingest::args::IngestArgs {
+                manifest: Some(m.clone()),
+                assume: vec!["default".into()],
+                ..Default::default()
+            },
+            std::slice::from_ref(&f),
+        )
+        .unwrap();
+        assert!(!ds.records.is_empty(), "{}", f.display());
+        assert!(
+            ds.records
+                .iter()
+                .all(|r| r.run.collective == dyncc::record::Collective::AllReduce),
+            "{}: {:?}",
+            f.display(),
+            ds.records[0].run.collective
+        );
+    }
+}
+
+/// Whether a run registered its buffers (`regBuff`, a table gate) was
+/// never read: nccl-tests `-R 1` in the JSON `args` and a `regBuff=1`
+/// label now set the run's state, which keeps it apart from unregistered
+/// runs of the same cell.
+#[test]
+fn registered_buffers_are_read_from_nccl_tests_args_and_labels() {
+    let d = tempfile::tempdir().unwrap();
+    let mut json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root().join("tests/data/nccl-tests-2.18_all_reduce_ring_ll128_2x8xh100.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    json["args"] = serde_json::json!(["./build/all_reduce_perf", "-b", "8", "-R", "1"]);
+    let js = write(d.path(), "registered.json", &json.to_string());
+    let log = write(
+        d.path(),
+        "all_reduce_registered.log",
+        &format!("# dyncc: regBuff=1 default\n{}", run(&[], 10.0)),
+    );
+    // A launcher command line echoed into the log (`set -x`).
+    let launched = format!(
+        "+ srun -N 1 ./build/all_reduce_perf -b 8 -e 8K -R 1\n{}",
+        run(&[], 10.0)
+    );
+    let launch = write(d.path(), "launched.log", &launched);
+    for f in [js, log, launch] {
+        let ds = strict(std::slice::from_ref(&f), &["default"]).unwrap();
+        assert!(!ds.records.is_empty(), "{}", f.display());
+        assert!(
+            ds.records.iter().all(|r| r.run.state.reg_buff),
+            "{}",
+            f.display()
+        );
+        assert_ne!(ds.records[0].key().state, dyncc::record::State::BASELINE);
+    }
+    // What the user states beats what the launcher line implies.
+    let relabelled = write(
+        d.path(),
+        "relabelled.log",
+        &format!("# dyncc: regBuff=0\n{launched}"),
+    );
+    let ds = strict(&[relabelled], &["default"]).unwrap();
+    assert!(ds.records.iter().all(|r| !r.run.state.reg_buff));
 }
 
 /// `dyncc query --data` had its own `--assume` and nothing else: a sweep

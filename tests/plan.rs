@@ -24,10 +24,7 @@ fn plan(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
         script.to_str().unwrap(),
     ];
     all.extend_from_slice(args);
-    let o = dyncc()
-        .args(&all)
-        .output()
-        .unwrap();
+    let o = dyncc().args(&all).output().unwrap();
     assert!(
         o.status.success(),
         "dyncc {all:?}: {}",

@@ -133,7 +133,7 @@ fn summarise(ds: &Dataset) -> Summary {
         if n == 0 {
             continue;
         }
-        let c = &k.cell;
+        let c = &k.run;
         *s.collectives
             .entry(c.collective.name().to_string())
             .or_default() += n;
@@ -147,7 +147,7 @@ fn summarise(ds: &Dataset) -> Summary {
             .entry(label(k, c.config.channels, |c| c.to_string()))
             .or_default() += n;
         *s.gpus
-            .entry(k.gpu.as_deref().unwrap_or("unknown").to_string())
+            .entry(k.run.gpu.as_deref().unwrap_or("unknown").to_string())
             .or_default() += n;
         if c.nnodes > 0 {
             s.nodes.push(c.nnodes);
@@ -155,21 +155,11 @@ fn summarise(ds: &Dataset) -> Summary {
         if c.nranks > 0 {
             s.ranks.push(c.nranks);
         }
-        if let Some(v) = k.nccl_version {
+        if let Some(v) = k.run.nccl_version {
             s.nccl_versions
                 .push(crate::ingest::setup::version_string(v));
         }
-        let setup = format!(
-            "{}, {}",
-            k.nccl_version
-                .map(|v| format!("NCCL {}", crate::ingest::setup::version_string(v)))
-                .unwrap_or_else(|| "NCCL version not shown".into()),
-            match k.env.as_deref() {
-                None => "environment not shown",
-                Some("") => "no other NCCL_* variable set",
-                Some(e) => e,
-            }
-        );
+        let setup = crate::ingest::setup::describe(&k.run);
         *s.setups.entry(setup).or_default() += n;
         let config = if k.flags & UNRESOLVED != 0 {
             "unknown".to_string()
@@ -179,7 +169,7 @@ fn summarise(ds: &Dataset) -> Summary {
         let e = cov
             .entry((c.collective.name().to_string(), c.nnodes, c.nranks, config))
             .or_default();
-        e.0.insert(c.nbytes);
+        e.0.insert(k.nbytes);
         e.1 += n;
     }
     for v in [&mut s.nodes, &mut s.ranks] {

@@ -43,8 +43,9 @@ pub struct IngestArgs {
     #[arg(long = "name-pattern", value_name = "PATTERN", verbatim_doc_comment)]
     pub name_pattern: Vec<String>,
     /// The inputs mix NCCL setups (NCCL version, or other NCCL_* variables
-    /// the logs show): use only this one, e.g. `--setup nccl=2.23.4` or
-    /// `--setup 'NCCL_NET_GDR_LEVEL=PHB NCCL_IB_HCA=mlx5'` (`VAR=unset`: not set).
+    /// the logs show, or call states): use only this one, e.g. `--setup
+    /// nccl=2.23.4`, `--setup 'NCCL_NET_GDR_LEVEL=PHB NCCL_IB_HCA=mlx5'`
+    /// (`VAR=unset`: not set) or `--setup regBuff=1` (registered buffers).
     #[arg(long, value_name = "KEY=VALUE ...")]
     pub setup: Option<String>,
     /// The inputs mix NCCL setups and they may be pooled as repeats of one

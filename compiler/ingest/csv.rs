@@ -14,8 +14,9 @@ use std::sync::Arc;
 use sha2::{Digest as _, Sha256};
 
 use super::knobs::{self, Assumptions};
+use super::run::{Labeller, Shown, ShownKnobs};
 use super::{quote, FileCtx, FileOutput, Format};
-use crate::record::{Algo, Collective, Proto, Record};
+use crate::record::{Algo, Collective, Config, Measurement, PartialState, Proto, Run};
 
 /// Columns a tuner CSV must have (besides a time: `latency_us` or `cost_metric`).
 const TUNER_REQUIRED: [&str; 7] = [
@@ -34,7 +35,7 @@ const TUNER_REQUIRED: [&str; 7] = [
 /// error naming its line; a UTF-8 BOM is accepted; the header line seen
 /// again (two files concatenated) starts a new section.
 pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
-    let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
+    let labeller = Labeller::new(ctx, None)?;
     let mut out = FileOutput::empty(Format::TunerCsv);
     out.report.knobs = "per row (algorithm, protocol, channels columns)".into();
     let newlines = Rc::new(RefCell::new(LineIndex::default()));
@@ -235,53 +236,50 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
                 quote(tval)
             ),
         };
+        // An empty or absent state column leaves the state to the labels.
         let pipe_ops = match c_pipe.map(get).filter(|s| !s.is_empty()) {
-            None => 1,
+            None => None,
             Some(v) => match v.parse::<u32>() {
-                Ok(p) if p > 0 => p,
+                Ok(p) if p > 0 => Some(p),
                 _ => bad!("pipeOps {:?}: expected a positive whole number", quote(v)),
             },
         };
         let reg_buff = match c_reg.map(get).filter(|s| !s.is_empty()) {
-            None | Some("0") => false,
-            Some("1") => true,
+            None => None,
+            Some("0") => Some(false),
+            Some("1") => Some(true),
             Some(v) => bad!("regBuff {:?}: expected 0 or 1", quote(v)),
         };
         let in_place = matches!(c_inplace.map(get), Some("1" | "true" | "yes"));
-        let platform = c_platform
-            .map(get)
-            .filter(|s| !s.is_empty())
-            .map(&mut intern)
-            .or_else(|| assume.platform.clone());
-        let gpu = c_gpu
-            .map(get)
-            .filter(|s| !s.is_empty())
-            .map(&mut intern)
-            .or_else(|| assume.gpu.clone());
-        let nccl_version = c_ver
-            .map(get)
-            .and_then(super::knobs::parse_nccl_version)
-            .or(assume.nccl_version);
-        out.records.push(Record {
-            collective,
-            nbytes,
-            nranks,
-            nnodes,
-            gpu,
-            nccl_version,
-            platform,
+        // Every row is a run of its own: its columns show everything.
+        let mut shown = Shown::new(ShownKnobs::Stated(Config {
             algo,
             proto,
             channels,
-            time_us,
-            in_place,
-            dtype: None,
-            pipe_ops,
-            reg_buff,
-            source: ctx.source(line),
-            flags: 0,
-            env: None,
-        });
+        }));
+        shown.collective = Some(collective);
+        shown.nranks = Some(nranks);
+        shown.nnodes = Some(nnodes);
+        shown.platform = c_platform
+            .map(get)
+            .filter(|s| !s.is_empty())
+            .map(&mut intern);
+        shown.gpu = c_gpu.map(get).filter(|s| !s.is_empty()).map(&mut intern);
+        shown.nccl_version = c_ver.map(get).and_then(super::knobs::parse_nccl_version);
+        shown.state = PartialState { pipe_ops, reg_buff };
+        let labelled = labeller.label(ctx, line, shown)?;
+        let Some(run) = labelled.run else { continue };
+        out.records.push(
+            &run,
+            Measurement {
+                nbytes,
+                time_us,
+                in_place,
+                dtype: None,
+                source: ctx.source(line),
+                flags: labelled.flags,
+            },
+        );
     }
     let (l, h) = section;
     out.end_section(l, h.finalize().into());
@@ -384,28 +382,22 @@ pub fn platform_gpus_per_node(platform: &str) -> Option<u32> {
     })
 }
 
-/// The shape of an NVIDIA raw file's runs, once established.
+/// The run of an NVIDIA raw file (its knobs are the columns'), once labelled.
 struct RawShape {
-    nnodes: u32,
-    nranks: u32,
-    platform: Option<Arc<str>>,
-    gpu: Option<Arc<str>>,
-    nccl_version: Option<u32>,
-    /// The shape could not be established (rows kept flagged, for inspect).
-    unresolved: bool,
-    /// Keep the rows.
-    keep: bool,
+    /// `None`: the rows are not kept.
+    run: Option<Run>,
+    /// [`super::UNRESOLVED`] when the shape could not be established (rows
+    /// kept flagged, for inspect).
+    flags: u8,
 }
 
-/// Establishes the shape of an NVIDIA raw file from the facts the user
-/// states, most specific first: `# dyncc:` lines, the manifest row, the
-/// name pattern, then `--assume`; nodes from the name `<nodes>.csv`, the
-/// platform (and so GPUs per node) from a `DGX-1V/data/` directory.
+/// Labels an NVIDIA raw file's run: nodes from the name `<nodes>.csv`, the
+/// platform (and so GPUs per node) from a `DGX-1V/data/` directory, unless
+/// the user states them (`# dyncc:` lines, the manifest row, the name
+/// pattern, `--assume`: see [`super::run`]).
 fn raw_shape(ctx: &mut FileCtx, header: &Assumptions) -> anyhow::Result<RawShape> {
-    let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
+    let labeller = Labeller::new(ctx, Some(header))?;
     let file_labels = ctx.labels.clone();
-    let mut facts: Vec<&Assumptions> = vec![header];
-    facts.extend(file_labels.sets());
     // The knobs are the columns': a label naming one would be overridden.
     for (a, name) in [
         (Some(header), "the `# dyncc:` line"),
@@ -430,62 +422,32 @@ fn raw_shape(ctx: &mut FileCtx, header: &Assumptions) -> anyhow::Result<RawShape
             )?;
         }
     }
-    facts.push(&assume);
     let path = ctx.path.clone();
-    let stem = path
+    let mut shown = Shown::new(ShownKnobs::Stated(Config::DEFAULT));
+    shown.collective = Some(Collective::AllReduce);
+    shown.nnodes = path
         .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let nnodes: u32 = stem
-        .parse()
-        .ok()
-        .filter(|&n| n > 0)
-        .or_else(|| facts.iter().find_map(|a| a.nodes))
-        .unwrap_or(0);
+        .and_then(|s| s.to_string_lossy().parse().ok())
+        .filter(|&n| n > 0);
     // platform from `<platform>/data/<n>.csv` (or the parent dir).
     let mut dir = path.parent();
     if dir.and_then(|d| d.file_name()).is_some_and(|n| n == "data") {
         dir = dir.and_then(|d| d.parent());
     }
-    let dir_platform: Option<Arc<str>> = dir
+    shown.platform_hint = dir
         .and_then(|d| d.file_name())
-        .map(|n| n.to_string_lossy().as_ref().into());
-    let platform = facts.iter().find_map(|a| a.platform.clone()).or_else(|| {
-        dir_platform
-            .clone()
-            .filter(|p| platform_gpus_per_node(p).is_some())
-    });
-    let gpn = facts
-        .iter()
-        .find_map(|a| a.gpus_per_node)
-        .or_else(|| platform.as_deref().and_then(platform_gpus_per_node));
-    let nranks = facts
-        .iter()
-        .find_map(|a| a.ranks)
-        .or(gpn.map(|g| g * nnodes.max(1)));
-    let mut shape = RawShape {
-        nnodes,
-        nranks: nranks.unwrap_or(0),
-        platform,
-        gpu: facts.iter().find_map(|a| a.gpu.clone()),
-        nccl_version: facts.iter().find_map(|a| a.nccl_version),
-        unresolved: false,
-        keep: true,
-    };
-    let mut problems: Vec<String> = file_labels.pattern_error.into_iter().collect();
-    if nnodes == 0 || nranks.is_none() {
-        problems.push(
-            "ranks unknown: NVIDIA's raw data/<nodes>.csv does not say how many GPUs a node has; \
-             put it under a DGX-1V/ or DGX-2V/ directory, label it (a `# dyncc: gpus_per_node=N` \
-             line, --manifest, --name-pattern) or pass --assume gpus_per_node=N"
-                .into(),
-        );
-    }
-    if !problems.is_empty() {
-        shape.unresolved = true;
-        shape.keep = ctx.unresolved(0, &problems.join("; "))?;
-    }
-    Ok(shape)
+        .map(|n| n.to_string_lossy().as_ref().into())
+        .filter(|p: &Arc<str>| platform_gpus_per_node(p).is_some());
+    shown.shape_unknown = "ranks unknown: NVIDIA's raw data/<nodes>.csv does not say how many \
+                           GPUs a node has; put it under a DGX-1V/ or DGX-2V/ directory, label it \
+                           (a `# dyncc: gpus_per_node=N` line, --manifest, --name-pattern) or \
+                           pass --assume gpus_per_node=N"
+        .into();
+    let labelled = labeller.label(ctx, 0, shown)?;
+    Ok(RawShape {
+        run: labelled.run,
+        flags: labelled.flags,
+    })
 }
 
 /// Reads NVIDIA's `data/<nodes>.csv`: AllReduce, one run per column.
@@ -550,39 +512,36 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
             continue;
         };
         idx += 1;
-        if !sh.keep {
-            continue;
-        }
+        let Some(run) = &sh.run else { continue };
         for (j, &t) in vals.iter().enumerate() {
             if t == 0.0 {
                 missing += 1;
                 continue;
             }
             let (algo, proto) = NVIDIA_RAW_COLUMNS[j];
-            out.records.push(Record {
-                collective: Collective::AllReduce,
-                nbytes,
-                nranks: sh.nranks,
-                nnodes: sh.nnodes,
-                gpu: sh.gpu.clone(),
-                nccl_version: sh.nccl_version,
-                platform: sh.platform.clone(),
-                algo,
-                proto,
-                channels: None,
-                time_us: t,
-                in_place: false,
-                dtype: None,
-                pipe_ops: 1,
-                reg_buff: false,
-                source: ctx.source(lineno),
-                flags: if sh.unresolved { super::UNRESOLVED } else { 0 },
-                env: None,
-            });
+            let run = Run {
+                config: Config {
+                    algo,
+                    proto,
+                    channels: None,
+                },
+                ..run.clone()
+            };
+            out.records.push(
+                &run,
+                Measurement {
+                    nbytes,
+                    time_us: t,
+                    in_place: false,
+                    dtype: None,
+                    source: ctx.source(lineno),
+                    flags: sh.flags,
+                },
+            );
         }
     }
     if let Some(sh) = &shape {
-        out.report.resolved = !sh.unresolved;
+        out.report.resolved = sh.flags & super::UNRESOLVED == 0;
     }
     if missing > 0 {
         ctx.anomaly(

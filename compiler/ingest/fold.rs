@@ -15,23 +15,26 @@ use std::hash::{Hash as _, Hasher as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::record::{Cell, CellKey, Collective, Config, Record, Source};
+use crate::record::{Cell, CellKey, Collective, Measurement, Record, Run, Source};
 
-/// Everything about a record except its time and where it was read.
+/// Everything about a record except its time and where it was read: its
+/// run, its size and how it was measured.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct GroupKey {
-    pub cell: CellKey,
+    pub run: Run,
+    pub nbytes: u64,
     pub file: Arc<PathBuf>,
-    pub gpu: Option<Arc<str>>,
-    pub nccl_version: Option<u32>,
-    pub platform: Option<Arc<str>>,
     pub in_place: bool,
     pub dtype: Option<Arc<str>>,
-    pub pipe_ops: u32,
-    pub reg_buff: bool,
     /// Bit set of [`crate::record::flags`] and [`super::UNRESOLVED`].
     pub flags: u8,
-    pub env: Option<Arc<str>>,
+}
+
+impl GroupKey {
+    /// The cell the group's measurements fall in.
+    pub fn cell(&self) -> CellKey {
+        self.run.cell(self.nbytes)
+    }
 }
 
 /// One measurement of a group: its time and where it was read.
@@ -68,65 +71,31 @@ impl Group {
     pub fn record(&self, s: &Sample) -> Record {
         let k = &self.key;
         Record {
-            collective: k.cell.collective,
-            nbytes: k.cell.nbytes,
-            nranks: k.cell.nranks,
-            nnodes: k.cell.nnodes,
-            gpu: k.gpu.clone(),
-            nccl_version: k.nccl_version,
-            platform: k.platform.clone(),
-            algo: k.cell.config.algo,
-            proto: k.cell.config.proto,
-            channels: k.cell.config.channels,
-            time_us: s.time_us,
-            in_place: k.in_place,
-            dtype: k.dtype.clone(),
-            pipe_ops: k.pipe_ops,
-            reg_buff: k.reg_buff,
-            source: self.source(s),
-            flags: k.flags,
-            env: k.env.clone(),
+            run: k.run.clone(),
+            measurement: Measurement {
+                nbytes: k.nbytes,
+                time_us: s.time_us,
+                in_place: k.in_place,
+                dtype: k.dtype.clone(),
+                source: self.source(s),
+                flags: k.flags,
+            },
         }
     }
 
     pub fn collective(&self) -> Collective {
-        self.key.cell.collective
+        self.key.run.collective
     }
 
     /// Whether `--platform LABEL` selects this group (see
     /// [`Record::is_platform`]).
     pub fn is_platform(&self, label: &str) -> bool {
-        let eq = |v: &Option<Arc<str>>| v.as_deref().is_some_and(|x| x.eq_ignore_ascii_case(label));
-        eq(&self.key.platform) || eq(&self.key.gpu)
+        self.key.run.is_platform(label)
     }
 
     pub fn is_default(&self) -> bool {
-        self.key.cell.config == Config::DEFAULT
+        self.key.run.is_default()
     }
-}
-
-/// Splits a record into its group and its sample.
-fn split(r: Record, seq: u32) -> (GroupKey, Sample) {
-    let cell = r.key();
-    let sample = Sample {
-        time_us: r.time_us,
-        line: r.source.line,
-        seq,
-    };
-    let key = GroupKey {
-        cell,
-        file: r.source.file,
-        gpu: r.gpu,
-        nccl_version: r.nccl_version,
-        platform: r.platform,
-        in_place: r.in_place,
-        dtype: r.dtype,
-        pipe_ops: r.pipe_ops,
-        reg_buff: r.reg_buff,
-        flags: r.flags,
-        env: r.env,
-    };
-    (key, sample)
 }
 
 /// Measurements folded into groups.
@@ -140,7 +109,7 @@ impl Folded {
     pub fn from_records(records: impl IntoIterator<Item = Record>) -> Folded {
         let mut b = FoldBuilder::default();
         for r in records {
-            b.push(r);
+            b.push_record(r);
         }
         b.finish()
     }
@@ -197,7 +166,7 @@ impl Folded {
                 if !s.time_us.is_finite() || s.time_us <= 0.0 {
                     continue;
                 }
-                let e = acc.entry(g.key.cell).or_insert_with(|| Acc {
+                let e = acc.entry(g.key.cell()).or_insert_with(|| Acc {
                     times: Vec::new(),
                     first: (s.seq, g, *s),
                 });
@@ -244,14 +213,40 @@ pub struct FoldBuilder {
 }
 
 impl FoldBuilder {
-    pub fn push(&mut self, r: Record) {
+    /// Adds one measurement of `run`: what every reader calls per row.
+    pub fn push(&mut self, run: &Run, m: Measurement) {
+        self.push_owned(run.clone(), m);
+    }
+
+    /// Adds a record (measurements already read, folded again).
+    pub fn push_record(&mut self, r: Record) {
+        self.push_owned(r.run, r.measurement);
+    }
+
+    fn push_owned(&mut self, run: Run, m: Measurement) {
+        let key = GroupKey {
+            run,
+            nbytes: m.nbytes,
+            file: m.source.file,
+            in_place: m.in_place,
+            dtype: m.dtype,
+            flags: m.flags,
+        };
+        self.push_key(key, m.time_us, m.source.line);
+    }
+
+    fn push_key(&mut self, key: GroupKey, time_us: f64, line: u32) {
         // What the content was labelled as: collective, size, shape, knobs,
         // placement, in order.
-        let (key, sample) = split(r, self.pushed as u32);
         for h in [&mut self.file_keys, &mut self.section_keys] {
-            key.cell.hash(h);
+            key.cell().hash(h);
             key.in_place.hash(h);
         }
+        let sample = Sample {
+            time_us,
+            line,
+            seq: self.pushed as u32,
+        };
         self.pushed += 1;
         self.map.entry(key).or_default().push(sample);
     }

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::knobs::{self, Assumptions, KnobSource};
-use super::text::collective_from_name;
-use super::{FileCtx, FileOutput, Format, UNRESOLVED};
-use crate::record::{flags, Collective, Record};
+use super::run::{Labeller, Shown, ShownKnobs};
+use super::{FileCtx, FileOutput, Format};
+use crate::record::{flags, Collective, Measurement};
 
 pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
-    let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
+    // `--assume` is checked before the file is parsed.
+    Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
     let mut out = FileOutput::empty(Format::NcclTestsJson);
     let bytes = super::read_all(rd)?;
     out.bytes = bytes.len() as u64;
@@ -59,30 +60,18 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         }
     }
     setup_env.sort();
-    let run_env: Option<Arc<str>> = env.complete.then(|| setup_env.join(" ").into());
-    let path_src = knobs::from_path(&ctx.path);
-    let file_labels = ctx.labels.clone();
-    let labels = file_labels.sets();
-    let mut sources: Vec<&KnobSource> = vec![&env];
-    sources.extend(labels.iter().map(|a| &a.knobs));
-    sources.push(&path_src);
-    sources.push(&assume.knobs);
-    let mut facts: Vec<&Assumptions> = labels.clone();
-    facts.push(&assume);
-    // Collective from argv[0], else the file name, else --assume.
-    let argv_coll = top
-        .get("args")
-        .and_then(Value::as_array)
+    let run_env = env.complete.then(|| setup_env.join(" ").into());
+    let mut shown = Shown::new(ShownKnobs::Log(env));
+    shown.env = run_env;
+    let args = top.get("args").and_then(Value::as_array);
+    // The collective from argv[0].
+    shown.collective = args
         .and_then(|a| a.first())
         .and_then(Value::as_str)
         .and_then(|s| Collective::parse(knobs::strip_binary_suffix(s)));
-    let name_coll = ctx
-        .path
-        .file_name()
-        .and_then(|n| collective_from_name(&n.to_string_lossy()));
-    let coll = argv_coll
-        .or(name_coll)
-        .or_else(|| facts.iter().find_map(|a| a.coll));
+    shown.collective_unknown = "collective unknown: `args` does not name a *_perf binary and \
+                                the file name has no collective; pass --assume \
+                                coll=allreduce (or the right one)";
     // Shape from the devices.
     let devices = top
         .get("config")
@@ -96,63 +85,34 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .collect();
     hosts.sort_unstable();
     hosts.dedup();
-    let (mut nranks, mut nnodes) = (None, None);
     if !devices.is_empty() {
-        nranks = Some(devices.len() as u32);
-        nnodes = Some(hosts.len().max(1) as u32);
+        shown.nranks = Some(devices.len() as u32);
+        shown.nnodes = Some(hosts.len().max(1) as u32);
     }
-    nranks = nranks.or_else(|| facts.iter().find_map(|a| a.ranks));
-    nnodes = nnodes.or_else(|| facts.iter().find_map(|a| a.nodes));
-    let gpu: Option<Arc<str>> = devices
+    shown.shape_unknown =
+        "ranks/nodes unknown: no config.devices; pass --assume ranks=N nodes=M".into();
+    shown.gpu = devices
         .first()
         .and_then(|d| d.get("device_info").or_else(|| d.get("name")))
         .and_then(Value::as_str)
-        .map(|s| s.trim().into())
-        .or_else(|| facts.iter().find_map(|a| a.gpu.clone()));
-    let nccl_version = top
+        .map(|s| s.trim().into());
+    shown.nccl_version = top
         .get("nccl_version")
         .and_then(Value::as_u64)
-        .map(|v| v as u32)
-        .or_else(|| facts.iter().find_map(|a| a.nccl_version));
-    let mut problems = Vec::new();
-    if let Some(e) = &ctx.labels.pattern_error {
-        problems.push(e.clone());
-    }
-    if coll.is_none() {
-        problems.push("collective unknown: `args` does not name a *_perf binary and the file name has no collective; pass --assume coll=allreduce (or the right one)".to_string());
-    }
-    if nranks.is_none() || nnodes.is_none() {
-        problems
-            .push("ranks/nodes unknown: no config.devices; pass --assume ranks=N nodes=M".into());
-    }
-    let knob = match coll.map(|c| knobs::resolve(&sources, c)) {
-        Some(Ok(k)) => Some(k),
-        Some(Err(e)) => {
-            problems.push(e);
-            None
-        }
-        None => None,
-    };
+        .map(|v| v as u32);
+    shown.state.reg_buff = args.map(|a| registered(a, shown.nccl_version));
     out.report.rows = results.len();
-    let mut flags0 = 0;
-    if !problems.is_empty() {
-        let msg = problems.join("; ");
+    let labelled = Labeller::new(ctx, None)?.label(ctx, 0, shown)?;
+    if let Some(msg) = labelled.problem {
         out.report.resolved = false;
-        out.report.knobs = msg.clone();
-        if !ctx.unresolved(0, &msg)? || coll.is_none() {
-            return Ok(out);
-        }
-        flags0 = UNRESOLVED;
+        out.report.knobs = msg;
     }
-    let coll = coll.unwrap_or(Collective::AllReduce);
-    if let Some(k) = &knob {
-        out.report.knobs = k.how.clone();
+    let Some(run) = labelled.run else {
+        return Ok(out);
+    };
+    if let Some(how) = labelled.how {
+        out.report.knobs = how;
     }
-    let (algo, proto, channels) = knob
-        .as_ref()
-        .map(|k| (k.algo, k.proto, k.channels))
-        .unwrap_or((None, None, None));
-    let platform = facts.iter().find_map(|a| a.platform.clone());
     for (i, row) in results.iter().enumerate() {
         let line = i as u32 + 1;
         let Some(size) = row.get("size").and_then(Value::as_u64) else {
@@ -194,7 +154,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
                 .get("nwrong")
                 .and_then(Value::as_f64)
                 .is_some_and(|w| w != 0.0);
-            let mut f = flags0;
+            let mut f = labelled.flags;
             if wrong {
                 f |= flags::WRONG_DATA;
                 ctx.anomaly(
@@ -203,27 +163,51 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
                     format!("results[{i}].{key}: nwrong > 0"),
                 );
             }
-            out.records.push(Record {
-                collective: coll,
-                nbytes: size,
-                nranks: nranks.unwrap_or(0),
-                nnodes: nnodes.unwrap_or(0),
-                gpu: gpu.clone(),
-                nccl_version,
-                platform: platform.clone(),
-                algo,
-                proto,
-                channels,
-                time_us: time,
-                in_place: h == 1,
-                dtype: dtype.clone(),
-                pipe_ops: 1,
-                reg_buff: false,
-                source: ctx.source(line),
-                flags: f,
-                env: run_env.clone(),
-            });
+            out.records.push(
+                &run,
+                Measurement {
+                    nbytes: size,
+                    time_us: time,
+                    in_place: h == 1,
+                    dtype: dtype.clone(),
+                    source: ctx.source(line),
+                    flags: f,
+                },
+            );
         }
     }
     Ok(out)
+}
+
+/// Whether nccl-tests registered its buffers, from its `args` (see
+/// [`knobs::nccl_tests_registers`]; `args[0]` is the binary).
+fn registered(args: &[Value], nccl_version: Option<u32>) -> bool {
+    let words: Vec<&str> = args.iter().skip(1).filter_map(Value::as_str).collect();
+    knobs::nccl_tests_registers(&words, nccl_version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Vec<Value> {
+        words.iter().map(|w| Value::from(*w)).collect()
+    }
+
+    #[test]
+    fn buffer_registration_is_read_from_the_nccl_tests_arguments() {
+        let bin = "./build/all_reduce_perf";
+        for (words, want) in [
+            (vec![bin, "-b", "8", "-R", "1"], true),
+            (vec![bin, "-R2"], true),
+            (vec![bin, "--local_register", "1"], true),
+            (vec![bin, "--local_register=1", "-R", "0"], false),
+            (vec![bin, "-b", "8", "-e", "1G"], false),
+            (vec![bin, "-R", "0"], false),
+        ] {
+            assert_eq!(registered(&args(&words), Some(22304)), want, "{words:?}");
+        }
+        // NCCL 2.18 cannot register: nccl-tests ignores -R.
+        assert!(!registered(&args(&[bin, "-R", "1"]), Some(21803)));
+    }
 }

@@ -35,7 +35,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::record::{Algo, Collective, Proto};
+use crate::record::{Algo, Collective, PartialState, Proto};
 
 /// What one source says about the knobs (raw values; resolved per
 /// collective by [`resolve`]).
@@ -141,6 +141,8 @@ pub struct Assumptions {
     pub platform: Option<Arc<str>>,
     pub gpu: Option<Arc<str>>,
     pub nccl_version: Option<u32>,
+    /// The state of the run's calls (`regBuff=1`, `pipeOps=N`).
+    pub state: PartialState,
 }
 
 impl Assumptions {
@@ -155,7 +157,7 @@ impl Assumptions {
                 return Err(format!(
                     "unknown key {k:?}; known keys: default, NCCL_ALGO, NCCL_PROTO, \
                      NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, coll, nodes, ranks, \
-                     gpus_per_node, platform, gpu, nccl_version"
+                     gpus_per_node, platform, gpu, nccl_version, regBuff, pipeOps"
                 ));
             }
         }
@@ -187,6 +189,9 @@ impl Assumptions {
             // Recorded by dyncc plan scripts; not needed to read the rows.
             "repeat" | "rep" | "seed" | "profile" => {}
             _ => {
+                if self.state.set(key, value)? {
+                    return Ok(true);
+                }
                 if !self.knobs.set(key, value) {
                     return Ok(false);
                 }
@@ -255,6 +260,37 @@ pub fn strip_binary_suffix(s: &str) -> &str {
     let s = s.rsplit('/').next().unwrap_or(s);
     s.strip_suffix("_mpi").unwrap_or(s)
 }
+
+/// Whether nccl-tests registered its buffers (`regBuff` != 0 in the calls
+/// NCCL made) when run with the options `args` (the words after the
+/// binary): `-R 1` / `-R 2` (local or symmetric registration), also
+/// written `-R1`, `--local_register 1` or `--local_register=1`; the last one
+/// given counts, as with getopt. NCCL before 2.19 cannot register:
+/// nccl-tests ignores `-R` there.
+pub fn nccl_tests_registers(args: &[&str], nccl_version: Option<u32>) -> bool {
+    let mut level = 0i64;
+    let mut i = 0;
+    while i < args.len() {
+        let w = args[i];
+        let value = if w == "-R" || w == "--local_register" {
+            i += 1;
+            args.get(i).copied()
+        } else {
+            w.strip_prefix("--local_register=")
+                .or_else(|| w.strip_prefix("-R").filter(|v| !v.is_empty()))
+        };
+        if let Some(v) = value {
+            // strtol: leading digits, 0 when none.
+            let digits: String = v.trim().chars().take_while(char::is_ascii_digit).collect();
+            level = digits.parse().unwrap_or(0);
+        }
+        i += 1;
+    }
+    level != 0 && nccl_version.is_none_or(|v| v >= FIRST_REGISTER_NCCL)
+}
+
+/// NCCL registers user buffers (`ncclCommRegister`) from 2.19.0 on.
+const FIRST_REGISTER_NCCL: u32 = 21900;
 
 /// `2.23.4`, `2.23.4-1`, `2.18.1+cuda12.1` or a code `22304` -> 22304.
 pub fn parse_nccl_version(s: &str) -> Option<u32> {

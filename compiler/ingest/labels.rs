@@ -36,7 +36,8 @@ pub struct Manifest {
 
 /// Columns a manifest may have besides `path` (the `--assume` keys).
 pub const MANIFEST_KEYS: &str = "NCCL_ALGO, NCCL_PROTO, channels, NCCL_MIN_NCHANNELS, \
-     NCCL_MAX_NCHANNELS, coll, nodes, ranks, gpus_per_node, platform, gpu, nccl_version, repeat";
+     NCCL_MAX_NCHANNELS, coll, nodes, ranks, gpus_per_node, platform, gpu, nccl_version, regBuff, \
+     pipeOps, repeat";
 
 impl Manifest {
     /// Reads a manifest: a header naming `path` and any of

@@ -14,7 +14,9 @@
 //! Knobs (which NCCL_ALGO / NCCL_PROTO / channel count a run used) are not
 //! in nccl-tests text output. See [`knobs`] for where they come from and the
 //! rule for ordinary default-only logs (`--assume default`), [`labels`] for
-//! a user's manifest and file-name patterns.
+//! a user's manifest and file-name patterns, and `run` for the one place
+//! every reader labels a run with what its input shows and the user states
+//! (a new reader is a parser plus a call to it).
 //!
 //! The walk is bounded: a directory or file reached twice (symlink loops,
 //! a path given twice) is read once. Each file is hashed while it is read
@@ -29,6 +31,7 @@ pub mod fold;
 pub mod json;
 pub mod knobs;
 pub mod labels;
+pub(crate) mod run;
 pub mod setup;
 pub mod text;
 
@@ -297,7 +300,10 @@ impl Dataset {
 
     /// Number of records with `flag` set.
     pub fn count_flag(&self, flag: u8) -> usize {
-        self.records.iter().filter(|r| r.flags & flag != 0).count()
+        self.records
+            .iter()
+            .filter(|r| r.measurement.flags & flag != 0)
+            .count()
             + self
                 .folded
                 .groups
@@ -943,10 +949,10 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
         if g.key.flags & (UNRESOLVED | flags::WRONG_DATA) != 0 || g.samples.is_empty() {
             continue;
         }
-        let mut k = g.key.cell;
+        let mut k = g.key.cell();
         k.nbytes = 0;
         families
-            .entry((k, g.key.file.as_path(), g.key.gpu.as_deref()))
+            .entry((k, g.key.file.as_path(), g.key.run.gpu.as_deref()))
             .or_default()
             .push(gi);
     }
@@ -959,15 +965,15 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
     let mut off: Vec<Off> = Vec::new();
     let groups = &f.groups;
     for (_, mut members) in families {
-        members.sort_by_key(|&gi| groups[gi].key.cell.nbytes);
+        members.sort_by_key(|&gi| groups[gi].key.nbytes);
         // Per size, the groups there.
         let mut by_size: Vec<&[usize]> = Vec::new();
         let mut rest = &members[..];
         while let Some(&first) = rest.first() {
-            let s = groups[first].key.cell.nbytes;
+            let s = groups[first].key.nbytes;
             let n = rest
                 .iter()
-                .take_while(|&&gi| groups[gi].key.cell.nbytes == s)
+                .take_while(|&&gi| groups[gi].key.nbytes == s)
                 .count();
             by_size.push(&rest[..n]);
             rest = &rest[n..];
@@ -1032,8 +1038,8 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             kind: "warmup-outlier",
             detail: format!(
                 "{} {} B {}: {:.1} us is more than {}x the {:.1} us at adjacent sizes; kept out of fitting",
-                g.key.cell.collective.name(),
-                g.key.cell.nbytes,
+                g.key.run.collective.name(),
+                g.key.nbytes,
                 if g.key.in_place { "in-place" } else { "out-of-place" },
                 s.time_us,
                 OUTLIER_FACTOR,
@@ -1100,31 +1106,22 @@ pub(crate) fn read_all<R: Read>(mut rd: R) -> std::io::Result<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Collective, Config};
+    use crate::record::{Config, Measurement, Run};
 
     fn rec(nbytes: u64, t: f64, in_place: bool) -> Record {
         Record {
-            collective: Collective::AllReduce,
-            nbytes,
-            nranks: 8,
-            nnodes: 1,
-            gpu: None,
-            nccl_version: None,
-            platform: None,
-            algo: None,
-            proto: None,
-            channels: None,
-            time_us: t,
-            in_place,
-            dtype: None,
-            pipe_ops: 1,
-            reg_buff: false,
-            source: Source {
-                file: Arc::new(PathBuf::from("x")),
-                line: 1,
+            run: Run::example(),
+            measurement: Measurement {
+                nbytes,
+                time_us: t,
+                in_place,
+                dtype: None,
+                source: Source {
+                    file: Arc::new(PathBuf::from("x")),
+                    line: 1,
+                },
+                flags: 0,
             },
-            flags: 0,
-            env: None,
         }
     }
 
@@ -1132,7 +1129,7 @@ mod tests {
     fn aggregate_takes_median_of_both_placements_and_drops_flagged() {
         let mut rs = vec![rec(8, 10.0, false), rec(8, 12.0, true), rec(8, 11.0, false)];
         let mut bad = rec(8, 1000.0, true);
-        bad.flags = flags::WRONG_DATA;
+        bad.measurement.flags = flags::WRONG_DATA;
         rs.push(bad);
         let cells = aggregate(&rs);
         assert_eq!(cells.len(), 1);
@@ -1148,7 +1145,7 @@ mod tests {
     fn warmup_outliers_are_not_judged_against_other_runs() {
         let other = |n, t, f: &str| {
             let mut r = rec(n, t, false);
-            r.source.file = Arc::new(PathBuf::from(f));
+            r.measurement.source.file = Arc::new(PathBuf::from(f));
             r
         };
         let mut ds = Dataset {
@@ -1161,7 +1158,7 @@ mod tests {
             ..Default::default()
         };
         flag_outliers(&mut ds);
-        assert!(ds.records.iter().all(|r| r.flags == 0));
+        assert!(ds.records.iter().all(|r| r.measurement.flags == 0));
     }
 
     #[test]
@@ -1178,8 +1175,8 @@ mod tests {
             ..Default::default()
         };
         flag_outliers(&mut ds);
-        assert_eq!(ds.records[0].flags, flags::WARMUP_OUTLIER);
-        assert!(ds.records[1..].iter().all(|r| r.flags == 0));
+        assert_eq!(ds.records[0].measurement.flags, flags::WARMUP_OUTLIER);
+        assert!(ds.records[1..].iter().all(|r| r.measurement.flags == 0));
         assert_eq!(ds.anomalies.len(), 1);
         // A genuine cliff seen by both placements is not an outlier.
         let mut ds = Dataset {
@@ -1191,6 +1188,6 @@ mod tests {
             ..Default::default()
         };
         flag_outliers(&mut ds);
-        assert!(ds.records.iter().all(|r| r.flags == 0));
+        assert!(ds.records.iter().all(|r| r.measurement.flags == 0));
     }
 }

@@ -1,9 +1,11 @@
-//! Setups: the NCCL version of a run and the other `NCCL_*` variables its
-//! log shows (GPUDirect RDMA on or off, the IB HCAs, ...). Runs of
+//! Setups: the NCCL version of a run, the other `NCCL_*` variables its
+//! log shows (GPUDirect RDMA on or off, the IB HCAs, ...) and the state of
+//! its calls (registered buffers, pipelined operations). Runs of
 //! different setups can differ by 20 % and more at the same size: they are
 //! not repeats of one measurement. [`select_setup`] refuses to blend them
 //! unless the user picks one (`--setup`) or says they may be pooled
-//! (`--pool-setups`), the way `compile` treats mixed platforms.
+//! (`--pool-setups`), the way `compile` treats mixed platforms. Call
+//! states are never pooled: a table decides for one (its contexts' gates).
 //!
 //! A run whose log does not show a version or its environment is compatible
 //! with any setup: only two runs known to differ are "mixed".
@@ -15,7 +17,7 @@ use anyhow::bail;
 
 use super::fold::{Folded, Group};
 use super::{quote, Dataset};
-use crate::record::Record;
+use crate::record::{PartialState, Record, Run, State};
 
 /// NCCL loads tuner plugins from 2.19.0 on (`ncclTunerPlugin_v1`, see
 /// /work/shared/reference/nccl-tuner-abi.md); older NCCLs never load one.
@@ -29,12 +31,17 @@ pub fn version_string(code: u32) -> String {
 /// The NCCL versions of `records`, sorted, as the table's `nccl_version`
 /// metadata: `2.18.3,2.19.1`; None when no record knows its version.
 pub fn nccl_versions(records: &[Record]) -> Option<String> {
-    versions_string(records.iter().filter_map(|r| r.nccl_version).collect())
+    versions_string(records.iter().filter_map(|r| r.run.nccl_version).collect())
 }
 
 /// [`nccl_versions`] of folded measurements.
 pub fn nccl_versions_folded(f: &Folded) -> Option<String> {
-    versions_string(f.groups.iter().filter_map(|g| g.key.nccl_version).collect())
+    versions_string(
+        f.groups
+            .iter()
+            .filter_map(|g| g.key.run.nccl_version)
+            .collect(),
+    )
 }
 
 fn versions_string(v: BTreeSet<u32>) -> Option<String> {
@@ -78,8 +85,21 @@ impl SetupChoice {
             } else {
                 k
             };
+            // The call state (`regBuff=1`, `pipeOps=2`) picks runs too.
+            let mut state = PartialState::default();
+            match state.set(k, v) {
+                Err(e) => bail!("--setup {e}"),
+                Ok(true) => {
+                    want.extend(state.columns().into_iter().map(|(k, v)| (k.to_string(), v)));
+                    continue;
+                }
+                Ok(false) => {}
+            }
             if !k.starts_with("NCCL_") {
-                bail!("--setup {w}: expected nccl=VERSION or an NCCL_* variable");
+                bail!(
+                    "--setup {w}: expected nccl=VERSION or an NCCL_* variable (or the call \
+                     state: regBuff=0|1, pipeOps=N)"
+                );
             }
             want.push((k.to_string(), v.to_string()));
         }
@@ -87,11 +107,16 @@ impl SetupChoice {
     }
 
     fn matches(&self, g: &Group) -> bool {
+        let state = g.key.run.state;
         self.want.iter().all(|(k, v)| {
             if k == "nccl" {
-                return g.key.nccl_version.map(|c| c.to_string()).as_deref() == Some(v.as_str());
+                return g.key.run.nccl_version.map(|c| c.to_string()).as_deref()
+                    == Some(v.as_str());
             }
-            let Some(env) = g.key.env.as_deref() else {
+            if let Some((_, sv)) = state.columns().into_iter().find(|(sk, _)| sk == k) {
+                return sv == *v;
+            }
+            let Some(env) = g.key.run.env.as_deref() else {
                 return false;
             };
             let found = env.split(' ').find_map(|kv| {
@@ -112,13 +137,27 @@ impl SetupChoice {
 struct Setup {
     version: Option<u32>,
     env: Option<Arc<str>>,
+    /// The state of the run's calls: runs in different states are not
+    /// repeats either, and a table decides for one (see [`State::gates`]).
+    state: State,
+}
+
+/// A run's setup as reports name it: `NCCL 2.23.4, NCCL_IB_HCA=mlx5`
+/// (and its call state when not the baseline).
+pub fn describe(run: &Run) -> String {
+    Setup::of_run(run).describe()
 }
 
 impl Setup {
     fn of(g: &Group) -> Setup {
+        Setup::of_run(&g.key.run)
+    }
+
+    fn of_run(run: &Run) -> Setup {
         Setup {
-            version: g.key.nccl_version,
-            env: g.key.env.clone(),
+            version: run.nccl_version,
+            env: run.env.clone(),
+            state: run.state,
         }
     }
 
@@ -132,7 +171,10 @@ impl Setup {
             Some(e) => e.to_string(),
             None => "environment not shown".to_string(),
         };
-        format!("{v}, {e}")
+        if self.state == State::BASELINE {
+            return format!("{v}, {e}");
+        }
+        format!("{v}, {e}, {}", self.state)
     }
 
     fn vars(&self) -> BTreeMap<&str, &str> {
@@ -185,12 +227,13 @@ pub fn select_setup_folded(
         .collect();
     let versions: BTreeSet<u32> = groups.keys().filter_map(|s| s.version).collect();
     let envs: BTreeSet<&str> = groups.keys().filter_map(|s| s.env.as_deref()).collect();
-    let mixed = versions.len() > 1 || envs.len() > 1;
+    let states: BTreeSet<State> = groups.keys().map(|s| s.state).collect();
+    let mixed = versions.len() > 1 || envs.len() > 1 || states.len() > 1;
     let list = |groups: &BTreeMap<Setup, (usize, String)>| -> String {
         groups
             .iter()
             .map(|(s, (n, at))| {
-                let pick = pick_spec(s, groups.keys(), versions.len() > 1);
+                let pick = pick_spec(s, groups.keys(), versions.len() > 1, &states);
                 format!(
                     "{} ({n} records, e.g. {at}){}",
                     s.describe(),
@@ -216,6 +259,13 @@ pub fn select_setup_folded(
                 "--setup: kept {kept} records, left out {dropped} of other or unshown setups"
             ));
         }
+    } else if states.len() > 1 {
+        bail!(
+            "the inputs mix call states: {}. Runs in different states are not repeats of one \
+             measurement, and a table decides for one state (its contexts are gated on \
+             it): compile each separately, picking one with --setup as shown",
+            list(&groups)
+        );
     } else if mixed && !choice.pool {
         bail!(
             "the inputs mix NCCL setups: {}. Runs of different setups are not repeats of one \
@@ -236,7 +286,7 @@ pub fn select_setup_folded(
     let old: BTreeSet<u32> = f
         .groups
         .iter()
-        .filter_map(|g| g.key.nccl_version)
+        .filter_map(|g| g.key.run.nccl_version)
         .filter(|&v| v < FIRST_TUNER_NCCL)
         .collect();
     if !old.is_empty() {
@@ -259,10 +309,21 @@ fn pick_spec<'a>(
     s: &Setup,
     all: impl Iterator<Item = &'a Setup> + Clone,
     by_version: bool,
+    states: &BTreeSet<State>,
 ) -> Option<String> {
     let mut words = Vec::new();
     if by_version {
         words.push(format!("nccl={}", version_string(s.version?)));
+    }
+    // The state columns whose values differ between states.
+    let others: Vec<Vec<(&str, String)>> = states.iter().map(|o| o.columns()).collect();
+    for (i, (k, v)) in s.state.columns().into_iter().enumerate() {
+        if others
+            .iter()
+            .any(|o| o.get(i).is_some_and(|(_, ov)| *ov != v))
+        {
+            words.push(format!("{k}={v}"));
+        }
     }
     if s.env.is_some() {
         let mine = s.vars();

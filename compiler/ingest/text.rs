@@ -37,8 +37,9 @@ use memchr::memmem;
 use sha2::{Digest as _, Sha256};
 
 use super::knobs::{self, Assumptions, KnobSource};
-use super::{quote, FileCtx, FileOutput, Format, UNRESOLVED};
-use crate::record::{flags, Algo, Collective, Proto, Record};
+use super::run::{Labeller, Shown, ShownKnobs};
+use super::{quote, FileCtx, FileOutput, Format};
+use crate::record::{flags, Algo, Collective, Measurement, Proto};
 
 /// Longest line the text reader accepts (nccl-tests lines are < 1 KiB; rank
 /// lists of huge jobs stay far below this).
@@ -220,6 +221,8 @@ struct State {
     cur: Block,
     header: Assumptions,
     launcher_coll: Option<Collective>,
+    /// The options after the binary on the launcher command line (`-R 1`).
+    launcher_args: Vec<String>,
     /// (function, bytes) -> what NCCL chose, from `Bytes -> Algo` lines.
     chosen: ChosenMap,
     dtypes: Vec<Arc<str>>,
@@ -231,7 +234,8 @@ struct State {
 
 /// Reads one nccl-tests text log.
 pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<FileOutput> {
-    let assume = Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
+    // `--assume` is checked before any line is read.
+    Assumptions::from_pairs(&ctx.opts.assume).map_err(|e| anyhow::anyhow!(e))?;
     let mut st = State {
         blocks: Vec::new(),
         cur: Block::new(),
@@ -240,6 +244,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<F
             ..Default::default()
         },
         launcher_coll: None,
+        launcher_args: Vec::new(),
         chosen: HashMap::new(),
         dtypes: Vec::new(),
         first_error: None,
@@ -290,7 +295,7 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<F
     if cur.started() {
         st.blocks.push(cur);
     }
-    finish(ctx, st, &assume, out)
+    finish(ctx, st, out)
 }
 
 /// Strips launcher prefixes and surrounding whitespace.
@@ -432,6 +437,10 @@ fn line(ctx: &mut FileCtx, st: &mut State, no: u32, raw: &[u8]) -> anyhow::Resul
             if let Ok(s) = std::str::from_utf8(&l[start..end]) {
                 if let Some(c) = Collective::parse(s) {
                     st.launcher_coll = Some(c);
+                    st.launcher_args = String::from_utf8_lossy(&l[end..])
+                        .split_whitespace()
+                        .map(str::to_string)
+                        .collect();
                 }
             }
         }
@@ -822,25 +831,9 @@ pub fn collective_from_name(name: &str) -> Option<Collective> {
     None
 }
 
-fn finish(
-    ctx: &mut FileCtx,
-    st: State,
-    assume: &Assumptions,
-    mut out: FileOutput,
-) -> anyhow::Result<FileOutput> {
+fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<FileOutput> {
     out.report.rows = st.rows;
     out.report.zero_size_rows = st.zero_rows;
-    let path = ctx.path.clone();
-    let path_src = knobs::from_path(&path);
-    let name_coll = path
-        .file_name()
-        .and_then(|n| collective_from_name(&n.to_string_lossy()));
-    // Explicit labels, most specific first (see `knobs`).
-    let file_labels = ctx.labels.clone();
-    let labels = file_labels.sets();
-    let mut facts: Vec<&Assumptions> = vec![&st.header];
-    facts.extend(labels.iter().copied());
-    facts.push(assume);
     let mut knob_desc = Vec::new();
     let mut resolved_all = true;
     if st.rows == 0 {
@@ -852,6 +845,7 @@ fn finish(
         out.report.knobs = "n/a".into();
         return Ok(out);
     }
+    let labeller = Labeller::new(ctx, Some(&st.header))?;
     let mut ignored = 0usize;
     let mut blocks = st.blocks;
     // A section that is not a new process continues the previous one.
@@ -869,153 +863,28 @@ fn finish(
         if b.rows.is_empty() {
             continue;
         }
-        let mut problems: Vec<String> = Vec::new();
-        if let Some(e) = &ctx.labels.pattern_error {
-            problems.push(e.clone());
-        }
-        // Collective.
-        let coll = b
-            .coll
-            .or(st.header.coll)
-            .or(st.launcher_coll)
-            .or(name_coll)
-            .or(assume.coll);
-        if coll.is_none() {
-            problems.push(
-                "collective unknown: no `Collective test starting` line, launcher command or \
-                 collective in the file name; pass --assume coll=allreduce (or the right one)"
-                    .into(),
-            );
-        }
-        // Shape.
-        let (mut nranks, mut nnodes, mut gpu) = (None, None, None);
-        let jobs: Vec<&Job> = b.jobs.iter().filter(|j| j.ranks > 0).collect();
-        let elided = b.elided || jobs.iter().any(|j| j.elided);
-        if !jobs.is_empty() && !elided {
-            let shape = |j: &Job| (j.ranks, j.hosts.len() as u32, j.gpu.clone());
-            let first = shape(jobs[0]);
-            if jobs.len() > 1 || b.headers > 1 {
-                if jobs.iter().all(|j| shape(j) == first) {
-                    ctx.anomaly(
-                        b.line,
-                        "interleaved-jobs",
-                        format!(
-                            "{} independent {}-rank jobs are interleaved in this section (rank ids \
-                             restart at 0{}); rows read as repeats of one {}-rank, {}-node job, \
-                             not one {}-rank job",
-                            jobs.len().max(b.headers as usize),
-                            first.0,
-                            if b.headers > 1 { ", header blocks repeat" } else { "" },
-                            first.0,
-                            first.1,
-                            first.0 as usize * jobs.len()
-                        ),
-                    );
-                } else {
-                    problems.push(format!(
-                        "{} interleaved jobs of different shapes ({}): rows cannot be \
-                         attributed to one of them; split the file per job",
-                        jobs.len(),
-                        jobs.iter()
-                            .map(|j| format!("{} ranks on {} nodes", j.ranks, j.hosts.len()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ));
-                }
-            }
-            nranks = Some(first.0);
-            nnodes = Some(first.1.max(1));
-            gpu = first.2;
-        }
-        if nranks.is_none() {
-            nranks = facts.iter().find_map(|a| a.ranks);
-        }
-        if nnodes.is_none() {
-            nnodes = facts.iter().find_map(|a| a.nodes).or_else(|| {
-                let g = facts.iter().find_map(|a| a.gpus_per_node)?;
-                nranks.map(|r| r.div_ceil(g))
+        let shown = shown(ctx, &b, st.launcher_coll, &st.launcher_args);
+        let labelled = labeller.label(ctx, b.line, shown)?;
+        if let Some(how) = labelled.how {
+            knob_desc.push(if several {
+                format!("line {}: {how}", b.line)
+            } else {
+                how
             });
         }
-        if nranks.is_none() && nnodes.is_some() {
-            if let Some(g) = facts.iter().find_map(|a| a.gpus_per_node) {
-                nranks = nnodes.map(|n| n * g);
-            }
-        }
-        if gpu.is_none() {
-            // An elided rank list still names the GPU.
-            gpu = jobs
-                .iter()
-                .find_map(|j| j.gpu.clone())
-                .or_else(|| facts.iter().find_map(|a| a.gpu.clone()));
-        }
-        if nranks.is_none() || nnodes.is_none() {
-            problems.push(format!(
-                "ranks/nodes unknown: {}; pass --assume ranks=N nodes=M (or gpus_per_node=G)",
-                if elided {
-                    "the rank list is elided"
-                } else {
-                    "no `# Rank` lines"
-                }
-            ));
-        }
-        let platform = facts.iter().find_map(|a| a.platform.clone());
-        let nccl_version = b
-            .nccl_version
-            .or_else(|| facts.iter().find_map(|a| a.nccl_version));
-        // Knobs: this run's NCCL INFO lines, then the labels.
-        let mut sources: Vec<&KnobSource> = vec![&b.info];
-        sources.extend(facts[..facts.len() - 1].iter().map(|a| &a.knobs));
-        sources.push(&path_src);
-        sources.push(&assume.knobs);
-        let knob = match coll.map(|c| knobs::resolve(&sources, c)) {
-            Some(Ok(k)) => Some(k),
-            Some(Err(e)) => {
-                problems.push(e);
-                None
-            }
-            None => None,
-        };
-        if let Some(k) = &knob {
-            let how = if several {
-                format!("line {}: {}", b.line, k.how)
-            } else {
-                k.how.clone()
-            };
-            knob_desc.push(how);
-        }
-        // The run's setup: its other NCCL_* variables, when it shows them.
-        let env: Option<Arc<str>> = b.info.complete.then(|| {
-            b.env
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-                .into()
-        });
-        let mut flags0 = 0u8;
-        if !problems.is_empty() {
+        if let Some(msg) = labelled.problem {
             resolved_all = false;
-            let msg = problems.join("; ");
             if !knob_desc.contains(&msg) {
-                knob_desc.push(msg.clone());
+                knob_desc.push(msg);
             }
-            // Without a collective the rows cannot even be labelled: they
-            // are counted (rows) but never become records.
-            if !ctx.unresolved(b.line, &msg)? || coll.is_none() {
-                continue;
-            }
-            flags0 = UNRESOLVED;
         }
-        let coll = coll.unwrap_or(Collective::AllReduce);
-        let (algo, proto, channels) = knob
-            .as_ref()
-            .map(|k| (k.algo, k.proto, k.channels))
-            .unwrap_or((None, None, None));
-        let nr = nranks.unwrap_or(0);
+        let Some(run) = labelled.run else { continue };
+        let forced = run.config.algo.is_some() || run.config.proto.is_some();
         for r in &b.rows {
-            let mut f = flags0;
-            if (algo.is_some() || proto.is_some()) && !st.chosen.is_empty() {
-                if let Some((ca, cp)) = chosen_for(&st.chosen, coll, r.size, nr) {
+            let mut f = labelled.flags;
+            if forced && !st.chosen.is_empty() {
+                if let Some((ca, cp)) = chosen_for(&st.chosen, run.collective, r.size, run.nranks) {
+                    let (algo, proto) = (run.config.algo, run.config.proto);
                     if (algo.is_some() && ca.is_some() && ca != algo)
                         || (proto.is_some() && cp.is_some() && cp != proto)
                     {
@@ -1039,26 +908,17 @@ fn finish(
                         ),
                     );
                 }
-                out.records.push(Record {
-                    collective: coll,
-                    nbytes: r.size,
-                    nranks: nr,
-                    nnodes: nnodes.unwrap_or(0),
-                    gpu: gpu.clone(),
-                    nccl_version,
-                    platform: platform.clone(),
-                    algo,
-                    proto,
-                    channels,
-                    time_us: t,
-                    in_place: h == 1,
-                    dtype: Some(r.dtype.clone()),
-                    pipe_ops: 1,
-                    reg_buff: false,
-                    source: ctx.source(r.line),
-                    flags: ff,
-                    env: env.clone(),
-                });
+                out.records.push(
+                    &run,
+                    Measurement {
+                        nbytes: r.size,
+                        time_us: t,
+                        in_place: h == 1,
+                        dtype: Some(r.dtype.clone()),
+                        source: ctx.source(r.line),
+                        flags: ff,
+                    },
+                );
             }
         }
         out.end_section(b.line, b.digest.finalize().into());
@@ -1076,6 +936,91 @@ fn finish(
     out.report.resolved = resolved_all;
     out.report.knobs = knob_desc.join(" | ");
     Ok(out)
+}
+
+/// What one section of the log shows about its run: the collective, the
+/// shape and GPU from its rank lines, the NCCL version, knobs and
+/// environment from its NCCL INFO lines; and what the launcher command
+/// line (the binary and its options) implies.
+fn shown(
+    ctx: &mut FileCtx,
+    b: &Block,
+    launcher: Option<Collective>,
+    launcher_args: &[String],
+) -> Shown {
+    let mut s = Shown::new(ShownKnobs::Log(b.info.clone()));
+    s.collective = b.coll;
+    s.launcher_collective = launcher;
+    if launcher.is_some() {
+        let args: Vec<&str> = launcher_args.iter().map(String::as_str).collect();
+        s.state_hint.reg_buff = Some(knobs::nccl_tests_registers(&args, b.nccl_version));
+    }
+    s.collective_unknown = "collective unknown: no `Collective test starting` line, launcher \
+                            command or collective in the file name; pass --assume \
+                            coll=allreduce (or the right one)";
+    let jobs: Vec<&Job> = b.jobs.iter().filter(|j| j.ranks > 0).collect();
+    let elided = b.elided || jobs.iter().any(|j| j.elided);
+    if !jobs.is_empty() && !elided {
+        let shape = |j: &Job| (j.ranks, j.hosts.len() as u32, j.gpu.clone());
+        let first = shape(jobs[0]);
+        if jobs.len() > 1 || b.headers > 1 {
+            if jobs.iter().all(|j| shape(j) == first) {
+                ctx.anomaly(
+                    b.line,
+                    "interleaved-jobs",
+                    format!(
+                        "{} independent {}-rank jobs are interleaved in this section (rank ids \
+                         restart at 0{}); rows read as repeats of one {}-rank, {}-node job, \
+                         not one {}-rank job",
+                        jobs.len().max(b.headers as usize),
+                        first.0,
+                        if b.headers > 1 {
+                            ", header blocks repeat"
+                        } else {
+                            ""
+                        },
+                        first.0,
+                        first.1,
+                        first.0 as usize * jobs.len()
+                    ),
+                );
+            } else {
+                s.problems.push(format!(
+                    "{} interleaved jobs of different shapes ({}): rows cannot be \
+                     attributed to one of them; split the file per job",
+                    jobs.len(),
+                    jobs.iter()
+                        .map(|j| format!("{} ranks on {} nodes", j.ranks, j.hosts.len()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+        s.nranks = Some(first.0);
+        s.nnodes = Some(first.1.max(1));
+        s.gpu = first.2;
+    }
+    // An elided rank list still names the GPU.
+    s.gpu = s.gpu.or_else(|| jobs.iter().find_map(|j| j.gpu.clone()));
+    s.shape_unknown = format!(
+        "ranks/nodes unknown: {}; pass --assume ranks=N nodes=M (or gpus_per_node=G)",
+        if elided {
+            "the rank list is elided"
+        } else {
+            "no `# Rank` lines"
+        }
+    );
+    s.nccl_version = b.nccl_version;
+    // The run's setup: its other NCCL_* variables, when it shows them.
+    s.env = b.info.complete.then(|| {
+        b.env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .into()
+    });
+    s
 }
 
 /// What NCCL's INFO lines say it chose for (coll, nbytes). Since 2.24 the

@@ -149,7 +149,7 @@ fn read_checked(path: &Path, format: Format, data: &[u8]) {
                 assert!(
                     ds.records
                         .iter()
-                        .all(|r| r.time_us.is_finite() && r.time_us > 0.0),
+                        .all(|r| r.measurement.time_us.is_finite() && r.measurement.time_us > 0.0),
                     "a record with a non-finite or non-positive time"
                 );
                 ingest::flag_outliers(&mut ds);
