@@ -59,7 +59,7 @@ bless:
 # The tools the tests run (clang, valgrind, shellcheck, ...): installed with
 # apt-get when root, else one line naming the command, before any build.
 test-deps:
-	.ci/test-deps.sh
+	@.ci/test-deps.sh
 
 # The workspace build comes first: the integration tests dlopen the debug
 # plugin (target/debug/libdyncc_runtime.so).
