@@ -8,6 +8,7 @@ use dyncc_tables::*;
 use rand::{Rng, SeedableRng};
 
 use crate::support::cli::dyncc_output;
+use crate::support::sample_table::{self, force};
 
 fn text(o: &Output) -> (String, String) {
     (
@@ -21,14 +22,6 @@ fn ok(args: &[&str]) -> String {
     let (out, err) = text(&o);
     assert!(o.status.success(), "dyncc {args:?} failed: {err}\n{out}");
     out
-}
-
-fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force {
-        algo,
-        proto,
-        channels,
-    }
 }
 
 fn spec(coll: Coll, nodes: (u32, u32), ppn: (u32, u32)) -> ContextSpec {
@@ -48,60 +41,7 @@ fn sample(meta_command: &str) -> Vec<u8> {
     b.meta("platform", "test-rig")
         .meta("command", meta_command)
         .meta("gpus_per_node", "8");
-    b.context(
-        spec(Coll::AllReduce, (2, 2), (8, 8)),
-        &[
-            Rule {
-                last_bucket: size_bucket(65536),
-                decision: force(Algo::Tree, Proto::LL, 0),
-                basis: Basis::Measured,
-                gain: 1.3,
-            },
-            Rule {
-                last_bucket: 255,
-                decision: Decision::Default,
-                basis: Basis::Measured,
-                gain: 1.0,
-            },
-        ],
-    )
-    .unwrap();
-    b.context(
-        spec(Coll::AllReduce, (4, 4), (8, 8)),
-        &[
-            Rule {
-                last_bucket: size_bucket(1 << 20) - 1,
-                decision: Decision::Default,
-                basis: Basis::Measured,
-                gain: 1.0,
-            },
-            Rule {
-                last_bucket: 255,
-                decision: force(Algo::Ring, Proto::LL128, 16),
-                basis: Basis::Measured,
-                gain: 1.12,
-            },
-        ],
-    )
-    .unwrap();
-    b.context(
-        spec(Coll::AllReduce, (3, 3), (8, 8)),
-        &[
-            Rule {
-                last_bucket: size_bucket(65536),
-                decision: force(Algo::Tree, Proto::LL, 0),
-                basis: Basis::Interpolated,
-                gain: 1.2,
-            },
-            Rule {
-                last_bucket: 255,
-                decision: Decision::Default,
-                basis: Basis::Interpolated,
-                gain: 1.0,
-            },
-        ],
-    )
-    .unwrap();
+    sample_table::sample_contexts(&mut b);
     b.context(
         spec(Coll::AllGather, (1, 1), (8, 8)),
         &[
@@ -120,50 +60,7 @@ fn sample(meta_command: &str) -> Vec<u8> {
         ],
     )
     .unwrap();
-    b.tree(
-        Coll::AllReduce,
-        &[
-            TreeNode::Split {
-                feature: Feature::Log2Bytes,
-                threshold: 17.0,
-                left: 1,
-                right: 2,
-            },
-            TreeNode::Split {
-                feature: Feature::Nodes,
-                threshold: 4.0,
-                left: 3,
-                right: 4,
-            },
-            TreeNode::Split {
-                feature: Feature::Nodes,
-                threshold: 4.0,
-                left: 5,
-                right: 6,
-            },
-            TreeNode::Leaf {
-                decision: force(Algo::Tree, Proto::LL, 0),
-                basis: Basis::Measured,
-                gain: 1.3,
-            },
-            TreeNode::Leaf {
-                decision: Decision::Default,
-                basis: Basis::Measured,
-                gain: 1.0,
-            },
-            TreeNode::Leaf {
-                decision: Decision::Default,
-                basis: Basis::Measured,
-                gain: 1.0,
-            },
-            TreeNode::Leaf {
-                decision: force(Algo::Ring, Proto::LL128, 16),
-                basis: Basis::Measured,
-                gain: 1.12,
-            },
-        ],
-    )
-    .unwrap();
+    sample_table::sample_tree(&mut b);
     b.build().unwrap()
 }
 

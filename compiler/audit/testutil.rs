@@ -1,4 +1,5 @@
-//! Small tables for the audit unit tests.
+//! Small tables for the audit tests: the unit tests' `crate::audit::testutil`
+//! and, included by path, the integration tests' `support::sample_table`.
 
 use dyncc_tables::*;
 
@@ -13,6 +14,15 @@ pub fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
 /// allreduce: 2 nodes x 8 ppn forces tree/ll up to 64 KiB; 4 nodes
 /// forces ring/ll128 from 1 MiB; nodes 3 interpolated tree/ll below 64 KiB.
 pub fn sample() -> Vec<u8> {
+    let mut b = TableBuilder::new();
+    b.meta("platform", "test-rig").meta("gpus_per_node", "8");
+    sample_contexts(&mut b);
+    sample_tree(&mut b);
+    b.build().unwrap()
+}
+
+/// The allreduce contexts of [`sample`], at 8 ranks per node.
+pub fn sample_contexts(b: &mut TableBuilder) {
     let spec = |nodes| ContextSpec {
         coll: Coll::AllReduce,
         nodes,
@@ -20,8 +30,6 @@ pub fn sample() -> Vec<u8> {
         max_pipe_ops: 0,
         reg_buff: RegBuff::Any,
     };
-    let mut b = TableBuilder::new();
-    b.meta("platform", "test-rig").meta("gpus_per_node", "8");
     b.context(
         spec((2, 2)),
         &[
@@ -76,6 +84,10 @@ pub fn sample() -> Vec<u8> {
         ],
     )
     .unwrap();
+}
+
+/// The allreduce tree of [`sample`].
+pub fn sample_tree(b: &mut TableBuilder) {
     b.tree(
         Coll::AllReduce,
         &[
@@ -120,5 +132,4 @@ pub fn sample() -> Vec<u8> {
         ],
     )
     .unwrap();
-    b.build().unwrap()
 }
