@@ -274,8 +274,7 @@ fn stats(v: impl Iterator<Item = f64>) -> Stats {
 /// size_bytes, algorithm, protocol, channels, true_us`) into cells.
 pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
     use crate::record::{Algo, CellKey, Proto, Source};
-    let mut rd =
-        csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut rd = csv::Reader::from_reader(crate::input::open(path, &crate::input::TRUTH)?);
     let h = rd
         .headers()
         .with_context(|| format!("{}:1: reading the header", path.display()))?

@@ -6,15 +6,10 @@ use std::path::Path;
 use anyhow::Context;
 use dyncc_tables::Table;
 
-/// Reads a table file; the error says what to do next.
+/// Reads a table file, bounded ([`crate::input`]); the error says what to
+/// do next.
 pub fn read_table(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| {
-        format!(
-            "cannot read the table {} (does it exist? `dyncc compile SWEEPS -o {}` writes one)",
-            path.display(),
-            path.display()
-        )
-    })
+    crate::input::read(path, &crate::input::TABLE)
 }
 
 /// Validates a table image; the error names the file and the problem.

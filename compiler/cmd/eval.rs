@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use dyncc_tables::Table;
 
 use crate::cmd::common::DecideArgs;
@@ -113,8 +113,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         out
     } else {
         let table_path = &a.paths[0];
-        let bytes = std::fs::read(table_path)
-            .with_context(|| format!("reading table {}", table_path.display()))?;
+        let bytes = crate::audit::files::read_table(table_path)?;
         let table = Table::from_bytes(&bytes)
             .map_err(|e| anyhow::anyhow!("{}: {e}", table_path.display()))?;
         let (score, cells, title) = if let Some(truth) = &a.truth {

@@ -574,8 +574,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             .decide(c.coll as u32, c.bytes, c.pipe_ops, c.reg_buff)
     };
     if let Some(batch) = &a.batch {
-        let f = std::fs::File::open(batch)
-            .with_context(|| format!("cannot open --batch file {}", batch.display()))?;
+        let f = crate::input::open(batch, &crate::input::BATCH)?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         for (no, line) in std::io::BufReader::new(f).lines().enumerate() {
             let line =
