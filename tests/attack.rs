@@ -26,9 +26,24 @@ enum Input {
     Directory,
     /// A sparse regular file of this many bytes (of zeros).
     Sparse(u64),
+    /// A regular file with this text.
+    Text(&'static str),
+    /// A regular file with the bytes the function makes (named for messages).
+    Made(&'static str, fn() -> Vec<u8>),
+    /// A directory holding one file.
+    NonEmptyDir,
 }
 
 impl Input {
+    /// The input as failure messages name it.
+    fn describe(&self) -> String {
+        match self {
+            Input::Made(name, _) => format!("a file made by {name}()"),
+            Input::Text(t) => format!("text {:?}", t.chars().take(80).collect::<String>()),
+            other => format!("{other:?}"),
+        }
+    }
+
     /// Makes the input in `dir`.
     fn make(self, dir: &Path) -> PathBuf {
         let p = dir.join("in");
@@ -41,6 +56,12 @@ impl Input {
             }
             Input::Directory => std::fs::create_dir(&p).unwrap(),
             Input::Sparse(len) => std::fs::File::create(&p).unwrap().set_len(len).unwrap(),
+            Input::Text(t) => std::fs::write(&p, t).unwrap(),
+            Input::Made(_, f) => std::fs::write(&p, f()).unwrap(),
+            Input::NonEmptyDir => {
+                std::fs::create_dir(&p).unwrap();
+                std::fs::write(p.join("old.log"), "an earlier sweep").unwrap();
+            }
         }
         p
     }
@@ -172,6 +193,13 @@ fn table() -> Vec<u8> {
     b.build().unwrap()
 }
 
+/// [`table`] as a newer format major would write it.
+fn newer_table() -> Vec<u8> {
+    let mut b = table();
+    b[8..10].copy_from_slice(&(FORMAT_MAJOR + 1).to_le_bytes());
+    b
+}
+
 /// What a run gave.
 struct Ran {
     rc: Option<i32>,
@@ -255,10 +283,10 @@ fn run_row(row: &Row) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "dyncc {}  [{:?}]: rc {:?} (want {}), stderr must contain {:?}{}\n  stderr: {}\n  \
+        "dyncc {}  [{}]: rc {:?} (want {}), stderr must contain {:?}{}\n  stderr: {}\n  \
          stdout: {}",
         row.args.join(" "),
-        row.input,
+        row.input.describe(),
         ran.rc,
         row.rc,
         row.stderr,
@@ -291,4 +319,114 @@ fn check(rows: &[Row]) {
 #[test]
 fn special_and_oversized_files_are_refused_before_reading() {
     check(&special_file_rows());
+}
+
+fn row(input: Input, args: &[&'static str], rc: i32, stderr: &str) -> Row {
+    Row {
+        input,
+        args: args.to_vec(),
+        rc,
+        stderr: stderr.to_string(),
+    }
+}
+
+/// `query --batch` printed the answers of the lines before a bad one, then
+/// failed: a consumer got half the answers and rc 2.
+#[test]
+fn query_batch_checks_every_line_before_answering() {
+    check(&[row(
+        Input::Text("allreduce,1K,2,16\n# a comment\nallreduce,1K,x,16\n"),
+        &["query", "TBL", "--batch", "IN"],
+        2,
+        "in:3: nodes `x` is not a whole number",
+    )]);
+}
+
+/// `simulate -o DIR` wrote beside an earlier sweep, which `compile DIR`
+/// then read together with the new one.
+#[test]
+fn simulate_refuses_a_non_empty_output_directory_unless_forced() {
+    let sim = [
+        "simulate",
+        "--profile",
+        "v100",
+        "--nodes",
+        "1",
+        "--colls",
+        "allreduce",
+        "--channels",
+        "auto",
+        "--repeats",
+        "1",
+        "--max-bytes",
+        "1K",
+        "-o",
+        "IN",
+    ];
+    check(&[
+        row(
+            Input::NonEmptyDir,
+            &sim,
+            2,
+            "is not empty (1 entry: old.log): the new sweep would sit beside what is there",
+        ),
+        row(
+            Input::NonEmptyDir,
+            &[&sim[..], &["--force"]].concat(),
+            0,
+            "",
+        ),
+        row(Input::Directory, &sim, 0, ""),
+    ]);
+}
+
+/// A table of a newer format major was called corrupt ("copy it again",
+/// "re-create it"); a newer dyncc reads it.
+#[test]
+fn a_table_from_a_newer_dyncc_asks_for_an_upgrade() {
+    let newer = format!(
+        "was made by a newer dyncc (table format {}; this dyncc reads format {FORMAT_MAJOR}); \
+         upgrade dyncc",
+        FORMAT_MAJOR + 1
+    );
+    let commands: [&[&'static str]; 7] = [
+        &["verify", "IN"],
+        &["explain", "IN"],
+        &[
+            "query",
+            "IN",
+            "--coll",
+            "allreduce",
+            "--bytes",
+            "1M",
+            "--nodes",
+            "2",
+            "--ranks",
+            "16",
+        ],
+        &["diff", "TBL", "IN"],
+        &["plot", "IN", "-o", "OUT"],
+        &["export", "IN"],
+        &["eval", "IN", "TBL"],
+    ];
+    let rows: Vec<Row> = commands
+        .iter()
+        .map(|args| row(Input::Made("newer_table", newer_table), args, 2, &newer))
+        .collect();
+    check(&rows);
+}
+
+/// A time of 1e300 was echoed in the error with all its 301 digits.
+#[test]
+fn a_huge_time_is_printed_short() {
+    check(&[row(
+        Input::Text(
+            "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,\
+             cost_metric,bandwidth_gbps,latency_us,platform\n\
+             allreduce,16,default,default,-1,1,8,1,0,1e300,0.002,1e300,DGX-1V\n",
+        ),
+        &["compile", "IN", "-o", "OUT"],
+        2,
+        "latency_us 1e300 us: expected a time between",
+    )]);
 }

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use dyncc_tables::Table;
 
 use crate::cmd::common::DecideArgs;
 use crate::eval::{cross_validate, read_truth, score_cells, summarise, CvMode, Score, Scored};
@@ -114,8 +113,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
     } else {
         let table_path = &a.paths[0];
         let bytes = crate::audit::files::read_table(table_path)?;
-        let table = Table::from_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", table_path.display()))?;
+        let table = crate::audit::files::open(table_path, &bytes)?;
         let (score, cells, title) = if let Some(truth) = &a.truth {
             let (s, c) = score_cells(&table, &read_truth(truth)?);
             let t = format!(

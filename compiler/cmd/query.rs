@@ -4,7 +4,6 @@
 //! path through the collective's explain tree, and, given the sweep data,
 //! the measured cells nearest to the call.
 
-use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -515,6 +514,20 @@ pub fn make_call(
     })
 }
 
+/// The calls of the `--batch` file `path` holding `text`; the error names
+/// the first bad line. Blank lines and `#` comments are skipped.
+fn parse_batch(path: &std::path::Path, text: &str) -> anyhow::Result<Vec<Call>> {
+    let mut calls = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        calls.push(parse_batch_line(t).with_context(|| format!("{}:{}", path.display(), no + 1))?);
+    }
+    Ok(calls)
+}
+
 fn parse_batch_line(line: &str) -> anyhow::Result<Call> {
     let f: Vec<&str> = line.split(',').map(str::trim).collect();
     if !(4..=6).contains(&f.len()) {
@@ -574,18 +587,14 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             .decide(c.coll as u32, c.bytes, c.pipe_ops, c.reg_buff)
     };
     if let Some(batch) = &a.batch {
-        let f = crate::input::open(batch, &crate::input::BATCH)?;
+        // Every line is checked before the first answer is printed: a bad
+        // line fails the command with nothing on stdout, never after half
+        // the answers went to a consumer that cannot tell.
+        let text = crate::input::read_to_string(batch, &crate::input::BATCH)?;
+        let calls = parse_batch(batch, &text)?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        for (no, line) in std::io::BufReader::new(f).lines().enumerate() {
-            let line =
-                line.with_context(|| format!("{}:{}: cannot read", batch.display(), no + 1))?;
-            let t = line.trim();
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            let call =
-                parse_batch_line(t).with_context(|| format!("{}:{}", batch.display(), no + 1))?;
-            let ans = with_evidence(answer(&table, &call)?, &call, decision_of(&table, &call));
+        for call in &calls {
+            let ans = with_evidence(answer(&table, call)?, call, decision_of(&table, call));
             use std::io::Write;
             writeln!(out, "{}", serde_json::to_string(&ans)?)?;
         }
