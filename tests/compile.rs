@@ -342,7 +342,8 @@ fn a_compile_whose_write_fails_leaves_the_previous_table_intact() {
 /// The process is killed in the middle of writing the new table (SIGXFSZ
 /// from the file-size limit lands inside the write itself, deterministically,
 /// not at a guessed moment): the previous table is intact; the only trace is
-/// the partial temporary file beside it, never the target.
+/// the partial temporary file beside it, never the target, and the next
+/// compile into the directory removes it.
 #[test]
 fn a_compile_killed_while_writing_leaves_the_previous_table_intact() {
     use std::os::unix::process::ExitStatusExt;
@@ -378,6 +379,10 @@ fn a_compile_killed_while_writing_leaves_the_previous_table_intact() {
         512,
         "the kill landed mid-write"
     );
+    // The writer is dead: the next write into the directory removes its
+    // temporary file.
+    compile(&real("nvidia-dgx2v-allreduce.csv"), &tbl);
+    assert_eq!(others(dir.path(), &["cluster.tbl"]), Vec::<String>::new());
 }
 
 /// `compile s.csv -o s.csv` replaced the sweep with the table: an output
