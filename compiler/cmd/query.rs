@@ -156,7 +156,9 @@ pub struct Answer {
     pub channels: u8,
     /// Expected speedup over NCCL's default (t_default / t_choice); 1.0 when left alone.
     pub expected_gain: f32,
-    /// measured / interpolated / extrapolated; null when no rule applies.
+    /// measured / interpolated / extrapolated, or "beyond the sweep" for a
+    /// size outside the sweep's measured sizes (left to NCCL); null when no
+    /// rule applies.
     pub basis: Option<&'static str>,
     pub decision: String,
     pub context: Option<ContextRef>,
@@ -228,6 +230,12 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         (Some(c), Some(i)) => context_json(&c).rules.into_iter().nth(i as usize),
         _ => None,
     };
+    // A size outside the sweep's is left to NCCL by a rule stored as
+    // "measured" (the sweep measured NCCL's default there as much as
+    // anything else): say the size is beyond the sweep.
+    let beyond = sweep_sizes(table, call)
+        .filter(|s| s.excludes(call.bytes))
+        .filter(|_| l.basis == Some(dyncc_tables::Basis::Measured));
     let shape = format!(
         "{} node{} x {} ranks/node",
         call.nodes,
@@ -261,7 +269,10 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
             fmt_span(c.ppn.0, c.ppn.1),
             r.index,
             fmt_sizes(r.from_bytes, r.to_bytes),
-            fmt_then(d, l.gain, r.basis)
+            match &beyond {
+                Some(b) => fmt_then(d, l.gain, &b.why()),
+                None => fmt_then(d, l.gain, r.basis),
+            }
         ),
     };
     Ok(Answer {
@@ -275,7 +286,10 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         protocol: proto_name(d),
         channels: channels(d),
         expected_gain: l.gain,
-        basis: l.basis.map(dyncc_tables::Basis::name),
+        basis: match beyond {
+            Some(_) => Some(BEYOND_THE_SWEEP),
+            None => l.basis.map(dyncc_tables::Basis::name),
+        },
         decision: fmt_decision(d),
         context,
         rule,
@@ -283,6 +297,53 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         tree: tree_path(table, call, d),
         evidence: None,
     })
+}
+
+/// The basis of a size beyond the sweep's measured sizes.
+const BEYOND_THE_SWEEP: &str = "beyond the sweep";
+
+/// The sizes the sweep measured at a call's collective and ranks per node.
+struct SweepSizes {
+    min_bytes: u64,
+    max_bytes: u64,
+}
+
+impl SweepSizes {
+    /// Whether `bytes` falls in a size bucket outside the measured ones
+    /// (the buckets `decide` treats as outside).
+    fn excludes(&self, bytes: u64) -> bool {
+        let b = dyncc_tables::size_bucket(bytes);
+        b < dyncc_tables::size_bucket(self.min_bytes)
+            || b > dyncc_tables::size_bucket(self.max_bytes)
+    }
+
+    fn why(&self) -> String {
+        format!(
+            "{BEYOND_THE_SWEEP}, which measured {}..{} at this collective and ranks per node",
+            fmt_bytes(self.min_bytes),
+            fmt_bytes(self.max_bytes)
+        )
+    }
+}
+
+/// The sizes the table's `coverage` metadata says the sweep measured for
+/// `call`'s collective at its ranks per node; `None` when it does not say.
+fn sweep_sizes(table: &Table, call: &Call) -> Option<SweepSizes> {
+    if call.nodes == 0 || !call.ranks.is_multiple_of(call.nodes) {
+        return None;
+    }
+    let ppn = u32::try_from(call.ranks / call.nodes).ok()?;
+    crate::report::measured_sizes(table.meta("coverage")?)
+        .into_iter()
+        .filter(|m| m.collective == call.coll.name() && m.ppn == ppn)
+        .map(|m| SweepSizes {
+            min_bytes: m.min_bytes,
+            max_bytes: m.max_bytes,
+        })
+        .reduce(|a, b| SweepSizes {
+            min_bytes: a.min_bytes.min(b.min_bytes),
+            max_bytes: a.max_bytes.max(b.max_bytes),
+        })
 }
 
 fn gate_text(c: &ContextRef) -> String {
