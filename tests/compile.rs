@@ -38,6 +38,42 @@ fn compile(input: &Path, out: &Path) -> serde_json::Value {
     )
 }
 
+/// `eval` of the DGX-1V table on the DGX-2V sweep (another platform, 16
+/// ranks per node where the table covers 8) scored 0 % with no word that
+/// they do not match: it warns on stderr, its exit status unchanged.
+#[test]
+fn eval_warns_when_the_table_is_of_another_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let tbl = dir.path().join("dgx1v.tbl");
+    compile(&real("nvidia-dgx1v-allreduce.csv"), &tbl);
+    let eval = |data: &str| {
+        dyncc()
+            .arg("eval")
+            .arg(&tbl)
+            .arg(real(data))
+            .output()
+            .unwrap()
+    };
+    let other = eval("nvidia-dgx2v-allreduce.csv");
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "the table was compiled for platform DGX-1V, the measurements are of platform DGX-2V"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("no context of the table covers 16 ranks per node")
+            && err.contains("(it covers 8)"),
+        "{err}"
+    );
+    let same = eval("nvidia-dgx1v-allreduce.csv");
+    let err = String::from_utf8_lossy(&same.stderr);
+    assert_eq!(same.status.code(), Some(0), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
+
 #[test]
 fn real_v100_sweeps_meet_the_in_sample_bars() {
     // (sweep, captured at least) -- where the tables stood before the
