@@ -4,6 +4,10 @@
 //! a half-written file or destroys the previous one; only a regular file is
 //! ever replaced (never a device node, FIFO, directory or symbolic link);
 //! and [`check_output`] refuses an output path that is one of the inputs.
+//!
+//! A writer killed between creating its temporary file and the rename
+//! leaves `.dyncc-HOST-PID-XXXXXX.tmp` behind; the next write into that
+//! directory removes such files that are provably stale ([`is_stale`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -141,9 +145,14 @@ fn write_atomic_steps(
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    remove_stale_temporaries(dir);
     let mut tmp = tempfile::Builder::new()
-        .prefix(".dyncc-")
-        .suffix(".tmp")
+        .prefix(&format!(
+            "{TEMP_PREFIX}{}-{}-",
+            this_host(),
+            std::process::id()
+        ))
+        .suffix(TEMP_SUFFIX)
         .tempfile_in(dir)
         .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
     let tmp_path = tmp.path().to_path_buf();
@@ -174,6 +183,108 @@ fn write_atomic_steps(
         )
     })?;
     Ok(())
+}
+
+const TEMP_PREFIX: &str = ".dyncc-";
+const TEMP_SUFFIX: &str = ".tmp";
+
+/// How old a temporary file of unknown owner must be to count as stale: no
+/// write of a table, map or sweep takes a day.
+const STALE_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// This host's name as temporary file names carry it: only letters,
+/// digits and dots (`-` separates the fields of the name).
+fn this_host() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf, which we
+    // own; a name that does not fit is truncated, not overrun.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "unknown".into()
+    } else {
+        name
+    }
+}
+
+/// Whether process `pid` exists on this host (one of another user counts).
+fn pid_alive(pid: libc::pid_t) -> bool {
+    // SAFETY: kill with signal 0 sends nothing; it only checks that `pid`
+    // exists and may be signalled.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Whether the temporary file `name` (modified `age` ago) was left by a
+/// writer that can no longer finish it: its name says it was made on this
+/// host by a process that no longer exists, or it is over a day old (a name
+/// of another host, whose processes cannot be checked from here, or of an
+/// older dyncc, which did not record its writer). Anything else is left
+/// alone: it may be another dyncc writing into the same directory now.
+fn is_stale(name: &str, age: std::time::Duration, host: &str) -> bool {
+    let Some(fields) = name
+        .strip_prefix(TEMP_PREFIX)
+        .and_then(|n| n.strip_suffix(TEMP_SUFFIX))
+    else {
+        return false;
+    };
+    if age > STALE_AGE {
+        return true;
+    }
+    let mut f = fields.splitn(3, '-');
+    match (f.next(), f.next().map(str::parse::<libc::pid_t>), f.next()) {
+        (Some(h), Some(Ok(pid)), Some(_)) if h == host && pid > 0 => !pid_alive(pid),
+        _ => false,
+    }
+}
+
+/// Removes the stale temporary files ([`is_stale`]) of earlier writes in
+/// `dir`; best effort, since the write itself does not depend on it.
+fn remove_stale_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let host = this_host();
+    let now = std::time::SystemTime::now();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if !name.starts_with(TEMP_PREFIX) {
+            continue;
+        }
+        // Only regular files (not links): tempfile creates nothing else.
+        let Ok(meta) = e.path().symlink_metadata() else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .unwrap_or_default();
+        if is_stale(name, age, &host) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -292,6 +403,80 @@ mod tests {
             .unwrap()
             .file_type()
             .is_fifo());
+    }
+
+    /// A writer killed before its rename left `.dyncc-*.tmp` files that
+    /// nothing removed. The next write removes those provably stale (its
+    /// writer is dead on this host, or it is over a day old) and keeps
+    /// those another dyncc may still be writing.
+    #[test]
+    fn stale_temporaries_of_killed_writers_are_removed_by_the_next_write() {
+        let d = tempfile::tempdir().unwrap();
+        let host = this_host();
+        // A process that has exited (and been reaped): its pid is dead.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(2 * 86400);
+        let make = |name: &str, old: bool| {
+            let f = std::fs::File::create(d.path().join(name)).unwrap();
+            if old {
+                f.set_modified(day_ago).unwrap();
+            }
+        };
+        make(&format!(".dyncc-{host}-{dead}-aB3xYz.tmp"), false); // dead writer
+        make(".dyncc-Q8abCd.tmp", true); // an older dyncc's, two days old
+        make(".dyncc-otherhost-1-aB3xYz.tmp", true); // another host's, old
+        let live = format!(".dyncc-{host}-{}-aB3xYz.tmp", std::process::id());
+        make(&live, false); // a live writer (this process)
+        make(".dyncc-Q8abCe.tmp", false); // unknown writer, young
+        make(".dyncc-otherhost-1-aB3xYz.tmp.keep", true); // not ours
+        make("notes.tmp", true); // not ours
+        write_atomic(&d.path().join("out.tbl"), b"x").unwrap();
+        let mut want = vec![
+            live,
+            ".dyncc-Q8abCe.tmp".to_string(),
+            ".dyncc-otherhost-1-aB3xYz.tmp.keep".to_string(),
+            "notes.tmp".to_string(),
+            "out.tbl".to_string(),
+        ];
+        want.sort();
+        let got: Vec<String> = names(d.path())
+            .into_iter()
+            .map(|n| n.into_string().unwrap())
+            .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn temporary_names_say_which_writer_made_them() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("out.tbl");
+        let mut seen = None;
+        write_atomic_steps(
+            &p,
+            b"x",
+            |f, b| f.write_all(b),
+            |tmp, _| {
+                seen = Some(
+                    tmp.path()
+                        .file_name()
+                        .unwrap()
+                        .to_str()
+                        .unwrap()
+                        .to_string(),
+                );
+                Err(std::io::Error::from_raw_os_error(libc::EXDEV))
+            },
+        )
+        .unwrap_err();
+        let name = seen.unwrap();
+        let prefix = format!(".dyncc-{}-{}-", this_host(), std::process::id());
+        assert!(
+            name.starts_with(&prefix) && name.ends_with(".tmp"),
+            "{name}"
+        );
+        assert!(!is_stale(&name, std::time::Duration::ZERO, &this_host()));
     }
 
     #[test]

@@ -8,7 +8,7 @@
 use anyhow::{bail, Context};
 use dyncc_tables::Table;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ingest::fold::Folded;
 use crate::ingest::Dataset;
@@ -92,6 +92,93 @@ type Groups = BTreeMap<GroupKey, Times>;
 /// Scores every cell group that has a default run.
 pub fn score_cells(table: &Table, cells: &[Cell]) -> (Score, Vec<Scored>) {
     score_groups(table, &group(cells), &|_, _| None)
+}
+
+/// What machine measurements come from, as far as they say: platform
+/// labels, GPU models, ranks per node.
+#[derive(Debug, Default)]
+pub struct Origin {
+    pub platforms: BTreeSet<String>,
+    pub gpus: BTreeSet<String>,
+    pub ppn: BTreeSet<u32>,
+}
+
+impl Origin {
+    /// Of folded measurements.
+    pub fn of_folded(data: &Folded) -> Origin {
+        let mut o = Origin::default();
+        for g in &data.groups {
+            if let Some(p) = g.key.platform.as_deref().filter(|p| !p.is_empty()) {
+                o.platforms.insert(p.to_string());
+            }
+            if let Some(p) = g.key.gpu.as_deref().filter(|p| !p.is_empty()) {
+                o.gpus.insert(p.to_string());
+            }
+            o.add_shape(g.key.cell.nranks, g.key.cell.nnodes);
+        }
+        o
+    }
+
+    /// Of cells (a ground truth: shapes only).
+    pub fn of_cells(cells: &[Cell]) -> Origin {
+        let mut o = Origin::default();
+        for c in cells {
+            o.add_shape(c.key.nranks, c.key.nnodes);
+        }
+        o
+    }
+
+    fn add_shape(&mut self, ranks: u32, nodes: u32) {
+        if nodes > 0 && ranks.is_multiple_of(nodes) {
+            self.ppn.insert(ranks / nodes);
+        }
+    }
+}
+
+/// Why `table` may not fit measurements of `origin`: another platform or
+/// GPU than the table's metadata names, or ranks per node that no context
+/// covers (the table leaves NCCL alone there, so those cells score 0 %).
+/// One sentence each, for warnings; scores across machines say little
+/// about the table.
+pub fn mismatches(table: &Table, origin: &Origin) -> Vec<String> {
+    let mut out = Vec::new();
+    let differs = |what: &str, key: &str, data: &BTreeSet<String>| {
+        let t = table.meta(key).filter(|t| !t.is_empty())?;
+        if data.is_empty() || data.iter().any(|d| d.eq_ignore_ascii_case(t)) {
+            return None;
+        }
+        let d: Vec<&str> = data.iter().map(String::as_str).collect();
+        Some(format!(
+            "the table was compiled for {what} {t}, the measurements are of {what} {}: a table fits \
+             the machine it was swept on, so these scores compare different machines",
+            d.join(", ")
+        ))
+    };
+    out.extend(differs("platform", "platform", &origin.platforms));
+    out.extend(differs("GPU", "gpu", &origin.gpus));
+    let spans: Vec<(u32, u32)> = table.contexts().map(|c| c.spec().ppn).collect();
+    let uncovered: Vec<String> = origin
+        .ppn
+        .iter()
+        .filter(|&&p| !spans.iter().any(|&(lo, hi)| (lo..=hi).contains(&p)))
+        .map(u32::to_string)
+        .collect();
+    if !spans.is_empty() && !uncovered.is_empty() {
+        let mut covered: Vec<String> = spans
+            .iter()
+            .map(|&(lo, hi)| crate::audit::text::fmt_span(lo, hi))
+            .collect();
+        covered.dedup();
+        covered.sort();
+        covered.dedup();
+        out.push(format!(
+            "no context of the table covers {} ranks per node, which the measurements have (it \
+             covers {}): it leaves NCCL alone there, so those cells score 0 %",
+            uncovered.join(", "),
+            covered.join(", ")
+        ));
+    }
+    out
 }
 
 /// The scorable cells by (collective, nodes, ranks, size): settings a
@@ -274,8 +361,7 @@ fn stats(v: impl Iterator<Item = f64>) -> Stats {
 /// size_bytes, algorithm, protocol, channels, true_us`) into cells.
 pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
     use crate::record::{Algo, CellKey, Proto, Source};
-    let mut rd =
-        csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut rd = csv::Reader::from_reader(crate::input::open(path, &crate::input::TRUTH)?);
     let h = rd
         .headers()
         .with_context(|| format!("{}:1: reading the header", path.display()))?
@@ -488,4 +574,27 @@ pub fn cross_validate(
         score,
         cells: all,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table of one machine scored on another's measurements said
+    /// nothing about it.
+    #[test]
+    fn mismatched_platform_and_ranks_per_node_are_named() {
+        let bytes = crate::audit::testutil::sample();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let origin = |platform: &str, ppn: &[u32]| Origin {
+            platforms: [platform.to_string()].into_iter().collect(),
+            gpus: BTreeSet::new(),
+            ppn: ppn.iter().copied().collect(),
+        };
+        assert!(mismatches(&t, &origin("Test-Rig", &[8])).is_empty());
+        let m = mismatches(&t, &origin("other-rig", &[4, 8, 16]));
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert!(m[0].contains("platform test-rig, the measurements are of platform other-rig"));
+        assert!(m[1].contains("covers 4, 16 ranks per node"), "{}", m[1]);
+    }
 }

@@ -19,6 +19,7 @@ pub mod eval;
 pub mod features;
 pub mod fit;
 pub mod ingest;
+pub mod input;
 pub mod nodes;
 pub mod pipeline;
 pub mod plan;

@@ -27,7 +27,6 @@ use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
 use crate::record::{Cell, CellKey};
 use crate::report::{describe, Inputs, Platform, Report, TableInfo};
-use crate::units::fmt_bytes;
 
 /// Deepest distilled tree; deeper ones stop being readable.
 const MAX_TREE_DEPTH: usize = 8;
@@ -151,16 +150,7 @@ pub fn compile_cells(
     let coverage_text = report
         .coverage
         .iter()
-        .map(|c| {
-            format!(
-                "{} ppn {} nodes {:?} {}..{}",
-                c.collective,
-                c.ppn,
-                c.nodes,
-                fmt_bytes(c.min_bytes),
-                fmt_bytes(c.max_bytes)
-            )
-        })
+        .map(crate::report::Coverage::meta_text)
         .collect::<Vec<_>>()
         .join("; ");
     let mut meta: Vec<(&str, String)> = vec![

@@ -63,6 +63,54 @@ pub struct Coverage {
     pub cells: usize,
 }
 
+impl Coverage {
+    /// The coverage as the table's `coverage` metadata states it:
+    /// `allreduce ppn 8 nodes [1, 2, 4] 8 B..4 GiB` (entries joined by `; `;
+    /// [`measured_sizes`] reads them back).
+    pub fn meta_text(&self) -> String {
+        format!(
+            "{} ppn {} nodes {:?} {}..{}",
+            self.collective,
+            self.ppn,
+            self.nodes,
+            fmt_bytes(self.min_bytes),
+            fmt_bytes(self.max_bytes)
+        )
+    }
+}
+
+/// The sizes a sweep measured for one collective at one ranks per node, as
+/// the table's `coverage` metadata records them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredSizes {
+    pub collective: String,
+    pub ppn: u32,
+    pub min_bytes: u64,
+    pub max_bytes: u64,
+}
+
+/// Reads the `coverage` metadata ([`Coverage::meta_text`] entries joined by
+/// `; `); entries it cannot read are left out. Sizes are as printed (one
+/// decimal above 1 KiB), so exact for the powers of two sweeps use.
+pub fn measured_sizes(meta: &str) -> Vec<MeasuredSizes> {
+    meta.split("; ")
+        .filter_map(|e| {
+            let mut w = e.split_whitespace();
+            let collective = w.next()?.to_string();
+            (w.next()? == "ppn").then_some(())?;
+            let ppn = w.next()?.parse().ok()?;
+            let (_, sizes) = e.rsplit_once("] ")?;
+            let (lo, hi) = sizes.split_once("..")?;
+            Some(MeasuredSizes {
+                collective,
+                ppn,
+                min_bytes: crate::units::parse_bytes(lo).ok()?,
+                max_bytes: crate::units::parse_bytes(hi).ok()?,
+            })
+        })
+        .collect()
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Forced {
     pub collective: String,
@@ -315,4 +363,50 @@ fn merge_node_ranges(forced: &mut Vec<Forced>) {
 /// [`crate::nodes::MIN_COUNTS_TO_EXTRAPOLATE_DOWN`] counts).
 fn multi_lo(nodes: &[u32]) -> u32 {
     nodes.iter().copied().find(|&n| n >= 2).unwrap_or(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The coverage metadata is read back as written.
+    #[test]
+    fn coverage_metadata_round_trips() {
+        let c = |collective: &str, ppn, min_bytes, max_bytes| Coverage {
+            collective: collective.into(),
+            ppn,
+            nodes: vec![1, 2, 4],
+            min_bytes,
+            max_bytes,
+            configs: Vec::new(),
+            cells: 0,
+        };
+        let all = [
+            c("allreduce", 8, 8, 4 << 30),
+            c("allgather", 4, 1024, 3 << 19),
+        ];
+        let text = all
+            .iter()
+            .map(Coverage::meta_text)
+            .collect::<Vec<_>>()
+            .join("; ");
+        assert_eq!(
+            text,
+            "allreduce ppn 8 nodes [1, 2, 4] 8 B..4 GiB; allgather ppn 4 nodes [1, 2, 4] 1 KiB..1.5 MiB"
+        );
+        let m = |collective: &str, ppn, min_bytes, max_bytes| MeasuredSizes {
+            collective: collective.into(),
+            ppn,
+            min_bytes,
+            max_bytes,
+        };
+        assert_eq!(
+            measured_sizes(&text),
+            [
+                m("allreduce", 8, 8, 4 << 30),
+                m("allgather", 4, 1024, 3 << 19)
+            ]
+        );
+        assert!(measured_sizes("").is_empty());
+    }
 }

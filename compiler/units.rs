@@ -48,6 +48,16 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes.round() as u64)
 }
 
+/// A number as read back in a message: `12.5`, `0.001`, but `1e300`, not
+/// 301 digits, and `1e-9`, not eleven of them.
+pub fn fmt_num(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() || (1e-4..1e15).contains(&v.abs()) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
 /// `+12.3 %` for a speedup ratio of 1.123.
 pub fn fmt_gain(ratio: f64) -> String {
     format!("{:+.1} %", (ratio - 1.0) * 100.0)
@@ -68,5 +78,17 @@ mod tests {
         assert_eq!(parse_bytes("1 GiB").unwrap(), 1 << 30);
         assert!(parse_bytes("lots").is_err());
         assert!(parse_bytes("4 parsecs").is_err());
+    }
+
+    /// A time of 1e300 was printed with all its 301 digits.
+    #[test]
+    fn huge_and_tiny_numbers_are_printed_short() {
+        assert_eq!(fmt_num(1e300), "1e300");
+        assert_eq!(fmt_num(-2.5e20), "-2.5e20");
+        assert_eq!(fmt_num(1e-9), "1e-9");
+        assert_eq!(fmt_num(12.5), "12.5");
+        assert_eq!(fmt_num(1e9), "1000000000");
+        assert_eq!(fmt_num(0.0), "0");
+        assert_eq!(fmt_num(f64::INFINITY), "inf");
     }
 }

@@ -902,6 +902,54 @@ fn every_audit_command_has_help_with_an_example() {
 
 /// Every audit command on tables compiled from the shipped real sweeps, and
 /// `query` against the plugin on a dense grid of calls to a real table.
+/// `query` called sizes beyond the sweep (8 GiB and 16 EiB on the DGX-1V
+/// table, which measured 8 B..4 GiB) "(measured)".
+#[test]
+fn query_labels_sizes_beyond_the_sweep_as_such() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    let data = root.join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let tbl = d.path().join("dgx1v.tbl");
+    let t = tbl.to_str().unwrap();
+    ok(&["compile", data.to_str().unwrap(), "-o", t]);
+    let q = |bytes: &str| {
+        let args = [
+            "query",
+            t,
+            "--coll",
+            "allreduce",
+            "--bytes",
+            bytes,
+            "--nodes",
+            "2",
+            "--ranks",
+            "16",
+        ];
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(&[&args[..], &["--json"]].concat())).unwrap();
+        // The answer (decision, expected, why), before the summary tree's
+        // own path.
+        let out = ok(&args);
+        let answer = out.split("tree path").next().unwrap().to_string();
+        (answer, json["basis"].as_str().unwrap_or("").to_string())
+    };
+    for beyond in ["8GiB", "18446744073709551615", "4"] {
+        let (out, basis) = q(beyond);
+        assert_eq!(basis, "beyond the sweep", "{beyond}");
+        assert!(
+            out.contains("expected: same as NCCL's default (beyond the sweep)")
+                && out.contains("which measured 8 B..4 GiB")
+                && !out.contains("(measured)"),
+            "{beyond}: {out}"
+        );
+    }
+    for inside in ["4GiB", "8"] {
+        let (out, basis) = q(inside);
+        assert_eq!(basis, "measured", "{inside}: {out}");
+        assert!(!out.contains("beyond the sweep"), "{inside}: {out}");
+    }
+}
+
 #[test]
 fn audit_commands_on_tables_compiled_from_real_sweeps() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

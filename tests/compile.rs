@@ -32,6 +32,42 @@ fn compile(input: &Path, out: &Path) -> serde_json::Value {
     )
 }
 
+/// `eval` of the DGX-1V table on the DGX-2V sweep (another platform, 16
+/// ranks per node where the table covers 8) scored 0 % with no word that
+/// they do not match: it warns on stderr, its exit status unchanged.
+#[test]
+fn eval_warns_when_the_table_is_of_another_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let tbl = dir.path().join("dgx1v.tbl");
+    compile(&real("nvidia-dgx1v-allreduce.csv"), &tbl);
+    let eval = |data: &str| {
+        dyncc()
+            .arg("eval")
+            .arg(&tbl)
+            .arg(real(data))
+            .output()
+            .unwrap()
+    };
+    let other = eval("nvidia-dgx2v-allreduce.csv");
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert_eq!(other.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains(
+            "the table was compiled for platform DGX-1V, the measurements are of platform DGX-2V"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("no context of the table covers 16 ranks per node")
+            && err.contains("(it covers 8)"),
+        "{err}"
+    );
+    let same = eval("nvidia-dgx1v-allreduce.csv");
+    let err = String::from_utf8_lossy(&same.stderr);
+    assert_eq!(same.status.code(), Some(0), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+}
+
 #[test]
 fn real_v100_sweeps_meet_the_in_sample_bars() {
     // (sweep, captured at least) -- where the tables stood before the
@@ -336,7 +372,8 @@ fn a_compile_whose_write_fails_leaves_the_previous_table_intact() {
 /// The process is killed in the middle of writing the new table (SIGXFSZ
 /// from the file-size limit lands inside the write itself, deterministically,
 /// not at a guessed moment): the previous table is intact; the only trace is
-/// the partial temporary file beside it, never the target.
+/// the partial temporary file beside it, never the target, and the next
+/// compile into the directory removes it.
 #[test]
 fn a_compile_killed_while_writing_leaves_the_previous_table_intact() {
     use std::os::unix::process::ExitStatusExt;
@@ -372,6 +409,10 @@ fn a_compile_killed_while_writing_leaves_the_previous_table_intact() {
         512,
         "the kill landed mid-write"
     );
+    // The writer is dead: the next write into the directory removes its
+    // temporary file.
+    compile(&real("nvidia-dgx2v-allreduce.csv"), &tbl);
+    assert_eq!(others(dir.path(), &["cluster.tbl"]), Vec::<String>::new());
 }
 
 /// `compile s.csv -o s.csv` replaced the sweep with the table: an output

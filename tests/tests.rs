@@ -1,4 +1,5 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
+mod attack; // hostile inputs through the CLI: exit status and message per row
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
 mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
 mod compile; // compile and eval end to end on the shipped datasets

@@ -6,27 +6,37 @@ use std::path::Path;
 use anyhow::Context;
 use dyncc_tables::Table;
 
-/// Reads a table file; the error says what to do next.
+/// Reads a table file, bounded ([`crate::input`]); the error says what to
+/// do next.
 pub fn read_table(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| {
-        format!(
-            "cannot read the table {} (does it exist? `dyncc compile SWEEPS -o {}` writes one)",
-            path.display(),
-            path.display()
-        )
-    })
+    crate::input::read(path, &crate::input::TABLE)
 }
 
 /// Validates a table image; the error names the file and the problem.
 pub fn open<'a>(path: &Path, bytes: &'a [u8]) -> anyhow::Result<Table<'a>> {
-    Table::from_bytes(bytes).map_err(|e| {
-        anyhow::anyhow!(
-            "{} is not a valid dyncc table: {e}. Run `dyncc verify {}` for details; \
-             re-create it with `dyncc compile`",
+    Table::from_bytes(bytes).map_err(|e| anyhow::anyhow!("{}", invalid_table(path, &e)))
+}
+
+/// What is wrong with the table at `path` that failed validation with `e`,
+/// and what to do: one made by a newer dyncc needs a newer dyncc, not
+/// another copy or a rebuild.
+pub fn invalid_table(path: &Path, e: &dyncc_tables::Error) -> String {
+    match *e {
+        dyncc_tables::Error::UnsupportedVersion { found, supported } if found > supported => {
+            format!(
+                "{} was made by a newer dyncc (table format {found}; this dyncc reads format \
+                 {supported}); upgrade dyncc to read it, and the plugin before deploying it \
+                 (this plugin would refuse it)",
+                path.display()
+            )
+        }
+        _ => format!(
+            "{} is not a valid dyncc table: {e}. Run `dyncc verify {}` for details; re-create it \
+             with `dyncc compile`",
             path.display(),
             path.display()
-        )
-    })
+        ),
+    }
 }
 
 /// Writes `bytes` to `path` atomically with mode `mode` (the temporary file

@@ -2,11 +2,12 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
-use dyncc_tables::Table;
+use anyhow::bail;
 
 use crate::cmd::common::DecideArgs;
-use crate::eval::{cross_validate, read_truth, score_cells, summarise, CvMode, Score, Scored};
+use crate::eval::{
+    cross_validate, mismatches, read_truth, score_cells, summarise, CvMode, Origin, Score, Scored,
+};
 use crate::ingest;
 use crate::pipeline::CompileOptions;
 
@@ -113,12 +114,17 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
         out
     } else {
         let table_path = &a.paths[0];
-        let bytes = std::fs::read(table_path)
-            .with_context(|| format!("reading table {}", table_path.display()))?;
-        let table = Table::from_bytes(&bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", table_path.display()))?;
+        let bytes = crate::audit::files::read_table(table_path)?;
+        let table = crate::audit::files::open(table_path, &bytes)?;
+        let warn = |origin: &Origin| {
+            for m in mismatches(&table, origin) {
+                eprintln!("warning: {}: {m}", table_path.display());
+            }
+        };
         let (score, cells, title) = if let Some(truth) = &a.truth {
-            let (s, c) = score_cells(&table, &read_truth(truth)?);
+            let truth_cells = read_truth(truth)?;
+            warn(&Origin::of_cells(&truth_cells));
+            let (s, c) = score_cells(&table, &truth_cells);
             let t = format!(
                 "{} on the ground truth {}",
                 table_path.display(),
@@ -136,6 +142,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             if let Some(p) = &a.platform {
                 folded.retain(|g| g.is_platform(p));
             }
+            warn(&Origin::of_folded(&folded));
             let (s, c) = score_cells(&table, &folded.cells());
             let t = format!("{} on the given measurements", table_path.display());
             (s, c, t)

@@ -4,7 +4,6 @@
 //! path through the collective's explain tree, and, given the sweep data,
 //! the measured cells nearest to the call.
 
-use std::io::BufRead;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -157,7 +156,9 @@ pub struct Answer {
     pub channels: u8,
     /// Expected speedup over NCCL's default (t_default / t_choice); 1.0 when left alone.
     pub expected_gain: f32,
-    /// measured / interpolated / extrapolated; null when no rule applies.
+    /// measured / interpolated / extrapolated, or "beyond the sweep" for a
+    /// size outside the sweep's measured sizes (left to NCCL); null when no
+    /// rule applies.
     pub basis: Option<&'static str>,
     pub decision: String,
     pub context: Option<ContextRef>,
@@ -229,6 +230,12 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         (Some(c), Some(i)) => context_json(&c).rules.into_iter().nth(i as usize),
         _ => None,
     };
+    // A size outside the sweep's is left to NCCL by a rule stored as
+    // "measured" (the sweep measured NCCL's default there as much as
+    // anything else): say the size is beyond the sweep.
+    let beyond = sweep_sizes(table, call)
+        .filter(|s| s.excludes(call.bytes))
+        .filter(|_| l.basis == Some(dyncc_tables::Basis::Measured));
     let shape = format!(
         "{} node{} x {} ranks/node",
         call.nodes,
@@ -262,7 +269,10 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
             fmt_span(c.ppn.0, c.ppn.1),
             r.index,
             fmt_sizes(r.from_bytes, r.to_bytes),
-            fmt_then(d, l.gain, r.basis)
+            match &beyond {
+                Some(b) => fmt_then(d, l.gain, &b.why()),
+                None => fmt_then(d, l.gain, r.basis),
+            }
         ),
     };
     Ok(Answer {
@@ -276,7 +286,10 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         protocol: proto_name(d),
         channels: channels(d),
         expected_gain: l.gain,
-        basis: l.basis.map(dyncc_tables::Basis::name),
+        basis: match beyond {
+            Some(_) => Some(BEYOND_THE_SWEEP),
+            None => l.basis.map(dyncc_tables::Basis::name),
+        },
         decision: fmt_decision(d),
         context,
         rule,
@@ -284,6 +297,53 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         tree: tree_path(table, call, d),
         evidence: None,
     })
+}
+
+/// The basis of a size beyond the sweep's measured sizes.
+const BEYOND_THE_SWEEP: &str = "beyond the sweep";
+
+/// The sizes the sweep measured at a call's collective and ranks per node.
+struct SweepSizes {
+    min_bytes: u64,
+    max_bytes: u64,
+}
+
+impl SweepSizes {
+    /// Whether `bytes` falls in a size bucket outside the measured ones
+    /// (the buckets `decide` treats as outside).
+    fn excludes(&self, bytes: u64) -> bool {
+        let b = dyncc_tables::size_bucket(bytes);
+        b < dyncc_tables::size_bucket(self.min_bytes)
+            || b > dyncc_tables::size_bucket(self.max_bytes)
+    }
+
+    fn why(&self) -> String {
+        format!(
+            "{BEYOND_THE_SWEEP}, which measured {}..{} at this collective and ranks per node",
+            fmt_bytes(self.min_bytes),
+            fmt_bytes(self.max_bytes)
+        )
+    }
+}
+
+/// The sizes the table's `coverage` metadata says the sweep measured for
+/// `call`'s collective at its ranks per node; `None` when it does not say.
+fn sweep_sizes(table: &Table, call: &Call) -> Option<SweepSizes> {
+    if call.nodes == 0 || !call.ranks.is_multiple_of(call.nodes) {
+        return None;
+    }
+    let ppn = u32::try_from(call.ranks / call.nodes).ok()?;
+    crate::report::measured_sizes(table.meta("coverage")?)
+        .into_iter()
+        .filter(|m| m.collective == call.coll.name() && m.ppn == ppn)
+        .map(|m| SweepSizes {
+            min_bytes: m.min_bytes,
+            max_bytes: m.max_bytes,
+        })
+        .reduce(|a, b| SweepSizes {
+            min_bytes: a.min_bytes.min(b.min_bytes),
+            max_bytes: a.max_bytes.max(b.max_bytes),
+        })
 }
 
 fn gate_text(c: &ContextRef) -> String {
@@ -515,6 +575,20 @@ pub fn make_call(
     })
 }
 
+/// The calls of the `--batch` file `path` holding `text`; the error names
+/// the first bad line. Blank lines and `#` comments are skipped.
+fn parse_batch(path: &std::path::Path, text: &str) -> anyhow::Result<Vec<Call>> {
+    let mut calls = Vec::new();
+    for (no, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        calls.push(parse_batch_line(t).with_context(|| format!("{}:{}", path.display(), no + 1))?);
+    }
+    Ok(calls)
+}
+
 fn parse_batch_line(line: &str) -> anyhow::Result<Call> {
     let f: Vec<&str> = line.split(',').map(str::trim).collect();
     if !(4..=6).contains(&f.len()) {
@@ -574,19 +648,14 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             .decide(c.coll as u32, c.bytes, c.pipe_ops, c.reg_buff)
     };
     if let Some(batch) = &a.batch {
-        let f = std::fs::File::open(batch)
-            .with_context(|| format!("cannot open --batch file {}", batch.display()))?;
+        // Every line is checked before the first answer is printed: a bad
+        // line fails the command with nothing on stdout, never after half
+        // the answers went to a consumer that cannot tell.
+        let text = crate::input::read_to_string(batch, &crate::input::BATCH)?;
+        let calls = parse_batch(batch, &text)?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-        for (no, line) in std::io::BufReader::new(f).lines().enumerate() {
-            let line =
-                line.with_context(|| format!("{}:{}: cannot read", batch.display(), no + 1))?;
-            let t = line.trim();
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            let call =
-                parse_batch_line(t).with_context(|| format!("{}:{}", batch.display(), no + 1))?;
-            let ans = with_evidence(answer(&table, &call)?, &call, decision_of(&table, &call));
+        for call in &calls {
+            let ans = with_evidence(answer(&table, call)?, call, decision_of(&table, call));
             use std::io::Write;
             writeln!(out, "{}", serde_json::to_string(&ans)?)?;
         }

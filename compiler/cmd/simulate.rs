@@ -28,9 +28,14 @@ Examples:
 #[derive(clap::Args, Debug)]
 #[command(after_help = HELP)]
 pub struct SimulateArgs {
-    /// Output directory.
+    /// Output directory: new or empty (see --force).
     #[arg(short, long)]
     pub output: Option<PathBuf>,
+    /// Write into an output directory that is not empty. Files of an
+    /// earlier sweep that this one does not replace stay there, and
+    /// `dyncc compile DIR` reads them together with the new ones.
+    #[arg(long)]
+    pub force: bool,
     /// Built-in profile (see --list-profiles).
     #[arg(long, default_value = "h100")]
     pub profile: String,
@@ -97,6 +102,36 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     };
     n.checked_mul(mult)
         .with_context(|| format!("size {s:?} is too large"))
+}
+
+/// Refuses an output directory that already holds anything, unless
+/// `force`: the new sweep's logs would sit beside the old ones, and
+/// `compile DIR` would read both as one sweep. A path that is not a
+/// directory is left to the write to report.
+fn check_output_dir(out: &std::path::Path, force: bool) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Ok(());
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() || force {
+        return Ok(());
+    }
+    names.sort();
+    let n = names.len();
+    names.truncate(3);
+    bail!(
+        "-o {} is not empty ({n} entr{}: {}{}): the new sweep would sit beside what is there, and \
+         `dyncc compile {}` would read both as one sweep. Choose a new or empty directory, remove \
+         this one first, or pass --force to write into it anyway",
+        out.display(),
+        if n == 1 { "y" } else { "ies" },
+        names.join(", "),
+        if n > names.len() { ", ..." } else { "" },
+        out.display()
+    )
 }
 
 fn load_profile(a: &SimulateArgs) -> anyhow::Result<Profile> {
@@ -245,6 +280,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     let Some(out) = a.output.clone() else {
         bail!("nothing to do: pass -o DIR to write a sweep (or --list-profiles, --report, --calibrate CSV)");
     };
+    check_output_dir(&out, a.force)?;
     let bar = ProgressBar::new(0);
     bar.set_style(
         ProgressStyle::with_template("{spinner} simulating [{bar:40}] {pos}/{len} runs ({eta})")

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Table, FORMAT_MAJOR, FORMAT_MINOR};
 use serde::Serialize;
 
-use crate::audit::files::read_table;
+use crate::audit::files::{invalid_table, read_table};
 use crate::audit::text::fmt_span;
 
 /// Check a table's integrity and print its digest, metadata and coverage.
@@ -139,8 +139,18 @@ pub fn check(path: &std::path::Path, bytes: &[u8]) -> VerifyJson {
     j
 }
 
-fn print_human(j: &VerifyJson) {
+/// Prints the check; `problem` is why the table did not validate.
+fn print_human(j: &VerifyJson, problem: Option<&dyncc_tables::Error>) {
     let Some(digest) = &j.digest else {
+        if let Some(e @ dyncc_tables::Error::UnsupportedVersion { found, supported }) = problem {
+            if found > supported {
+                eprintln!(
+                    "error: {}",
+                    invalid_table(std::path::Path::new(&j.table), e)
+                );
+                return;
+            }
+        }
         eprintln!(
             "error: {} is corrupt or not a dyncc table: {}\n\
              The plugin would refuse to load it (and fail communicator creation unless DYNCC_STRICT=0). \
@@ -206,7 +216,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<i32> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&j)?);
     } else {
-        print_human(&j);
+        print_human(&j, Table::from_bytes(&bytes).err().as_ref());
     }
     Ok(if j.valid { 0 } else { 2 })
 }

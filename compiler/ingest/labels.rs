@@ -44,7 +44,7 @@ impl Manifest {
     /// [`MANIFEST_KEYS`], then one row per file or glob; an empty cell
     /// states nothing.
     pub fn load(path: &Path) -> anyhow::Result<Manifest> {
-        let file = std::fs::File::open(path)
+        let file = crate::input::open(path, &crate::input::MANIFEST)
             .with_context(|| format!("--manifest {}: cannot open it", path.display()))?;
         let dir = path
             .parent()

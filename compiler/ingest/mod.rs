@@ -97,8 +97,9 @@ pub fn check_time(t: f64) -> Result<f64, String> {
         return Ok(t);
     }
     Err(format!(
-        "{t} us: expected a time between {MIN_TIME_US} us (below what nccl-tests can measure) \
-         and {MAX_TIME_US} us; is the unit microseconds?"
+        "{} us: expected a time between {MIN_TIME_US} us (below what nccl-tests can measure) \
+         and {MAX_TIME_US} us; is the unit microseconds?",
+        crate::units::fmt_num(t)
     ))
 }
 

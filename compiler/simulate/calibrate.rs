@@ -19,8 +19,7 @@ pub type RealSweep = BTreeMap<u32, BTreeMap<(u64, Option<(Algo, Proto)>), f64>>;
 
 /// Reads the AllReduce rows of a tuner-schema CSV.
 pub fn read_real(path: &Path) -> anyhow::Result<RealSweep> {
-    let mut rd =
-        csv::Reader::from_path(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut rd = csv::Reader::from_reader(crate::input::open(path, &crate::input::CALIBRATION)?);
     let hdr = rd.headers()?.clone();
     let col = |name: &str| {
         hdr.iter().position(|h| h == name).with_context(|| {

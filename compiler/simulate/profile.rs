@@ -288,8 +288,7 @@ impl Profile {
 
     /// Reads a profile from a TOML or JSON file (by extension; TOML otherwise).
     pub fn load(path: &Path) -> anyhow::Result<Profile> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read profile file {}", path.display()))?;
+        let text = crate::input::read_to_string(path, &crate::input::PROFILE)?;
         let is_json = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));
