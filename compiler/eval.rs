@@ -108,13 +108,13 @@ impl Origin {
     pub fn of_folded(data: &Folded) -> Origin {
         let mut o = Origin::default();
         for g in &data.groups {
-            if let Some(p) = g.key.platform.as_deref().filter(|p| !p.is_empty()) {
+            if let Some(p) = g.key.run.platform.as_deref().filter(|p| !p.is_empty()) {
                 o.platforms.insert(p.to_string());
             }
-            if let Some(p) = g.key.gpu.as_deref().filter(|p| !p.is_empty()) {
+            if let Some(p) = g.key.run.gpu.as_deref().filter(|p| !p.is_empty()) {
                 o.gpus.insert(p.to_string());
             }
-            o.add_shape(g.key.cell.nranks, g.key.cell.nnodes);
+            o.add_shape(g.key.run.nranks, g.key.run.nnodes);
         }
         o
     }
