@@ -88,6 +88,20 @@ struct Reader {
 
 const TABLE: (u64, &str) = (64 << 20, "64 MiB");
 
+/// `query` of one call, reading the table `IN`.
+const QUERY: &[&str] = &[
+    "query",
+    "IN",
+    "--coll",
+    "allreduce",
+    "--bytes",
+    "1M",
+    "--nodes",
+    "2",
+    "--ranks",
+    "16",
+];
+
 /// Every file argument of every command other than sweeps.
 fn bounded_readers() -> Vec<Reader> {
     let r = |args, (limit, limit_text)| Reader {
@@ -98,21 +112,7 @@ fn bounded_readers() -> Vec<Reader> {
     vec![
         r(&["verify", "IN"], TABLE),
         r(&["explain", "IN"], TABLE),
-        r(
-            &[
-                "query",
-                "IN",
-                "--coll",
-                "allreduce",
-                "--bytes",
-                "1M",
-                "--nodes",
-                "2",
-                "--ranks",
-                "16",
-            ],
-            TABLE,
-        ),
+        r(QUERY, TABLE),
         r(&["query", "TBL", "--batch", "IN"], (16 << 20, "16 MiB")),
         r(&["diff", "IN", "TBL"], TABLE),
         r(&["diff", "TBL", "IN"], TABLE),
@@ -400,18 +400,7 @@ fn a_table_from_a_newer_dyncc_asks_for_an_upgrade() {
     let commands: [&[&'static str]; 7] = [
         &["verify", "IN"],
         &["explain", "IN"],
-        &[
-            "query",
-            "IN",
-            "--coll",
-            "allreduce",
-            "--bytes",
-            "1M",
-            "--nodes",
-            "2",
-            "--ranks",
-            "16",
-        ],
+        QUERY,
         &["diff", "TBL", "IN"],
         &["plot", "IN", "-o", "OUT"],
         &["export", "IN"],
