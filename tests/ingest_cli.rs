@@ -119,3 +119,38 @@ fn inspect_exits_non_zero_when_nothing_was_read() {
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
 }
+
+/// A log cut at a row boundary (no `# Avg bus bandwidth` footer) was read as
+/// complete: nothing said its largest sizes may be missing.
+#[test]
+fn inspect_notes_a_log_cut_before_its_footer() {
+    let whole = data("NCCL_ALGO=Tree/NCCL_PROTO=Simple/k80_allreduce.log");
+    let text = std::fs::read_to_string(&whole).unwrap();
+    // Up to and including line 18 (1 GiB); the 2 GiB row and the footer are gone.
+    let cut: String = text.lines().take(18).map(|l| format!("{l}\n")).collect();
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("k80_allreduce.log");
+    std::fs::write(&p, cut).unwrap();
+    let inspect = |f: &str| {
+        let out = dyncc()
+            .args(["inspect", f, "--assume", "default"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let s = inspect(&p.display().to_string());
+    let note = format!(
+        "{}:18: truncated: the table ends without nccl-tests' `# Avg bus bandwidth` footer",
+        p.display()
+    );
+    assert!(s.contains(&note), "{s}");
+    assert!(
+        s.contains("its 6 rows are kept, but sizes after 1073741824 B (line 18) may be missing"),
+        "{s}"
+    );
+    assert!(s.contains("1 sweep files, 6 rows"), "{s}");
+    // The whole log has its footer: no note.
+    let s = inspect(&whole);
+    assert!(!s.contains("truncated"), "{s}");
+}
