@@ -154,3 +154,42 @@ fn inspect_notes_a_log_cut_before_its_footer() {
     let s = inspect(&whole);
     assert!(!s.contains("truncated"), "{s}");
 }
+
+/// `inspect` printed each unlabelled file's remedy twice (in "knobs per
+/// file" and in "knobs or shape unknown"), suggested `-o table.dyncc` where
+/// everything else says `.tbl`, and showed a shape nothing gave as an
+/// "allreduce 0 nodes 0 ranks" row.
+#[test]
+fn inspect_says_each_remedy_once_names_tbl_and_no_zero_shape() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unlabelled = [
+        root.join("datasets/logs/alps-gh200_srun_N2_allreduce.out"),
+        root.join("datasets/logs/k80-old-format_allreduce.log"),
+    ];
+    let out = dyncc().arg("inspect").args(&unlabelled).output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(s.matches("Label it: `--assume default`").count(), 1, "{s}");
+    let out = dyncc()
+        .arg("inspect")
+        .arg(&unlabelled[1])
+        .args(["--assume", "default"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("-o cluster.tbl") && !s.contains(".dyncc"), "{s}");
+    let elided = data(
+        "real/nccl-tests-logs/coreweave-nccl-tests/a100-80gb_128gpu_allreduce_README@22df9b7_2022-07-05.log",
+    );
+    let out = dyncc()
+        .args(["inspect", &elided, "--assume", "default"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("allreduce "))
+        .unwrap_or_else(|| panic!("no coverage row: {s}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..4], ["allreduce", "?", "?", "unknown"], "{s}");
+}
