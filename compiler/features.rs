@@ -70,8 +70,9 @@ impl Grid {
 pub struct GridNotes {
     /// Cells of collectives NCCL never asks a tuner about (alltoall, ...).
     pub untunable: usize,
-    /// Cells whose ranks are not a multiple of their nodes.
-    pub uneven: usize,
+    /// Cells whose ranks are not a multiple of their nodes, per shape in
+    /// shape order.
+    pub uneven: Vec<UnevenShape>,
     /// Configurations that force only part of a choice (algorithm without
     /// protocol, ...): a table cannot express them.
     pub partial_configs: BTreeSet<String>,
@@ -79,6 +80,17 @@ pub struct GridNotes {
     /// Cells measured in a call state no table gate can single out
     /// (several pipelined operations: see [`State::gates`]).
     pub ungated: usize,
+}
+
+/// Cells of one shape whose ranks are not a multiple of their nodes: no
+/// ranks-per-node grid holds them.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct UnevenShape {
+    pub nranks: u32,
+    pub nnodes: u32,
+    pub cells: usize,
+    /// Where one of them was read (`file:line`), for the user to look at.
+    pub example: String,
 }
 
 /// Groups cells into grids, one per (collective, ppn, state).
@@ -93,7 +105,21 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
         };
         let k = &c.key;
         if k.nnodes == 0 || k.nranks % k.nnodes != 0 {
-            notes.uneven += 1;
+            match notes
+                .uneven
+                .binary_search_by_key(&(k.nranks, k.nnodes), |u| (u.nranks, u.nnodes))
+            {
+                Ok(i) => notes.uneven[i].cells += 1,
+                Err(i) => notes.uneven.insert(
+                    i,
+                    UnevenShape {
+                        nranks: k.nranks,
+                        nnodes: k.nnodes,
+                        cells: 1,
+                        example: c.source.to_string(),
+                    },
+                ),
+            }
             continue;
         }
         if k.state.gates().is_none() {

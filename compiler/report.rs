@@ -264,10 +264,26 @@ pub(crate) fn describe(
             notes.untunable
         ));
     }
-    if notes.uneven > 0 {
+    if !notes.uneven.is_empty() {
+        const SHOWN: usize = 4;
+        let total: usize = notes.uneven.iter().map(|u| u.cells).sum();
+        let mut shapes: Vec<String> = notes
+            .uneven
+            .iter()
+            .take(SHOWN)
+            .map(|u| {
+                format!(
+                    "{} ranks on {} nodes ({} cells, e.g. {})",
+                    u.nranks, u.nnodes, u.cells, u.example
+                )
+            })
+            .collect();
+        if notes.uneven.len() > SHOWN {
+            shapes.push(format!("{} more shapes", notes.uneven.len() - SHOWN));
+        }
         r.notes.push(format!(
-            "{} cells whose ranks are not a multiple of their nodes were not used",
-            notes.uneven
+            "{total} cells whose ranks are not a multiple of their nodes were not used: {}",
+            shapes.join("; ")
         ));
     }
     if notes.partial_cells > 0 {

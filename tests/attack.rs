@@ -427,3 +427,91 @@ fn a_huge_time_is_printed_short() {
         "latency_us 1e300 us: expected a time between",
     )]);
 }
+
+/// A shipped 1-node, 2-rank log (it names its collective).
+fn one_node_log() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/datasets/logs/rtx5090_nccl-tests-2.18.0_openmpi-tag-output_allreduce.log"
+    ))
+    .unwrap()
+}
+
+/// A shipped 2-node, 8-rank log (its collective comes from its name).
+fn two_node_log() -> Vec<u8> {
+    std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/datasets/logs/polaris-a100_n2g4_all_reduce_output.dat.1"
+    ))
+    .unwrap()
+}
+
+/// `--assume nodes=4` (or a wrong `gpus_per_node`) on logs of 1 and 2 nodes
+/// was ignored with rc 0, and `nodes=0`, `ranks=0`, `gpus_per_node=0` were
+/// accepted, though `--help` says a value must agree with the files.
+#[test]
+fn assume_shape_values_must_agree_with_the_files() {
+    let one = Input::Made("one_node_log", one_node_log);
+    let two = Input::Made("two_node_log", two_node_log);
+    let compile = |extra: &'static str| -> Vec<&'static str> {
+        vec![
+            "compile",
+            "IN",
+            "--assume",
+            "default",
+            "--assume",
+            "coll=allreduce",
+            "--assume",
+            extra,
+            "-o",
+            "OUT",
+        ]
+    };
+    let rows = vec![
+        row(
+            one,
+            &compile("nodes=4"),
+            2,
+            "--assume nodes=4 disagrees with the file, which shows 2 ranks on 1 node",
+        ),
+        row(
+            two,
+            &compile("nodes=4"),
+            2,
+            "--assume nodes=4 disagrees with the file, which shows 8 ranks on 2 nodes, 4 per node",
+        ),
+        row(
+            two,
+            &compile("ranks=16"),
+            2,
+            "--assume ranks=16 disagrees with the file, which shows 8 ranks on 2 nodes",
+        ),
+        row(
+            two,
+            &compile("gpus_per_node=8"),
+            2,
+            "--assume gpus_per_node=8 disagrees with the file, which shows 8 ranks on 2 nodes, \
+             4 per node",
+        ),
+        // Values that agree are fine.
+        row(two, &compile("nodes=2"), 0, ""),
+        row(one, &compile("gpus_per_node=2"), 0, ""),
+    ];
+    check(&rows);
+    // A zero is refused before any file is read (as `nodes=two` is).
+    for zero in ["nodes=0", "ranks=0", "gpus_per_node=0"] {
+        let d = tempfile::tempdir().unwrap();
+        let inp = Input::Made("two_node_log", two_node_log).make(d.path());
+        let mut args: Vec<String> = compile(zero).iter().map(|a| a.to_string()).collect();
+        args[1] = inp.display().to_string();
+        args[9] = d.path().join("out").display().to_string();
+        let ran = run_bounded(&args);
+        let want = format!("--assume: {zero}: expected a count of at least 1");
+        assert!(
+            ran.rc == Some(2) && ran.stderr.contains(&want) && ran.stdout.is_empty(),
+            "{zero}: rc {:?}, stderr {}",
+            ran.rc,
+            ran.stderr
+        );
+    }
+}

@@ -807,3 +807,28 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
     assert_eq!(lookup(&unreg, 0), force(Algo::Tree, Proto::LL));
     assert_eq!(lookup(&unreg, 1), force(Algo::Tree, Proto::LL));
 }
+
+/// Rows whose ranks are not a multiple of their nodes were dropped with a
+/// note that said how many, not which shape or where it was read.
+#[test]
+fn uneven_shapes_are_noted_with_file_and_line() {
+    let d = tempfile::tempdir().unwrap();
+    let csv = d.path().join("sweep.csv");
+    std::fs::write(
+        &csv,
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n\
+         allreduce,1024,default,default,-1,1,8,10\n\
+         allreduce,1024,ring,ll,-1,1,8,8\n\
+         allreduce,1024,default,default,-1,3,8,20\n\
+         allreduce,2048,default,default,-1,3,8,21\n",
+    )
+    .unwrap();
+    let v = compile(&csv, &d.path().join("t.tbl"));
+    let notes = v["notes"].to_string();
+    let want = format!(
+        "2 cells whose ranks are not a multiple of their nodes were not used: 8 ranks on 3 \
+         nodes (2 cells, e.g. {}:4)",
+        csv.display()
+    );
+    assert!(notes.contains(&want), "{notes}");
+}

@@ -119,3 +119,77 @@ fn inspect_exits_non_zero_when_nothing_was_read() {
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown key"));
 }
+
+/// A log cut at a row boundary (no `# Avg bus bandwidth` footer) was read as
+/// complete: nothing said its largest sizes may be missing.
+#[test]
+fn inspect_notes_a_log_cut_before_its_footer() {
+    let whole = data("NCCL_ALGO=Tree/NCCL_PROTO=Simple/k80_allreduce.log");
+    let text = std::fs::read_to_string(&whole).unwrap();
+    // Up to and including line 18 (1 GiB); the 2 GiB row and the footer are gone.
+    let cut: String = text.lines().take(18).map(|l| format!("{l}\n")).collect();
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("k80_allreduce.log");
+    std::fs::write(&p, cut).unwrap();
+    let inspect = |f: &str| {
+        let out = dyncc()
+            .args(["inspect", f, "--assume", "default"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let s = inspect(&p.display().to_string());
+    let note = format!(
+        "{}:18: truncated: the table ends without nccl-tests' `# Avg bus bandwidth` footer",
+        p.display()
+    );
+    assert!(s.contains(&note), "{s}");
+    assert!(
+        s.contains("its 6 rows are kept, but sizes after 1073741824 B (line 18) may be missing"),
+        "{s}"
+    );
+    assert!(s.contains("1 sweep files, 6 rows"), "{s}");
+    // The whole log has its footer: no note.
+    let s = inspect(&whole);
+    assert!(!s.contains("truncated"), "{s}");
+}
+
+/// `inspect` printed each unlabelled file's remedy twice (in "knobs per
+/// file" and in "knobs or shape unknown"), suggested `-o table.dyncc` where
+/// everything else says `.tbl`, and showed a shape nothing gave as an
+/// "allreduce 0 nodes 0 ranks" row.
+#[test]
+fn inspect_says_each_remedy_once_names_tbl_and_no_zero_shape() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let unlabelled = [
+        root.join("datasets/logs/alps-gh200_srun_N2_allreduce.out"),
+        root.join("datasets/logs/k80-old-format_allreduce.log"),
+    ];
+    let out = dyncc().arg("inspect").args(&unlabelled).output().unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(s.matches("Label it: `--assume default`").count(), 1, "{s}");
+    let out = dyncc()
+        .arg("inspect")
+        .arg(&unlabelled[1])
+        .args(["--assume", "default"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("-o cluster.tbl") && !s.contains(".dyncc"), "{s}");
+    let elided = data(
+        "real/nccl-tests-logs/coreweave-nccl-tests/a100-80gb_128gpu_allreduce_README@22df9b7_2022-07-05.log",
+    );
+    let out = dyncc()
+        .args(["inspect", &elided, "--assume", "default"])
+        .output()
+        .unwrap();
+    let s = String::from_utf8_lossy(&out.stdout);
+    let row: Vec<&str> = s
+        .lines()
+        .find(|l| l.trim_start().starts_with("allreduce "))
+        .unwrap_or_else(|| panic!("no coverage row: {s}"))
+        .split_whitespace()
+        .collect();
+    assert_eq!(row[..4], ["allreduce", "?", "?", "unknown"], "{s}");
+}

@@ -242,7 +242,7 @@ fn flat_sweep_is_labelled_by_name_pattern_or_manifest() {
             .unwrap_or_else(|| panic!("no next command: {t}"));
         assert!(next.starts_with("dyncc compile "), "{next}");
         let words = shell_words(next);
-        let table = d.path().join("table.dyncc");
+        let table = d.path().join("cluster.tbl");
         let out = dyncc()
             .current_dir(d.path())
             .args(&words[1..])

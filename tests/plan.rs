@@ -483,3 +483,87 @@ fn a_collnet_plan_holds_only_runs_nccl_will_do() {
         assert!(f[2] != "1" && f[4] == "Simple", "{l}");
     }
 }
+
+/// Runs `dyncc plan` writing to `script`; returns (exit code, stderr).
+fn plan_status(script: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let o = dyncc()
+        .args(["plan", "--nccl-tests", "/x", "-o"])
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// `--algos nvls` without `--nvls` was accepted (naming it counted as
+/// saying the machine has NVLink SHARP), as was CollNet without
+/// `--collnet`: the features are stated by their flags only.
+#[test]
+fn plan_refuses_nvls_or_collnet_the_machine_was_not_said_to_have() {
+    let d = tempfile::tempdir().unwrap();
+    let s = d.path().join("s.sh");
+    let base = ["--launcher", "slurm", "--nodes", "1,2"];
+    for (algo, flag, why) in [
+        ("nvls", "--nvls", "NVLS needs NVSwitch with NVLink SHARP"),
+        (
+            "nvls_tree",
+            "--nvls",
+            "NVLS needs NVSwitch with NVLink SHARP",
+        ),
+        (
+            "collnet_direct",
+            "--collnet",
+            "CollNet needs a CollNet (SHARP) network",
+        ),
+        (
+            "collnet_chain",
+            "--collnet",
+            "CollNet needs a CollNet (SHARP) network",
+        ),
+    ] {
+        let (rc, e) = plan_status(&s, &[&base[..], &["--algos", algo]].concat());
+        assert_eq!(rc, Some(2), "{algo}: {e}");
+        assert!(e.contains(why) && e.contains(&format!("add {flag}")), "{e}");
+        assert!(!s.exists(), "{algo}: no script is written");
+        let (rc, e) = plan_status(&s, &[&base[..], &["--algos", algo, flag]].concat());
+        assert_eq!(rc, Some(0), "{algo} {flag}: {e}");
+        std::fs::remove_file(&s).unwrap();
+    }
+}
+
+/// 13 node counts x 1000 repeats wrote a 63 MB script asking Slurm for
+/// `--time=152175:00:00`.
+#[test]
+fn plan_refuses_a_sweep_longer_than_max_hours() {
+    let d = tempfile::tempdir().unwrap();
+    let s = d.path().join("s.sh");
+    let nodes = "1,2,3,4,5,6,8,12,16,24,32,48,64";
+    let huge = ["--launcher", "slurm", "--nodes", nodes, "--repeats", "1000"];
+    let (rc, e) = plan_status(&s, &huge);
+    assert_eq!(rc, Some(2), "{e}");
+    assert!(
+        e.contains("over the --max-hours 168 limit") && e.contains("13 node count(s)"),
+        "{e}"
+    );
+    assert!(!s.exists(), "no script is written");
+    // Told, it is written; a usual plan is under the limit.
+    let (rc, e) = plan_status(
+        &s,
+        &[
+            "--launcher",
+            "slurm",
+            "--nodes",
+            "1,2",
+            "--repeats",
+            "1000",
+            "--max-hours",
+            "100000",
+        ],
+    );
+    assert_eq!(rc, Some(0), "{e}");
+    let (rc, e) = plan_status(&s, &["--launcher", "slurm", "--nodes", "1,2,4,8"]);
+    assert_eq!(rc, Some(0), "{e}");
+}

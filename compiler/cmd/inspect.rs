@@ -285,10 +285,10 @@ fn next_command(args: &InspectArgs, s: &Summary) -> String {
         return format!(
             "the files mix setups (see above): `{}` names the --setup that picks each one; or \
              add --pool-setups if they may be pooled",
-            base("compile", "-o table.dyncc")
+            base("compile", "-o cluster.tbl")
         );
     }
-    base("compile", "-o table.dyncc")
+    base("compile", "-o cluster.tbl")
 }
 
 fn map_line(m: &BTreeMap<String, usize>) -> String {
@@ -334,11 +334,24 @@ fn print_human(s: &Summary) {
         "  {:<14} {:>6} {:>6}  {:<22} {:>6} {:>8}",
         "collective", "nodes", "ranks", "config", "sizes", "records"
     );
+    // A shape no file or label gave is 0 in the records: shown as `?`.
+    let count = |n: u32| {
+        if n == 0 {
+            "?".to_string()
+        } else {
+            n.to_string()
+        }
+    };
     for c in &s.coverage {
         let _ = writeln!(
             o,
             "  {:<14} {:>6} {:>6}  {:<22} {:>6} {:>8}",
-            c.collective, c.nodes, c.ranks, c.config, c.sizes, c.records
+            c.collective,
+            count(c.nodes),
+            count(c.ranks),
+            c.config,
+            c.sizes,
+            c.records
         );
     }
     if !s.setups.is_empty() {
@@ -347,11 +360,19 @@ fn print_human(s: &Summary) {
     let _ = writeln!(o, "\nknobs per file (where each came from):");
     const FILES_SHOWN: usize = 40;
     for f in s.per_file.iter().take(FILES_SHOWN) {
+        // What is unknown, and the remedy, is said once: below.
+        let knobs = if !f.resolved {
+            "not established (see below)"
+        } else if f.knobs.is_empty() {
+            "-"
+        } else {
+            &f.knobs
+        };
         let _ = writeln!(
             o,
             "  {}: {}{}",
             f.file.display(),
-            if f.knobs.is_empty() { "-" } else { &f.knobs },
+            knobs,
             f.duplicate_of
                 .as_ref()
                 .map(|d| format!(" [same content as {}: counted once]", d.display()))
@@ -378,11 +399,27 @@ fn print_human(s: &Summary) {
             "\nknobs or shape unknown in {} file(s) (rows counted, not usable for compile):",
             unresolved.len()
         );
-        for f in unresolved.iter().take(20) {
-            let _ = writeln!(o, "  {} ({} rows): {}", f.file.display(), f.rows, f.knobs);
+        // Files with the same problem share its one statement (a folder of
+        // unlabelled logs gets the remedy once, not once per file).
+        let mut reasons: Vec<(&str, Vec<&crate::ingest::FileReport>)> = Vec::new();
+        for f in &unresolved {
+            match reasons.iter_mut().find(|(r, _)| *r == f.knobs) {
+                Some((_, files)) => files.push(f),
+                None => reasons.push((&f.knobs, vec![f])),
+            }
         }
-        if unresolved.len() > 20 {
-            let _ = writeln!(o, "  ... and {} more", unresolved.len() - 20);
+        for (reason, files) in &reasons {
+            let _ = writeln!(o, "  {reason}:");
+            for f in files.iter().take(20) {
+                let _ = writeln!(o, "    {} ({} rows)", f.file.display(), f.rows);
+            }
+            if files.len() > 20 {
+                let _ = writeln!(
+                    o,
+                    "    ... and {} more (--json lists them all)",
+                    files.len() - 20
+                );
+            }
         }
     }
     if !s.skipped.is_empty() {

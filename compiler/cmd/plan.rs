@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Algo, Coll, Proto, Refusal};
 use serde::Serialize;
 
 use crate::plan::{fmt_duration, script, shell_quote, split_launcher_args, Launcher, Plan};
@@ -27,7 +27,8 @@ use crate::units::parse_bytes;
 /// NVLS/NVLSTree/PAT/CollNet are Simple only; PAT needs 1 GPU per node,
 /// NVLS several and CollNet at most 8; NVLSTree and CollNet need more than
 /// one node; NVLS needs NVSwitch (--nvls) and CollNet a SHARP-style network
-/// (--collnet), and NVLS runs across nodes only with CollNet.
+/// (--collnet), and NVLS runs across nodes only with CollNet. Naming NVLS or
+/// CollNet in --algos without its flag is refused.
 ///
 /// With Slurm, the --launcher-args that request resources (account,
 /// partition, qos, constraint, ...) also become #SBATCH lines, so a site
@@ -38,7 +39,8 @@ use crate::units::parse_bytes;
 /// 2.17.3 or later) in OUT/json/...; failed runs in OUT/failed/ (a run NCCL
 /// refuses is recorded, not fatal). Re-running the script skips finished
 /// runs. The estimate of the duration is rough (an alpha-beta model of a
-/// typical InfiniBand GPU cluster).
+/// typical InfiniBand GPU cluster); a sweep estimated over --max-hours is
+/// refused.
 ///
 /// Examples:
 ///   dyncc plan --launcher slurm --nodes 1,2,4,8 --nccl-tests ~/nccl-tests/build -o sweep.sh
@@ -82,7 +84,8 @@ pub struct PlanArgs {
     /// Warm-up iterations per size (nccl-tests -w).
     #[arg(long, default_value_t = 5)]
     pub warmup: u32,
-    /// Algorithms to force (default: all NCCL can run per collective and node count).
+    /// Algorithms to force (default: all NCCL can run per collective and node
+    /// count); nvls and nvls_tree need --nvls, collnet_* need --collnet.
     #[arg(long, value_delimiter = ',')]
     pub algos: Vec<String>,
     /// Protocols to force.
@@ -110,6 +113,11 @@ pub struct PlanArgs {
     /// Extra launcher arguments, e.g. "--partition=gpu --account=ml" or "--mca btl ^openib".
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub launcher_args: String,
+    /// Refuse a sweep whose estimated duration exceeds this many hours (a
+    /// week by default): a plan that long is usually a typo in --nodes or
+    /// --repeats, and its script and Slurm --time would be absurd.
+    #[arg(long, default_value_t = 168, value_name = "HOURS")]
+    pub max_hours: u32,
     /// Where to write the script (atomically, executable).
     #[arg(short, long)]
     pub output: PathBuf,
@@ -189,6 +197,24 @@ impl PlanArgs {
             }
             v
         };
+        // The machine's features are stated by their flags, never implied by
+        // naming an algorithm: a sweep of NVLS on a machine without NVLink
+        // SHARP would only fill failed/.
+        for algo in algos.iter().filter(|_| explicit_algos) {
+            let (feature, flag) = match algo {
+                Algo::Nvls | Algo::NvlsTree if !a.nvls => (Refusal::NoNvls, "--nvls"),
+                Algo::CollNetDirect | Algo::CollNetChain if !a.collnet => {
+                    (Refusal::NoCollNet, "--collnet")
+                }
+                _ => continue,
+            };
+            bail!(
+                "--algos {}: {}; add {flag} if these machines have it (otherwise leave {} out)",
+                algo.name(),
+                feature.why(),
+                algo.name()
+            );
+        }
         let protos: Vec<Proto> = a
             .protos
             .iter()
@@ -227,6 +253,7 @@ impl PlanArgs {
             out_dir: a.out_dir.clone(),
             platform: a.platform.clone(),
             launcher_args,
+            max_hours: a.max_hours,
             output: a.output.clone(),
             command: std::env::args()
                 .map(|a| shell_quote(&a))
@@ -260,7 +287,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
     let p = a.plan()?;
     let mut skipped = Vec::new();
     let runs = p.runs(&mut skipped);
-    let est: f64 = runs.iter().map(|r| p.run_seconds(r)).sum();
+    let est = p.estimate(&runs)?;
     let text = script(&p, &runs, est, &skipped);
     crate::audit::files::write_output(&a.output, text.as_bytes(), 0o755)?;
     if a.json {
@@ -411,8 +438,10 @@ mod tests {
             assert!(r.nodes > 1, "{r:?}");
         }
         // Asked for explicitly, the refused ones are named.
-        let p = plan("--launcher slurm --nodes 1,2 --algos collnet_direct --nccl-tests /x -o s.sh")
-            .unwrap();
+        let p = plan(
+            "--launcher slurm --nodes 1,2 --collnet --algos collnet_direct --nccl-tests /x -o s.sh",
+        )
+        .unwrap();
         let mut sk = vec![];
         let runs = p.runs(&mut sk);
         assert!(runs
@@ -445,7 +474,8 @@ mod tests {
             plan("--launcher slurm --nodes 2 --nvls --collnet --nccl-tests /x -o s.sh").unwrap();
         assert!(settings_names(&p, Coll::AllReduce, 2).contains(&"NVLS/Simple".to_string()));
         // Asked for by name, the refusal is reported.
-        let p = plan("--launcher slurm --nodes 2 --algos nvls --nccl-tests /x -o s.sh").unwrap();
+        let p =
+            plan("--launcher slurm --nodes 2 --nvls --algos nvls --nccl-tests /x -o s.sh").unwrap();
         let mut sk = vec![];
         assert!(p.runs(&mut sk).iter().all(|r| r.algo.is_none()));
         assert!(

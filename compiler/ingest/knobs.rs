@@ -166,10 +166,13 @@ impl Assumptions {
 
     /// Takes one pair. `Ok(false)` for an unknown key, `Err` for a bad value.
     pub fn set(&mut self, key: &str, value: &str) -> Result<bool, String> {
+        // A shape of 0 nodes, ranks or GPUs describes no run.
         let num = |v: &str| -> Result<u32, String> {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("{key}={v}: expected a whole number"))
+            match v.trim().parse::<u32>() {
+                Ok(0) => Err(format!("{key}={v}: expected a count of at least 1")),
+                Ok(n) => Ok(n),
+                Err(_) => Err(format!("{key}={v}: expected a whole number")),
+            }
         };
         match key.trim().to_ascii_lowercase().as_str() {
             "default" => {

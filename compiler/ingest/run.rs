@@ -19,7 +19,9 @@
 //!    registered.
 //!
 //! Node and rank counts are completed from each other with the GPUs per
-//! node (stated, or known for the DGX platforms). Knobs are resolved by
+//! node (stated, or known for the DGX platforms); a stated `nodes`, `ranks`
+//! or `gpus_per_node` that disagrees with the shape the input shows is a
+//! problem, never ignored (0 is refused when parsed). Knobs are resolved by
 //! [`knobs::resolve`] over the input's facts and every label: all sources
 //! naming a knob must agree, so a label never silently overrides the log.
 
@@ -161,6 +163,44 @@ impl Labeller {
         self.stated().find_map(f)
     }
 
+    /// Stated shape values (`nodes`, `ranks`, `gpus_per_node`) that
+    /// disagree with the shape the input shows: the input wins the
+    /// precedence, so a label that contradicts it is a mistake to report,
+    /// never one to ignore (as knobs: all sources must agree).
+    fn shape_disagreements(&self, shown: &Shown) -> Vec<String> {
+        let mut out = Vec::new();
+        let per_node = match (shown.nranks, shown.nnodes) {
+            (Some(r), Some(n)) if n > 0 && r % n == 0 => Some(r / n),
+            _ => None,
+        };
+        let nodes = |n: u32| format!("{n} node{}", if n == 1 { "" } else { "s" });
+        let shows = match (shown.nranks, shown.nnodes, per_node) {
+            (Some(r), Some(n), Some(g)) => format!("{r} ranks on {}, {g} per node", nodes(n)),
+            (Some(r), Some(n), None) => format!("{r} ranks on {}", nodes(n)),
+            (Some(r), None, _) => format!("{r} ranks"),
+            (None, Some(n), _) => nodes(n),
+            (None, None, _) => return out,
+        };
+        for a in self.stated() {
+            for (key, stated, seen) in [
+                ("nodes", a.nodes, shown.nnodes),
+                ("ranks", a.ranks, shown.nranks),
+                ("gpus_per_node", a.gpus_per_node, per_node),
+            ] {
+                if let (Some(v), Some(seen)) = (stated, seen) {
+                    if v != seen {
+                        out.push(format!(
+                            "{} {key}={v} disagrees with the file, which shows {shows}; \
+                             drop or correct that label",
+                            a.knobs.name
+                        ));
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// Labels one run (see the module docs). When something cannot be
     /// established the run's rows are an error (strict), skipped
     /// (lenient) or kept flagged [`UNRESOLVED`] (`inspect`), as
@@ -176,6 +216,7 @@ impl Labeller {
         if collective.is_none() {
             problems.push(shown.collective_unknown.to_string());
         }
+        problems.extend(self.shape_disagreements(&shown));
         problems.extend(shown.problems);
         let gpus_per_node = || {
             self.fact(|a| a.gpus_per_node).or_else(|| {

@@ -878,6 +878,7 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
                 knob_desc.push(msg);
             }
         }
+        note_if_cut(ctx, &b);
         let Some(run) = labelled.run else { continue };
         let forced = run.config.algo.is_some() || run.config.proto.is_some();
         for r in &b.rows {
@@ -936,6 +937,31 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
     out.report.resolved = resolved_all;
     out.report.knobs = knob_desc.join(" | ");
     Ok(out)
+}
+
+/// Notes a table that has rows but no `# Avg bus bandwidth` footer (and no
+/// `Collective test concluded` marker): nccl-tests prints the footer after
+/// the last size, so the run was killed or the file cut at a row boundary.
+/// The rows are kept; the note says sizes after the last one may be missing.
+/// A section without a table header (bare rows) says nothing either way.
+fn note_if_cut(ctx: &mut FileCtx, b: &Block) {
+    let Some(last) = b.rows.last() else { return };
+    if b.layout.is_none() || b.concluded || b.footers >= b.layouts {
+        return;
+    }
+    ctx.anomaly(
+        last.line,
+        "truncated",
+        format!(
+            "the table ends without nccl-tests' `# Avg bus bandwidth` footer: the log looks cut \
+             off (run killed or file incomplete); its {} row{} kept, but sizes after {} B \
+             (line {}) may be missing",
+            b.rows.len(),
+            if b.rows.len() == 1 { " is" } else { "s are" },
+            last.size,
+            last.line
+        ),
+    );
 }
 
 /// What one section of the log shows about its run: the collective, the

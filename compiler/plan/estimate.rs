@@ -1,6 +1,6 @@
 //! How long a planned sweep takes, roughly: an alpha-beta model of a
 //! typical InfiniBand GPU cluster, for the script's header, the Slurm time
-//! limit and the command's summary.
+//! limit, the command's summary and the `--max-hours` bound.
 
 use dyncc_tables::{Coll, Proto};
 
@@ -48,6 +48,31 @@ impl Plan {
             })
             .sum();
         launch + init + per_size * 1.3
+    }
+
+    /// The estimated seconds of `runs`, or why the plan is refused: over
+    /// `--max-hours` (13 node counts x 1000 repeats made a 63 MB script
+    /// asking Slurm for 152175 hours).
+    pub fn estimate(&self, runs: &[Run]) -> anyhow::Result<f64> {
+        let est: f64 = runs.iter().map(|r| self.run_seconds(r)).sum();
+        let limit = self.max_hours as f64 * 3600.0;
+        if est > limit {
+            anyhow::bail!(
+                "the sweep would take about {} ({} nccl-tests runs: {} node count(s) x {} \
+                 collective(s) x their settings x {} repeat(s)), over the --max-hours {} limit; \
+                 measure fewer --nodes, --repeats, --colls or --channels or a smaller \
+                 --max-bytes, or split it into several sweeps (pass --max-hours {} if it is \
+                 meant)",
+                fmt_duration(est),
+                runs.len(),
+                self.nodes.len(),
+                self.colls.len(),
+                self.repeats,
+                self.max_hours,
+                (est / 3600.0).ceil() as u64
+            );
+        }
+        Ok(est)
     }
 }
 

@@ -44,6 +44,8 @@ pub struct Plan {
     pub out_dir: String,
     pub platform: Option<String>,
     pub launcher_args: Vec<String>,
+    /// `--max-hours`: the longest estimated sweep written.
+    pub max_hours: u32,
     /// Where the script is written (named in its own instructions).
     pub output: PathBuf,
     pub command: String,
@@ -86,16 +88,14 @@ pub struct Setting {
 
 impl Plan {
     /// The machines at `nodes` nodes as far as the plan knows them:
-    /// `--nvls` and `--collnet` say what the network and NVSwitch offer,
-    /// and so does naming an algorithm in `--algos`; what the plan is not
-    /// told (NVSwitch for CollNetDirect, PAT, LL128) is assumed, and a run
-    /// NCCL refuses anyway lands in failed/.
+    /// `--nvls` and `--collnet` say what NVSwitch and the network offer
+    /// (`--algos` naming NVLS or CollNet without them is refused); what
+    /// the plan is not told (NVSwitch for CollNetDirect, PAT, LL128) is
+    /// assumed, and a run NCCL refuses anyway lands in failed/.
     pub fn machine(&self, nodes: u32) -> Machine {
-        let asked =
-            |family: &[Algo]| self.explicit_algos && self.algos.iter().any(|a| family.contains(a));
         Machine {
-            nvls: self.nvls || asked(&[Algo::Nvls, Algo::NvlsTree]),
-            collnet: self.collnet || asked(&[Algo::CollNetDirect, Algo::CollNetChain]),
+            nvls: self.nvls,
+            collnet: self.collnet,
             ..Machine::new(nodes, self.gpus_per_node)
         }
     }
