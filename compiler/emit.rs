@@ -247,3 +247,55 @@ pub fn build(
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("building the table")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dyncc_tables::{Algo, Proto};
+
+    fn ctx(nodes: (u32, u32), reg_buff: bool, measured: bool, forced: bool) -> PlannedContext {
+        let mut buckets = Box::new([BucketDecision::leave(Basis::Measured); NUM_BUCKETS]);
+        if forced {
+            buckets[10].decision = Decision::Force {
+                algo: Algo::Tree,
+                proto: Proto::LL,
+                channels: 0,
+            };
+        }
+        PlannedContext {
+            coll: Coll::AllReduce,
+            nodes,
+            ppn: (8, 8),
+            state: State {
+                reg_buff,
+                ..State::BASELINE
+            },
+            measured,
+            buckets,
+        }
+    }
+
+    /// Where stored: forcing contexts always; all-default ones only at
+    /// measured counts, and never where another context of the collective
+    /// (another call state's, later in the table) would have decided: the
+    /// plugin reads a collective's first matching context only.
+    #[test]
+    fn all_default_contexts_are_stored_at_measured_counts_only_where_nothing_else_decides() {
+        let planned = [
+            // Registered buffers, measured at 8 nodes: nothing forced, but
+            // the unregistered context below forces at 8 nodes.
+            ctx((8, 8), true, true, false),
+            ctx((4, 4), false, true, false),
+            ctx((5, 7), false, false, false),
+            ctx((8, 8), false, true, true),
+            ctx((16, 16), false, true, false),
+            ctx((16, 16), true, true, false),
+        ];
+        let kept: Vec<((u32, u32), bool)> = stored(&planned, false)
+            .iter()
+            .map(|c| (c.nodes, c.state.reg_buff))
+            .collect();
+        assert_eq!(kept, [((4, 4), false), ((8, 8), false), ((16, 16), false)]);
+        assert_eq!(stored(&planned, true).len(), planned.len());
+    }
+}

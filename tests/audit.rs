@@ -993,6 +993,10 @@ fn a_measured_node_count_where_nothing_is_forced_is_covered() {
     );
     let verify = ok(&["verify", t]);
     assert!(verify.contains(",7,8,9,"), "{verify}");
+    let svg = d.path().join("map.svg");
+    ok(&["plot", t, "-o", svg.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains(">8</text>"), "plot has no row for 8 nodes");
 
     // What the plugin does there is unchanged: NCCL's choice at every size.
     let calls: Vec<Call> = (0..=32)
