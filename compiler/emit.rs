@@ -21,7 +21,22 @@ pub struct PlannedContext {
     pub ppn: (u32, u32),
     /// The call state its decisions were measured in: its gates.
     pub state: State,
+    /// Whether its node counts were measured (one measured count) rather
+    /// than decided from the measured ones.
+    pub measured: bool,
     pub buckets: Box<[BucketDecision; NUM_BUCKETS]>,
+}
+
+impl PlannedContext {
+    /// Whether some communicator matches both contexts (a collective's
+    /// first matching context is the only one the plugin reads).
+    fn overlaps(&self, other: &PlannedContext) -> bool {
+        self.coll == other.coll
+            && self.nodes.0 <= other.nodes.1
+            && other.nodes.0 <= self.nodes.1
+            && self.ppn.0 <= other.ppn.1
+            && other.ppn.0 <= self.ppn.1
+    }
 }
 
 /// One collective's distilled tree as it goes into the table, with how
@@ -57,6 +72,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                 nodes: a.span,
                 ppn: (g.ppn, g.ppn),
                 state: g.state,
+                measured: a.measured,
                 buckets: buckets(g, a, extrapolate),
             });
         }
@@ -99,6 +115,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                     nodes: c.nodes,
                     ppn: (1, u32::MAX),
                     state,
+                    measured: false,
                     buckets: b,
                 }
             })
@@ -164,6 +181,33 @@ pub fn tree_nodes(t: &FlatTree<Leaf>) -> Vec<TreeNode> {
         .collect()
 }
 
+/// Whether a context leaves every size to NCCL.
+fn leaves_all(c: &PlannedContext) -> bool {
+    c.buckets.iter().all(|b| b.decision == Decision::Default)
+}
+
+/// The contexts the table stores, in order. A context that forces
+/// something is stored. One that leaves every size alone is stored when a
+/// broader (extrapolated) context after it would otherwise match, and at a
+/// measured node count, so that the shape reads as covered (measured, NCCL's
+/// default kept) rather than unmeasured; but only where no other stored
+/// context of its collective matches, so no communicator's decisions change.
+/// Elsewhere it would cost bytes and say nothing.
+fn stored(contexts: &[PlannedContext], extrapolate: bool) -> Vec<&PlannedContext> {
+    let forcing = |c: &PlannedContext| extrapolate || !leaves_all(c);
+    let mut out: Vec<&PlannedContext> = Vec::new();
+    for c in contexts {
+        let keep = forcing(c)
+            || (c.measured
+                && !contexts.iter().any(|o| forcing(o) && o.overlaps(c))
+                && !out.iter().any(|o| o.overlaps(c)));
+        if keep {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Builds the table bytes.
 pub fn build(
     contexts: &[PlannedContext],
@@ -175,13 +219,8 @@ pub fn build(
     for (k, v) in meta {
         b.meta(k, v);
     }
-    for c in contexts {
+    for c in stored(contexts, extrapolate) {
         let rules = rules_from_buckets(&c.buckets);
-        // Contexts that leave every size alone cost bytes and say nothing,
-        // unless a broader (extrapolated) context after them would match.
-        if !extrapolate && rules.iter().all(|r| r.decision == Decision::Default) {
-            continue;
-        }
         let gates = c.state.gates().with_context(|| {
             format!(
                 "internal error: a context for calls in state {} no gate expresses",
@@ -207,4 +246,56 @@ pub fn build(
     b.build()
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context("building the table")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dyncc_tables::{Algo, Proto};
+
+    fn ctx(nodes: (u32, u32), reg_buff: bool, measured: bool, forced: bool) -> PlannedContext {
+        let mut buckets = Box::new([BucketDecision::leave(Basis::Measured); NUM_BUCKETS]);
+        if forced {
+            buckets[10].decision = Decision::Force {
+                algo: Algo::Tree,
+                proto: Proto::LL,
+                channels: 0,
+            };
+        }
+        PlannedContext {
+            coll: Coll::AllReduce,
+            nodes,
+            ppn: (8, 8),
+            state: State {
+                reg_buff,
+                ..State::BASELINE
+            },
+            measured,
+            buckets,
+        }
+    }
+
+    /// Where stored: forcing contexts always; all-default ones only at
+    /// measured counts, and never where another context of the collective
+    /// (another call state's, later in the table) would have decided: the
+    /// plugin reads a collective's first matching context only.
+    #[test]
+    fn all_default_contexts_are_stored_at_measured_counts_only_where_nothing_else_decides() {
+        let planned = [
+            // Registered buffers, measured at 8 nodes: nothing forced, but
+            // the unregistered context below forces at 8 nodes.
+            ctx((8, 8), true, true, false),
+            ctx((4, 4), false, true, false),
+            ctx((5, 7), false, false, false),
+            ctx((8, 8), false, true, true),
+            ctx((16, 16), false, true, false),
+            ctx((16, 16), true, true, false),
+        ];
+        let kept: Vec<((u32, u32), bool)> = stored(&planned, false)
+            .iter()
+            .map(|c| (c.nodes, c.state.reg_buff))
+            .collect();
+        assert_eq!(kept, [((4, 4), false), ((8, 8), false), ((16, 16), false)]);
+        assert_eq!(stored(&planned, true).len(), planned.len());
+    }
 }

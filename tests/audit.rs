@@ -950,6 +950,77 @@ fn query_labels_sizes_beyond_the_sweep_as_such() {
     }
 }
 
+/// A node count the DGX-1V sweep measured where nothing beat NCCL's default
+/// (8 nodes x 8 ranks/node) had no context: `query` called it "a shape the
+/// sweep did not measure" and `verify` left 8 out of the node counts. It has
+/// an all-default context now, and the plugin still leaves NCCL alone there.
+#[test]
+fn a_measured_node_count_where_nothing_is_forced_is_covered() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let d = tempfile::tempdir().unwrap();
+    let data = root.join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let tbl = d.path().join("dgx1v.tbl");
+    let t = tbl.to_str().unwrap();
+    ok(&["compile", data.to_str().unwrap(), "-o", t]);
+    let bytes = std::fs::read(&tbl).unwrap();
+    let table = Table::from_bytes(&bytes).unwrap();
+    let ctx = table
+        .contexts()
+        .find(|c| {
+            let s = c.spec();
+            s.coll == Coll::AllReduce && s.nodes == (8, 8) && s.ppn == (8, 8)
+        })
+        .expect("a context for allreduce at 8 nodes x 8 ranks/node");
+    assert!(ctx.rules().all(|r| r.decision == Decision::Default));
+
+    let out = ok(&[
+        "query",
+        t,
+        "--coll",
+        "allreduce",
+        "--bytes",
+        "1M",
+        "--nodes",
+        "8",
+        "--ranks",
+        "64",
+    ]);
+    assert!(
+        out.contains("the sweep measured this shape and NCCL's default is kept at every size")
+            && !out.contains("did not measure")
+            && out.contains("expected: same as NCCL's default (measured)"),
+        "{out}"
+    );
+    let verify = ok(&["verify", t]);
+    assert!(verify.contains(",7,8,9,"), "{verify}");
+    let svg = d.path().join("map.svg");
+    ok(&["plot", t, "-o", svg.to_str().unwrap()]);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains(">8</text>"), "plot has no row for 8 nodes");
+
+    // What the plugin does there is unchanged: NCCL's choice at every size.
+    let calls: Vec<Call> = (0..=32)
+        .map(|k| Call {
+            coll: Coll::AllReduce,
+            nbytes: 1u64 << k,
+            nodes: 8,
+            ranks: 64,
+            pipe_ops: 1,
+            reg_buff: 0,
+        })
+        .collect();
+    for (i, a) in plugin_answers_for(&tbl, &calls, d.path())
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(
+            (a.0.as_str(), a.1.as_str()),
+            ("default", "default"),
+            "call {i}"
+        );
+    }
+}
+
 #[test]
 fn audit_commands_on_tables_compiled_from_real_sweeps() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -19,6 +19,7 @@ use crate::plugin_c::{
     check_harness_output, compile_c, harness, harness_command, harness_table, plugin_lib, run,
     HARNESS_LINK_FLAGS,
 };
+use crate::support::cli::dyncc_output;
 use crate::support::tools::{require_c_compiler, require_tool};
 
 /// Table B of stress.c: allreduce, nodes 1-4, ppn 1-8, Ring/Simple at every
@@ -260,10 +261,33 @@ use harness_table::edited;
 /// Runs tests/c/initlog.c with `table` (None: DYNCC_TABLE unset) and
 /// `strict` (None: DYNCC_STRICT unset); returns what it printed.
 fn init_log(exe: &Path, table: Option<&Path>, strict: Option<&str>) -> String {
+    init_log_on(exe, table, strict, None)
+}
+
+/// The communicator's shape for [`init_log_on`] (initlog.c's default: 8
+/// ranks on 1 node).
+struct Shape {
+    ranks: u32,
+    nodes: u32,
+}
+
+/// [`init_log`] for a communicator of `shape`.
+fn init_log_on(
+    exe: &Path,
+    table: Option<&Path>,
+    strict: Option<&str>,
+    shape: Option<Shape>,
+) -> String {
     let mut cmd = Command::new(exe);
     cmd.env("DYNCC_INITLOG_LIB", plugin_lib())
         .env_remove("DYNCC_TABLE")
-        .env_remove("DYNCC_STRICT");
+        .env_remove("DYNCC_STRICT")
+        .env_remove("DYNCC_INIT_RANKS")
+        .env_remove("DYNCC_INIT_NODES");
+    if let Some(s) = shape {
+        cmd.env("DYNCC_INIT_RANKS", s.ranks.to_string())
+            .env("DYNCC_INIT_NODES", s.nodes.to_string());
+    }
     if let Some(t) = table {
         cmd.env("DYNCC_TABLE", t);
     }
@@ -426,4 +450,43 @@ fn failure_semantics_of_init_for_every_kind_of_bad_table() {
             "DYNCC_STRICT=1 is strict: {out}"
         );
     }
+}
+
+/// A node count the DGX-1V sweep measured where nothing beat NCCL's default
+/// (8 nodes x 8 ranks) had no context, so the plugin's init line called the
+/// shape `allreduce=not-covered`, as if never swept. It is covered now, by a
+/// context that leaves NCCL alone at every size.
+#[test]
+fn init_line_calls_a_measured_node_count_covered() {
+    let cc = require_c_compiler();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("initlog");
+    compile_c(cc, &["-O1"], "initlog.c", &exe, &["-ldl"]);
+    let data =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let tbl = dir.path().join("dgx1v.tbl");
+    let o = dyncc_output(&[
+        "compile",
+        data.to_str().unwrap(),
+        "-o",
+        tbl.to_str().unwrap(),
+    ]);
+    assert!(
+        o.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let shape = Shape {
+        ranks: 64,
+        nodes: 8,
+    };
+    let log = init_log_on(&exe, Some(&tbl), None, Some(shape));
+    assert!(
+        log.contains("nRanks 64 nNodes 8")
+            && log.contains(" allreduce=#")
+            && !log.contains("not-covered"),
+        "{log}"
+    );
+    // Covered, and still NCCL's choice: allreduce of 1 MiB is left alone.
+    assert!(log.contains("answer cell -1 "), "{log}");
 }

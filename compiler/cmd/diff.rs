@@ -84,7 +84,48 @@ pub struct DiffJson {
     pub new_digest: String,
     pub identical_decisions: bool,
     pub changes: Vec<Change>,
+    /// Shapes one table has a context for and the other has none: covered
+    /// or no longer covered (the plugin's init line names the difference),
+    /// whether or not any decision changes with it.
+    pub coverage: Vec<CoverageChange>,
     pub metadata: Vec<MetaChange>,
+}
+
+/// A context of one table whose shapes no context of the other matches.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct CoverageChange {
+    pub collective: &'static str,
+    pub nodes: (u32, u32),
+    pub ppn: (u32, u32),
+    /// "new" (covered only by NEW) or "old" (no longer covered).
+    pub only_in: &'static str,
+}
+
+/// The contexts of each table that no context of the other overlaps.
+pub fn coverage_changes(a: &Table, b: &Table) -> Vec<CoverageChange> {
+    let only = |x: &Table, y: &Table, only_in: &'static str| -> Vec<CoverageChange> {
+        x.contexts()
+            .map(|c| c.spec())
+            .filter(|s| {
+                !y.contexts().map(|c| c.spec()).any(|o| {
+                    o.coll == s.coll
+                        && o.nodes.0 <= s.nodes.1
+                        && s.nodes.0 <= o.nodes.1
+                        && o.ppn.0 <= s.ppn.1
+                        && s.ppn.0 <= o.ppn.1
+                })
+            })
+            .map(|s| CoverageChange {
+                collective: s.coll.name(),
+                nodes: s.nodes,
+                ppn: s.ppn,
+                only_in,
+            })
+            .collect()
+    };
+    let mut v = only(b, a, "new");
+    v.extend(only(a, b, "old"));
+    v
 }
 
 fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
@@ -271,6 +312,22 @@ fn print_human(j: &DiffJson) {
             );
         }
     }
+    if !j.coverage.is_empty() {
+        println!("\ncoverage that differs (shapes one table has a context for; decisions as listed above):");
+        for c in &j.coverage {
+            println!(
+                "  {:<14} nodes {:>7} ppn {:>5}  {}",
+                c.collective,
+                fmt_span(c.nodes.0, c.nodes.1),
+                fmt_span(c.ppn.0, c.ppn.1),
+                if c.only_in == "new" {
+                    "covered only by new"
+                } else {
+                    "covered only by old"
+                }
+            );
+        }
+    }
     if !j.metadata.is_empty() {
         println!("\nmetadata that differs (does not affect decisions):");
         for m in &j.metadata {
@@ -299,6 +356,7 @@ pub fn run(a: DiffArgs) -> anyhow::Result<i32> {
         new_digest: format!("{:016x}", tb.digest()),
         identical_decisions: changes.is_empty(),
         changes,
+        coverage: coverage_changes(&ta, &tb),
         metadata: meta_changes(&ta, &tb),
     };
     if a.json {
@@ -368,5 +426,16 @@ mod tests {
         assert_eq!(d[0].nodes, (2, 2));
         assert_eq!(d[0].new.algorithm, "default");
         assert_eq!(d[0].new.context, None);
+        // ... and the shape is covered only by the old table.
+        assert_eq!(
+            coverage_changes(&old, &new),
+            [CoverageChange {
+                collective: "allreduce",
+                nodes: (2, 2),
+                ppn: (8, 8),
+                only_in: "old",
+            }]
+        );
+        assert!(coverage_changes(&old, &old).is_empty());
     }
 }

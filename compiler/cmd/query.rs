@@ -246,7 +246,19 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
             format!("{:.2}", call.ranks as f64 / call.nodes.max(1) as f64)
         }
     );
+    // A measured shape where nothing beat NCCL's default is stored as a
+    // context that leaves every size alone: it is covered, not unmeasured.
+    let kept_everywhere = ctx.is_some_and(|c| c.rules().all(|r| r.decision == Decision::Default))
+        && beyond.is_none()
+        && l.basis == Some(dyncc_tables::Basis::Measured);
     let why = match (&context, &rule) {
+        (Some(c), Some(_)) if kept_everywhere => format!(
+            "context #{} (nodes {}, ranks/node {}): the sweep measured this shape and NCCL's default is kept \
+             at every size (no setting beat it by the margin)",
+            c.index,
+            fmt_span(c.nodes.0, c.nodes.1),
+            fmt_span(c.ppn.0, c.ppn.1),
+        ),
         (None, _) => format!(
             "no {} context covers {shape}: the table leaves NCCL alone for this communicator (a shape the sweep \
              did not measure, or one compiled without --extrapolate)",

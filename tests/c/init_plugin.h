@@ -1,7 +1,8 @@
 /* One communicator initialised the way NCCL does it, for the small C
  * programs of the tests: the plugin library named by the environment
  * variable `env`, opened RTLD_LOCAL, its ncclTunerPlugin_v6 resolved and
- * init called for 8 ranks on 1 node with `logger`; prints
+ * init called for 8 ranks on 1 node (or DYNCC_INIT_RANKS ranks on
+ * DYNCC_INIT_NODES nodes, one NVLink domain per node) with `logger`; prints
  * "rc N ctx set|null". Returns the library handle, or NULL after saying on
  * stderr why (`who` names the program). */
 #ifndef DYNCC_INIT_PLUGIN_H
@@ -27,10 +28,18 @@ static inline void *init_plugin(const char *env, const char *who, ncclDebugLogge
     dlclose(h);
     return NULL;
   }
-  ncclNvlDomainInfo_v5_t nvl = {1, 8, 8};
+  const char *r = getenv("DYNCC_INIT_RANKS"), *n = getenv("DYNCC_INIT_NODES");
+  int ranks = r ? atoi(r) : 8, nodes = n ? atoi(n) : 1;
+  if (ranks < 1 || nodes < 1) {
+    fprintf(stderr, "%s: DYNCC_INIT_RANKS and DYNCC_INIT_NODES must be positive\n", who);
+    dlclose(h);
+    return NULL;
+  }
+  ncclNvlDomainInfo_v5_t nvl = {nodes, ranks / nodes, (ranks + nodes - 1) / nodes};
   ncclTunerConstants_v5_t constants = {0};
   *ctx = NULL;
-  ncclResult_t rc = (*v6)->init(ctx, 0x1234abcdULL, 8, 1, logger, &nvl, &constants);
+  ncclResult_t rc =
+      (*v6)->init(ctx, 0x1234abcdULL, (size_t)ranks, (size_t)nodes, logger, &nvl, &constants);
   printf("rc %d ctx %s\n", (int)rc, *ctx ? "set" : "null");
   return h;
 }

@@ -1,4 +1,5 @@
-/* Initialises one communicator (v6, 8 ranks on 1 node) with the plugin in
+/* Initialises one communicator (v6, 8 ranks on 1 node unless
+ * DYNCC_INIT_RANKS / DYNCC_INIT_NODES say otherwise) with the plugin in
  * DYNCC_INITLOG_LIB and DYNCC_TABLE / DYNCC_STRICT from the environment,
  * prints every line the plugin logs ("INFO ..." / "WARN ...") and the
  * result ("rc N ctx set|null"), asks one AllReduce 1 MiB question when a
