@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::hash::Hasher as _;
 use std::io::BufRead;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -137,6 +138,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     };
     let mut section = (header_line, Sha256::new());
     let mut vals: Vec<String> = Vec::with_capacity(ncols);
+    let mut seen_rows = SeenRows::default();
     loop {
         if !next(&mut rdr, &mut rec)? {
             break;
@@ -152,11 +154,15 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
             continue;
         }
         out.report.rows += 1;
+        let mut row = std::collections::hash_map::DefaultHasher::new();
         for f in rec.iter() {
             section.1.update(f);
             section.1.update(b"\x1f");
+            row.write(f);
+            row.write_u8(0x1f);
         }
         section.1.update(b"\n");
+        let row = row.finish();
         if rec.len() != ncols {
             ctx.bad(
                 line,
@@ -269,6 +275,9 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         shown.state = PartialState { pipe_ops, reg_buff };
         let labelled = labeller.label(ctx, line, shown)?;
         let Some(run) = labelled.run else { continue };
+        if !seen_rows.first(row, line) {
+            continue;
+        }
         out.records.push(
             &run,
             Measurement {
@@ -284,7 +293,52 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     let (l, h) = section;
     out.end_section(l, h.finalize().into());
     out.bytes = rdr.position().byte();
+    if let Some(n) = seen_rows.note(&ctx.path) {
+        out.notes.push(n);
+    }
     Ok(out)
+}
+
+/// The rows of one tuner CSV already read, by a hash of their full text.
+/// A row whose every field equals an earlier row's (the file pasted after
+/// itself without its header, a sweep script's output appended twice) is
+/// the same measurement read again, not a repeat: counted once. Repeats a
+/// sweep really measured differ in some field (their time as printed, or a
+/// run or timestamp column); two that print the same time in every column
+/// cannot be told from a copy, and counting them once moves the median by
+/// nothing (the same value, one fewer time).
+#[derive(Default)]
+struct SeenRows {
+    /// 8 bytes a row: the fold's 16 bytes a row stay the dominant cost.
+    seen: std::collections::HashSet<u64>,
+    dropped: usize,
+    first_dropped: u32,
+}
+
+impl SeenRows {
+    /// Whether the row of hash `row` at `line` is the first with its text.
+    fn first(&mut self, row: u64, line: u32) -> bool {
+        if self.seen.insert(row) {
+            return true;
+        }
+        if self.dropped == 0 {
+            self.first_dropped = line;
+        }
+        self.dropped += 1;
+        false
+    }
+
+    fn note(&self, path: &std::path::Path) -> Option<String> {
+        (self.dropped > 0).then(|| {
+            format!(
+                "{}:{}: {} row(s) repeat an earlier row's text exactly (the same rows read \
+                 twice): each counted once",
+                path.display(),
+                self.first_dropped,
+                self.dropped
+            )
+        })
+    }
 }
 
 /// Where the newlines are in the bytes read so far but not yet asked about:

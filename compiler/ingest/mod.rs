@@ -799,6 +799,7 @@ fn read_format<R: BufRead>(
     ds.reports.push(report);
     ds.skipped = ctx.skipped;
     ds.anomalies = ctx.anomalies;
+    ds.notes = out.notes;
     Ok(FileRead {
         ds,
         fold: out.records,
@@ -819,6 +820,8 @@ pub(crate) struct FileOutput {
     pub bytes: u64,
     /// Run sections whose content is checked against every other's.
     pub sections: Vec<Section>,
+    /// What the reader says about the file as a whole (rows counted once).
+    pub notes: Vec<String>,
 }
 
 /// One run section of a file: its data rows' digest and its records.
@@ -849,6 +852,7 @@ impl FileOutput {
             },
             bytes: 0,
             sections: Vec::new(),
+            notes: Vec::new(),
         }
     }
 
