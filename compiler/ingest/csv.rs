@@ -150,6 +150,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         if rec == header_rec {
             // The header again: another file's rows follow.
             let (l, h) = std::mem::replace(&mut section, (line, Sha256::new()));
+            out.count_once(&seen_rows.end_section());
             out.end_section(l, h.finalize().into());
             continue;
         }
@@ -275,9 +276,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         shown.state = PartialState { pipe_ops, reg_buff };
         let labelled = labeller.label(ctx, line, shown)?;
         let Some(run) = labelled.run else { continue };
-        if !seen_rows.first(row, line) {
-            continue;
-        }
+        seen_rows.push(row, out.records.len(), line);
         out.records.push(
             &run,
             Measurement {
@@ -291,6 +290,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         );
     }
     let (l, h) = section;
+    out.count_once(&seen_rows.end_section());
     out.end_section(l, h.finalize().into());
     out.bytes = rdr.position().byte();
     if let Some(n) = seen_rows.note(&ctx.path) {
@@ -299,40 +299,72 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     Ok(out)
 }
 
-/// The rows of one tuner CSV already read, by a hash of their full text.
-/// A row whose every field equals an earlier row's (the file pasted after
-/// itself without its header, a sweep script's output appended twice) is
-/// the same measurement read again, not a repeat: counted once. Repeats a
-/// sweep really measured differ in some field (their time as printed, or a
-/// run or timestamp column); two that print the same time in every column
-/// cannot be told from a copy, and counting them once moves the median by
-/// nothing (the same value, one fewer time).
+/// The rows of one run section of a tuner CSV, by a hash of their full
+/// text, to find stretches of it read twice (`cat a.csv; tail -n +2 a.csv`,
+/// a sweep script's output appended twice). The rule: a row counts once
+/// when its text repeats an earlier row's and so does a neighbour's, in the
+/// same order (row i = row j and row i-1 = row j-1, or row i+1 = row j+1):
+/// a copied stretch. A lone row that prints the same as an earlier one
+/// (nccl-tests-like two decimals, a latency floor) is a real repeat whose
+/// time happened to print alike: it stays. A whole section repeated after
+/// the header is the section digest's to find (see `read_paths_folded`).
 #[derive(Default)]
 struct SeenRows {
-    /// 8 bytes a row: the fold's 16 bytes a row stay the dominant cost.
-    seen: std::collections::HashSet<u64>,
+    /// Row text hash -> reading order (seq) of its first row.
+    first: std::collections::HashMap<u64, u32>,
+    /// Per row of the section, by reading order: its first row's seq, and
+    /// its line.
+    rows: Vec<(u32, u32)>,
+    /// Reading order of the section's first row.
+    base: u32,
+    /// Rows counted once so far, and the line of the first.
     dropped: usize,
     first_dropped: u32,
 }
 
 impl SeenRows {
-    /// Whether the row of hash `row` at `line` is the first with its text.
-    fn first(&mut self, row: u64, line: u32) -> bool {
-        if self.seen.insert(row) {
-            return true;
+    /// Notes the row of hash `row` at `line`, the `seq`-th record pushed.
+    fn push(&mut self, row: u64, seq: usize, line: u32) {
+        let seq = seq as u32;
+        if self.rows.is_empty() {
+            self.base = seq;
         }
-        if self.dropped == 0 {
-            self.first_dropped = line;
+        let first = *self.first.entry(row).or_insert(seq);
+        self.rows.push((first, line));
+    }
+
+    /// Ends a section: the reading orders of its rows that repeat a copied
+    /// stretch, as ranges to drop.
+    fn end_section(&mut self) -> Vec<std::ops::Range<usize>> {
+        let rows = std::mem::take(&mut self.rows);
+        self.first.clear();
+        let mut drop: Vec<std::ops::Range<usize>> = Vec::new();
+        for (k, &(first, line)) in rows.iter().enumerate() {
+            let seq = self.base + k as u32;
+            let copied = first != seq
+                && ((k > 0 && rows[k - 1].0 + 1 == first)
+                    || rows.get(k + 1).is_some_and(|r| r.0 == first + 1));
+            if !copied {
+                continue;
+            }
+            if self.dropped == 0 {
+                self.first_dropped = line;
+            }
+            self.dropped += 1;
+            let seq = seq as usize;
+            match drop.last_mut() {
+                Some(r) if r.end == seq => r.end = seq + 1,
+                _ => drop.push(seq..seq + 1),
+            }
         }
-        self.dropped += 1;
-        false
+        drop
     }
 
     fn note(&self, path: &std::path::Path) -> Option<String> {
         (self.dropped > 0).then(|| {
             format!(
-                "{}:{}: {} row(s) repeat an earlier row's text exactly (the same rows read \
-                 twice): each counted once",
+                "{}:{}: {} row(s) repeat earlier rows exactly, in the same order (the same \
+                 rows read twice): each counted once",
                 path.display(),
                 self.first_dropped,
                 self.dropped

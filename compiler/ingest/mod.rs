@@ -795,7 +795,7 @@ fn read_format<R: BufRead>(
     ds.bytes = out.bytes;
     let mut report = out.report;
     report.file = path.to_path_buf();
-    report.records = out.records.len();
+    report.records = out.records.len() - out.counted_once;
     ds.reports.push(report);
     ds.skipped = ctx.skipped;
     ds.anomalies = ctx.anomalies;
@@ -822,6 +822,8 @@ pub(crate) struct FileOutput {
     pub sections: Vec<Section>,
     /// What the reader says about the file as a whole (rows counted once).
     pub notes: Vec<String>,
+    /// Records pushed and then dropped as the same rows read twice.
+    pub counted_once: usize,
 }
 
 /// One run section of a file: its data rows' digest and its records.
@@ -853,7 +855,14 @@ impl FileOutput {
             bytes: 0,
             sections: Vec::new(),
             notes: Vec::new(),
+            counted_once: 0,
         }
+    }
+
+    /// Drops the records of `ranges` (reading order): rows read twice.
+    pub fn count_once(&mut self, ranges: &[std::ops::Range<usize>]) {
+        self.records.drop_ranges(ranges);
+        self.counted_once += ranges.iter().map(|r| r.len()).sum::<usize>();
     }
 
     /// Ends a run section starting at `line` with data rows of `digest`:
