@@ -638,3 +638,45 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::{read_with_format, Format, IngestOptions};
+
+    fn records(rows: &[&str]) -> (usize, Vec<String>) {
+        let mut text = String::from(
+            "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n",
+        );
+        for r in rows {
+            text += &format!("allreduce,{r},default,default,-1,1,8,10.00\n");
+        }
+        let ds = read_with_format(
+            Path::new("s.csv"),
+            text.as_bytes(),
+            Format::TunerCsv,
+            &IngestOptions::default(),
+        )
+        .unwrap();
+        (ds.records.len(), ds.notes)
+    }
+
+    /// A stretch of rows read again counts once; a lone row printing the
+    /// same as an earlier one (a real repeat, printed alike) stays.
+    #[test]
+    fn only_a_stretch_of_rows_read_again_counts_once() {
+        let (n, notes) = records(&["8", "16", "8", "32"]);
+        assert_eq!(n, 4);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (n, notes) = records(&["8", "16", "32", "8", "16", "32"]);
+        assert_eq!(n, 3);
+        assert_eq!(
+            notes,
+            [
+                "s.csv:5: 3 row(s) repeat earlier rows exactly, in the same order (the same rows \
+              read twice): each counted once"
+            ]
+        );
+    }
+}
