@@ -496,13 +496,16 @@ fn check_repeats(
 ) -> anyhow::Result<()> {
     use std::collections::HashMap;
     use std::path::Path;
-    /// Repeats are measurements of one cell on one platform and GPU.
-    type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
+    /// Repeats are measurements of one cell on one platform and GPU, in one
+    /// setup: setups pooled with `--pool-setups` may differ by design.
+    type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>, Setup<'a>);
+    type Setup<'a> = (Option<&'a str>, Option<u32>);
     fn repeat_key(g: &Group) -> RepeatKey<'_> {
         (
             g.key.cell(),
             g.key.run.platform.as_deref(),
             g.key.run.gpu.as_deref(),
+            (g.key.run.env.as_deref(), g.key.run.nccl_version),
         )
     }
     /// A cell's first file, and whether another file measured it too.
@@ -562,7 +565,7 @@ fn check_repeats(
         pair: (PathBuf, PathBuf),
     }
     let mut bad: Vec<Bad> = Vec::new();
-    for ((key, platform, gpu), files) in &groups {
+    for ((key, platform, gpu, _), files) in &groups {
         if files.len() < 2 {
             continue;
         }
