@@ -419,6 +419,13 @@ fn check_default_runs(
 /// [`REPEAT_MIN_CELLS`] cells.
 pub const REPEAT_SD: f64 = 5.0;
 
+/// Runs of one setting from different jobs (another day, another
+/// allocation, other traffic on the links) differ by more than one run's
+/// own noise; real sweeps repeated across jobs differ by 10-20 % at places.
+/// Below this factor a disagreement is read as that, not as a broken run
+/// (the degraded reruns this check exists for are 2-5x off).
+pub const REPEAT_MIN_FACTOR: f64 = 1.5;
+
 /// ... at this many cells between the same two files (fewer is a warm-up
 /// artefact, not a broken run).
 pub const REPEAT_MIN_CELLS: usize = 3;
@@ -526,7 +533,7 @@ fn check_repeats(
     }
     type PerFile<'a> = BTreeMap<&'a Path, InFile>;
     let sigma = sweep_noise(f);
-    let limit = REPEAT_SD * std::f64::consts::SQRT_2 * sigma;
+    let limit = (REPEAT_SD * std::f64::consts::SQRT_2 * sigma).max(REPEAT_MIN_FACTOR.ln());
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
     // Only cells measured in two files or more are compared: their times
     // are the only ones copied (a single file of repeats copies none).
@@ -590,7 +597,8 @@ fn check_repeats(
             let what = format!(
                 "{}:{}: {} {} ranks on {} node(s), {} bytes, {}: {:.2} us here but {:.2} us at {}:{} \
                  ({:.1}x apart); expected repeats of one measurement to agree within {:.2}x \
-                 ({REPEAT_SD} sd of the sweep's own noise, {:.1} %) (was one run on a degraded \
+                 (the larger of {REPEAT_SD} sd of the sweep's own noise, {:.1} %, and \
+                 {REPEAT_MIN_FACTOR}x between jobs) (was one run on a degraded \
                  node, or sharing the links with another job?)",
                 hi.file.display(),
                 hi.line,

@@ -874,6 +874,40 @@ fn csv_rows_read_twice_compile_to_the_table_read_once() {
 /// setting at every size of it. Now it disagrees beyond the sweep's own
 /// noise: an error naming file:line; with --lenient its cells are dropped,
 /// listed, and the table is the one of a sweep that never measured them.
+/// Runs of one setting from another job differ by more than one run's
+/// noise (another allocation, other traffic): 1.3x apart at every size is
+/// not a broken run, and compiles (their median decides).
+#[test]
+fn a_rerun_from_another_job_within_1_5x_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
+    let (header, rows) = text.split_once('\n').unwrap();
+    let mut rerun = format!("{header}\n");
+    for l in rows.lines() {
+        let f: Vec<&str> = l.split(',').collect();
+        if f[2] == "default" && f[5] == "2" {
+            let t: f64 = f[11].parse().unwrap();
+            let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+            g[9] = format!("{:.1}", t * 1.3);
+            g[11] = format!("{:.1}", t * 1.3);
+            rerun += &format!("{}\n", g.join(","));
+        }
+    }
+    let sweep = dir.path().join("sweep");
+    std::fs::create_dir(&sweep).unwrap();
+    std::fs::write(sweep.join("a.csv"), &text).unwrap();
+    std::fs::write(sweep.join("rerun.csv"), &rerun).unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(&sweep)
+        .arg("-o")
+        .arg(dir.path().join("t.tbl"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
 #[test]
 fn a_degraded_rerun_of_the_default_is_flagged_and_kept_out_of_decisions() {
     let dir = tempfile::tempdir().unwrap();
