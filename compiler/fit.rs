@@ -12,8 +12,8 @@ use crate::tree::Forest;
 
 /// The floor of the noise estimate: even perfectly repeatable runs differ
 /// this much from one job to the next.
-const MIN_SIGMA: f64 = 0.005;
-const MAX_SIGMA: f64 = 0.5;
+pub(crate) const MIN_SIGMA: f64 = 0.005;
+pub(crate) const MAX_SIGMA: f64 = 0.5;
 
 /// The models and noise levels of one grid.
 pub struct Fitted {
@@ -180,7 +180,7 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
 }
 
 /// Expected range of n standard normal samples (d2 constants).
-fn range_factor(n: u32) -> f64 {
+pub(crate) fn range_factor(n: u32) -> f64 {
     match n {
         0 | 1 => 1.0,
         2 => 1.128,

@@ -411,19 +411,91 @@ fn check_default_runs(
     Ok(())
 }
 
-/// Repeats of one measurement from different runs (files) whose medians
-/// differ by more than this factor are not noise: one run was broken.
-pub const REPEAT_FACTOR: f64 = 10.0;
+/// Repeats of one cell from two files disagree when the log of their
+/// medians' ratio exceeds this many standard deviations of the difference
+/// of two measurements (sqrt(2) times the sweep's own noise, see
+/// [`sweep_noise`]). Noise of 5 sd or more happens about once in 1.7
+/// million cells for normal noise; a broken run must also show it at
+/// [`REPEAT_MIN_CELLS`] cells.
+pub const REPEAT_SD: f64 = 5.0;
+
+/// Runs of one setting from different jobs (another day, another
+/// allocation, other traffic on the links) differ by more than one run's
+/// own noise; real sweeps repeated across jobs differ by 10-20 % at places.
+/// Below this factor a disagreement is read as that, not as a broken run
+/// (the degraded reruns this check exists for are 2-5x off).
+pub const REPEAT_MIN_FACTOR: f64 = 1.5;
 
 /// ... at this many cells between the same two files (fewer is a warm-up
 /// artefact, not a broken run).
 pub const REPEAT_MIN_CELLS: usize = 3;
 
+/// The sweep's own noise: the sd of ln(time) of one measurement, estimated
+/// as [`crate::fit::noise`] does per grid, over the whole sweep. Repeats
+/// within one file (one run) measure it directly (range / d_n); without
+/// them it comes from the roughness of each run's curve over neighbouring
+/// sizes (second differences: variance 6 s^2, lower quartile against
+/// bends). Either is within a run, so a run that is uniformly slower (a
+/// degraded node) cannot hide itself by raising the noise.
+pub fn sweep_noise(f: &Folded) -> f64 {
+    use crate::fit::{range_factor, MAX_SIGMA, MIN_SIGMA};
+    use std::collections::HashMap;
+    let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
+    let mut rep: Vec<f64> = Vec::new();
+    // Per run curve (file, run, placement, type): ln of the median time per
+    // size.
+    type Curve<'a> = (&'a PathBuf, &'a crate::record::Run, bool, Option<&'a str>);
+    let mut curves: HashMap<Curve<'_>, BTreeMap<u64, f64>> = HashMap::new();
+    for g in f.groups.iter().filter(trusted) {
+        let mut t: Vec<f64> = g
+            .samples
+            .iter()
+            .map(|s| s.time_us)
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .collect();
+        let Some(med) = crate::stats::median(&mut t) else {
+            continue;
+        };
+        if t.len() >= 2 {
+            let s = (t[t.len() - 1] / t[0]).ln() / range_factor(t.len() as u32);
+            rep.push(s * s);
+        }
+        curves
+            .entry((
+                g.key.file.as_ref(),
+                &g.key.run,
+                g.key.in_place,
+                g.key.dtype.as_deref(),
+            ))
+            .or_default()
+            .insert(g.key.nbytes, med.ln());
+    }
+    let var = if !rep.is_empty() {
+        crate::stats::median(&mut rep).unwrap_or(0.0)
+    } else {
+        let mut rough: Vec<f64> = Vec::new();
+        for c in curves.values() {
+            let v: Vec<f64> = c.values().copied().collect();
+            for w in v.windows(3) {
+                let d2 = w[0] - 2.0 * w[1] + w[2];
+                rough.push(d2 * d2 / 6.0);
+            }
+        }
+        if rough.len() >= 4 {
+            crate::stats::quantile(&mut rough, 0.25).unwrap_or(0.0) / 0.1015
+        } else {
+            0.05 * 0.05
+        }
+    };
+    var.sqrt().clamp(MIN_SIGMA, MAX_SIGMA)
+}
+
 /// Compares repeats of each cell across files: when two runs of the same
-/// collective, shape, size and setting on the same platform disagree by more
-/// than [`REPEAT_FACTOR`], the median would silently blend a broken run into
-/// the decision. Strict: an error naming both places. Lenient: the cell's
-/// records are dropped and listed as skipped.
+/// collective, shape, size and setting on the same platform disagree by
+/// more than the sweep's own noise allows ([`REPEAT_SD`], [`sweep_noise`]),
+/// the median would silently blend a broken run into the decision. Strict:
+/// an error naming both places. Lenient: the cell's records are dropped
+/// and listed as skipped, so no decision is built on them.
 fn check_repeats(
     f: &mut Folded,
     skipped: &mut Vec<ingest::Skip>,
@@ -431,13 +503,16 @@ fn check_repeats(
 ) -> anyhow::Result<()> {
     use std::collections::HashMap;
     use std::path::Path;
-    /// Repeats are measurements of one cell on one platform and GPU.
-    type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>);
+    /// Repeats are measurements of one cell on one platform and GPU, in one
+    /// setup: setups pooled with `--pool-setups` may differ by design.
+    type RepeatKey<'a> = (CellKey, Option<&'a str>, Option<&'a str>, Setup<'a>);
+    type Setup<'a> = (Option<&'a str>, Option<u32>);
     fn repeat_key(g: &Group) -> RepeatKey<'_> {
         (
             g.key.cell(),
             g.key.run.platform.as_deref(),
             g.key.run.gpu.as_deref(),
+            (g.key.run.env.as_deref(), g.key.run.nccl_version),
         )
     }
     /// A cell's first file, and whether another file measured it too.
@@ -457,6 +532,8 @@ fn check_repeats(
         line: u32,
     }
     type PerFile<'a> = BTreeMap<&'a Path, InFile>;
+    let sigma = sweep_noise(f);
+    let limit = (REPEAT_SD * std::f64::consts::SQRT_2 * sigma).max(REPEAT_MIN_FACTOR.ln());
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
     // Only cells measured in two files or more are compared: their times
     // are the only ones copied (a single file of repeats copies none).
@@ -495,7 +572,7 @@ fn check_repeats(
         pair: (PathBuf, PathBuf),
     }
     let mut bad: Vec<Bad> = Vec::new();
-    for ((key, platform, gpu), files) in &groups {
+    for ((key, platform, gpu, _), files) in &groups {
         if files.len() < 2 {
             continue;
         }
@@ -516,11 +593,13 @@ fn check_repeats(
             .iter()
             .max_by(|a, b| a.median.total_cmp(&b.median))
             .unwrap();
-        if hi.median > lo.median * REPEAT_FACTOR {
+        if (hi.median / lo.median).ln() > limit {
             let what = format!(
                 "{}:{}: {} {} ranks on {} node(s), {} bytes, {}: {:.2} us here but {:.2} us at {}:{} \
-                 ({:.0}x apart); expected repeats of one measurement to agree within {REPEAT_FACTOR}x \
-                 (was one run on a broken node or other hardware?)",
+                 ({:.1}x apart); expected repeats of one measurement to agree within {:.2}x \
+                 (the larger of {REPEAT_SD} sd of the sweep's own noise, {:.1} %, and \
+                 {REPEAT_MIN_FACTOR}x between jobs) (was one run on a degraded \
+                 node, or sharing the links with another job?)",
                 hi.file.display(),
                 hi.line,
                 key.collective.name(),
@@ -533,6 +612,8 @@ fn check_repeats(
                 lo.file.display(),
                 lo.line,
                 hi.median / lo.median,
+                limit.exp(),
+                sigma * 100.0,
             );
             bad.push(Bad {
                 key: *key,

@@ -832,3 +832,152 @@ fn uneven_shapes_are_noted_with_file_and_line() {
     );
     assert!(notes.contains(&want), "{notes}");
 }
+
+/// `dyncc diff A B` says whether every call gets the same decision.
+fn same_decisions(a: &Path, b: &Path) -> bool {
+    let out = dyncc().arg("diff").arg(a).arg(b).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout).contains("no differences")
+}
+
+/// The same CSV rows read twice (`cat a.csv; tail -n +2 a.csv`) counted as
+/// independent repeats: on the DGX-1V sweep 34 decision regions changed.
+/// A stretch of rows read again is one measurement: the same table.
+#[test]
+fn csv_rows_read_twice_compile_to_the_table_read_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
+    let rows = text.split_once('\n').unwrap().1;
+    let twice = dir.path().join("twice.csv");
+    std::fs::write(&twice, format!("{text}{rows}")).unwrap();
+    let once_tbl = dir.path().join("once.tbl");
+    let twice_tbl = dir.path().join("twice.tbl");
+    compile(&real("nvidia-dgx1v-allreduce.csv"), &once_tbl);
+    let out = dyncc()
+        .arg("compile")
+        .arg(&twice)
+        .arg("-o")
+        .arg(&twice_tbl)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("twice.csv:1262: 1260 row(s) repeat earlier rows"),
+        "{report}"
+    );
+    assert!(same_decisions(&once_tbl, &twice_tbl));
+}
+
+/// A rerun of NCCL's default 3x slower (a degraded node) was averaged in
+/// with "0 flagged" (only 10x was caught) and the table forced another
+/// setting at every size of it. Now it disagrees beyond the sweep's own
+/// noise: an error naming file:line; with --lenient its cells are dropped,
+/// listed, and the table is the one of a sweep that never measured them.
+/// Runs of one setting from another job differ by more than one run's
+/// noise (another allocation, other traffic): 1.3x apart at every size is
+/// not a broken run, and compiles (their median decides).
+#[test]
+fn a_rerun_from_another_job_within_1_5x_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
+    let (header, rows) = text.split_once('\n').unwrap();
+    let mut rerun = format!("{header}\n");
+    for l in rows.lines() {
+        let f: Vec<&str> = l.split(',').collect();
+        if f[2] == "default" && f[5] == "2" {
+            let t: f64 = f[11].parse().unwrap();
+            let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+            g[9] = format!("{:.1}", t * 1.3);
+            g[11] = format!("{:.1}", t * 1.3);
+            rerun += &format!("{}\n", g.join(","));
+        }
+    }
+    let sweep = dir.path().join("sweep");
+    std::fs::create_dir(&sweep).unwrap();
+    std::fs::write(sweep.join("a.csv"), &text).unwrap();
+    std::fs::write(sweep.join("rerun.csv"), &rerun).unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(&sweep)
+        .arg("-o")
+        .arg(dir.path().join("t.tbl"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
+#[test]
+fn a_degraded_rerun_of_the_default_is_flagged_and_kept_out_of_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
+    let (header, rows) = text.split_once('\n').unwrap();
+    // Columns: collective,size_bytes,algorithm,protocol,channels,nodes,
+    // ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us,platform.
+    let is_rerun = |f: &[&str]| f[2] == "default" && f[5] == "2";
+    let mut rerun = format!("{header}\n");
+    let mut without = format!("{header}\n");
+    for l in rows.lines() {
+        let f: Vec<&str> = l.split(',').collect();
+        if is_rerun(&f) {
+            let t: f64 = f[11].parse().unwrap();
+            let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+            g[9] = format!("{:.1}", t * 3.0);
+            g[11] = format!("{:.1}", t * 3.0);
+            rerun += &format!("{}\n", g.join(","));
+        } else {
+            without += &format!("{l}\n");
+        }
+    }
+    let sweep = dir.path().join("sweep");
+    std::fs::create_dir(&sweep).unwrap();
+    std::fs::write(sweep.join("a.csv"), &text).unwrap();
+    std::fs::write(sweep.join("rerun.csv"), &rerun).unwrap();
+    let tbl = dir.path().join("t.tbl");
+    let out = dyncc()
+        .arg("compile")
+        .arg(&sweep)
+        .arg("-o")
+        .arg(&tbl)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("rerun.csv:") && err.contains("a.csv:") && err.contains("3.0x apart"),
+        "{err}"
+    );
+    assert!(err.contains("sweep's own noise"), "{err}");
+    assert!(!tbl.exists());
+    let out = dyncc()
+        .arg("compile")
+        .arg(&sweep)
+        .arg("--lenient")
+        .arg("-o")
+        .arg(&tbl)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains("30 skipped"), "{report}");
+    assert!(
+        report.contains("skipped ")
+            && report.contains("rerun.csv:")
+            && report.contains("dropped the cell"),
+        "{report}"
+    );
+    let never = dir.path().join("never.csv");
+    std::fs::write(&never, &without).unwrap();
+    let never_tbl = dir.path().join("never.tbl");
+    let out = dyncc()
+        .arg("compile")
+        .arg(&never)
+        .arg("--lenient")
+        .arg("-o")
+        .arg(&never_tbl)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(same_decisions(&never_tbl, &tbl));
+}

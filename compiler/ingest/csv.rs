@@ -7,6 +7,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::hash::Hasher as _;
 use std::io::BufRead;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -137,6 +138,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
     };
     let mut section = (header_line, Sha256::new());
     let mut vals: Vec<String> = Vec::with_capacity(ncols);
+    let mut seen_rows = SeenRows::default();
     loop {
         if !next(&mut rdr, &mut rec)? {
             break;
@@ -148,15 +150,20 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         if rec == header_rec {
             // The header again: another file's rows follow.
             let (l, h) = std::mem::replace(&mut section, (line, Sha256::new()));
+            seen_rows.end_section(&mut out);
             out.end_section(l, h.finalize().into());
             continue;
         }
         out.report.rows += 1;
+        let mut row = std::collections::hash_map::DefaultHasher::new();
         for f in rec.iter() {
             section.1.update(f);
             section.1.update(b"\x1f");
+            row.write(f);
+            row.write_u8(0x1f);
         }
         section.1.update(b"\n");
+        let row = row.finish();
         if rec.len() != ncols {
             ctx.bad(
                 line,
@@ -269,6 +276,7 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         shown.state = PartialState { pipe_ops, reg_buff };
         let labelled = labeller.label(ctx, line, shown)?;
         let Some(run) = labelled.run else { continue };
+        seen_rows.push(row, out.records.len());
         out.records.push(
             &run,
             Measurement {
@@ -282,9 +290,118 @@ pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result
         );
     }
     let (l, h) = section;
+    seen_rows.end_section(&mut out);
     out.end_section(l, h.finalize().into());
     out.bytes = rdr.position().byte();
+    if let Some(n) = seen_rows.note(&ctx.path) {
+        out.notes.push(n);
+    }
     Ok(out)
+}
+
+/// The rows of one run section of a tuner CSV, by a hash of their full
+/// text, to find stretches of it read twice (`cat a.csv; tail -n +2 a.csv`,
+/// a sweep script's output appended twice). The rule: a row counts once
+/// when it lies in a stretch of [`STRETCH`] consecutive rows that all
+/// repeat, word for word and in order, an earlier stretch of the section.
+/// A row (or two) that prints the same as earlier ones (nccl-tests-like
+/// decimals, a latency floor) is a real repeat whose time happened to
+/// print alike: it stays. A whole section repeated after the header is the
+/// section digest's to find (see `read_paths_folded`).
+/// Consecutive rows that, repeated word for word in order, are a stretch
+/// read twice rather than repeats printed alike: on a 1M-row sweep of
+/// 38,850 cells repeated (3 decimals), 8 pairs of rows coincide with an
+/// earlier pair by chance, no three rows do.
+const STRETCH: usize = 3;
+
+#[derive(Default)]
+struct SeenRows {
+    /// Per row of the section, by reading order: the hash of its text
+    /// (8 bytes a row; the first rows are found by sorting at the end of
+    /// the section, not kept in a map).
+    hashes: Vec<u64>,
+    /// Reading order of the section's first row.
+    base: u32,
+    /// Rows counted once so far, and the line of the first.
+    dropped: usize,
+    first_line: Option<u32>,
+}
+
+impl SeenRows {
+    /// Notes the row of hash `row`, the `seq`-th record pushed.
+    fn push(&mut self, row: u64, seq: usize) {
+        if self.hashes.is_empty() {
+            self.base = seq as u32;
+        }
+        self.hashes.push(row);
+    }
+
+    /// Ends a section: drops from `out` its rows that repeat a copied
+    /// stretch.
+    fn end_section(&mut self, out: &mut FileOutput) {
+        let ranges = self.copied();
+        if self.first_line.is_none() {
+            self.first_line = ranges.first().and_then(|r| out.records.line_of(r.start));
+        }
+        out.count_once(&ranges);
+    }
+
+    /// The reading orders of the section's rows that repeat a copied
+    /// stretch, as ranges.
+    fn copied(&mut self) -> Vec<std::ops::Range<usize>> {
+        let mut h = std::mem::take(&mut self.hashes);
+        let n = h.len();
+        if n < STRETCH {
+            return Vec::new();
+        }
+        // Each window of STRETCH consecutive rows, hashed in place (window k
+        // reads rows k.. only, so rows not yet passed are intact).
+        for k in 0..=n - STRETCH {
+            let mut w = std::collections::hash_map::DefaultHasher::new();
+            for r in &h[k..k + STRETCH] {
+                w.write_u64(*r);
+            }
+            h[k] = w.finish();
+        }
+        h.truncate(n - STRETCH + 1);
+        // A window seen before: sort by (hash, index); all but the first of
+        // each run of equal hashes are repeats.
+        let mut order: Vec<u32> = (0..h.len() as u32).collect();
+        order.sort_unstable_by_key(|&i| (h[i as usize], i));
+        let mut repeated = vec![false; h.len()];
+        for p in 1..order.len() {
+            if h[order[p] as usize] == h[order[p - 1] as usize] {
+                repeated[order[p] as usize] = true;
+            }
+        }
+        drop(order);
+        drop(h);
+        let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+        for r in 0..n {
+            let windows = r.saturating_sub(STRETCH - 1)..=r.min(repeated.len() - 1);
+            if !repeated[windows].iter().any(|&x| x) {
+                continue;
+            }
+            let seq = self.base as usize + r;
+            self.dropped += 1;
+            match ranges.last_mut() {
+                Some(x) if x.end == seq => x.end = seq + 1,
+                _ => ranges.push(seq..seq + 1),
+            }
+        }
+        ranges
+    }
+
+    fn note(&self, path: &std::path::Path) -> Option<String> {
+        let line = self.first_line.filter(|_| self.dropped > 0)?;
+        Some(format!(
+            "{}:{}: {} row(s) repeat earlier rows exactly, in the same order (the same rows \
+             read twice): each counted once",
+            path.display(),
+            line,
+            self.dropped
+        ))
+    }
 }
 
 /// Where the newlines are in the bytes read so far but not yet asked about:
@@ -551,4 +668,49 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::{read_with_format, Format, IngestOptions};
+
+    fn records(rows: &[&str]) -> (usize, Vec<String>) {
+        let mut text = String::from(
+            "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n",
+        );
+        for r in rows {
+            text += &format!("allreduce,{r},default,default,-1,1,8,10.00\n");
+        }
+        let ds = read_with_format(
+            Path::new("s.csv"),
+            text.as_bytes(),
+            Format::TunerCsv,
+            &IngestOptions::default(),
+        )
+        .unwrap();
+        (ds.records.len(), ds.notes)
+    }
+
+    /// A stretch of rows read again counts once; a lone row printing the
+    /// same as an earlier one (a real repeat, printed alike) stays.
+    #[test]
+    fn only_a_stretch_of_rows_read_again_counts_once() {
+        let (n, notes) = records(&["8", "16", "8", "32"]);
+        assert_eq!(n, 4);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (n, notes) = records(&["8", "16", "8", "16", "64"]);
+        assert_eq!(n, 5);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (n, notes) = records(&["8", "16", "32", "8", "16", "32"]);
+        assert_eq!(n, 3);
+        assert_eq!(
+            notes,
+            [
+                "s.csv:5: 3 row(s) repeat earlier rows exactly, in the same order (the same rows \
+              read twice): each counted once"
+            ]
+        );
+    }
 }

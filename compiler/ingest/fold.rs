@@ -274,6 +274,16 @@ impl FoldBuilder {
         self.file_keys.finish()
     }
 
+    /// The line of the record read `seq`-th (a scan: for a note, not per
+    /// row).
+    pub(crate) fn line_of(&self, seq: usize) -> Option<u32> {
+        self.map
+            .values()
+            .flatten()
+            .find(|s| s.seq as usize == seq)
+            .map(|s| s.line)
+    }
+
     /// Drops the records whose reading order falls in one of `ranges`.
     pub(crate) fn drop_ranges(&mut self, ranges: &[std::ops::Range<usize>]) {
         if ranges.is_empty() {

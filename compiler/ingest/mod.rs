@@ -795,10 +795,11 @@ fn read_format<R: BufRead>(
     ds.bytes = out.bytes;
     let mut report = out.report;
     report.file = path.to_path_buf();
-    report.records = out.records.len();
+    report.records = out.records.len() - out.counted_once;
     ds.reports.push(report);
     ds.skipped = ctx.skipped;
     ds.anomalies = ctx.anomalies;
+    ds.notes = out.notes;
     Ok(FileRead {
         ds,
         fold: out.records,
@@ -819,6 +820,10 @@ pub(crate) struct FileOutput {
     pub bytes: u64,
     /// Run sections whose content is checked against every other's.
     pub sections: Vec<Section>,
+    /// What the reader says about the file as a whole (rows counted once).
+    pub notes: Vec<String>,
+    /// Records pushed and then dropped as the same rows read twice.
+    pub counted_once: usize,
 }
 
 /// One run section of a file: its data rows' digest and its records.
@@ -849,7 +854,15 @@ impl FileOutput {
             },
             bytes: 0,
             sections: Vec::new(),
+            notes: Vec::new(),
+            counted_once: 0,
         }
+    }
+
+    /// Drops the records of `ranges` (reading order): rows read twice.
+    pub fn count_once(&mut self, ranges: &[std::ops::Range<usize>]) {
+        self.records.drop_ranges(ranges);
+        self.counted_once += ranges.iter().map(|r| r.len()).sum::<usize>();
     }
 
     /// Ends a run section starting at `line` with data rows of `digest`:
