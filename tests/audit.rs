@@ -900,18 +900,27 @@ fn every_audit_command_has_help_with_an_example() {
     }
 }
 
-/// Every audit command on tables compiled from the shipped real sweeps, and
-/// `query` against the plugin on a dense grid of calls to a real table.
+/// The shipped DGX-1V sweep compiled into `dir/dgx1v.tbl`.
+fn compile_dgx1v(dir: &Path) -> PathBuf {
+    let data =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let tbl = dir.join("dgx1v.tbl");
+    ok(&[
+        "compile",
+        data.to_str().unwrap(),
+        "-o",
+        tbl.to_str().unwrap(),
+    ]);
+    tbl
+}
+
 /// `query` called sizes beyond the sweep (8 GiB and 16 EiB on the DGX-1V
 /// table, which measured 8 B..4 GiB) "(measured)".
 #[test]
 fn query_labels_sizes_beyond_the_sweep_as_such() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let d = tempfile::tempdir().unwrap();
-    let data = root.join("datasets/real/nvidia-dgx1v-allreduce.csv");
-    let tbl = d.path().join("dgx1v.tbl");
+    let tbl = compile_dgx1v(d.path());
     let t = tbl.to_str().unwrap();
-    ok(&["compile", data.to_str().unwrap(), "-o", t]);
     let q = |bytes: &str| {
         let args = [
             "query",
@@ -956,12 +965,9 @@ fn query_labels_sizes_beyond_the_sweep_as_such() {
 /// an all-default context now, and the plugin still leaves NCCL alone there.
 #[test]
 fn a_measured_node_count_where_nothing_is_forced_is_covered() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let d = tempfile::tempdir().unwrap();
-    let data = root.join("datasets/real/nvidia-dgx1v-allreduce.csv");
-    let tbl = d.path().join("dgx1v.tbl");
+    let tbl = compile_dgx1v(d.path());
     let t = tbl.to_str().unwrap();
-    ok(&["compile", data.to_str().unwrap(), "-o", t]);
     let bytes = std::fs::read(&tbl).unwrap();
     let table = Table::from_bytes(&bytes).unwrap();
     let ctx = table
@@ -1021,6 +1027,8 @@ fn a_measured_node_count_where_nothing_is_forced_is_covered() {
     }
 }
 
+/// Every audit command on tables compiled from the shipped real sweeps, and
+/// `query` against the plugin on a dense grid of calls to a real table.
 #[test]
 fn audit_commands_on_tables_compiled_from_real_sweeps() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
