@@ -20,7 +20,7 @@ use super::{quote, Dataset};
 use crate::record::{PartialState, Record, Run, State};
 
 /// NCCL loads tuner plugins from 2.19.0 on (`ncclTunerPlugin_v1`, see
-/// /work/shared/reference/nccl-tuner-abi.md); older NCCLs never load one.
+/// the design notes' reference/nccl-tuner-abi.md); older NCCLs never load one.
 pub const FIRST_TUNER_NCCL: u32 = 21900;
 
 /// `22304` -> `2.23.4`.
