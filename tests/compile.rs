@@ -874,25 +874,50 @@ fn csv_rows_read_twice_compile_to_the_table_read_once() {
 /// setting at every size of it. Now it disagrees beyond the sweep's own
 /// noise: an error naming file:line; with --lenient its cells are dropped,
 /// listed, and the table is the one of a sweep that never measured them.
+/// The shipped DGX-1V sweep, and a rerun of its default runs at 2 nodes
+/// `factor` times slower (as a degraded node or another job would give),
+/// and the sweep without those runs, as CSV texts.
+struct Rerun {
+    sweep: String,
+    rerun: String,
+    without: String,
+}
+
+fn dgx1v_default_rerun(factor: f64) -> Rerun {
+    let sweep = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
+    let (header, rows) = sweep.split_once('\n').unwrap();
+    // Columns: collective,size_bytes,algorithm,protocol,channels,nodes,
+    // ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us,platform.
+    let mut rerun = format!("{header}\n");
+    let mut without = format!("{header}\n");
+    for l in rows.lines() {
+        let f: Vec<&str> = l.split(',').collect();
+        if f[2] == "default" && f[5] == "2" {
+            let t: f64 = f[11].parse().unwrap();
+            let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
+            g[9] = format!("{:.1}", t * factor);
+            g[11] = format!("{:.1}", t * factor);
+            rerun += &format!("{}\n", g.join(","));
+        } else {
+            without += &format!("{l}\n");
+        }
+    }
+    Rerun {
+        sweep,
+        rerun,
+        without,
+    }
+}
+
 /// Runs of one setting from another job differ by more than one run's
 /// noise (another allocation, other traffic): 1.3x apart at every size is
 /// not a broken run, and compiles (their median decides).
 #[test]
 fn a_rerun_from_another_job_within_1_5x_compiles() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
-    let (header, rows) = text.split_once('\n').unwrap();
-    let mut rerun = format!("{header}\n");
-    for l in rows.lines() {
-        let f: Vec<&str> = l.split(',').collect();
-        if f[2] == "default" && f[5] == "2" {
-            let t: f64 = f[11].parse().unwrap();
-            let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
-            g[9] = format!("{:.1}", t * 1.3);
-            g[11] = format!("{:.1}", t * 1.3);
-            rerun += &format!("{}\n", g.join(","));
-        }
-    }
+    let Rerun {
+        sweep: text, rerun, ..
+    } = dgx1v_default_rerun(1.3);
     let sweep = dir.path().join("sweep");
     std::fs::create_dir(&sweep).unwrap();
     std::fs::write(sweep.join("a.csv"), &text).unwrap();
@@ -911,25 +936,11 @@ fn a_rerun_from_another_job_within_1_5x_compiles() {
 #[test]
 fn a_degraded_rerun_of_the_default_is_flagged_and_kept_out_of_decisions() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(real("nvidia-dgx1v-allreduce.csv")).unwrap();
-    let (header, rows) = text.split_once('\n').unwrap();
-    // Columns: collective,size_bytes,algorithm,protocol,channels,nodes,
-    // ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us,platform.
-    let is_rerun = |f: &[&str]| f[2] == "default" && f[5] == "2";
-    let mut rerun = format!("{header}\n");
-    let mut without = format!("{header}\n");
-    for l in rows.lines() {
-        let f: Vec<&str> = l.split(',').collect();
-        if is_rerun(&f) {
-            let t: f64 = f[11].parse().unwrap();
-            let mut g: Vec<String> = f.iter().map(|s| s.to_string()).collect();
-            g[9] = format!("{:.1}", t * 3.0);
-            g[11] = format!("{:.1}", t * 3.0);
-            rerun += &format!("{}\n", g.join(","));
-        } else {
-            without += &format!("{l}\n");
-        }
-    }
+    let Rerun {
+        sweep: text,
+        rerun,
+        without,
+    } = dgx1v_default_rerun(3.0);
     let sweep = dir.path().join("sweep");
     std::fs::create_dir(&sweep).unwrap();
     std::fs::write(sweep.join("a.csv"), &text).unwrap();
