@@ -14,30 +14,16 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 
-/// What kind of file `meta` describes, for error messages.
+/// What kind of file `meta` describes, for error messages (the special
+/// kinds named as every command's reader names them).
 fn kind(meta: &std::fs::Metadata) -> &'static str {
     let t = meta.file_type();
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if t.is_block_device() || t.is_char_device() {
-            return "a device node";
-        }
-        if t.is_fifo() {
-            return "a FIFO";
-        }
-        if t.is_socket() {
-            return "a socket";
-        }
-    }
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_symlink() {
+    if t.is_symlink() {
         "a symbolic link"
     } else if t.is_file() {
         "a regular file"
     } else {
-        "not a regular file"
+        crate::input::type_name(t)
     }
 }
 

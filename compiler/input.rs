@@ -83,7 +83,7 @@ fn size(n: u64) -> String {
 }
 
 /// What the type of a file that is not regular is called in messages.
-fn type_name(t: std::fs::FileType) -> &'static str {
+pub(crate) fn type_name(t: std::fs::FileType) -> &'static str {
     use std::os::unix::fs::FileTypeExt as _;
     if t.is_dir() {
         "a directory"
