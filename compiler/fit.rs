@@ -145,12 +145,10 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
                     continue;
                 };
                 if m.n >= 2 {
-                    let s = (1.0 + m.spread.max(0.0)).ln() / range_factor(m.n);
-                    rep[si].push(s * s);
+                    rep[si].push(repeat_variance((1.0 + m.spread.max(0.0)).ln(), m.n));
                 } else if si >= 1 && si + 1 < ns {
                     if let (Some(a), Some(b)) = (grid.get(ni, si - 1, c), grid.get(ni, si + 1, c)) {
-                        let d2 = a.ln_t - 2.0 * m.ln_t + b.ln_t;
-                        rough[si].push(d2 * d2 / 6.0);
+                        rough[si].push(roughness_variance([a.ln_t, m.ln_t, b.ln_t]));
                     }
                 }
             }
@@ -166,17 +164,39 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
             let hi = (si + 2).min(ns - 1);
             let mut r: Vec<f64> = rep[lo..=hi].iter().flatten().copied().collect();
             let mut q: Vec<f64> = rough[lo..=hi].iter().flatten().copied().collect();
-            let var = if !r.is_empty() {
-                median(&mut r).unwrap_or(0.0)
-            } else if q.len() >= 4 {
-                quantile(&mut q, 0.25).unwrap_or(0.0) / 0.1015
-            } else {
-                0.05 * 0.05
-            };
-            out[ni * ns + si] = var.sqrt().clamp(MIN_SIGMA, MAX_SIGMA);
+            out[ni * ns + si] = sigma_of(&mut r, &mut q);
         }
     }
     out
+}
+
+/// The variance of one sample's ln(time) that `n` repeats spanning
+/// `ln_range` (ln of max/min) show: range / d_n, squared.
+pub(crate) fn repeat_variance(ln_range: f64, n: u32) -> f64 {
+    let s = ln_range / range_factor(n);
+    s * s
+}
+
+/// The variance of one sample's ln(time) that three neighbouring sizes of
+/// one curve show: their second difference has variance 6 s^2.
+pub(crate) fn roughness_variance(ln_t: [f64; 3]) -> f64 {
+    let d2 = ln_t[0] - 2.0 * ln_t[1] + ln_t[2];
+    d2 * d2 / 6.0
+}
+
+/// One noise figure (sd of ln time) from variance estimates: the repeats'
+/// median when there are any; else the roughness's lower quartile (curves'
+/// real bends inflate the others; 0.1015 is the lower quartile of
+/// chi-square(1)); else 5 %. Clamped to [MIN_SIGMA, MAX_SIGMA].
+pub(crate) fn sigma_of(repeats: &mut [f64], roughness: &mut [f64]) -> f64 {
+    let var = if !repeats.is_empty() {
+        median(repeats).unwrap_or(0.0)
+    } else if roughness.len() >= 4 {
+        quantile(roughness, 0.25).unwrap_or(0.0) / 0.1015
+    } else {
+        0.05 * 0.05
+    };
+    var.sqrt().clamp(MIN_SIGMA, MAX_SIGMA)
 }
 
 /// Expected range of n standard normal samples (d2 constants).

@@ -438,7 +438,7 @@ pub const REPEAT_MIN_CELLS: usize = 3;
 /// bends). Either is within a run, so a run that is uniformly slower (a
 /// degraded node) cannot hide itself by raising the noise.
 pub fn sweep_noise(f: &Folded) -> f64 {
-    use crate::fit::{range_factor, MAX_SIGMA, MIN_SIGMA};
+    use crate::fit::{repeat_variance, roughness_variance, sigma_of};
     use std::collections::HashMap;
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
     let mut rep: Vec<f64> = Vec::new();
@@ -457,8 +457,10 @@ pub fn sweep_noise(f: &Folded) -> f64 {
             continue;
         };
         if t.len() >= 2 {
-            let s = (t[t.len() - 1] / t[0]).ln() / range_factor(t.len() as u32);
-            rep.push(s * s);
+            rep.push(repeat_variance(
+                (t[t.len() - 1] / t[0]).ln(),
+                t.len() as u32,
+            ));
         }
         curves
             .entry((
@@ -470,24 +472,16 @@ pub fn sweep_noise(f: &Folded) -> f64 {
             .or_default()
             .insert(g.key.nbytes, med.ln());
     }
-    let var = if !rep.is_empty() {
-        crate::stats::median(&mut rep).unwrap_or(0.0)
-    } else {
-        let mut rough: Vec<f64> = Vec::new();
+    let mut rough: Vec<f64> = Vec::new();
+    if rep.is_empty() {
         for c in curves.values() {
             let v: Vec<f64> = c.values().copied().collect();
             for w in v.windows(3) {
-                let d2 = w[0] - 2.0 * w[1] + w[2];
-                rough.push(d2 * d2 / 6.0);
+                rough.push(roughness_variance([w[0], w[1], w[2]]));
             }
         }
-        if rough.len() >= 4 {
-            crate::stats::quantile(&mut rough, 0.25).unwrap_or(0.0) / 0.1015
-        } else {
-            0.05 * 0.05
-        }
-    };
-    var.sqrt().clamp(MIN_SIGMA, MAX_SIGMA)
+    }
+    sigma_of(&mut rep, &mut rough)
 }
 
 /// Compares repeats of each cell across files: when two runs of the same
