@@ -5,6 +5,10 @@
 //! ever replaced (never a device node, FIFO, directory or symbolic link);
 //! and [`check_output`] refuses an output path that is one of the inputs.
 //!
+//! `-o -` (or `-o /dev/stdout`) names standard output where a command's
+//! output can be piped ([`names_stdout`], [`write_or_stdout`]): the bytes
+//! are streamed there, since a pipe has nothing to replace atomically.
+//!
 //! A writer killed between creating its temporary file and the rename
 //! leaves `.dyncc-HOST-PID-XXXXXX.tmp` behind; the next write into that
 //! directory removes such files that are provably stale ([`is_stale`]).
@@ -58,6 +62,26 @@ pub fn check_replaceable(path: &Path) -> anyhow::Result<()> {
     )
 }
 
+/// Whether `-o PATH` names standard output: `-`, `/dev/stdout` or
+/// `/dev/fd/1` (a pipe or terminal, not a file to replace).
+pub fn names_stdout(path: &Path) -> bool {
+    ["-", "/dev/stdout", "/dev/fd/1"]
+        .iter()
+        .any(|s| path == Path::new(s))
+}
+
+/// Writes `bytes` to standard output when `path` names it
+/// ([`names_stdout`]), else to the file at `path` with [`write_atomic`].
+pub fn write_or_stdout(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    if !names_stdout(path) {
+        return write_atomic(path, bytes);
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .context("cannot write to standard output")
+}
+
 /// Checks, before anything is written, that writing `output` destroys
 /// nothing: it is not (the same file as) any of `inputs`, and it is a
 /// regular file or does not exist ([`check_replaceable`]). `inputs` are the
@@ -69,6 +93,9 @@ pub fn check_output<'a>(
     inputs: impl IntoIterator<Item = &'a Path>,
     ext: &str,
 ) -> anyhow::Result<()> {
+    if names_stdout(output) {
+        return Ok(()); // A stream replaces nothing.
+    }
     check_replaceable(output)?;
     let Ok(out) = std::fs::metadata(output) else {
         return Ok(()); // Nothing there yet, so it is no input.
@@ -463,6 +490,19 @@ mod tests {
             "{name}"
         );
         assert!(!is_stale(&name, std::time::Duration::ZERO, &this_host()));
+    }
+
+    /// `-o -` and `-o /dev/stdout` were refused (a symbolic link, or a
+    /// file named `-`), so a table could not be piped.
+    #[test]
+    fn dash_and_dev_stdout_name_standard_output() {
+        for p in ["-", "/dev/stdout", "/dev/fd/1"] {
+            assert!(names_stdout(Path::new(p)), "{p}");
+            check_output(Path::new(p), [Path::new("in.csv")], "tbl").unwrap();
+        }
+        for p in ["./-", "out.tbl", "/dev/stderr"] {
+            assert!(!names_stdout(Path::new(p)), "{p}");
+        }
     }
 
     #[test]

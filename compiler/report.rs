@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision};
 use serde::Serialize;
 
+use crate::audit::evidence::{Evidence, Ground};
 use crate::decide::{DecideOptions, GridDecisions, Why};
 use crate::distil::Fidelity;
 use crate::emit::PlannedContext;
@@ -121,9 +122,16 @@ pub struct Forced {
     pub algorithm: String,
     pub protocol: String,
     pub channels: u8,
-    /// Smallest expected speedup over the run (t_default / t_choice).
+    /// Smallest expected speedup of the table's rules in the region
+    /// (t_default / t_choice).
     pub gain: f64,
+    /// Largest one.
+    pub gain_max: f64,
+    /// Every ground of those rules, worded by [`crate::audit::evidence`]
+    /// as `explain` and `query` word them.
     pub basis: String,
+    #[serde(skip)]
+    pub evidence: Evidence,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -167,20 +175,27 @@ pub(crate) fn describe(
         }
     }
     for c in contexts {
+        // The rules the table stores for the context (split by basis, each
+        // with its smallest bucket gain), with their first buckets: a
+        // region's evidence is theirs, so it reads as `query` reads them.
+        let rules = dyncc_tables::rules_from_buckets(&c.buckets);
+        let firsts: Vec<usize> = std::iter::once(0)
+            .chain(rules.iter().map(|r| r.last_bucket as usize + 1))
+            .collect();
         let mut k = 0;
         while k < c.buckets.len() {
-            let BucketDecision {
-                decision: d, basis, ..
-            } = c.buckets[k];
+            let BucketDecision { decision: d, .. } = c.buckets[k];
             let mut j = k;
-            let mut gain = f64::INFINITY;
             // One region per decision: the table splits it further by
-            // basis, the report names the best basis inside it.
-            let mut basis = basis;
+            // basis, the report names every basis inside it.
             while j < c.buckets.len() && c.buckets[j].decision == d {
-                gain = gain.min(c.buckets[j].gain as f64);
-                basis = basis.min(c.buckets[j].basis);
                 j += 1;
+            }
+            let mut evidence = Evidence::default();
+            for (r, first) in rules.iter().zip(&firsts) {
+                if *first < j && r.last_bucket as usize >= k {
+                    evidence.add(Ground::of_basis(r.basis), r.gain as f64);
+                }
             }
             if let Decision::Force {
                 algo,
@@ -197,8 +212,10 @@ pub(crate) fn describe(
                     algorithm: algo.name().into(),
                     protocol: proto.name().into(),
                     channels,
-                    gain,
-                    basis: basis.name().into(),
+                    gain: evidence.gain_min,
+                    gain_max: evidence.gain_max,
+                    basis: evidence.word(),
+                    evidence,
                 });
             }
             k = j;
@@ -352,22 +369,21 @@ fn merge_node_ranges(forced: &mut Vec<Forced>) {
             );
             if same && l.nodes.1.checked_add(1) == Some(f.nodes.0) {
                 l.nodes.1 = f.nodes.1;
-                l.gain = l.gain.min(f.gain);
+                l.evidence.merge(&f.evidence);
+                l.gain = l.evidence.gain_min;
+                l.gain_max = l.evidence.gain_max;
                 continue;
             }
         }
         out.push(f);
     }
-    let rank = |b: &str| match b {
-        "measured" => 0,
-        "interpolated" => 1,
-        _ => 2,
-    };
+    // Strongest ground first: measured regions, then interpolated, ...
+    let rank = |f: &Forced| f.evidence.grounds().next();
     out.sort_by(|a, b| {
-        (&a.collective, a.ppn, rank(&a.basis), a.nodes, a.from_bytes).cmp(&(
+        (&a.collective, a.ppn, rank(a), a.nodes, a.from_bytes).cmp(&(
             &b.collective,
             b.ppn,
-            rank(&b.basis),
+            rank(b),
             b.nodes,
             b.from_bytes,
         ))

@@ -204,7 +204,7 @@ fn explain_shows_what_the_plugin_does_where_its_tree_differs() {
     // The text form says how often the tree holds, and lists the rest.
     let out = dyncc().arg("explain").arg(&tbl).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("shapes the table serves"), "{text}");
+    assert!(text.contains("shapes the table decides"), "{text}");
 }
 
 #[test]
@@ -991,4 +991,58 @@ fn a_degraded_rerun_of_the_default_is_flagged_and_kept_out_of_decisions() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(same_decisions(&never_tbl, &tbl));
+}
+
+/// `-o /dev/stdout` was refused (a symbolic link) and `-o -` wrote a file
+/// named `-`, so a table could not be piped. Now both stream the table to
+/// stdout, byte-clean (the report goes to stderr), and the bytes are a
+/// valid table deciding as the one written to a file does; `plot` and
+/// `export` stream theirs the same way.
+#[test]
+fn compile_plot_and_export_write_to_stdout_with_dash_o_dash() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = real("nvidia-dgx1v-allreduce.csv");
+    let file = dir.path().join("t.tbl");
+    compile(&data, &file);
+    for target in ["-", "/dev/stdout"] {
+        let out = dyncc()
+            .current_dir(dir.path())
+            .arg("compile")
+            .arg(&data)
+            .args(["-o", target])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "-o {target}: {err}");
+        assert!(
+            err.contains("wrote the table to standard output") && err.contains("forces"),
+            "-o {target}: the report belongs on stderr: {err}"
+        );
+        dyncc_tables::Table::from_bytes(&out.stdout)
+            .unwrap_or_else(|e| panic!("-o {target}: stdout is not a table: {e}"));
+        assert!(!dir.path().join("-").exists(), "-o {target} wrote a file named -");
+        let piped = dir.path().join("piped.tbl");
+        std::fs::write(&piped, &out.stdout).unwrap();
+        assert!(same_decisions(&piped, &file), "-o {target}");
+    }
+    let plot = dyncc()
+        .current_dir(dir.path())
+        .arg("plot")
+        .arg(&file)
+        .args(["-o", "-"])
+        .output()
+        .unwrap();
+    assert!(plot.status.success(), "{plot:?}");
+    assert!(plot.stdout.starts_with(b"<svg"), "{plot:?}");
+    assert!(plot.stdout.ends_with(b"</svg>\n"), "plot's note followed the SVG on stdout");
+    let export = dyncc()
+        .current_dir(dir.path())
+        .arg("export")
+        .arg(&file)
+        .args(["-o", "/dev/stdout"])
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{export:?}");
+    assert!(String::from_utf8_lossy(&export.stdout).starts_with("# NCCL example tuner rules"));
+    assert!(!dir.path().join("-").exists());
 }

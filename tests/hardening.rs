@@ -403,7 +403,9 @@ fn binary_garbage_named_like_a_log() {
     let c = Case::new();
     let bad = c.sweep.join("garbage.log");
     std::fs::write(&bad, garbage(256 << 10, 99)).unwrap();
-    c.strict_fails(&[&c.sweep], &[&name(&bad)]);
+    // README: file, line and what was expected.
+    let at = format!("{}:", name(&bad));
+    c.strict_fails(&[&c.sweep], &[&at, "binary data", "expected nccl-tests"]);
     c.lenient_skips(&[&c.sweep], &[&name(&bad)]);
 }
 
@@ -413,7 +415,8 @@ fn binary_garbage_in_place_of_a_log() {
     let c = Case::new();
     let v = c.victim();
     std::fs::write(&v, garbage(64 << 10, 5)).unwrap();
-    c.strict_fails(&[&c.sweep], &[&name(&v)]);
+    let at = format!("{}:", name(&v));
+    c.strict_fails(&[&c.sweep], &[&at, "binary data", "expected nccl-tests"]);
     c.lenient_skips(&[&c.sweep], &[&name(&v)]);
 }
 
@@ -464,7 +467,8 @@ fn knobs_cannot_be_established() {
         .collect();
     let bad = c.sweep.join("unlabelled.log");
     std::fs::write(&bad, stripped).unwrap();
-    c.strict_fails(&[&c.sweep], &[&name(&bad), "--assume"]);
+    let at = format!("{}:", name(&bad));
+    c.strict_fails(&[&c.sweep], &[&at, "knobs unknown", "--assume"]);
     c.lenient_skips(&[&c.sweep], &[&name(&bad)]);
 }
 
@@ -503,12 +507,46 @@ fn duplicated_cells_that_disagree_wildly() {
         "wildly disagreeing repeats were compiled silently"
     );
     assert!(
-        err.contains(&name(&dup)) && err.contains(&name(&v)),
+        err.contains(&format!("{}:", name(&dup)))
+            && err.contains(&format!("{}:", name(&v)))
+            && err.contains("expected repeats of one measurement to agree"),
         "{err}"
     );
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(!c.table().exists());
     // --lenient drops the disputed cells and says which.
     c.lenient_skips(&[&c.sweep], &[&name(&dup), "apart", "dropped the cell"]);
+}
+
+/// alltoall runs with only forced settings failed the compile with
+/// "expected a default run of alltoall", though NCCL never asks a tuner
+/// about alltoall (it is point-to-point): no default run can help. They
+/// are read, noted as collectives the tuner is never asked about, and not
+/// used; the strict compile succeeds and asks for nothing.
+#[test]
+fn alltoall_without_a_default_run_is_skipped_as_not_tunable() {
+    let d = tempfile::tempdir().unwrap();
+    let csv = d.path().join("sweep.csv");
+    let mut text =
+        std::fs::read_to_string(crate::support::cli::root().join("datasets/real/nvidia-dgx1v-allreduce.csv"))
+            .unwrap();
+    for (bytes, us) in [(1u64 << 20, 100), (2 << 20, 200)] {
+        text.push_str(&format!("alltoall,{bytes},ring,simple,-1,1,8,1,0,{us},10,{us},DGX-1V\n"));
+    }
+    std::fs::write(&csv, text).unwrap();
+    let tbl = d.path().join("t.tbl");
+    let out = dyncc().arg("compile").arg(&csv).arg("-o").arg(&tbl).output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}\n{stdout}");
+    assert!(!stderr.contains("default run") && !stdout.contains("default run"), "{stderr}{stdout}");
+    assert!(
+        stdout.contains("2 cells of collectives NCCL never asks a tuner about (alltoall"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 skipped"), "{stdout}");
 }
 
 /// AllGather was swept only with forced settings (no run with NCCL's

@@ -39,6 +39,17 @@ pub fn invalid_table(path: &Path, e: &dyncc_tables::Error) -> String {
     }
 }
 
+/// [`write_output`], or standard output when `path` names it (`-o -`,
+/// [`crate::atomic::names_stdout`]), for the commands whose output can be
+/// piped (`plot`, `export`).
+pub fn write_output_or_stdout(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    if crate::atomic::names_stdout(path) {
+        crate::atomic::write_or_stdout(path, bytes)
+    } else {
+        write_output(path, bytes, mode)
+    }
+}
+
 /// Writes `bytes` to `path` atomically with mode `mode` (the temporary file
 /// `write_atomic` renames is created 0600, too tight for a map or a rule
 /// file other users read, or a script).

@@ -1,9 +1,10 @@
 //! A table's contexts and their size rules as the JSON reports write them
 //! (`explain --json`, `query --json`), and as the text reports read them.
 
-use dyncc_tables::{ContextView, Rule};
+use dyncc_tables::{ContextView, Rule, Table};
 use serde::Serialize;
 
+use crate::audit::evidence::{rule_evidence, sweep_sizes, SweepSizes};
 use crate::audit::names::{algo_name, channels, proto_name};
 
 /// One size rule of a context.
@@ -16,7 +17,9 @@ pub struct RuleJson {
     pub protocol: &'static str,
     pub channels: u8,
     pub expected_gain: f32,
-    pub basis: &'static str,
+    /// What the rule rests on, worded by [`crate::audit::evidence`]: a
+    /// "measured" rule reaching past the sweep's sizes says so.
+    pub basis: String,
 }
 
 /// One context.
@@ -34,7 +37,7 @@ pub struct ContextJson {
 }
 
 /// Rule `index` of a context, given the last bucket of the rule before it.
-fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule) -> RuleJson {
+fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule, sweep: Option<&SweepSizes>) -> RuleJson {
     let first = prev_last.map_or(0, |p| p.saturating_add(1));
     let (lo, hi) = (
         dyncc_tables::bucket_lower_bound(first),
@@ -54,7 +57,7 @@ fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule) -> RuleJson {
         protocol: proto_name(r.decision),
         channels: channels(r.decision),
         expected_gain: r.gain,
-        basis: r.basis.name(),
+        basis: rule_evidence(sweep, lo, hi, r.basis, r.gain as f64).word(),
     }
 }
 
@@ -67,15 +70,20 @@ fn reg_buff_name(r: dyncc_tables::RegBuff) -> &'static str {
     }
 }
 
-/// A context and its rules.
-pub fn context_json(c: &ContextView) -> ContextJson {
+/// A context of `table` and its rules.
+pub fn context_json(table: &Table, c: &ContextView) -> ContextJson {
     let s = c.spec();
+    // A context of one ranks per node reads its sweep's sizes (any node
+    // count stands for the shape: the sizes are per ranks per node).
+    let sweep = (s.ppn.0 == s.ppn.1)
+        .then(|| sweep_sizes(table, s.coll, 1, s.ppn.0 as u64))
+        .flatten();
     let mut prev = None;
     let rules = c
         .rules()
         .enumerate()
         .map(|(i, r)| {
-            let j = rule_json(i as u32, prev, &r);
+            let j = rule_json(i as u32, prev, &r, sweep.as_ref());
             prev = Some(r.last_bucket);
             j
         })

@@ -5,10 +5,13 @@
 //! "what does the plugin do over a whole region", resolve it the way the
 //! plugin does: first matching context per (nodes, ranks per node), then
 //! the rule of the size bucket ([`plane`]). What they print is spelled
-//! once: names ([`names`]), words ([`text`]), JSON ([`json`]) and colours
-//! ([`colour`]).
+//! once: names ([`names`]), words ([`text`]), what a decision rests on and
+//! gains ([`evidence`]), JSON ([`json`]) and colours ([`colour`]); a summary
+//! tree is checked against the plugin once ([`agreement`]).
 
+pub mod agreement;
 pub mod colour;
+pub mod evidence;
 pub mod files;
 pub mod json;
 pub mod names;

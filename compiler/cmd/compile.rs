@@ -1,5 +1,6 @@
 //! `dyncc compile`: arguments, run, and the human-readable report.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -8,7 +9,7 @@ use crate::cmd::common::DecideArgs;
 use crate::ingest;
 use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::report::Report;
-use crate::units::{fmt_bytes, fmt_gain};
+use crate::units::fmt_bytes;
 
 /// Compile NCCL sweep measurements into a decision table.
 ///
@@ -88,6 +89,15 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         lenient: a.ingest.lenient,
     };
     let mut c = compile_dataset(ds, &opts)?;
+    // The trees' agreement as `explain` measures it, on the table written
+    // (one measure: the plugin's answers at the shapes the table decides).
+    let agreements = crate::audit::agreement::agreements(&c.bytes);
+    for (coll, f) in c.report.trees.iter_mut() {
+        if let Some(a) = agreements.get(coll.as_str()) {
+            f.points = a.shapes;
+            f.disagree = a.disagree;
+        }
+    }
     if a.dry_run {
         eprintln!(
             "dry run: nothing written (the table would be {} bytes at {})",
@@ -95,37 +105,46 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
             a.output.display()
         );
     } else {
-        crate::atomic::write_atomic(&a.output, &c.bytes)
+        crate::atomic::write_or_stdout(&a.output, &c.bytes)
             .with_context(|| format!("writing the table to {}", a.output.display()))?;
         c.report.table.path = Some(a.output.clone());
     }
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&c.report)?);
+    // With `-o -` the table's bytes are stdout's; the report goes to stderr.
+    let mut out: Box<dyn Write> = if crate::atomic::names_stdout(&a.output) {
+        Box::new(std::io::stderr().lock())
     } else {
-        print_report(&c.report);
+        Box::new(std::io::stdout().lock())
+    };
+    if a.json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&c.report)?)?;
+    } else {
+        print_report(&mut out, &c.report)?;
     }
     Ok(0)
 }
 
 /// Human-readable report.
-fn print_report(r: &Report) {
+fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     let i = &r.inputs;
-    println!(
+    writeln!(
+        w,
         "read {} file(s): {} rows, {} records ({} flagged, not fitted), {} cells; {} skipped",
         i.files, i.rows, i.records, i.untrusted, i.cells, i.skipped
-    );
+    )?;
     const SHOWN: usize = 50;
     for s in r.skipped.iter().take(SHOWN) {
-        println!("  skipped {}:{}: {}", s.file.display(), s.line, s.reason);
+        writeln!(w, "  skipped {}:{}: {}", s.file.display(), s.line, s.reason)?;
     }
     if r.skipped.len() > SHOWN {
-        println!(
+        writeln!(
+        w,
             "  ... and {} more (--json lists them all)",
             r.skipped.len() - SHOWN
-        );
+        )?;
     }
     let p = &r.platform;
-    println!(
+    writeln!(
+        w,
         "platform: {}{}{}",
         p.label.as_deref().unwrap_or("unnamed"),
         p.gpu
@@ -139,10 +158,11 @@ fn print_report(r: &Report) {
                 .as_deref()
                 .map(|v| format!(", NCCL {v}"))
                 .unwrap_or_default()
-    );
-    println!("\ncoverage:");
+    )?;
+    writeln!(w, "\ncoverage:")?;
     for c in &r.coverage {
-        println!(
+        writeln!(
+        w,
             "  {:<14} {:>3} ranks/node  nodes {:<22} sizes {}..{}  {} configurations, {} cells",
             c.collective,
             c.ppn,
@@ -155,17 +175,18 @@ fn print_report(r: &Report) {
             fmt_bytes(c.max_bytes),
             c.configs.len(),
             c.cells
-        );
+        )?;
     }
-    println!("\nforces (expected gain over NCCL's default):");
+    writeln!(w, "\nforces (expected gain over NCCL's default):")?;
     if r.forced.is_empty() {
         if r.coverage.iter().all(|c| c.configs.len() <= 1) {
-            println!(
+            writeln!(
+        w,
                 "  nothing: only NCCL's default was measured, so there is nothing to compare it with; \
                  sweep NCCL_ALGO/NCCL_PROTO settings too (`dyncc plan` writes such a sweep)"
-            );
+            )?;
         } else {
-            println!("  nothing: NCCL's own choices are best or within noise everywhere measured");
+            writeln!(w, "  nothing: NCCL's own choices are best or within noise everywhere measured")?;
         }
     }
     for f in &r.forced {
@@ -181,7 +202,8 @@ fn print_report(r: &Report) {
         } else {
             f.ppn.0.to_string()
         };
-        println!(
+        writeln!(
+        w,
             "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
             f.collective,
             nodes,
@@ -189,17 +211,18 @@ fn print_report(r: &Report) {
             fmt_bytes(f.from_bytes),
             fmt_bytes(f.to_bytes.saturating_add(1)),
             crate::audit::text::fmt_forced(&f.algorithm, &f.protocol, f.channels),
-            fmt_gain(f.gain),
+            f.evidence.gain_text(),
             f.basis
-        );
+        )?;
     }
-    println!("\nleaves NCCL alone (measured points):");
+    writeln!(w, "\nleaves NCCL alone (measured points):")?;
     for (coll, why) in &r.left_alone {
         let parts: Vec<String> = why
             .iter()
             .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
             .collect();
-        println!(
+        writeln!(
+        w,
             "  {:<14} {}",
             coll,
             if parts.is_empty() {
@@ -207,38 +230,44 @@ fn print_report(r: &Report) {
             } else {
                 parts.join(", ")
             }
-        );
+        )?;
     }
     for o in &r.outside {
-        println!("  {o}");
+        writeln!(w, "  {o}")?;
     }
-    println!("\nnode counts:");
+    writeln!(w, "\nnode counts:")?;
     for o in &r.reach {
-        println!("  {o}");
+        writeln!(w, "  {o}")?;
     }
     for n in &r.notes {
-        println!("note: {n}");
+        writeln!(w, "note: {n}")?;
     }
-    println!("\nexplain trees:");
+    writeln!(w, "\nexplain trees:")?;
     for (coll, f) in &r.trees {
-        println!(
-            "  {:<14} {} leaves, depth {}, reproduces {:.1} % of {} grid points",
+        writeln!(
+        w,
+            "  {:<14} {} leaves, depth {}, gives the plugin's decision at {}",
             coll,
             f.leaves,
             f.depth,
-            100.0 * (1.0 - f.disagree as f64 / f.points.max(1) as f64),
-            f.points
-        );
+            crate::audit::agreement::agreement_text(f.points, f.disagree)
+        )?;
     }
     let t = &r.table;
-    println!(
+    writeln!(
+        w,
         "\n{} ({} bytes, {} contexts, digest {})",
         t.path
             .as_ref()
-            .map(|p| format!("wrote {}", p.display()))
+            .map(|p| if crate::atomic::names_stdout(p) {
+                "wrote the table to standard output".to_string()
+            } else {
+                format!("wrote {}", p.display())
+            })
             .unwrap_or_else(|| "table".into()),
         t.bytes,
         t.contexts,
         t.digest
-    );
+    )?;
+    Ok(())
 }

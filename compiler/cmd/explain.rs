@@ -10,13 +10,13 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Decision, Feature, Table, TreeNode, TreeView, NUM_FEATURES};
 use serde::Serialize;
 
+use crate::audit::agreement::{audit_tree, Agreement, TreeAudit};
 use crate::audit::colour::colour_hex;
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, ContextJson};
 use crate::audit::names::{algo_name, channels, parse_colls, proto_name};
-use crate::audit::plane::live_buckets;
 use crate::audit::text::{
-    condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then, one_line_summary,
+    condition_text, fmt_decision, fmt_sizes, fmt_span, one_line_summary,
 };
 use crate::units::fmt_gain;
 
@@ -80,8 +80,13 @@ pub struct TreeRule {
     pub algorithm: &'static str,
     pub protocol: &'static str,
     pub channels: u8,
+    /// The smallest expected gain of the shapes where the plugin does what
+    /// the leaf says ([`crate::audit::evidence`]).
     pub expected_gain: f32,
-    pub basis: &'static str,
+    /// The largest one.
+    pub expected_gain_max: f32,
+    /// Every ground of those shapes: "measured", "measured and interpolated".
+    pub basis: String,
     pub then: String,
 }
 
@@ -130,8 +135,9 @@ pub fn context_title(c: &ContextJson) -> String {
     s
 }
 
-/// Every leaf of `tree` as a rule, in depth-first (left before right) order.
-pub fn tree_rules(tree: &TreeView) -> Vec<TreeRule> {
+/// Every leaf of `tree` as a rule, in depth-first (left before right)
+/// order, worded from `audit` (the plugin's answers inside each leaf).
+pub fn tree_rules(tree: &TreeView, audit: &TreeAudit) -> Vec<TreeRule> {
     let mut out = Vec::new();
     // (node, per-feature [min, below)) on an explicit stack; children have
     // larger indices than parents (validated), so this terminates.
@@ -175,6 +181,14 @@ pub fn tree_rules(tree: &TreeView) -> Vec<TreeRule> {
                         })
                     })
                     .collect();
+                let e = audit.leaf_evidence(
+                    i as u32,
+                    &dyncc_tables::TreeLeaf {
+                        decision,
+                        basis,
+                        gain,
+                    },
+                );
                 let when = if conditions.is_empty() {
                     "always".to_string()
                 } else {
@@ -191,9 +205,10 @@ pub fn tree_rules(tree: &TreeView) -> Vec<TreeRule> {
                     algorithm: algo_name(decision),
                     protocol: proto_name(decision),
                     channels: channels(decision),
-                    expected_gain: gain,
-                    basis: basis.name(),
-                    then: fmt_then(decision, gain, basis.name()),
+                    expected_gain: e.gain_min as f32,
+                    expected_gain_max: e.gain_max as f32,
+                    basis: e.word(),
+                    then: e.then(decision),
                 });
             }
         }
@@ -228,11 +243,11 @@ fn node_json(n: TreeNode) -> NodeJson {
     }
 }
 
-pub fn tree_json(tree: &TreeView) -> TreeJson {
+pub fn tree_json(tree: &TreeView, audit: &TreeAudit) -> TreeJson {
     TreeJson {
         collective: tree.coll().name(),
         nodes: tree.nodes().map(node_json).collect(),
-        rules: tree_rules(tree),
+        rules: tree_rules(tree, audit),
     }
 }
 
@@ -246,7 +261,10 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
             continue;
         };
         any_tree = true;
-        let rules = tree_rules(&tree);
+        let Some(audit) = audit_tree(table, coll) else {
+            continue;
+        };
+        let rules = tree_rules(&tree, &audit);
         let _ = writeln!(
             s,
             "\n{}: {} rules (distilled tree of {} nodes)",
@@ -258,12 +276,12 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
         for r in &rules {
             let _ = writeln!(s, "  {:<w$}  : {}", r.when, r.then);
         }
-        if let Some(ag) = tree_agreement(table, coll) {
+        {
+            let ag = &audit.agreement;
             let _ = writeln!(
                 s,
-                "  (this tree gives the plugin's decision at {:.1} % of the {} shapes the table serves{})",
-                100.0 * (1.0 - ag.disagree as f64 / ag.shapes.max(1) as f64),
-                ag.shapes,
+                "  (this tree gives the plugin's decision at {}{})",
+                ag.text(),
                 if ag.disagree > 0 { "; where it does not, the plugin does this:" } else { "" }
             );
             const SHOWN: usize = 40;
@@ -324,7 +342,7 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
             .filter(|c| with_contexts.contains(&c.spec().coll))
         {
             shown += 1;
-            let j = context_json(&c);
+            let j = context_json(table, &c);
             let _ = writeln!(s, "  {}", context_title(&j));
             for r in &j.rules {
                 let d = c
@@ -355,95 +373,6 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
     s
 }
 
-/// Where a distilled tree says something other than the plugin.
-#[derive(Clone, Debug, Serialize)]
-pub struct Disagreement {
-    pub nodes: u32,
-    pub ranks: u64,
-    pub from_bytes: u64,
-    pub to_bytes: u64,
-    /// What the plugin does (the table's rules).
-    pub plugin: String,
-    /// What the tree says.
-    pub tree: String,
-}
-
-/// How well a collective's tree reproduces what the plugin answers, over
-/// every shape the table's contexts serve (each size bucket, node counts of
-/// each context's range, its ranks per node).
-#[derive(Clone, Debug, Serialize)]
-pub struct Agreement {
-    pub collective: &'static str,
-    pub shapes: usize,
-    pub disagree: usize,
-    /// The disagreeing shapes, runs of sizes merged.
-    pub regions: Vec<Disagreement>,
-}
-
-pub fn tree_agreement(table: &Table, coll: Coll) -> Option<Agreement> {
-    let tree = table.tree(coll)?;
-    let mut a = Agreement {
-        collective: coll.name(),
-        shapes: 0,
-        disagree: 0,
-        regions: Vec::new(),
-    };
-    let mut seen = std::collections::BTreeSet::new();
-    for c in table.contexts().filter(|c| c.spec().coll == coll) {
-        let spec = c.spec();
-        for nodes in crate::emit::range_samples(spec.nodes) {
-            let ranks = nodes as u64 * spec.ppn.0.max(1) as u64;
-            if !seen.insert((nodes, ranks)) {
-                continue;
-            }
-            let mut run: Option<Disagreement> = None;
-            for b in live_buckets() {
-                let bytes = dyncc_tables::bucket_lower_bound(b);
-                let plugin = table
-                    .lookup(coll as u32, ranks, nodes as u64, bytes, 1, 0)
-                    .decision;
-                let said = tree
-                    .eval(&dyncc_tables::tree_features(bytes, nodes as u64, ranks))
-                    .map(|l| l.decision);
-                a.shapes += 1;
-                if said == Some(plugin) {
-                    if let Some(r) = run.take() {
-                        a.regions.push(r);
-                    }
-                    continue;
-                }
-                a.disagree += 1;
-                let (p, t) = (
-                    fmt_decision(plugin),
-                    said.map(fmt_decision).unwrap_or_else(|| "nothing".into()),
-                );
-                match &mut run {
-                    Some(r) if r.plugin == p && r.tree == t => {
-                        r.to_bytes = dyncc_tables::bucket_upper_bound(b)
-                    }
-                    _ => {
-                        if let Some(r) = run.take() {
-                            a.regions.push(r);
-                        }
-                        run = Some(Disagreement {
-                            nodes,
-                            ranks,
-                            from_bytes: bytes,
-                            to_bytes: dyncc_tables::bucket_upper_bound(b),
-                            plugin: p,
-                            tree: t,
-                        });
-                    }
-                }
-            }
-            if let Some(r) = run.take() {
-                a.regions.push(r);
-            }
-        }
-    }
-    Some(a)
-}
-
 fn dot_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
@@ -454,7 +383,7 @@ pub fn render_dot(table: &Table, colls: &[Coll]) -> String {
         "digraph dyncc {\n  rankdir=TB;\n  node [fontname=\"Helvetica\", fontsize=10];\n  edge [fontname=\"Helvetica\", fontsize=9];\n",
     );
     for &coll in colls {
-        let Some(tree) = table.tree(coll) else {
+        let (Some(tree), Some(audit)) = (table.tree(coll), audit_tree(table, coll)) else {
             continue;
         };
         let c = coll.name();
@@ -481,18 +410,26 @@ pub fn render_dot(table: &Table, colls: &[Coll]) -> String {
                     basis,
                     gain,
                 } => {
+                    let e = audit.leaf_evidence(
+                        i as u32,
+                        &dyncc_tables::TreeLeaf {
+                            decision,
+                            basis,
+                            gain,
+                        },
+                    );
                     let (fill, label) = match decision {
                         Decision::Default => (
                             "#eeeeee".to_string(),
-                            format!("NCCL's choice\\n{}", basis.name()),
+                            format!("NCCL's choice\\n{}", e.word()),
                         ),
                         d => (
                             colour_hex(d),
                             format!(
                                 "{}\\n{} vs default\\n{}",
                                 fmt_decision(d),
-                                fmt_gain(gain as f64),
-                                basis.name()
+                                e.gain_text(),
+                                e.word()
                             ),
                         ),
                     };
@@ -542,6 +479,10 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
             print!("{}", render_dot(&table, &colls))
         }
         Format::Json => {
+            let audits: Vec<_> = colls
+                .iter()
+                .filter_map(|c| Some((table.tree(*c)?, audit_tree(&table, *c)?)))
+                .collect();
             let j = ExplainJson {
                 table: name,
                 digest: format!("{:016x}", table.digest()),
@@ -550,19 +491,12 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
                     .filter(|p| !p.is_empty())
                     .map(str::to_string),
                 nccl_version: table.meta("nccl_version").map(str::to_string),
-                trees: colls
-                    .iter()
-                    .filter_map(|c| table.tree(*c))
-                    .map(|t| tree_json(&t))
-                    .collect(),
-                agreement: colls
-                    .iter()
-                    .filter_map(|c| tree_agreement(&table, *c))
-                    .collect(),
+                trees: audits.iter().map(|(t, a)| tree_json(t, a)).collect(),
+                agreement: audits.into_iter().map(|(_, a)| a.agreement).collect(),
                 contexts: table
                     .contexts()
                     .filter(|c| colls.contains(&c.spec().coll))
-                    .map(|c| context_json(&c))
+                    .map(|c| context_json(&table, &c))
                     .collect(),
             };
             println!("{}", serde_json::to_string_pretty(&j)?);
@@ -581,7 +515,8 @@ mod tests {
     fn leaves_become_rules_with_merged_conditions() {
         let bytes = testutil::sample();
         let t = Table::from_bytes(&bytes).unwrap();
-        let rules = tree_rules(&t.tree(Coll::AllReduce).unwrap());
+        let audit = audit_tree(&t, Coll::AllReduce).unwrap();
+        let rules = tree_rules(&t.tree(Coll::AllReduce).unwrap(), &audit);
         let whens: Vec<&str> = rules.iter().map(|r| r.when.as_str()).collect();
         assert_eq!(
             whens,
@@ -592,7 +527,13 @@ mod tests {
                 "bytes >= 128 KiB and nodes >= 4"
             ]
         );
-        assert_eq!(rules[0].then, "tree/ll, +30.0 % vs default, measured");
+        // The leaf stores +30 % measured (node 2's rule), but it also holds
+        // node 3, where the plugin's rule is +20 % interpolated: the leaf
+        // reads as the plugin answers inside it.
+        assert_eq!(
+            rules[0].then,
+            "tree/ll, +20.0 to +30.0 % vs default, measured and interpolated"
+        );
         assert_eq!(
             rules[3].then,
             "ring/ll128/16ch, +12.0 % vs default, measured"

@@ -14,7 +14,7 @@ use dyncc_tables::{
     bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Table,
 };
 
-use crate::audit::files::{open, read_table, write_output};
+use crate::audit::files::{open, read_table, write_output_or_stdout};
 use crate::audit::plane::patches;
 use crate::audit::text::fmt_span;
 
@@ -319,7 +319,7 @@ pub fn run(a: ExportArgs) -> anyhow::Result<i32> {
     }
     match &a.output {
         Some(p) => {
-            write_output(p, text.as_bytes(), 0o644)?;
+            write_output_or_stdout(p, text.as_bytes(), 0o644)?;
             eprintln!("wrote {} ({} rules)", p.display(), csv.rows.len());
         }
         None => print!("{text}"),

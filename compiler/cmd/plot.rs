@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, Coll, Decision, Lookup, Table};
 
 use crate::audit::colour::colour_hex;
-use crate::audit::files::{open, read_table, write_output};
+use crate::audit::files::{open, read_table, write_output_or_stdout};
 use crate::audit::names::{channels, parse_colls};
 use crate::audit::plane::{live_buckets, patches, plane, Patch, Probe};
 use crate::audit::text::fmt_span;
@@ -411,13 +411,18 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
         }
     }
     let svg = render(&table, &a.table.display().to_string(), &colls, lo, hi);
-    write_output(&a.output, svg.as_bytes(), 0o644)?;
-    println!(
-        "wrote {} ({} bytes); view it in a browser or `rsvg-convert {} -o map.png`",
-        a.output.display(),
-        svg.len(),
-        a.output.display()
-    );
+    write_output_or_stdout(&a.output, svg.as_bytes(), 0o644)?;
+    if crate::atomic::names_stdout(&a.output) {
+        // The SVG went to stdout; the note must not follow it there.
+        eprintln!("wrote the map to standard output ({} bytes)", svg.len());
+    } else {
+        println!(
+            "wrote {} ({} bytes); view it in a browser or `rsvg-convert {} -o map.png`",
+            a.output.display(),
+            svg.len(),
+            a.output.display()
+        );
+    }
     Ok(0)
 }
 

@@ -10,10 +10,12 @@ use anyhow::{bail, Context};
 use dyncc_tables::{Coll, Decision, Feature, Table};
 use serde::Serialize;
 
+use crate::audit::agreement::{audit_tree, TreeAudit};
+use crate::audit::evidence::{ground_at, sweep_sizes, Ground, BEYOND_THE_SWEEP};
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, RuleJson};
 use crate::audit::names::{algo_name, channels, feature_label, parse_coll, proto_name};
-use crate::audit::text::{condition_text, fmt_decision, fmt_forced, fmt_sizes, fmt_span, fmt_then};
+use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then};
 use crate::ingest::args::IngestArgs;
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
@@ -107,8 +109,14 @@ pub struct TreePath {
     pub algorithm: &'static str,
     pub protocol: &'static str,
     pub channels: u8,
+    /// The leaf as `explain` words it ([`crate::audit::agreement`]): the
+    /// smallest and largest expected gain of the shapes where the plugin
+    /// does what it says, and every ground they rest on.
     pub expected_gain: f32,
-    pub basis: &'static str,
+    pub expected_gain_max: f32,
+    pub basis: String,
+    /// The leaf's line, as `explain` prints it.
+    pub then: String,
     /// Whether the summary tree's leaf says what the table decides.
     pub agrees: bool,
 }
@@ -169,7 +177,26 @@ pub struct Answer {
     pub evidence: Option<Evidence>,
 }
 
-fn tree_path(table: &Table, call: &Call, decided: Decision) -> Option<TreePath> {
+/// The summary trees' audits ([`audit_tree`]), each computed once for a
+/// run of answers (a batch asks the same tree many times).
+#[derive(Default)]
+pub struct TreeAudits(std::collections::BTreeMap<u32, Option<TreeAudit>>);
+
+impl TreeAudits {
+    fn get(&mut self, table: &Table, coll: Coll) -> Option<&TreeAudit> {
+        self.0
+            .entry(coll as u32)
+            .or_insert_with(|| audit_tree(table, coll))
+            .as_ref()
+    }
+}
+
+fn tree_path(
+    table: &Table,
+    call: &Call,
+    decided: Decision,
+    audits: &mut TreeAudits,
+) -> Option<TreePath> {
     let tree = table.tree(call.coll)?;
     let x = dyncc_tables::tree_features(call.bytes, call.nodes, call.ranks);
     let mut steps = Vec::new();
@@ -182,14 +209,17 @@ fn tree_path(table: &Table, call: &Call, decided: Decision) -> Option<TreePath> 
             holds: s.holds,
         })
     })?;
+    let e = audits.get(table, call.coll)?.leaf_evidence(leaf as u32, &l);
     Some(TreePath {
         steps,
         leaf: leaf as u32,
         algorithm: algo_name(l.decision),
         protocol: proto_name(l.decision),
         channels: channels(l.decision),
-        expected_gain: l.gain,
-        basis: l.basis.name(),
+        expected_gain: e.gain_min as f32,
+        expected_gain_max: e.gain_max as f32,
+        basis: e.word(),
+        then: e.then(l.decision),
         agrees: l.decision == decided,
     })
 }
@@ -198,6 +228,11 @@ fn tree_path(table: &Table, call: &Call, decided: Decision) -> Option<TreePath> 
 /// (`specialise` + `decide`); the provenance from `lookup`, which the
 /// table crate guarantees agrees (checked here anyway).
 pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
+    answer_with(table, call, &mut TreeAudits::default())
+}
+
+/// [`answer`], reusing `audits` across calls.
+pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyhow::Result<Answer> {
     let spec = table.specialise(call.ranks, call.nodes);
     let d = spec.decide(call.coll as u32, call.bytes, call.pipe_ops, call.reg_buff);
     let l = table.lookup(
@@ -217,7 +252,7 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
     }
     let ctx = l.context.and_then(|i| table.context(i));
     let context = ctx.map(|c| {
-        let j = context_json(&c);
+        let j = context_json(table, &c);
         ContextRef {
             index: j.index,
             nodes: j.nodes,
@@ -227,15 +262,15 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         }
     });
     let rule = match (ctx, l.rule) {
-        (Some(c), Some(i)) => context_json(&c).rules.into_iter().nth(i as usize),
+        (Some(c), Some(i)) => context_json(table, &c).rules.into_iter().nth(i as usize),
         _ => None,
     };
     // A size outside the sweep's is left to NCCL by a rule stored as
     // "measured" (the sweep measured NCCL's default there as much as
     // anything else): say the size is beyond the sweep.
-    let beyond = sweep_sizes(table, call)
-        .filter(|s| s.excludes(call.bytes))
-        .filter(|_| l.basis == Some(dyncc_tables::Basis::Measured));
+    let sweep = sweep_sizes(table, call.coll, call.nodes, call.ranks);
+    let beyond = sweep
+        .filter(|_| ground_at(&l, sweep.as_ref(), call.bytes) == Some(Ground::BeyondSweep));
     let shape = format!(
         "{} node{} x {} ranks/node",
         call.nodes,
@@ -283,7 +318,7 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
             fmt_sizes(r.from_bytes, r.to_bytes),
             match &beyond {
                 Some(b) => fmt_then(d, l.gain, &b.why()),
-                None => fmt_then(d, l.gain, r.basis),
+                None => fmt_then(d, l.gain, l.basis.map_or("no rule", |b| b.name())),
             }
         ),
     };
@@ -306,56 +341,9 @@ pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
         context,
         rule,
         why,
-        tree: tree_path(table, call, d),
+        tree: tree_path(table, call, d, audits),
         evidence: None,
     })
-}
-
-/// The basis of a size beyond the sweep's measured sizes.
-const BEYOND_THE_SWEEP: &str = "beyond the sweep";
-
-/// The sizes the sweep measured at a call's collective and ranks per node.
-struct SweepSizes {
-    min_bytes: u64,
-    max_bytes: u64,
-}
-
-impl SweepSizes {
-    /// Whether `bytes` falls in a size bucket outside the measured ones
-    /// (the buckets `decide` treats as outside).
-    fn excludes(&self, bytes: u64) -> bool {
-        let b = dyncc_tables::size_bucket(bytes);
-        b < dyncc_tables::size_bucket(self.min_bytes)
-            || b > dyncc_tables::size_bucket(self.max_bytes)
-    }
-
-    fn why(&self) -> String {
-        format!(
-            "{BEYOND_THE_SWEEP}, which measured {}..{} at this collective and ranks per node",
-            fmt_bytes(self.min_bytes),
-            fmt_bytes(self.max_bytes)
-        )
-    }
-}
-
-/// The sizes the table's `coverage` metadata says the sweep measured for
-/// `call`'s collective at its ranks per node; `None` when it does not say.
-fn sweep_sizes(table: &Table, call: &Call) -> Option<SweepSizes> {
-    if call.nodes == 0 || !call.ranks.is_multiple_of(call.nodes) {
-        return None;
-    }
-    let ppn = u32::try_from(call.ranks / call.nodes).ok()?;
-    crate::report::measured_sizes(table.meta("coverage")?)
-        .into_iter()
-        .filter(|m| m.collective == call.coll.name() && m.ppn == ppn)
-        .map(|m| SweepSizes {
-            min_bytes: m.min_bytes,
-            max_bytes: m.max_bytes,
-        })
-        .reduce(|a, b| SweepSizes {
-            min_bytes: a.min_bytes.min(b.min_bytes),
-            max_bytes: a.max_bytes.max(b.max_bytes),
-        })
 }
 
 fn gate_text(c: &ContextRef) -> String {
@@ -503,25 +491,23 @@ pub fn print_answer(a: &Answer, data_given: bool) {
                     if s.holds { "yes" } else { "no" }
                 );
             }
-            let d = if t.algorithm == "default" {
-                format!("NCCL's choice ({})", t.basis)
+            // The leaf speaks for a region; where its shapes differ, this
+            // call's own ground and gain (the lines above) are named too.
+            let here = a.basis.unwrap_or("no rule");
+            let note = if !t.agrees {
+                "  [the summary tree differs here; the table's rule above is what the plugin does]"
+                    .to_string()
+            } else if t.basis == here && t.expected_gain == t.expected_gain_max {
+                String::new()
+            } else if a.algorithm == "default" {
+                format!("  [this call: {here}]")
             } else {
                 format!(
-                    "{}, {} vs default, {}",
-                    fmt_forced(t.algorithm, t.protocol, t.channels),
-                    fmt_gain(t.expected_gain as f64),
-                    t.basis
+                    "  [this call: {}, {here}]",
+                    fmt_gain(a.expected_gain as f64)
                 )
             };
-            println!(
-                "  leaf {}: {d}{}",
-                t.leaf,
-                if t.agrees {
-                    ""
-                } else {
-                    "  [the summary tree differs here; the table's rule above is what the plugin does]"
-                }
-            );
+            println!("  leaf {}: {}{note}", t.leaf, t.then);
         }
     }
     match &a.evidence {
@@ -666,8 +652,13 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         let text = crate::input::read_to_string(batch, &crate::input::BATCH)?;
         let calls = parse_batch(batch, &text)?;
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        let mut audits = TreeAudits::default();
         for call in &calls {
-            let ans = with_evidence(answer(&table, call)?, call, decision_of(&table, call));
+            let ans = with_evidence(
+                answer_with(&table, call, &mut audits)?,
+                call,
+                decision_of(&table, call),
+            );
             use std::io::Write;
             writeln!(out, "{}", serde_json::to_string(&ans)?)?;
         }
@@ -787,7 +778,8 @@ mod tests {
                             "rule {} covers {}..={} B, the call is {} B", r.index, r.from_bytes, r.to_bytes, bytes
                         );
                         prop_assert_eq!((r.algorithm, r.protocol, r.channels), (a.algorithm, a.protocol, a.channels));
-                        prop_assert_eq!(Some(r.basis), a.basis);
+                        // The rule speaks for all its sizes; it names the call's ground.
+                        prop_assert!(a.basis.is_some_and(|b| r.basis.contains(b)), "{} vs {:?}", r.basis, a.basis);
                     } else {
                         prop_assert_eq!(a.algorithm, "default");
                     }
