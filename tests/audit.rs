@@ -140,8 +140,9 @@ fn explain_prints_rules_dot_and_json() {
     let out = ok(&["explain", t]);
     assert!(out.contains("allreduce: 4 rules"), "{out}");
     assert!(out.contains("bytes < 128 KiB and nodes < 4"), "{out}");
+    // The leaf holds node 2 (+30 % measured) and node 3 (+20 % interpolated).
     assert!(
-        out.contains("tree/ll, +30.0 % vs default, measured"),
+        out.contains("tree/ll, +20.0 to +30.0 % vs default, measured and interpolated"),
         "{out}"
     );
     assert!(out.contains("no distilled tree for: allgather"), "{out}");
@@ -987,16 +988,9 @@ fn compile_explain_and_query_word_a_decision_alike() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real/nvidia-dgx1v-allreduce.csv");
     let tbl = d.path().join("dgx1v.tbl");
     let t = tbl.to_str().unwrap();
-    let report: serde_json::Value = serde_json::from_str(&ok(&[
-        "compile",
-        data.to_str().unwrap(),
-        "-o",
-        t,
-        "--json",
-    ]))
-    .unwrap();
-    let explain: serde_json::Value =
-        serde_json::from_str(&ok(&["explain", t, "--json"])).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(&["compile", data.to_str().unwrap(), "-o", t, "--json"])).unwrap();
+    let explain: serde_json::Value = serde_json::from_str(&ok(&["explain", t, "--json"])).unwrap();
     let leaves = explain["trees"][0]["rules"].as_array().unwrap();
     let forced = report["forced"].as_array().unwrap();
     assert!(forced.len() > 20, "{report}");
@@ -1004,9 +998,15 @@ fn compile_explain_and_query_word_a_decision_alike() {
     // the two shapes (100 B and 1 MiB on one node).
     let mut calls = vec![(1u64, 100u64), (1, 1 << 20)];
     for f in forced {
-        let (n0, n1) = (f["nodes"][0].as_u64().unwrap(), f["nodes"][1].as_u64().unwrap());
+        let (n0, n1) = (
+            f["nodes"][0].as_u64().unwrap(),
+            f["nodes"][1].as_u64().unwrap(),
+        );
         for n in [n0, n1.min(256)] {
-            for b in [f["from_bytes"].as_u64().unwrap(), f["to_bytes"].as_u64().unwrap()] {
+            for b in [
+                f["from_bytes"].as_u64().unwrap(),
+                f["to_bytes"].as_u64().unwrap(),
+            ] {
                 calls.push((n, b));
             }
         }
@@ -1043,12 +1043,18 @@ fn compile_explain_and_query_word_a_decision_alike() {
                 .unwrap_or_else(|| panic!("no compile region holds {at}"));
             assert_eq!(f["algorithm"], q["algorithm"], "{at}");
             assert!(
-                grounds(f["basis"].as_str().unwrap()).iter().any(|g| g == word),
+                grounds(f["basis"].as_str().unwrap())
+                    .iter()
+                    .any(|g| g == word),
                 "compile says {} where query says {word}: {at}",
                 f["basis"]
             );
             assert!(
-                within(gain, f["gain"].as_f64().unwrap(), f["gain_max"].as_f64().unwrap()),
+                within(
+                    gain,
+                    f["gain"].as_f64().unwrap(),
+                    f["gain_max"].as_f64().unwrap()
+                ),
                 "compile's gain {}..{} does not hold query's {gain}: {at}",
                 f["gain"],
                 f["gain_max"]
@@ -1063,7 +1069,9 @@ fn compile_explain_and_query_word_a_decision_alike() {
         assert_eq!(e["then"], leaf["then"], "{at}");
         if leaf["agrees"] == true {
             assert!(
-                grounds(e["basis"].as_str().unwrap()).iter().any(|g| g == word),
+                grounds(e["basis"].as_str().unwrap())
+                    .iter()
+                    .any(|g| g == word),
                 "explain says {} where query says {word}: {at}",
                 e["basis"]
             );
@@ -1091,7 +1099,16 @@ fn query_says_beyond_the_sweep_on_every_line() {
     let t = tbl.to_str().unwrap();
     for bytes in ["8GiB", "18446744073709551615"] {
         let args = [
-            "query", t, "--coll", "allreduce", "--bytes", bytes, "--nodes", "2", "--ranks", "16",
+            "query",
+            t,
+            "--coll",
+            "allreduce",
+            "--bytes",
+            bytes,
+            "--nodes",
+            "2",
+            "--ranks",
+            "16",
         ];
         let out = ok(&args);
         let words = ["measured", "interpolated", "extrapolated"];

@@ -1020,7 +1020,10 @@ fn compile_plot_and_export_write_to_stdout_with_dash_o_dash() {
         );
         dyncc_tables::Table::from_bytes(&out.stdout)
             .unwrap_or_else(|e| panic!("-o {target}: stdout is not a table: {e}"));
-        assert!(!dir.path().join("-").exists(), "-o {target} wrote a file named -");
+        assert!(
+            !dir.path().join("-").exists(),
+            "-o {target} wrote a file named -"
+        );
         let piped = dir.path().join("piped.tbl");
         std::fs::write(&piped, &out.stdout).unwrap();
         assert!(same_decisions(&piped, &file), "-o {target}");
@@ -1034,7 +1037,10 @@ fn compile_plot_and_export_write_to_stdout_with_dash_o_dash() {
         .unwrap();
     assert!(plot.status.success(), "{plot:?}");
     assert!(plot.stdout.starts_with(b"<svg"), "{plot:?}");
-    assert!(plot.stdout.ends_with(b"</svg>\n"), "plot's note followed the SVG on stdout");
+    assert!(
+        plot.stdout.ends_with(b"</svg>\n"),
+        "plot's note followed the SVG on stdout"
+    );
     let export = dyncc()
         .current_dir(dir.path())
         .arg("export")

@@ -527,21 +527,33 @@ fn duplicated_cells_that_disagree_wildly() {
 fn alltoall_without_a_default_run_is_skipped_as_not_tunable() {
     let d = tempfile::tempdir().unwrap();
     let csv = d.path().join("sweep.csv");
-    let mut text =
-        std::fs::read_to_string(crate::support::cli::root().join("datasets/real/nvidia-dgx1v-allreduce.csv"))
-            .unwrap();
+    let mut text = std::fs::read_to_string(
+        crate::support::cli::root().join("datasets/real/nvidia-dgx1v-allreduce.csv"),
+    )
+    .unwrap();
     for (bytes, us) in [(1u64 << 20, 100), (2 << 20, 200)] {
-        text.push_str(&format!("alltoall,{bytes},ring,simple,-1,1,8,1,0,{us},10,{us},DGX-1V\n"));
+        text.push_str(&format!(
+            "alltoall,{bytes},ring,simple,-1,1,8,1,0,{us},10,{us},DGX-1V\n"
+        ));
     }
     std::fs::write(&csv, text).unwrap();
     let tbl = d.path().join("t.tbl");
-    let out = dyncc().arg("compile").arg(&csv).arg("-o").arg(&tbl).output().unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(&csv)
+        .arg("-o")
+        .arg(&tbl)
+        .output()
+        .unwrap();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stderr}\n{stdout}");
-    assert!(!stderr.contains("default run") && !stdout.contains("default run"), "{stderr}{stdout}");
+    assert!(
+        !stderr.contains("default run") && !stdout.contains("default run"),
+        "{stderr}{stdout}"
+    );
     assert!(
         stdout.contains("2 cells of collectives NCCL never asks a tuner about (alltoall"),
         "{stdout}"

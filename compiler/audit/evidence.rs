@@ -238,10 +238,7 @@ mod tests {
         assert_eq!(region.word(), "measured and interpolated");
         assert_eq!(region.gain_text(), "+4.1 to +5.6 %");
         region.add(Ground::BeyondSweep, 1.05);
-        assert_eq!(
-            region.word(),
-            "measured, interpolated and beyond the sweep"
-        );
+        assert_eq!(region.word(), "measured, interpolated and beyond the sweep");
         // Gains that print alike read as one figure.
         let mut close = Evidence::one(Ground::Measured, 1.0411);
         close.add(Ground::Measured, 1.0412);

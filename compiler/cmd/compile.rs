@@ -137,7 +137,7 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     }
     if r.skipped.len() > SHOWN {
         writeln!(
-        w,
+            w,
             "  ... and {} more (--json lists them all)",
             r.skipped.len() - SHOWN
         )?;
@@ -162,7 +162,7 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(w, "\ncoverage:")?;
     for c in &r.coverage {
         writeln!(
-        w,
+            w,
             "  {:<14} {:>3} ranks/node  nodes {:<22} sizes {}..{}  {} configurations, {} cells",
             c.collective,
             c.ppn,
@@ -186,7 +186,10 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
                  sweep NCCL_ALGO/NCCL_PROTO settings too (`dyncc plan` writes such a sweep)"
             )?;
         } else {
-            writeln!(w, "  nothing: NCCL's own choices are best or within noise everywhere measured")?;
+            writeln!(
+                w,
+                "  nothing: NCCL's own choices are best or within noise everywhere measured"
+            )?;
         }
     }
     for f in &r.forced {
@@ -203,7 +206,7 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             f.ppn.0.to_string()
         };
         writeln!(
-        w,
+            w,
             "  {:<14} nodes {:<7} ppn {:<4} {:>9} .. <{:<9} {:>20}  {:>8}  {}",
             f.collective,
             nodes,
@@ -222,7 +225,7 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             .map(|(k, v)| format!("{v} {}", k.replace('_', " ")))
             .collect();
         writeln!(
-        w,
+            w,
             "  {:<14} {}",
             coll,
             if parts.is_empty() {
@@ -245,7 +248,7 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     writeln!(w, "\nexplain trees:")?;
     for (coll, f) in &r.trees {
         writeln!(
-        w,
+            w,
             "  {:<14} {} leaves, depth {}, gives the plugin's decision at {}",
             coll,
             f.leaves,

@@ -15,9 +15,7 @@ use crate::audit::colour::colour_hex;
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, ContextJson};
 use crate::audit::names::{algo_name, channels, parse_colls, proto_name};
-use crate::audit::text::{
-    condition_text, fmt_decision, fmt_sizes, fmt_span, one_line_summary,
-};
+use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, one_line_summary};
 use crate::units::fmt_gain;
 
 /// Output format of `dyncc explain`.
@@ -282,7 +280,11 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
                 s,
                 "  (this tree gives the plugin's decision at {}{})",
                 ag.text(),
-                if ag.disagree > 0 { "; where it does not, the plugin does this:" } else { "" }
+                if ag.disagree > 0 {
+                    "; where it does not, the plugin does this:"
+                } else {
+                    ""
+                }
             );
             const SHOWN: usize = 40;
             for r in ag.regions.iter().take(SHOWN) {

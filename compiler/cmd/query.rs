@@ -269,8 +269,8 @@ pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyho
     // "measured" (the sweep measured NCCL's default there as much as
     // anything else): say the size is beyond the sweep.
     let sweep = sweep_sizes(table, call.coll, call.nodes, call.ranks);
-    let beyond = sweep
-        .filter(|_| ground_at(&l, sweep.as_ref(), call.bytes) == Some(Ground::BeyondSweep));
+    let beyond =
+        sweep.filter(|_| ground_at(&l, sweep.as_ref(), call.bytes) == Some(Ground::BeyondSweep));
     let shape = format!(
         "{} node{} x {} ranks/node",
         call.nodes,
