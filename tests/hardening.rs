@@ -443,7 +443,10 @@ fn enormous_line_is_rejected_in_bounded_memory() {
     let out = run_bounded(cmd);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains(&format!("{}:2", name(&bad))), "{err}");
+    assert!(
+        err.contains(&format!("{}:2", name(&bad))) && err.contains("expected nccl-tests"),
+        "{err}"
+    );
     assert!(
         err.len() < 4096,
         "the error quotes the whole line ({} bytes)",
