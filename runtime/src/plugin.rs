@@ -24,6 +24,7 @@ use crate::cache::{self, Handle, LoadError};
 use crate::ffi::*;
 use crate::log::{Escaped, Logger, Msg};
 use crate::nccl_version::{self, VersionCheck};
+use crate::trace;
 
 /// Runs `f`, turning a panic into `on_panic`: every function NCCL or a C
 /// caller enters goes through this, so a bug can never unwind into C
@@ -44,6 +45,9 @@ pub struct Context {
     /// This communicator's shape as NCCL 2.21 sees it, for the v2 check
     /// of what NCCL can run (its features come with each call).
     machine: Machine,
+    /// With `DYNCC_TRACE` (tuner v5/v6, which know the communicator's id):
+    /// where each answer is recorded for the profiler to link.
+    journal: Option<&'static trace::Journal>,
 }
 
 impl Context {
@@ -202,6 +206,7 @@ fn init_inner(
             Escaped(bad)
         ));
     }
+    crate::profiler::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
         log.info(format_args!(
             "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator"
@@ -256,10 +261,10 @@ fn init_inner(
             );
             warn = Some(w);
         }
-        (spec, line, warn)
+        (spec, line, warn, digest)
     });
     match loaded {
-        Ok((handle, (spec, line, warn), fresh)) => {
+        Ok((handle, (spec, line, warn, digest), fresh)) => {
             if let Some(w) = warn {
                 log.warn(format_args!("{}", w.as_str()));
             }
@@ -268,10 +273,18 @@ fn init_inner(
                 line.as_str(),
                 if fresh { "loaded" } else { "shared" }
             ));
+            let journal = match (facts.comm_id, trace::configured()) {
+                (Some(id), Some(_)) => {
+                    trace::note_table(digest);
+                    trace::journal_acquire(id)
+                }
+                _ => None,
+            };
             let ctx = Box::new(Context {
                 spec,
                 handle: Some(handle),
                 machine: v2_machine(n_ranks, n_nodes),
+                journal,
             });
             Ok(Box::into_raw(ctx).cast())
         }
@@ -445,6 +458,7 @@ pub unsafe fn get_coll_info_table(
     let d = ctx
         .spec
         .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+    let mut applied = false;
     if let Decision::Force {
         algo,
         proto,
@@ -465,6 +479,7 @@ pub unsafe fn get_coll_info_table(
             if cost >= 0.0 {
                 // SAFETY: in bounds (above).
                 unsafe { cell.write_unaligned(0.0) };
+                applied = true;
                 if channels != 0 && !n_channels.is_null() {
                     // At most 64 (NCCL's MAXCHANNELS): every decision comes
                     // from a table `from_bytes` validated, which rejects
@@ -474,6 +489,9 @@ pub unsafe fn get_coll_info_table(
                 }
             }
         }
+    }
+    if let Some(j) = ctx.journal {
+        j.record(coll_type, n_bytes, d, applied);
     }
 }
 
@@ -660,6 +678,9 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
         // SAFETY: a non-NULL ctx came from Box::into_raw in init and NCCL
         // finalizes it exactly once.
         let ctx = unsafe { Box::from_raw(ctx.cast::<Context>()) };
+        if let Some(j) = ctx.journal {
+            trace::journal_release(j);
+        }
         if let Some(h) = ctx.handle {
             cache::release(h);
         }

@@ -257,6 +257,8 @@ impl fmt::Display for TraceError {
     }
 }
 
+impl core::error::Error for TraceError {}
+
 /// Little-endian reads at fixed offsets of a slice known to be long enough;
 /// every accessor returns 0 rather than panic if it is not.
 #[derive(Clone, Copy)]
