@@ -21,7 +21,7 @@ use crate::support::tools::{require_c_compiler, require_tool};
 /// AllReduce on 1 node, 1-8 ranks per node: Ring/Simple on 2 channels up
 /// to 64 KiB (slower than NCCL's own choice in the stand-in's world, so
 /// the two are told apart), NCCL's default above. AllGather: no context.
-fn table() -> Vec<u8> {
+fn standin_table() -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "standin");
     let spec = ContextSpec {
@@ -69,7 +69,7 @@ impl Standin {
         link.extend(["-lm", "-pthread"]);
         compile_c(cc, &["-O1", "-pthread"], "standin.c", &exe, &link);
         let table = dir.path().join("standin.tbl");
-        std::fs::write(&table, table()).unwrap();
+        std::fs::write(&table, standin_table()).unwrap();
         let traces = dir.path().join("traces");
         std::fs::create_dir(&traces).unwrap();
         Standin {

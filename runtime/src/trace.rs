@@ -698,7 +698,16 @@ pub fn dir_usable(dir: &Path) -> Result<(), String> {
 /// NCCL's threads' paths): many jobs never destroy their communicators, so
 /// neither finalize runs; this writes what was recorded.
 extern "C" fn flush_at_exit() {
-    crate::plugin::ffi_guard((), || flush(true));
+    crate::plugin::ffi_guard((), || {
+        flush(true);
+        // At dlclose the statics are unmapped next: free what they own.
+        if let Ok(mut p) = PROCESS.try_lock() {
+            p.comms = Vec::new();
+            p.host = String::new();
+            p.job = String::new();
+            p.dir = None;
+        }
+    });
 }
 
 #[used]
