@@ -263,6 +263,24 @@ fn the_trace_holds_what_the_standin_fed_for_each_profiler_abi() {
     }
 }
 
+/// NCCL opens the tuner as libnccl-tuner-dyncc.so and the profiler as
+/// libnccl-profiler-dyncc.so; `make install` makes the second a link to
+/// the first, so both names load one object and the profiler still finds
+/// the tuner's answers.
+#[test]
+fn the_profiler_opened_through_its_installed_link_still_links_the_tuner() {
+    let s = Standin::new();
+    let link = s.dir.path().join("libnccl-profiler-dyncc.so");
+    std::os::unix::fs::symlink(plugin_lib(), &link).unwrap();
+    let out = s
+        .command(&[], &["6", "200", "finalize"], Some(&s.traces))
+        .env("DYNCC_TEST_PROFILER_LIB", &link)
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &["6", "200", "finalize", "(profiler through its link)"]);
+    check_trace(&s, &out, 6, false);
+}
+
 #[test]
 fn profiler_v4_records_times_but_cannot_link_the_tuner() {
     let s = Standin::new();
@@ -374,4 +392,26 @@ fn the_standin_is_clean_under_valgrind() {
         .unwrap();
     let stdout = stdout_of(&out, &args);
     check_trace(&s, &stdout, 6, false);
+}
+
+/// `make install` puts the library under both names NCCL looks for, the
+/// profiler's as a link to the tuner's file.
+#[test]
+fn make_install_installs_the_profiler_name_as_a_link_to_the_tuner() {
+    require_tool("make", "make");
+    let dest = tempfile::tempdir().unwrap();
+    let st = Command::new("make")
+        .arg("-s")
+        .arg("install")
+        .arg(format!("DESTDIR={}", dest.path().display()))
+        .arg("PREFIX=/opt/dyncc")
+        .arg(format!("PLUGIN_SO={}", plugin_lib().display()))
+        .current_dir(crate::plugin_c::root())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let lib = dest.path().join("opt/dyncc/lib");
+    let link = std::fs::read_link(lib.join("libnccl-profiler-dyncc.so")).unwrap();
+    assert_eq!(link, Path::new("libnccl-tuner-dyncc.so"));
+    assert!(lib.join("libnccl-profiler-dyncc.so").is_file());
 }

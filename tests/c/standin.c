@@ -283,8 +283,17 @@ int main(int argc, char **argv) {
   }
   char sym[32];
   snprintf(sym, sizeof sym, "ncclProfiler_v%d", abi);
+  /* NCCL opens the profiler by its own name (libnccl-profiler-dyncc.so,
+   * installed as a link to the tuner's file): DYNCC_TEST_PROFILER_LIB
+   * opens it that way, as a second dlopen. */
+  const char *ppath = getenv("DYNCC_TEST_PROFILER_LIB");
+  void *plib = ppath ? dlopen(ppath, RTLD_NOW | RTLD_LOCAL) : lib;
+  if (!plib) {
+    fprintf(stderr, "standin: cannot dlopen DYNCC_TEST_PROFILER_LIB: %s\n", dlerror());
+    return 2;
+  }
   tuner = dlsym(lib, "ncclTunerPlugin_v6");
-  profiler = dlsym(lib, sym);
+  profiler = dlsym(plib, sym);
   if (!tuner || !profiler) {
     fprintf(stderr, "standin: %s or ncclTunerPlugin_v6 missing\n", sym);
     return 2;
@@ -296,6 +305,9 @@ int main(int argc, char **argv) {
     }
   }
   run_round(strcmp(mode, "finalize") == 0);
-  if (strcmp(mode, "finalize") == 0) dlclose(lib);
+  if (strcmp(mode, "finalize") == 0) {
+    if (plib != lib) dlclose(plib);
+    dlclose(lib);
+  }
   return 0;
 }
