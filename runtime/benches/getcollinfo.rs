@@ -233,8 +233,10 @@ fn v6_random_traced(b: Bencher) {
 }
 
 /// Five profiler events per iteration (see the module doc), through the
-/// exported `ncclProfiler_v6` on a recording rank 0.
-#[divan::bench]
+/// exported `ncclProfiler_v6` on a recording rank 0. Fixed sample sizes:
+/// divan's own choice here was 1 iteration per sample, which measured
+/// mostly its timer.
+#[divan::bench(sample_size = 1000, sample_count = 200)]
 fn profiler_events(b: Bencher) {
     use dyncc_runtime::ncclProfiler_v6 as prof;
     use dyncc_runtime::profiler_ffi::*;

@@ -128,8 +128,13 @@ impl Journal {
                 | (proto as u64 & 3) << 56
                 | (channels as u64 & 0x7f) << 49;
         }
-        let i = head.fetch_add(1, Ordering::Relaxed) % JOURNAL_LEN;
-        ring[i].store(v, Ordering::Release);
+        // A plain load and store, not an atomic add (which costs more than
+        // the rest of getCollInfo): ranks sharing the journal may race
+        // and overwrite one slot, which only loses an answer (its
+        // collective is then `unknown`); every entry is one whole u64.
+        let h = head.load(Ordering::Relaxed);
+        head.store(h.wrapping_add(1), Ordering::Relaxed);
+        ring[h % JOURNAL_LEN].store(v, Ordering::Release);
     }
 
     /// The newest answer for `(coll, n_bytes)`, if still in the ring.
