@@ -458,7 +458,6 @@ pub unsafe fn get_coll_info_table(
     let d = ctx
         .spec
         .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
-    let mut applied = false;
     if let Decision::Force {
         algo,
         proto,
@@ -479,7 +478,6 @@ pub unsafe fn get_coll_info_table(
             if cost >= 0.0 {
                 // SAFETY: in bounds (above).
                 unsafe { cell.write_unaligned(0.0) };
-                applied = true;
                 if channels != 0 && !n_channels.is_null() {
                     // At most 64 (NCCL's MAXCHANNELS): every decision comes
                     // from a table `from_bytes` validated, which rejects
@@ -490,9 +488,38 @@ pub unsafe fn get_coll_info_table(
             }
         }
     }
-    if let Some(j) = ctx.journal {
-        j.record(coll_type, n_bytes, d, applied);
-    }
+}
+
+/// Records the answer for the profiler (`DYNCC_TRACE`). A forced decision was applied exactly
+/// when its cell is in bounds and not negative (then it now holds 0.0).
+///
+/// # Safety
+/// As [`get_coll_info_table`]: `table` is non-NULL and holds
+/// `num_algo * num_proto` floats.
+#[inline(always)]
+unsafe fn record_answer(
+    j: &trace::Journal,
+    coll_type: c_int,
+    n_bytes: usize,
+    d: Decision,
+    table: *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+) {
+    let applied = match d {
+        Decision::Force { algo, proto, .. } => {
+            let (a, p) = (algo as usize, proto as usize);
+            let (na, np) = (num_algo as usize, num_proto as usize);
+            // SAFETY: in bounds, as checked (see get_coll_info_table).
+            a < na
+                && p < np
+                && num_algo > 0
+                && num_proto > 0
+                && unsafe { table.add(a * np + p).read_unaligned() } >= 0.0
+        }
+        Decision::Default => false,
+    };
+    j.record(coll_type, n_bytes, d, applied);
 }
 
 unsafe extern "C" fn init_v2(
@@ -636,9 +663,52 @@ unsafe extern "C" fn get_coll_info_v3(
     NCCL_SUCCESS
 }
 
-/// `getCollInfo` of v4, v5 and v6.
+/// `getCollInfo` of v4, v5 and v6: only a dispatch, so both calls are
+/// jumps with NCCL's arguments in place (no unwinding frame here keeps
+/// them tail calls): the untraced path pays a load and a branch for
+/// tracing, then runs exactly the code it ran before tracing existed.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_v4(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    cost_table: *mut *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> ncclResult_t {
+    // SAFETY: a non-NULL ctx is a live Context created by init.
+    // SAFETY: a non-NULL ctx is a live Context created by init.
+    let traced = !ctx.is_null() && unsafe { &*ctx.cast::<Context>() }.journal.is_some();
+    // Chosen as a pointer, then called: LLVM makes that one jump (the
+    // if/else form made it spill and re-push the stack arguments).
+    let f = if traced {
+        get_coll_info_traced
+    } else {
+        get_coll_info_plain
+    };
+    // SAFETY: forwarded NCCL arguments.
+    unsafe {
+        f(
+            ctx,
+            coll_type,
+            n_bytes,
+            num_pipe_ops,
+            cost_table,
+            num_algo,
+            num_proto,
+            reg_buff,
+            n_channels,
+        )
+    }
+}
+
+/// `getCollInfo` v4-v6 without tracing.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_coll_info_plain(
     ctx: *mut c_void,
     coll_type: ncclFunc_t,
     n_bytes: usize,
@@ -665,6 +735,53 @@ unsafe extern "C" fn get_coll_info_v4(
                 n_channels,
             )
         }
+    });
+    NCCL_SUCCESS
+}
+
+/// `getCollInfo` v4-v6 on a traced communicator (`DYNCC_TRACE`, tuner
+/// v5/v6): the same answer, then recorded for the profiler.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_coll_info_traced(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    cost_table: *mut *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        let table: *mut f32 = cost_table.cast();
+        // SAFETY: NCCL's contract (see get_coll_info_table).
+        unsafe {
+            get_coll_info_table(
+                ctx,
+                coll_type,
+                n_bytes,
+                num_pipe_ops,
+                table,
+                num_algo,
+                num_proto,
+                reg_buff,
+                n_channels,
+            )
+        };
+        if ctx.is_null() || table.is_null() {
+            return;
+        }
+        // SAFETY: a non-NULL ctx is a live Context created by init.
+        let c = unsafe { &*ctx.cast::<Context>() };
+        let Some(j) = c.journal else { return };
+        // A pure function of the call: looked up again rather than kept.
+        let d = c
+            .spec
+            .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+        // SAFETY: non-NULL table of numAlgo x numProto floats (NCCL's).
+        unsafe { record_answer(j, coll_type, n_bytes, d, table, num_algo, num_proto) };
     });
     NCCL_SUCCESS
 }
