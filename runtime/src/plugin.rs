@@ -448,8 +448,42 @@ pub unsafe fn get_coll_info_table(
     reg_buff: c_int,
     n_channels: *mut c_int,
 ) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        answer(
+            ctx,
+            coll_type,
+            n_bytes,
+            num_pipe_ops,
+            table,
+            num_algo,
+            num_proto,
+            reg_buff,
+            n_channels,
+        )
+    };
+}
+
+/// [`get_coll_info_table`]'s body: the decision, and whether it was
+/// applied (a forced cell written).
+///
+/// # Safety
+/// As [`get_coll_info_table`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn answer(
+    ctx: *mut c_void,
+    coll_type: c_int,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    table: *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> (Decision, bool) {
     if ctx.is_null() || table.is_null() {
-        return;
+        return (Decision::Default, false);
     }
     // SAFETY: a non-NULL ctx is a live Context created by init (NCCL
     // passes back what init stored and finalizes it only after its last
@@ -458,6 +492,7 @@ pub unsafe fn get_coll_info_table(
     let d = ctx
         .spec
         .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+    let mut applied = false;
     if let Decision::Force {
         algo,
         proto,
@@ -478,6 +513,7 @@ pub unsafe fn get_coll_info_table(
             if cost >= 0.0 {
                 // SAFETY: in bounds (above).
                 unsafe { cell.write_unaligned(0.0) };
+                applied = true;
                 if channels != 0 && !n_channels.is_null() {
                     // At most 64 (NCCL's MAXCHANNELS): every decision comes
                     // from a table `from_bytes` validated, which rejects
@@ -488,39 +524,9 @@ pub unsafe fn get_coll_info_table(
             }
         }
     }
+    (d, applied)
 }
 
-/// Records the answer for the profiler (`DYNCC_TRACE`). A forced decision was applied exactly
-/// when its cell is in bounds and not negative (then it now holds 0.0).
-///
-/// # Safety
-/// As [`get_coll_info_table`]: `table` is non-NULL and holds
-/// `num_algo * num_proto` floats.
-#[inline(always)]
-unsafe fn record_answer(
-    j: &trace::Journal,
-    coll_type: c_int,
-    n_bytes: usize,
-    d: Decision,
-    table: *mut f32,
-    num_algo: c_int,
-    num_proto: c_int,
-) {
-    let applied = match d {
-        Decision::Force { algo, proto, .. } => {
-            let (a, p) = (algo as usize, proto as usize);
-            let (na, np) = (num_algo as usize, num_proto as usize);
-            // SAFETY: in bounds, as checked (see get_coll_info_table).
-            a < na
-                && p < np
-                && num_algo > 0
-                && num_proto > 0
-                && unsafe { table.add(a * np + p).read_unaligned() } >= 0.0
-        }
-        Decision::Default => false,
-    };
-    j.record(coll_type, n_bytes, d, applied);
-}
 
 unsafe extern "C" fn init_v2(
     n_ranks: usize,
@@ -755,33 +761,27 @@ unsafe extern "C" fn get_coll_info_traced(
     n_channels: *mut c_int,
 ) -> ncclResult_t {
     ffi_guard((), || {
-        let table: *mut f32 = cost_table.cast();
         // SAFETY: NCCL's contract (see get_coll_info_table).
-        unsafe {
-            get_coll_info_table(
+        let (d, applied) = unsafe {
+            answer(
                 ctx,
                 coll_type,
                 n_bytes,
                 num_pipe_ops,
-                table,
+                cost_table.cast(),
                 num_algo,
                 num_proto,
                 reg_buff,
                 n_channels,
             )
         };
-        if ctx.is_null() || table.is_null() {
+        if ctx.is_null() {
             return;
         }
         // SAFETY: a non-NULL ctx is a live Context created by init.
-        let c = unsafe { &*ctx.cast::<Context>() };
-        let Some(j) = c.journal else { return };
-        // A pure function of the call: looked up again rather than kept.
-        let d = c
-            .spec
-            .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
-        // SAFETY: non-NULL table of numAlgo x numProto floats (NCCL's).
-        unsafe { record_answer(j, coll_type, n_bytes, d, table, num_algo, num_proto) };
+        if let Some(j) = unsafe { &*ctx.cast::<Context>() }.journal {
+            j.record(coll_type, n_bytes, d, applied);
+        }
     });
     NCCL_SUCCESS
 }
