@@ -183,7 +183,15 @@ fn nccl_name(coll: Coll) -> &'static str {
 }
 
 fn algo_name(a: Algo) -> &'static str {
-    ["TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"][a as usize]
+    [
+        "TREE",
+        "RING",
+        "COLLNET_DIRECT",
+        "COLLNET_CHAIN",
+        "NVLS",
+        "NVLS_TREE",
+        "PAT",
+    ][a as usize]
 }
 
 fn proto_name(p: Proto) -> &'static str {
@@ -214,7 +222,12 @@ fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
     let comms: Vec<_> = t.comms().collect();
     assert_eq!(comms.len(), 1, "only rank 0 records: {comms:?}");
     assert_eq!(
-        (comms[0].name, comms[0].n_nodes, comms[0].n_ranks, comms[0].rank),
+        (
+            comms[0].name,
+            comms[0].n_nodes,
+            comms[0].n_ranks,
+            comms[0].rank
+        ),
         ("standin-comm", 1, 2, 0)
     );
     let mut want = fed(stdout);
@@ -239,7 +252,11 @@ fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
             .cloned()
             .unwrap_or_else(|| panic!("trace record {r:?} matches nothing fed: {want:?}"));
         let f = want.remove(&key).unwrap();
-        assert_eq!((r.count, r.min_ns, r.max_ns), (f.count, f.min, f.max), "{key:?}");
+        assert_eq!(
+            (r.count, r.min_ns, r.max_ns),
+            (f.count, f.min, f.max),
+            "{key:?}"
+        );
         assert!((r.sum_ln - f.sum_ln).abs() < 1e-9 * f.sum_ln, "{key:?}");
         assert!((r.sum_ln2 - f.sum_ln2).abs() < 1e-9 * f.sum_ln2, "{key:?}");
     }
@@ -277,7 +294,10 @@ fn the_profiler_opened_through_its_installed_link_still_links_the_tuner() {
         .env("DYNCC_TEST_PROFILER_LIB", &link)
         .output()
         .unwrap();
-    let out = stdout_of(&out, &["6", "200", "finalize", "(profiler through its link)"]);
+    let out = stdout_of(
+        &out,
+        &["6", "200", "finalize", "(profiler through its link)"],
+    );
     check_trace(&s, &out, 6, false);
 }
 

@@ -246,18 +246,8 @@ fn profiler_events(b: Bencher) {
     // SAFETY: single-threaded; read by init only, removed right after.
     unsafe { std::env::set_var("DYNCC_TRACE", dir.path()) };
     // SAFETY: writable pointers, a static name, NULL logger.
-    let rc = unsafe {
-        prof.init.unwrap()(
-            &mut pctx,
-            9,
-            &mut mask,
-            c"bench".as_ptr(),
-            1,
-            8,
-            0,
-            None,
-        )
-    };
+    let rc =
+        unsafe { prof.init.unwrap()(&mut pctx, 9, &mut mask, c"bench".as_ptr(), 1, 8, 0, None) };
     // SAFETY: as above.
     unsafe { std::env::remove_var("DYNCC_TRACE") };
     assert_eq!((rc, mask), (0, 66));

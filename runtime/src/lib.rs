@@ -26,13 +26,13 @@ pub mod profiler_ffi;
 pub mod trace;
 
 pub use capi::*;
-pub use profiler::{
-    ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5,
-    ncclProfiler_v6,
-};
 pub use plugin::{
     ncclTunerPlugin_v2, ncclTunerPlugin_v3, ncclTunerPlugin_v4, ncclTunerPlugin_v5,
     ncclTunerPlugin_v6,
+};
+pub use profiler::{
+    ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5,
+    ncclProfiler_v6,
 };
 
 /// The committed `include/dyncc.h` must equal what cbindgen generates from

@@ -527,7 +527,6 @@ unsafe fn answer(
     (d, applied)
 }
 
-
 unsafe extern "C" fn init_v2(
     n_ranks: usize,
     n_nodes: usize,

@@ -302,9 +302,7 @@ unsafe fn start(
             // SAFETY: a Coll event's union holds `coll`.
             h = coll_start(c, comm, unsafe { &(*u).coll });
         }
-    } else if type_ == PROFILE_KERNEL_CH
-        && !parent.is_null()
-        && parent as usize & CHANNEL_TAG == 0
+    } else if type_ == PROFILE_KERNEL_CH && !parent.is_null() && parent as usize & CHANNEL_TAG == 0
     {
         // SAFETY: a non-NULL untagged parent of ours is a pool slot (the
         // only handles dyncc returns for Coll events; NCCL passes back

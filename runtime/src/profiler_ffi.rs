@@ -132,8 +132,11 @@ pub type ProfInitV5 = unsafe extern "C" fn(
 ) -> ncclResult_t;
 /// `startEvent(context, void** eHandle, descr*)`; the descriptor type
 /// depends on the version.
-pub type ProfStart<D> =
-    unsafe extern "C" fn(context: *mut c_void, eHandle: *mut *mut c_void, eDescr: *mut D) -> ncclResult_t;
+pub type ProfStart<D> = unsafe extern "C" fn(
+    context: *mut c_void,
+    eHandle: *mut *mut c_void,
+    eDescr: *mut D,
+) -> ncclResult_t;
 /// `stopEvent(eHandle)`.
 pub type ProfStop = unsafe extern "C" fn(eHandle: *mut c_void) -> ncclResult_t;
 /// `recordEventState(eHandle, state, args*)`.
