@@ -719,6 +719,32 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Arbitrary bytes, and arbitrary bodies behind a valid magic,
+        /// version, length and CRC (so the structural checks are reached),
+        /// are refused or read, never a panic; whatever is accepted reads
+        /// back consistently.
+        #[test]
+        fn any_bytes_are_refused_or_read_without_panicking(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            patch in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b = body;
+            if patch && b.len() >= TRACE_HEADER_LEN {
+                b[..8].copy_from_slice(&TRACE_MAGIC);
+                b[8..10].copy_from_slice(&TRACE_MAJOR.to_le_bytes());
+                let len = b.len() as u32;
+                b[12..16].copy_from_slice(&len.to_le_bytes());
+                let crc = file_crc(&b);
+                b[16..20].copy_from_slice(&crc.to_le_bytes());
+            }
+            if let Ok(t) = Trace::from_bytes(&b) {
+                proptest::prop_assert_eq!(t.comms().count(), t.n_comms());
+                proptest::prop_assert_eq!(t.records().count(), t.n_records());
+            }
+        }
+    }
+
     #[test]
     fn an_oversized_trace_is_refused_by_the_writer() {
         let head = TraceHead {
