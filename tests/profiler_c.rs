@@ -435,3 +435,42 @@ fn make_install_installs_the_profiler_name_as_a_link_to_the_tuner() {
     assert_eq!(link, Path::new("libnccl-tuner-dyncc.so"));
     assert!(lib.join("libnccl-profiler-dyncc.so").is_file());
 }
+
+/// `dyncc inspect DIR` summarises the trace files in it; a damaged one is
+/// named, with exit status 2.
+#[test]
+fn inspect_summarises_trace_files() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "finalize"], Some(&s.traces));
+    let fed = out.lines().filter(|l| l.starts_with("fed ")).count();
+    let dir = s.traces.to_str().unwrap();
+    let o = crate::support::cli::dyncc_output(&["inspect", dir]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains(&format!("; {fed} collectives in ")), "{text}");
+    assert!(text.contains("\"standin-comm\" 1 nodes 2 ranks"), "{text}");
+    assert!(
+        text.contains(" allreduce 4096 ring simple 2 table "),
+        "{text}"
+    );
+    let o = crate::support::cli::dyncc_output(&["inspect", "--json", dir]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["job_id"], "777");
+    let f = &s.trace_files()[0];
+    let mut b = std::fs::read(f).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    std::fs::write(f, &b).unwrap();
+    let o = crate::support::cli::dyncc_output(&["inspect", dir]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not a valid dyncc trace file: trace checksum mismatch"),
+        "{err}"
+    );
+}
