@@ -273,13 +273,14 @@ fn init_inner(
                 line.as_str(),
                 if fresh { "loaded" } else { "shared" }
             ));
-            let journal = match (facts.comm_id, trace::configured()) {
-                (Some(id), Some(_)) => {
+            // Tuner v5/v6 only: the profiler links by this id.
+            let journal = facts
+                .comm_id
+                .filter(|_| trace::configured().is_some())
+                .and_then(|id| {
                     trace::note_table(digest);
                     trace::journal_acquire(id)
-                }
-                _ => None,
-            };
+                });
             let ctx = Box::new(Context {
                 spec,
                 handle: Some(handle),
