@@ -316,6 +316,17 @@ fn the_trace_is_written_at_exit_when_nothing_is_finalized() {
     check_trace(&s, &out, 6, false);
 }
 
+/// A child forked after NCCL started (a data-loader worker) inherits the
+/// recorded tables; at its exit it must not write them again under its own
+/// process id (the parent's file would be counted twice).
+#[test]
+fn a_forked_child_does_not_write_its_parents_trace() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "fork"], Some(&s.traces));
+    assert!(out.contains("child exited 0"), "{out}");
+    check_trace(&s, &out, 6, false);
+}
+
 #[test]
 fn without_dyncc_trace_the_profiler_asks_for_no_events() {
     let s = Standin::new();

@@ -481,6 +481,10 @@ struct Process {
     comms: Vec<CommInfo>,
     /// `CHANGES` when the file was last written; `None` before.
     written_at: Option<u64>,
+    /// The process that recorded: a child forked after NCCL started
+    /// (data-loader workers) inherits the tables but must not write them
+    /// again under its own id.
+    pid: u32,
 }
 
 static PROCESS: Mutex<Process> = Mutex::new(Process {
@@ -493,6 +497,7 @@ static PROCESS: Mutex<Process> = Mutex::new(Process {
     log: Logger(None),
     comms: Vec::new(),
     written_at: None,
+    pid: 0,
 });
 
 /// One WARN per process for a failed write, one for tracing off.
@@ -544,6 +549,7 @@ pub fn register(dir: &Path, facts: CommFacts<'_>, log: Logger) -> Result<Recordi
         return Err("this process already records 64 communicators");
     }
     if p.dir.is_none() {
+        p.pid = std::process::id();
         p.dir = Some(dir.to_path_buf());
         p.host = hostname();
         p.job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
@@ -610,11 +616,14 @@ pub fn flush(try_only: bool) {
         lock()
     };
     let Some(dir) = p.dir.clone() else { return };
+    let pid = std::process::id();
+    if pid != p.pid {
+        return; // a forked child: the parent writes these tables
+    }
     let changes = CHANGES.load(Ordering::Acquire);
     if p.written_at == Some(changes) {
         return;
     }
-    let pid = std::process::id();
     let (path, tmp) = file_names(&dir, &p.host, pid);
     match write_file(&p, &path, &tmp, pid) {
         Ok(()) => p.written_at = Some(changes),

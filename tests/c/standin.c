@@ -13,6 +13,8 @@
  *   MODE  finalize    finalize both plugins per rank, then exit
  *         nofinalize  exit without finalizing (the exit hook must write)
  *         loop        init, CALLS collectives, finalize, forever (for kill -9)
+ *         fork        as nofinalize, but first fork a child that exits at once
+ *                     (a data-loader worker: it must not write the parent's trace)
  * Prints "mask N" per rank, "fed COLL NBYTES ALGO PROTO CH SRC NS" for each
  * collective rank 0 ran, and the logger's lines ("WARN ...", "INFO ..."). */
 #define _GNU_SOURCE
@@ -23,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nccl_profiler.h"
 #include "nccl_tuner.h"
@@ -305,6 +309,13 @@ int main(int argc, char **argv) {
     }
   }
   run_round(strcmp(mode, "finalize") == 0);
+  if (strcmp(mode, "fork") == 0) {
+    pid_t child = fork();
+    if (child == 0) exit(0); /* runs the exit hooks in the child */
+    int status = 0;
+    waitpid(child, &status, 0);
+    printf("child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
   if (strcmp(mode, "finalize") == 0) {
     if (plib != lib) dlclose(plib);
     dlclose(lib);
