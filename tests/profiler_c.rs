@@ -355,6 +355,23 @@ fn an_unusable_trace_dir_warns_once_and_the_job_goes_on() {
     }
 }
 
+/// The directory was fine at init but is gone when the file is written:
+/// one WARN naming the file and the error, the job goes on, and the exit
+/// hook does not warn again.
+#[test]
+fn a_failed_write_warns_once_and_the_job_goes_on() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "lostdir"], Some(&s.traces));
+    let warns: Vec<&str> = out.lines().filter(|l| l.starts_with("WARN")).collect();
+    assert_eq!(warns.len(), 1, "{out}");
+    assert!(
+        warns[0].contains("cannot write trace file") && warns[0].contains("the job goes on"),
+        "{}",
+        warns[0]
+    );
+    assert!(!s.traces.exists());
+}
+
 #[test]
 fn an_old_profiler_without_timestamps_warns_once() {
     let s = Standin::new();

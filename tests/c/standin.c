@@ -13,6 +13,8 @@
  *   MODE  finalize    finalize both plugins per rank, then exit
  *         nofinalize  exit without finalizing (the exit hook must write)
  *         loop        init, CALLS collectives, finalize, forever (for kill -9)
+ *         lostdir     as finalize, but the trace directory is removed first
+ *                     (the write fails: one WARN, the job goes on)
  *         fork        as nofinalize, but first fork a child that exits at once
  *                     (a data-loader worker: it must not write the parent's trace)
  * Prints "mask N" per rank, "fed COLL NBYTES ALGO PROTO CH SRC NS" for each
@@ -177,6 +179,7 @@ static void init_rank(rank_state *r) {
 }
 
 static int calls;
+static int lose_dir;
 
 static void *host_thread(void *arg) {
   rank_state *r = arg;
@@ -261,6 +264,10 @@ static void run_round(int finalize) {
     pthread_join(proxy[i], NULL);
   }
   if (!finalize) return;
+  if (lose_dir && rmdir(getenv("DYNCC_TRACE")) != 0) {
+    perror("standin: rmdir DYNCC_TRACE");
+    exit(2);
+  }
   /* NCCL's teardown: the tuner's finalize first, the profiler's last. */
   for (int i = 0; i < NRANKS; i++) {
     tuner->finalize(ranks[i].tctx);
@@ -308,7 +315,8 @@ int main(int argc, char **argv) {
       printf("round %lu\n", round);
     }
   }
-  run_round(strcmp(mode, "finalize") == 0);
+  lose_dir = strcmp(mode, "lostdir") == 0;
+  run_round(strcmp(mode, "finalize") == 0 || lose_dir);
   if (strcmp(mode, "fork") == 0) {
     pid_t child = fork();
     if (child == 0) exit(0); /* runs the exit hooks in the child */
