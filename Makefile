@@ -38,6 +38,11 @@ plugin-portable:
 	.ci/check-plugin-so.sh $(PORTABLE_SO) $(PORTABLE_GLIBC)
 
 # make install PREFIX=/opt/dyncc  ->  /opt/dyncc/lib/libnccl-tuner-dyncc.so
+#                                     /opt/dyncc/lib/libnccl-profiler-dyncc.so
+#                                       (a link to the tuner's file: NCCL's
+#                                       profiler loader looks for that name,
+#                                       and one file means one loaded object,
+#                                       so the profiler sees the tuner's answers)
 #                                     /opt/dyncc/include/dyncc.h
 # Only copies: build first as yourself (`make plugin` or `make
 # plugin-portable`), then install (as root if PREFIX needs it), so root
@@ -45,6 +50,7 @@ plugin-portable:
 install:
 	@test -f $(PLUGIN_SO) || { echo "make install: $(PLUGIN_SO) is not built. Run \`make plugin\` first, as your own user, then \`make install\` again (for the glibc 2.17 build: \`make plugin-portable\`, then \`make install PLUGIN_SO=$(PORTABLE_SO)\`); install only copies files." >&2; exit 1; }
 	install -D -m 0755 $(PLUGIN_SO) $(DESTDIR)$(LIBDIR)/libnccl-tuner-dyncc.so
+	ln -sf libnccl-tuner-dyncc.so $(DESTDIR)$(LIBDIR)/libnccl-profiler-dyncc.so
 	install -D -m 0644 include/dyncc.h $(DESTDIR)$(INCLUDEDIR)/dyncc.h
 
 # Rewrite every committed file a test compares output against, after an

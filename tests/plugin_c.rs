@@ -112,6 +112,15 @@ const TUNER_SYMBOLS: [(&str, u64); 5] = [
     ("ncclTunerPlugin_v5", 32),
     ("ncclTunerPlugin_v6", 40),
 ];
+/// The profiler statics: six pointers each.
+const PROFILER_SYMBOLS: [(&str, u64); 6] = [
+    ("ncclProfiler_v1", 48),
+    ("ncclProfiler_v2", 48),
+    ("ncclProfiler_v3", 48),
+    ("ncclProfiler_v4", 48),
+    ("ncclProfiler_v5", 48),
+    ("ncclProfiler_v6", 48),
+];
 const CAPI_SYMBOLS: [&str; 5] = [
     "dyncc_status_str",
     "dyncc_table_close",
@@ -121,7 +130,7 @@ const CAPI_SYMBOLS: [&str; 5] = [
 ];
 
 #[test]
-fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
+fn plugin_exports_exactly_the_tuner_and_profiler_statics_and_the_c_api() {
     require_tool("nm", "binutils");
     let out = run(Command::new("nm")
         .args(["-D", "--defined-only"])
@@ -136,6 +145,7 @@ fn plugin_exports_exactly_the_tuner_statics_and_the_c_api() {
     got.sort();
     let mut want: Vec<(String, String)> = TUNER_SYMBOLS
         .iter()
+        .chain(&PROFILER_SYMBOLS)
         .map(|(n, _)| (n.to_string(), "D".to_string()))
         .chain(
             CAPI_SYMBOLS
@@ -156,7 +166,7 @@ fn plugin_tuner_statics_have_the_nccl_struct_sizes() {
     let out = run(Command::new("readelf")
         .args(["--dyn-syms", "-W"])
         .arg(plugin_lib()));
-    for (name, size) in TUNER_SYMBOLS {
+    for (name, size) in TUNER_SYMBOLS.into_iter().chain(PROFILER_SYMBOLS) {
         let line = out
             .lines()
             .find(|l| l.split_whitespace().last() == Some(name))

@@ -12,6 +12,7 @@ mod ingest_labels; // knobs per run, labels, copies and setups, checked values, 
 mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
+mod profiler_c; // the plugin as NCCL's profiler: a stand-in NCCL, trace files, failures
 mod simulate; // `dyncc simulate`: physics, realism, determinism, readable output
 mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
 mod support; // shared helpers: the dyncc binary, required external tools

@@ -1,6 +1,8 @@
 //! `dyncc inspect`: read sweep files and summarise what they hold, what was
 //! skipped and why, and what looks suspicious. Always lenient: it reports
-//! problems instead of failing on them.
+//! problems instead of failing on them. Trace files the plugin writes
+//! (`DYNCC_TRACE`) are recognised by their magic and summarised apart
+//! ([`traces`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,6 +29,7 @@ use crate::record::flags;
 ///   dyncc inspect run.log --assume NCCL_ALGO=Ring --assume NCCL_PROTO=LL128 --json
 ///   dyncc inspect sweep/ --name-pattern '{coll}_n{nodes}_{algo}_{proto}.r{repeat}.log'
 ///   dyncc inspect sweep/ --manifest sweep/manifest.csv
+///   dyncc inspect /shared/traces/        # trace files from DYNCC_TRACE
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct InspectArgs {
@@ -202,7 +205,14 @@ fn summarise(ds: &Dataset) -> Summary {
     s
 }
 
-pub fn run(args: InspectArgs) -> anyhow::Result<i32> {
+pub fn run(mut args: InspectArgs) -> anyhow::Result<i32> {
+    let found = traces::split(&mut args.paths);
+    if !found.files.is_empty() {
+        let bad = traces::print(&found.files, args.json);
+        if args.paths.is_empty() {
+            return Ok(if bad { 2 } else { 0 });
+        }
+    }
     // indicatif draws only when stderr is a terminal.
     let mut opts = args.ingest.options(true, true)?;
     opts.lenient = true;
@@ -456,4 +466,188 @@ fn print_human(s: &Summary) {
     let _ = writeln!(o, "\nnext: {}", s.next);
     // A closed pipe (`| head`) is not an error worth a panic.
     let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), o.as_bytes());
+}
+
+/// Trace files (`DYNCC_TRACE`, format in `tables/FORMAT.md`): found among
+/// the paths and summarised per file.
+mod traces {
+    use std::path::{Path, PathBuf};
+
+    use dyncc_tables::Trace;
+
+    /// What [`split`] found.
+    pub struct Found {
+        /// Trace files to summarise.
+        pub files: Vec<PathBuf>,
+    }
+
+    fn is_trace(p: &Path) -> bool {
+        let mut magic = [0u8; 8];
+        std::fs::File::open(p)
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+            .is_ok_and(|()| magic == dyncc_tables::TRACE_MAGIC)
+    }
+
+    /// Takes the trace files out of `paths`: a file named directly that
+    /// starts with the trace magic, and the `*.trace` files directly in a
+    /// named directory (which stays in `paths` only if it holds anything
+    /// else but traces and their temporaries).
+    pub fn split(paths: &mut Vec<PathBuf>) -> Found {
+        let mut files = Vec::new();
+        paths.retain(|p| {
+            if p.is_file() {
+                if is_trace(p) {
+                    files.push(p.clone());
+                    return false;
+                }
+                return true;
+            }
+            let Ok(rd) = std::fs::read_dir(p) else {
+                return true;
+            };
+            let mut other = false;
+            let mut here = Vec::new();
+            for e in rd.flatten() {
+                let q = e.path();
+                let name = e.file_name().to_string_lossy().into_owned();
+                if q.is_file() && name.ends_with(".trace") && is_trace(&q) {
+                    here.push(q);
+                } else if !name.ends_with(".trace.tmp") {
+                    other = true;
+                }
+            }
+            here.sort();
+            let keep = other || here.is_empty();
+            files.extend(here);
+            keep
+        });
+        Found { files }
+    }
+
+    /// Prints a summary per file (JSON lines with `json`); true when a
+    /// file was not a valid trace (said on stderr with what to do).
+    pub fn print(files: &[PathBuf], json: bool) -> bool {
+        let mut bad = false;
+        for f in files {
+            let bytes = match std::fs::read(f) {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("error: {}: cannot read: {e}", f.display());
+                    bad = true;
+                    continue;
+                }
+            };
+            match Trace::from_bytes(&bytes) {
+                Ok(t) if json => println!("{}", to_json(f, &t)),
+                Ok(t) => print_human(f, &t),
+                Err(e) => {
+                    eprintln!(
+                        "error: {}: not a valid dyncc trace file: {e}; skip it (a trace is \
+                         written whole by the plugin, so this one was damaged or is not a trace)",
+                        f.display()
+                    );
+                    bad = true;
+                }
+            }
+        }
+        bad
+    }
+
+    fn version(code: u32) -> String {
+        if code == 0 {
+            "unknown".into()
+        } else {
+            format!("{}.{}.{}", code / 10000, code % 10000 / 100, code % 100)
+        }
+    }
+
+    fn print_human(f: &Path, t: &Trace<'_>) {
+        let h = t.head();
+        let total: u64 = t.records().map(|r| r.count).sum();
+        println!(
+            "trace {}: host {} pid {} job {} NCCL {} profiler v{} table {}; {} collectives in {} \
+             cells; dropped {} (table full) {} (pool full), {} untimed",
+            f.display(),
+            h.host,
+            h.pid,
+            if h.job_id.is_empty() {
+                "none"
+            } else {
+                h.job_id
+            },
+            version(h.nccl_version),
+            h.profiler_abi,
+            h.table_digest
+                .map(|d| format!("{d:016x}"))
+                .unwrap_or_else(|| "none".into()),
+            total,
+            t.n_records(),
+            h.dropped_table_full,
+            h.dropped_pool_full,
+            h.untimed
+        );
+        let comms: Vec<_> = t.comms().collect();
+        for (i, c) in comms.iter().enumerate() {
+            println!(
+                "  comm {i}: {:#018x} {:?} {} nodes {} ranks (rank {} recorded)",
+                c.comm_id, c.name, c.n_nodes, c.n_ranks, c.rank
+            );
+        }
+        println!(
+            "  comm collective bytes algo proto channels chosen-by count geomean-us min-us max-us"
+        );
+        for r in t.records() {
+            println!(
+                "  {} {} {} {} {} {} {} {} {:.2} {:.2} {:.2}",
+                r.comm,
+                r.coll.name(),
+                r.n_bytes,
+                r.algo.name(),
+                r.proto.name(),
+                r.channels,
+                r.source.name(),
+                r.count,
+                r.geomean_ns() / 1e3,
+                r.min_ns as f64 / 1e3,
+                r.max_ns as f64 / 1e3
+            );
+        }
+    }
+
+    fn to_json(f: &Path, t: &Trace<'_>) -> serde_json::Value {
+        let h = t.head();
+        serde_json::json!({
+            "trace": f.display().to_string(),
+            "host": h.host,
+            "pid": h.pid,
+            "job_id": h.job_id,
+            "nccl_version": version(h.nccl_version),
+            "profiler_abi": h.profiler_abi,
+            "table_digest": h.table_digest.map(|d| format!("{d:016x}")),
+            "dropped_table_full": h.dropped_table_full,
+            "dropped_pool_full": h.dropped_pool_full,
+            "untimed": h.untimed,
+            "comms": t.comms().map(|c| serde_json::json!({
+                "comm_id": format!("{:#018x}", c.comm_id),
+                "name": c.name,
+                "nodes": c.n_nodes,
+                "ranks": c.n_ranks,
+                "rank": c.rank,
+            })).collect::<Vec<_>>(),
+            "records": t.records().map(|r| serde_json::json!({
+                "comm": r.comm,
+                "collective": r.coll.name(),
+                "bytes": r.n_bytes,
+                "algo": r.algo.name(),
+                "proto": r.proto.name(),
+                "channels": r.channels,
+                "chosen_by": r.source.name(),
+                "count": r.count,
+                "sum_ln_ns": r.sum_ln,
+                "sum_ln2_ns": r.sum_ln2,
+                "min_ns": r.min_ns,
+                "max_ns": r.max_ns,
+            })).collect::<Vec<_>>(),
+        })
+    }
 }

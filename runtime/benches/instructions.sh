@@ -22,6 +22,14 @@ for mode in repeated random; do
   awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
     'BEGIN { printf "getCollInfo v6 (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
 done
+# The same with DYNCC_TRACE set: each answer is also recorded for the profiler.
+mkdir -p "$tmp/trace"
+for mode in repeated random; do
+  base="$(DYNCC_TRACE="$tmp/trace" total 0 "$mode")"
+  full="$(DYNCC_TRACE="$tmp/trace" total "$n" "$mode")"
+  awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
+    'BEGIN { printf "getCollInfo v6 with DYNCC_TRACE (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
+done
 init_exe="${CARGO_TARGET_DIR:-target}/release/examples/callgrind_first_init"
 init_total() { # N -> total instructions (Ir)
   valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$init_exe" "$1" >/dev/null 2>&1

@@ -2,7 +2,9 @@
 //! under callgrind (see runtime/benches/instructions.sh, which runs this with
 //! N calls and with 0 calls and divides the difference by N).
 //!
-//! Usage: `callgrind_getcollinfo N repeated|random`
+//! Usage: `callgrind_getcollinfo N repeated|random`. With `DYNCC_TRACE`
+//! set (a directory), the communicator records each answer for the
+//! profiler, as it does in a traced job.
 
 use std::hint::black_box;
 
@@ -29,14 +31,36 @@ fn main() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.tbl");
     std::fs::write(&path, harness_table::harness_table()).unwrap();
-    let cfg = Config {
-        table: Some(path.clone().into_os_string()),
-        strict: true,
-        ..Config::default()
-    };
     let mut ctx = std::ptr::null_mut();
-    // SAFETY: writable context pointer.
-    assert_eq!(unsafe { init_with(&cfg, &mut ctx, 8, 1, None) }, 0);
+    if std::env::var_os("DYNCC_TRACE").is_some() {
+        // Through the v6 init, which gets the communicator id the trace
+        // journal is keyed by.
+        // SAFETY: single-threaded here; nothing reads the environment yet.
+        unsafe { std::env::set_var("DYNCC_TABLE", &path) };
+        let init = ncclTunerPlugin_v6.init.unwrap();
+        // SAFETY: writable context pointer; NULL logger, NVL info and
+        // constants are allowed.
+        let rc = unsafe {
+            init(
+                &mut ctx,
+                7,
+                8,
+                1,
+                None,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(rc, 0);
+    } else {
+        let cfg = Config {
+            table: Some(path.clone().into_os_string()),
+            strict: true,
+            ..Config::default()
+        };
+        // SAFETY: writable context pointer.
+        assert_eq!(unsafe { init_with(&cfg, &mut ctx, 8, 1, None) }, 0);
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 
     // The same fixed-size input set whatever N is, so it cancels out.

@@ -6,7 +6,10 @@
 //! Modules: [`ffi`] (NCCL's ABI mirrored), [`plugin`] (the entry points),
 //! [`cache`] (one loaded table per process, bounded file reads),
 //! [`nccl_version`] (the running NCCL against the sweep's), [`capi`],
-//! [`log`], and `owned` (a validated table owning its bytes).
+//! [`log`], `owned` (a validated table owning its bytes), and the
+//! profiler half: [`profiler`] (the `ncclProfiler_v1` .. `_v6` entry
+//! points), [`profiler_ffi`] (that ABI mirrored) and [`trace`] (what
+//! `DYNCC_TRACE` records, and the trace file writer).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -18,11 +21,18 @@ pub mod log;
 pub mod nccl_version;
 mod owned;
 pub mod plugin;
+pub mod profiler;
+pub mod profiler_ffi;
+pub mod trace;
 
 pub use capi::*;
 pub use plugin::{
     ncclTunerPlugin_v2, ncclTunerPlugin_v3, ncclTunerPlugin_v4, ncclTunerPlugin_v5,
     ncclTunerPlugin_v6,
+};
+pub use profiler::{
+    ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5,
+    ncclProfiler_v6,
 };
 
 /// The committed `include/dyncc.h` must equal what cbindgen generates from

@@ -24,6 +24,7 @@ use crate::cache::{self, Handle, LoadError};
 use crate::ffi::*;
 use crate::log::{Escaped, Logger, Msg};
 use crate::nccl_version::{self, VersionCheck};
+use crate::trace;
 
 /// Runs `f`, turning a panic into `on_panic`: every function NCCL or a C
 /// caller enters goes through this, so a bug can never unwind into C
@@ -44,6 +45,9 @@ pub struct Context {
     /// This communicator's shape as NCCL 2.21 sees it, for the v2 check
     /// of what NCCL can run (its features come with each call).
     machine: Machine,
+    /// With `DYNCC_TRACE` (tuner v5/v6, which know the communicator's id):
+    /// where each answer is recorded for the profiler to link.
+    journal: Option<&'static trace::Journal>,
 }
 
 impl Context {
@@ -202,6 +206,7 @@ fn init_inner(
             Escaped(bad)
         ));
     }
+    crate::profiler::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
         log.info(format_args!(
             "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator"
@@ -256,10 +261,10 @@ fn init_inner(
             );
             warn = Some(w);
         }
-        (spec, line, warn)
+        (spec, line, warn, digest)
     });
     match loaded {
-        Ok((handle, (spec, line, warn), fresh)) => {
+        Ok((handle, (spec, line, warn, digest), fresh)) => {
             if let Some(w) = warn {
                 log.warn(format_args!("{}", w.as_str()));
             }
@@ -268,10 +273,19 @@ fn init_inner(
                 line.as_str(),
                 if fresh { "loaded" } else { "shared" }
             ));
+            // Tuner v5/v6 only: the profiler links by this id.
+            let journal = facts
+                .comm_id
+                .filter(|_| trace::configured().is_some())
+                .and_then(|id| {
+                    trace::note_table(digest);
+                    trace::journal_acquire(id)
+                });
             let ctx = Box::new(Context {
                 spec,
                 handle: Some(handle),
                 machine: v2_machine(n_ranks, n_nodes),
+                journal,
             });
             Ok(Box::into_raw(ctx).cast())
         }
@@ -435,8 +449,42 @@ pub unsafe fn get_coll_info_table(
     reg_buff: c_int,
     n_channels: *mut c_int,
 ) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        answer(
+            ctx,
+            coll_type,
+            n_bytes,
+            num_pipe_ops,
+            table,
+            num_algo,
+            num_proto,
+            reg_buff,
+            n_channels,
+        )
+    };
+}
+
+/// [`get_coll_info_table`]'s body: the decision, and whether it was
+/// applied (a forced cell written).
+///
+/// # Safety
+/// As [`get_coll_info_table`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn answer(
+    ctx: *mut c_void,
+    coll_type: c_int,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    table: *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> (Decision, bool) {
     if ctx.is_null() || table.is_null() {
-        return;
+        return (Decision::Default, false);
     }
     // SAFETY: a non-NULL ctx is a live Context created by init (NCCL
     // passes back what init stored and finalizes it only after its last
@@ -445,6 +493,7 @@ pub unsafe fn get_coll_info_table(
     let d = ctx
         .spec
         .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+    let mut applied = false;
     if let Decision::Force {
         algo,
         proto,
@@ -465,6 +514,7 @@ pub unsafe fn get_coll_info_table(
             if cost >= 0.0 {
                 // SAFETY: in bounds (above).
                 unsafe { cell.write_unaligned(0.0) };
+                applied = true;
                 if channels != 0 && !n_channels.is_null() {
                     // At most 64 (NCCL's MAXCHANNELS): every decision comes
                     // from a table `from_bytes` validated, which rejects
@@ -475,6 +525,7 @@ pub unsafe fn get_coll_info_table(
             }
         }
     }
+    (d, applied)
 }
 
 unsafe extern "C" fn init_v2(
@@ -618,9 +669,52 @@ unsafe extern "C" fn get_coll_info_v3(
     NCCL_SUCCESS
 }
 
-/// `getCollInfo` of v4, v5 and v6.
+/// `getCollInfo` of v4, v5 and v6: only a dispatch, so both calls are
+/// jumps with NCCL's arguments in place (no unwinding frame here keeps
+/// them tail calls): the untraced path pays a load and a branch for
+/// tracing, then runs exactly the code it ran before tracing existed.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_v4(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    cost_table: *mut *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> ncclResult_t {
+    // SAFETY: a non-NULL ctx is a live Context created by init.
+    // SAFETY: a non-NULL ctx is a live Context created by init.
+    let traced = !ctx.is_null() && unsafe { &*ctx.cast::<Context>() }.journal.is_some();
+    // Chosen as a pointer, then called: LLVM makes that one jump (the
+    // if/else form made it spill and re-push the stack arguments).
+    let f = if traced {
+        get_coll_info_traced
+    } else {
+        get_coll_info_plain
+    };
+    // SAFETY: forwarded NCCL arguments.
+    unsafe {
+        f(
+            ctx,
+            coll_type,
+            n_bytes,
+            num_pipe_ops,
+            cost_table,
+            num_algo,
+            num_proto,
+            reg_buff,
+            n_channels,
+        )
+    }
+}
+
+/// `getCollInfo` v4-v6 without tracing.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_coll_info_plain(
     ctx: *mut c_void,
     coll_type: ncclFunc_t,
     n_bytes: usize,
@@ -651,6 +745,47 @@ unsafe extern "C" fn get_coll_info_v4(
     NCCL_SUCCESS
 }
 
+/// `getCollInfo` v4-v6 on a traced communicator (`DYNCC_TRACE`, tuner
+/// v5/v6): the same answer, then recorded for the profiler.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_coll_info_traced(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    cost_table: *mut *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        // SAFETY: NCCL's contract (see get_coll_info_table).
+        let (d, applied) = unsafe {
+            answer(
+                ctx,
+                coll_type,
+                n_bytes,
+                num_pipe_ops,
+                cost_table.cast(),
+                num_algo,
+                num_proto,
+                reg_buff,
+                n_channels,
+            )
+        };
+        if ctx.is_null() {
+            return;
+        }
+        // SAFETY: a non-NULL ctx is a live Context created by init.
+        if let Some(j) = unsafe { &*ctx.cast::<Context>() }.journal {
+            j.record(coll_type, n_bytes, d, applied);
+        }
+    });
+    NCCL_SUCCESS
+}
+
 /// `destroy` (v2-v4) and `finalize` (v5, v6).
 unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     if ctx.is_null() {
@@ -660,6 +795,9 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
         // SAFETY: a non-NULL ctx came from Box::into_raw in init and NCCL
         // finalizes it exactly once.
         let ctx = unsafe { Box::from_raw(ctx.cast::<Context>()) };
+        if let Some(j) = ctx.journal {
+            trace::journal_release(j);
+        }
         if let Some(h) = ctx.handle {
             cache::release(h);
         }

@@ -122,3 +122,113 @@ fn get_coll_info_allocates_nothing() {
     // SAFETY: ctx came from init.
     unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
 }
+
+/// With `DYNCC_TRACE`: the traced `getCollInfo` and every profiler event
+/// (Coll start and stop, kernel-channel start, stop time and stop, in
+/// NCCL's order, each collective aggregated into the bins) allocate
+/// nothing; init and finalize may.
+#[test]
+fn traced_get_coll_info_and_profiler_events_allocate_nothing() {
+    use dyncc_runtime::profiler_ffi::*;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.tbl");
+    std::fs::write(&path, harness_table::harness_table()).unwrap();
+    let traces = dir.path().join("traces");
+    std::fs::create_dir(&traces).unwrap();
+    // SAFETY: read by the inits below only; this test binary's other test
+    // never reads DYNCC_TRACE or DYNCC_TABLE from the environment.
+    unsafe {
+        std::env::set_var("DYNCC_TRACE", &traces);
+        std::env::set_var("DYNCC_TABLE", &path);
+    }
+    let (mut tctx, mut pctx, mut mask) = (null_mut(), null_mut(), 0);
+    // SAFETY: writable pointers, static name, NULL logger/NVL/constants.
+    unsafe {
+        let rc =
+            ncclProfiler_v6.init.unwrap()(&mut pctx, 42, &mut mask, c"t".as_ptr(), 1, 8, 0, None);
+        assert_eq!((rc, mask), (0, 66));
+        let rc =
+            ncclTunerPlugin_v6.init.unwrap()(&mut tctx, 42, 8, 1, None, null_mut(), null_mut());
+        assert_eq!(rc, 0);
+    }
+    let (gci, start, stop, record) = (
+        ncclTunerPlugin_v6.getCollInfo.unwrap(),
+        ncclProfiler_v6.startEvent.unwrap(),
+        ncclProfiler_v6.stopEvent.unwrap(),
+        ncclProfiler_v6.recordEventState.unwrap(),
+    );
+    let before = allocs();
+    for i in 0..5_000u64 {
+        let mut table = [[1.0f32; 3]; 7];
+        let mut nch = 0;
+        let bytes = 1usize << (10 + i % 16);
+        // SAFETY: contiguous float[7][3], writable nChannels; valid
+        // descriptors and the handles the plugin returned.
+        unsafe {
+            gci(
+                tctx,
+                4,
+                bytes,
+                1,
+                table.as_mut_ptr().cast(),
+                7,
+                3,
+                0,
+                &mut nch,
+            );
+            let mut d = ncclProfilerEventDescr_v5_t {
+                type_: PROFILE_COLL,
+                parentObj: null_mut(),
+                rank: 0,
+                u: ncclProfilerDescrUnion {
+                    coll: ncclProfilerCollDescr {
+                        seqNumber: i,
+                        func: c"AllReduce".as_ptr(),
+                        sendBuff: std::ptr::null(),
+                        recvBuff: null_mut(),
+                        count: bytes / 4,
+                        root: 0,
+                        datatype: c"ncclFloat32".as_ptr(),
+                        nChannels: 2,
+                        nWarps: 16,
+                        algo: c"RING".as_ptr(),
+                        proto: c"SIMPLE".as_ptr(),
+                    },
+                },
+            };
+            let mut h = null_mut();
+            start(pctx, &mut h, &mut d);
+            assert!(!h.is_null());
+            stop(h);
+            let mut kh = [null_mut(); 2];
+            for (c, k) in kh.iter_mut().enumerate() {
+                d.type_ = PROFILE_KERNEL_CH;
+                d.parentObj = h;
+                d.u = ncclProfilerDescrUnion {
+                    kernelCh: ncclProfilerKernelChDescr {
+                        channelId: c as u8,
+                        pTimer: 1_000 * i + c as u64,
+                    },
+                };
+                start(pctx, k, &mut d);
+            }
+            for k in kh {
+                let mut a = ncclProfilerEventStateArgs {
+                    pTimer: 1_000 * i + 500,
+                };
+                record(k, KERNEL_CH_STOP, &mut a);
+                stop(k);
+            }
+        }
+    }
+    assert_eq!(allocs() - before, 0, "allocations on NCCL's threads");
+    // SAFETY: the contexts the inits made, finalized once each.
+    unsafe {
+        ncclTunerPlugin_v6.finalize.unwrap()(tctx);
+        ncclProfiler_v6.finalize.unwrap()(pctx);
+        std::env::remove_var("DYNCC_TRACE");
+        std::env::remove_var("DYNCC_TABLE");
+    }
+    let written: Vec<_> = std::fs::read_dir(&traces).unwrap().flatten().collect();
+    assert_eq!(written.len(), 1, "one trace file at finalize");
+}

@@ -62,6 +62,7 @@ pub mod nccl;
 mod raw;
 mod specialised;
 mod table;
+pub mod trace;
 #[cfg(all(test, feature = "build"))]
 mod validation_tests;
 
@@ -83,3 +84,7 @@ pub use raw::{
 };
 pub use specialised::Specialised;
 pub use table::{digest, ContextView, Coverage, Lookup, SplitStep, Table, TreeView};
+pub use trace::{
+    Source, Trace, TraceComm, TraceError, TraceHead, TraceRecord, MAX_TRACE_LEN, TRACE_MAGIC,
+    TRACE_MAJOR, TRACE_MINOR,
+};

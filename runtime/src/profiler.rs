@@ -1,0 +1,573 @@
+//! NCCL's profiler interface: the exported `ncclProfiler_v1` .. `_v6`
+//! statics, so the same library is NCCL's tuner and profiler
+//! (`NCCL_PROFILER_PLUGIN=dyncc` finds `libnccl-profiler-dyncc.so`).
+//!
+//! Without `DYNCC_TRACE` every `init` asks for no events (an empty mask)
+//! and nothing else happens. With `DYNCC_TRACE=DIR` (v4-v6, which carry GPU
+//! timestamps) `init` asks for `Coll` and `KernelCh` events; a
+//! communicator's rank 0 records what ran (see [`crate::trace`]) and the
+//! other ranks return NULL handles (NCCL's mask is process-wide, so they
+//! ask for the same events). v1-v3 have no GPU timestamps: one WARN, no
+//! events. The event callbacks never allocate, lock, log or block; any
+//! failure at init is one WARN and a context that records nothing (the
+//! job goes on).
+
+use core::ffi::{c_char, c_int, c_void, CStr};
+use core::sync::atomic::{AtomicBool, Ordering};
+use std::path::PathBuf;
+
+use dyncc_tables::trace::Source;
+use dyncc_tables::{Algo, Coll, Proto};
+
+use crate::ffi::{ncclDebugLogger_t, ncclResult_t, NCCL_SUCCESS};
+use crate::log::{Escaped, Logger};
+use crate::nccl_version;
+use crate::plugin::{ffi_guard, PLUGIN_NAME};
+use crate::profiler_ffi::*;
+use crate::trace::{self, Journal, Key, Slot};
+
+/// One communicator rank's profiler state.
+pub struct ProfContext {
+    /// Set on the recording rank (its communicator index in the file).
+    recording: Option<u8>,
+    journal: Option<&'static Journal>,
+    n_ranks: u64,
+}
+
+/// Handle tag: a kernel channel's handle is its collective's slot + 1.
+const CHANNEL_TAG: usize = 1;
+
+/// The events dyncc asks for when tracing.
+const TRACE_MASK: c_int = (PROFILE_COLL | PROFILE_KERNEL_CH) as c_int;
+
+/// One WARN per process for "tracing asked for, NCCL too old".
+static WARNED_OLD: AtomicBool = AtomicBool::new(false);
+/// One WARN per process for an unusable DYNCC_TRACE directory.
+static WARNED_DIR: AtomicBool = AtomicBool::new(false);
+/// A v1-v3 profiler init saw DYNCC_TRACE without a logger to say so:
+/// the next logger (the tuner's init) says it.
+static OLD_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// The tuner's init calls this with its logger: says a pending "too old"
+/// WARN of a v1-v3 profiler init, which had no logger.
+pub fn say_pending(log: Logger) {
+    if OLD_PENDING.swap(false, Ordering::Relaxed) {
+        warn_old(log, 3);
+    }
+}
+
+fn warn_old(log: Logger, abi: u8) {
+    if !WARNED_OLD.swap(true, Ordering::Relaxed) {
+        log.warn(format_args!(
+            "dyncc: DYNCC_TRACE is set but this NCCL loads profiler interface v{abi}, which has \
+             no GPU timestamps (v4, NCCL 2.27, is the oldest with them); no trace is recorded \
+             and the job goes on"
+        ));
+    }
+}
+
+fn c_str(p: *const c_char) -> Option<&'static [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: NCCL passes NUL-terminated static strings (ncclFuncToString
+    // and friends) or the communicator's name, valid for the call.
+    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Shared `init` of v4-v6.
+#[allow(clippy::too_many_arguments)]
+unsafe fn init_common(
+    ctx: *mut *mut c_void,
+    mask: *mut c_int,
+    comm_id: Option<u64>,
+    comm_hash: u64,
+    name: *const c_char,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: ncclDebugLogger_t,
+    abi: u8,
+) -> ncclResult_t {
+    let log = Logger(log);
+    if !ctx.is_null() {
+        // SAFETY: NCCL passes a writable context pointer.
+        unsafe { ctx.write(core::ptr::null_mut()) };
+    }
+    let want = ffi_guard(None, || {
+        let dir = trace::configured()?;
+        say_pending(log);
+        Some(init_tracing(
+            PathBuf::from(dir),
+            comm_id,
+            comm_hash,
+            name,
+            n_nodes,
+            n_ranks,
+            rank,
+            log,
+            abi,
+        ))
+    });
+    let m = match want {
+        Some(Some(c)) => {
+            if !ctx.is_null() {
+                // SAFETY: as above.
+                unsafe { ctx.write(Box::into_raw(Box::new(c)).cast()) };
+            }
+            TRACE_MASK
+        }
+        // Tracing configured but unusable: still no events.
+        Some(None) | None => 0,
+    };
+    if !mask.is_null() {
+        // SAFETY: NCCL passes a writable mask.
+        unsafe { mask.write(m) };
+    }
+    NCCL_SUCCESS
+}
+
+#[allow(clippy::too_many_arguments)]
+fn init_tracing(
+    dir: PathBuf,
+    comm_id: Option<u64>,
+    comm_hash: u64,
+    name: *const c_char,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: Logger,
+    abi: u8,
+) -> Option<ProfContext> {
+    if let Err(why) = trace::dir_usable(&dir) {
+        if !WARNED_DIR.swap(true, Ordering::Relaxed) {
+            let shown = dir.to_string_lossy();
+            log.warn(format_args!(
+                "dyncc: DYNCC_TRACE={} cannot be written ({}); no trace is recorded and the job \
+                 goes on",
+                Escaped(&shown),
+                Escaped(&why)
+            ));
+        }
+        return None;
+    }
+    let n_ranks_u = u32::try_from(n_ranks).unwrap_or(0);
+    let journal = comm_id.and_then(trace::journal_acquire);
+    let mut ctx = ProfContext {
+        recording: None,
+        journal,
+        n_ranks: n_ranks_u as u64,
+    };
+    if rank != 0 {
+        return Some(ctx);
+    }
+    let name = String::from_utf8_lossy(c_str(name).unwrap_or(b"")).into_owned();
+    let running = nccl_version::running(log)
+        .map(|v| v.major * 10000 + v.minor * 100 + v.patch)
+        .unwrap_or(0);
+    match trace::register(
+        &dir,
+        trace::CommFacts {
+            comm_id: comm_id.unwrap_or(comm_hash),
+            n_nodes: u32::try_from(n_nodes).unwrap_or(0),
+            n_ranks: n_ranks_u,
+            rank: 0,
+            name: &name,
+            abi,
+            nccl_version: running,
+        },
+        log,
+    ) {
+        Ok(r) => {
+            ctx.recording = Some(r.comm);
+            log.info(format_args!(
+                "dyncc: tracing communicator {:#018x} ({} nodes, {} ranks) into DYNCC_TRACE={}",
+                comm_id.unwrap_or(comm_hash),
+                n_nodes,
+                n_ranks,
+                Escaped(&dir.to_string_lossy())
+            ));
+        }
+        Err(why) => log.warn(format_args!(
+            "dyncc: not tracing communicator {:#018x}: {why}; the job goes on",
+            comm_id.unwrap_or(comm_hash)
+        )),
+    }
+    Some(ctx)
+}
+
+/// Bytes per element of NCCL's datatype names.
+fn type_size(dt: &[u8]) -> Option<u64> {
+    Some(match dt {
+        b"ncclInt8" | b"ncclUint8" | b"ncclFloat8e4m3" | b"ncclFloat8e5m2" => 1,
+        b"ncclFloat16" | b"ncclBfloat16" => 2,
+        b"ncclInt32" | b"ncclUint32" | b"ncclFloat32" => 4,
+        b"ncclInt64" | b"ncclUint64" | b"ncclFloat64" => 8,
+        _ => return None,
+    })
+}
+
+fn coll_of(func: &[u8]) -> Option<Coll> {
+    Some(match func {
+        b"Broadcast" => Coll::Broadcast,
+        b"Reduce" => Coll::Reduce,
+        b"AllGather" => Coll::AllGather,
+        b"ReduceScatter" => Coll::ReduceScatter,
+        b"AllReduce" => Coll::AllReduce,
+        _ => return None,
+    })
+}
+
+fn algo_of(s: &[u8]) -> Option<Algo> {
+    Some(match s {
+        b"TREE" => Algo::Tree,
+        b"RING" => Algo::Ring,
+        b"COLLNET_DIRECT" => Algo::CollNetDirect,
+        b"COLLNET_CHAIN" => Algo::CollNetChain,
+        b"NVLS" => Algo::Nvls,
+        b"NVLS_TREE" => Algo::NvlsTree,
+        b"PAT" => Algo::Pat,
+        _ => return None,
+    })
+}
+
+fn proto_of(s: &[u8]) -> Option<Proto> {
+    Some(match s {
+        b"LL" => Proto::LL,
+        b"LL128" => Proto::LL128,
+        b"SIMPLE" => Proto::Simple,
+        _ => return None,
+    })
+}
+
+/// The `Coll` event of a recording rank: what ran, who chose it, a slot.
+fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_void {
+    let (Some(coll), Some(size), Some(algo), Some(proto)) = (
+        c_str(d.func).and_then(coll_of),
+        c_str(d.datatype).and_then(type_size),
+        c_str(d.algo).and_then(algo_of),
+        c_str(d.proto).and_then(proto_of),
+    ) else {
+        return core::ptr::null_mut();
+    };
+    // What NCCL passes the tuner: type size x the larger of send and
+    // receive count (x nRanks for the gathering and scattering ones).
+    let per = match coll {
+        Coll::AllGather | Coll::ReduceScatter => ctx.n_ranks.max(1),
+        _ => 1,
+    };
+    let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
+    let source = match ctx.journal.and_then(|j| j.find(coll, n_bytes)) {
+        None => Source::Unknown,
+        Some(a) if a.source == Source::Table => {
+            if a.algo == algo as u8 && a.proto == proto as u8 {
+                Source::Table
+            } else {
+                // NCCL ran something else than the table forced.
+                Source::Nccl
+            }
+        }
+        Some(a) => a.source,
+    };
+    let channels = d.nChannels.min(64);
+    let Some(key) = Key::new(comm, coll, n_bytes, algo, proto, channels, source) else {
+        return core::ptr::null_mut();
+    };
+    match trace::slot_take(key, channels) {
+        Some(s) => (s as *const Slot).cast_mut().cast(),
+        None => core::ptr::null_mut(),
+    }
+}
+
+/// Shared `startEvent` body: `type_` and the descriptor's common part.
+///
+/// # Safety
+/// `ctx` is NULL or a live `ProfContext`; `u` is the descriptor's union,
+/// valid for the member `type_` names.
+unsafe fn start(
+    ctx: *mut c_void,
+    handle: *mut *mut c_void,
+    type_: u64,
+    parent: *mut c_void,
+    u: *const ncclProfilerDescrUnion,
+) {
+    if handle.is_null() {
+        return;
+    }
+    let mut h = core::ptr::null_mut();
+    if type_ == PROFILE_COLL && !ctx.is_null() {
+        // SAFETY: a non-NULL ctx is the ProfContext init made.
+        let c = unsafe { &*ctx.cast::<ProfContext>() };
+        if let Some(comm) = c.recording {
+            // SAFETY: a Coll event's union holds `coll`.
+            h = coll_start(c, comm, unsafe { &(*u).coll });
+        }
+    } else if type_ == PROFILE_KERNEL_CH && !parent.is_null() && parent as usize & CHANNEL_TAG == 0
+    {
+        // SAFETY: a non-NULL untagged parent of ours is a pool slot (the
+        // only handles dyncc returns for Coll events; NCCL passes back
+        // the Coll's handle as the channel's parent).
+        let slot = unsafe { &*parent.cast::<Slot>() };
+        // SAFETY: a KernelCh event's union holds `kernelCh`.
+        if slot.channel_start(unsafe { (*u).kernelCh.pTimer }) {
+            h = (parent as usize | CHANNEL_TAG) as *mut c_void;
+        }
+    }
+    // SAFETY: non-NULL, NCCL's handle out-pointer.
+    unsafe { handle.write(h) };
+}
+
+/// The slot behind a handle and whether it is a channel's.
+fn slot_of(h: *mut c_void) -> Option<(&'static Slot, bool)> {
+    if h.is_null() {
+        return None;
+    }
+    let tag = h as usize & CHANNEL_TAG != 0;
+    let p = (h as usize & !CHANNEL_TAG) as *const Slot;
+    // SAFETY: every non-NULL handle dyncc returns is a pool slot, maybe
+    // tagged; the slot is static and stays valid while it has references.
+    Some((unsafe { &*p }, tag))
+}
+
+unsafe extern "C" fn stop_event(h: *mut c_void) -> ncclResult_t {
+    ffi_guard((), || {
+        if let Some((slot, _)) = slot_of(h) {
+            slot.release();
+        }
+    });
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn record_event_state(
+    h: *mut c_void,
+    state: c_int,
+    args: *mut ncclProfilerEventStateArgs,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        if state != KERNEL_CH_STOP || args.is_null() {
+            return;
+        }
+        if let Some((slot, true)) = slot_of(h) {
+            // SAFETY: non-NULL; NCCL's state args for a kernel stop.
+            slot.channel_stop(unsafe { (*args).pTimer });
+        }
+    });
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn start_v4(
+    ctx: *mut c_void,
+    handle: *mut *mut c_void,
+    d: *mut ncclProfilerEventDescr_v4_t,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        if d.is_null() {
+            return;
+        }
+        // SAFETY: NCCL's descriptor, valid for the call.
+        let d = unsafe { &*d };
+        // SAFETY: ctx/handle from NCCL; the union matches the type.
+        unsafe { start(ctx, handle, d.type_ as u64, d.parentObj, &d.u) };
+    });
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn start_v5(
+    ctx: *mut c_void,
+    handle: *mut *mut c_void,
+    d: *mut ncclProfilerEventDescr_v5_t,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        if d.is_null() {
+            return;
+        }
+        // SAFETY: NCCL's descriptor, valid for the call.
+        let d = unsafe { &*d };
+        // SAFETY: ctx/handle from NCCL; the union matches the type.
+        unsafe { start(ctx, handle, d.type_, d.parentObj, &d.u) };
+    });
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
+    if ctx.is_null() {
+        return NCCL_SUCCESS;
+    }
+    ffi_guard((), || {
+        // SAFETY: a non-NULL ctx came from Box::into_raw in init; NCCL
+        // finalizes it once, after its last event.
+        let c = unsafe { Box::from_raw(ctx.cast::<ProfContext>()) };
+        if let Some(j) = c.journal {
+            trace::journal_release(j);
+        }
+        if let Some(comm) = c.recording {
+            trace::reclaim(comm);
+            trace::flush(false);
+        }
+    });
+    NCCL_SUCCESS
+}
+
+unsafe extern "C" fn init_v1(ctx: *mut *mut c_void, mask: *mut c_int) -> ncclResult_t {
+    ffi_guard((), || {
+        if trace::configured().is_some() && !WARNED_OLD.load(Ordering::Relaxed) {
+            // No logger in v1-v3: the tuner's init says it.
+            OLD_PENDING.store(true, Ordering::Relaxed);
+        }
+    });
+    // SAFETY: NCCL passes writable pointers (NULL checked).
+    unsafe {
+        if !ctx.is_null() {
+            ctx.write(core::ptr::null_mut());
+        }
+        if !mask.is_null() {
+            mask.write(0);
+        }
+    }
+    NCCL_SUCCESS
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init_v4(
+    ctx: *mut *mut c_void,
+    mask: *mut c_int,
+    name: *const c_char,
+    comm_hash: u64,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL pointers. Tuner v4 has no commId: no journal.
+    unsafe {
+        init_common(
+            ctx, mask, None, comm_hash, name, n_nodes, n_ranks, rank, log, 4,
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn init_v5_abi(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: ncclDebugLogger_t,
+    abi: u8,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL pointers.
+    unsafe {
+        init_common(
+            ctx,
+            mask,
+            Some(comm_id),
+            comm_id,
+            name,
+            n_nodes,
+            n_ranks,
+            rank,
+            log,
+            abi,
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init_v5(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL pointers.
+    unsafe { init_v5_abi(ctx, comm_id, mask, name, n_nodes, n_ranks, rank, log, 5) }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init_v6(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL pointers.
+    unsafe { init_v5_abi(ctx, comm_id, mask, name, n_nodes, n_ranks, rank, log, 6) }
+}
+
+unsafe extern "C" fn start_none(
+    _ctx: *mut c_void,
+    handle: *mut *mut c_void,
+    _d: *mut OpaqueDescr,
+) -> ncclResult_t {
+    if !handle.is_null() {
+        // SAFETY: NCCL's handle out-pointer.
+        unsafe { handle.write(core::ptr::null_mut()) };
+    }
+    NCCL_SUCCESS
+}
+
+const fn old(init: ProfInitV1) -> ncclProfiler_v3_t {
+    ncclProfiler_t {
+        name: PLUGIN_NAME.as_ptr(),
+        init: Some(init),
+        startEvent: Some(start_none),
+        stopEvent: Some(stop_event),
+        recordEventState: Some(record_event_state),
+        finalize: Some(finalize),
+    }
+}
+
+/// NCCL 2.23 - 2.24 (no GPU timestamps: a WARN, no events).
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v1: ncclProfiler_v3_t = old(init_v1);
+/// NCCL 2.25 (no GPU timestamps).
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v2: ncclProfiler_v3_t = old(init_v1);
+/// NCCL 2.26 (no GPU timestamps).
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v3: ncclProfiler_v3_t = old(init_v1);
+
+/// NCCL 2.27.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v4: ncclProfiler_v4_t = ncclProfiler_t {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v4),
+    startEvent: Some(start_v4),
+    stopEvent: Some(stop_event),
+    recordEventState: Some(record_event_state),
+    finalize: Some(finalize),
+};
+
+/// NCCL 2.28.
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v5: ncclProfiler_v5_t = ncclProfiler_t {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v5),
+    startEvent: Some(start_v5),
+    stopEvent: Some(stop_event),
+    recordEventState: Some(record_event_state),
+    finalize: Some(finalize),
+};
+
+/// NCCL 2.29, 2.30 (v6's descriptor is v5's plus copy-engine members
+/// dyncc does not ask for).
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v6: ncclProfiler_v5_t = ncclProfiler_t {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v6),
+    startEvent: Some(start_v5),
+    stopEvent: Some(stop_event),
+    recordEventState: Some(record_event_state),
+    finalize: Some(finalize),
+};

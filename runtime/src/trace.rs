@@ -1,0 +1,800 @@
+//! Trace recording (`DYNCC_TRACE=DIR`): fixed, preallocated, lock-free
+//! state the profiler's event callbacks update, and the writer that turns
+//! it into one trace file per process (format: `dyncc_tables::trace`).
+//!
+//! Three process-wide tables, all statics (zero pages until touched, no
+//! allocation ever):
+//! - [`Journal`]s, one per communicator id: the tuner writes what it
+//!   answered for each `getCollInfo` (per collective, a ring of the last
+//!   [`JOURNAL_LEN`] answers keyed by `nBytes`), and the profiler reads it to
+//!   say who chose what ran. This is how the two halves are linked: NCCL
+//!   passes the same `commId` to tuner v5/v6 `init` and profiler v5/v6
+//!   `init`, and the tuner's `nBytes` for a collective equals what the
+//!   profiler computes from the `Coll` event (type size x count, x nRanks
+//!   for AllGather/ReduceScatter). Several ranks of one communicator in one
+//!   process share the journal, which is sound because every rank answers
+//!   the same for the same call (decisions are a pure function of the
+//!   table, the shape and the call). A collective NCCL aggregated with
+//!   others (one tuner call for several tasks), or one seen through tuner
+//!   v2-v4 (no `commId`), finds no entry and is recorded as `unknown`,
+//!   never guessed.
+//! - the in-flight pool ([`POOL_LEN`] slots): a `Coll` event takes a slot
+//!   holding what ran and `1 + nChannels` pending references; the `Coll`
+//!   stop and each kernel-channel stop give one back, and the last one
+//!   (whichever thread and order) aggregates the GPU time (first channel
+//!   start to last channel stop) and frees the slot.
+//! - the bins ([`BINS`]): open addressing on one packed `u64` key,
+//!   claimed by CAS; count, sums of `ln(ns)` and its square (f64 bits,
+//!   CAS), min and max. Full: the collective is counted as dropped.
+//!
+//! A process-wide `Mutex` guards only the facts written at init and read
+//! by the writer (directory, host, job, communicators): never taken on an
+//! event.
+
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::ffi::OsString;
+use std::io::Write as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
+use dyncc_tables::{Algo, Coll, Decision, Proto};
+
+use crate::log::{Escaped, Logger};
+
+/// Answers kept per communicator and collective.
+pub const JOURNAL_LEN: usize = 16;
+/// Communicator ids with a journal at once.
+pub const MAX_JOURNALS: usize = 64;
+/// Communicators one process records (6 bits of the bin key).
+pub const MAX_COMMS: usize = 64;
+/// Collectives in flight (Coll started, last kernel channel not stopped).
+pub const POOL_LEN: usize = 4096;
+/// Distinct (communicator, collective, size, setting, source) per process:
+/// 8192 records of 56 bytes stay well under the format's 1 MiB.
+pub const BINS: usize = 8192;
+/// Sizes above 2^40 bytes do not fit the key and are dropped.
+const MAX_KEY_BYTES: u64 = (1 << 40) - 1;
+/// Linear probes before a bin insert gives up.
+const PROBES: usize = 64;
+
+// ---------------------------------------------------------------------
+// Journal: the tuner's answers.
+
+/// One communicator id's recent tuner answers.
+pub struct Journal {
+    /// 0 when free; else the communicator id + 1 (so id 0 is usable).
+    tag: AtomicU64,
+    /// Tuner and profiler contexts using it.
+    users: AtomicU32,
+    heads: [AtomicUsize; 5],
+    answers: [[AtomicU64; JOURNAL_LEN]; 5],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const JOURNAL_EMPTY: Journal = Journal {
+    tag: AtomicU64::new(0),
+    users: AtomicU32::new(0),
+    heads: [const { AtomicUsize::new(0) }; 5],
+    answers: [const { [const { AtomicU64::new(0) }; JOURNAL_LEN] }; 5],
+};
+static JOURNALS: [Journal; MAX_JOURNALS] = [JOURNAL_EMPTY; MAX_JOURNALS];
+
+/// An answer packed in a u64: bit 63 valid, 61-62 source, 58-60 algo,
+/// 56-57 proto, 49-55 channels, 0-48 nBytes (larger sizes never match).
+const ANSWER_VALID: u64 = 1 << 63;
+const ANSWER_BYTES: u64 = (1 << 49) - 1;
+
+/// What the tuner answered for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// Who chose: `Table` when a forced cell was written, `Nccl` when the
+    /// table left the call to NCCL.
+    pub source: Source,
+    /// The forced algorithm (meaningful for `Table`).
+    pub algo: u8,
+    /// The forced protocol.
+    pub proto: u8,
+    /// The forced channel count (0: NCCL's).
+    pub channels: u8,
+}
+
+impl Journal {
+    /// Records the tuner's answer for `(coll, n_bytes)`: the table's
+    /// decision `d`, and whether it was applied (a forced cell written).
+    /// Two atomic operations; no lock, no allocation.
+    #[inline]
+    pub fn record(&self, coll: i32, n_bytes: usize, d: Decision, applied: bool) {
+        let (Some(head), Some(ring)) = (
+            self.heads.get(coll as u32 as usize),
+            self.answers.get(coll as u32 as usize),
+        ) else {
+            return;
+        };
+        let mut v = ANSWER_VALID | (n_bytes as u64 & ANSWER_BYTES);
+        if let (
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            },
+            true,
+        ) = (d, applied)
+        {
+            v |= (Source::Table as u64) << 61
+                | (algo as u64 & 7) << 58
+                | (proto as u64 & 3) << 56
+                | (channels as u64 & 0x7f) << 49;
+        }
+        // A plain load and store, not an atomic add (which costs more than
+        // the rest of getCollInfo): ranks sharing the journal may race
+        // and overwrite one slot, which only loses an answer (its
+        // collective is then `unknown`); every entry is one whole u64.
+        let h = head.load(Ordering::Relaxed);
+        head.store(h.wrapping_add(1), Ordering::Relaxed);
+        ring[h % JOURNAL_LEN].store(v, Ordering::Release);
+    }
+
+    /// The newest answer for `(coll, n_bytes)`, if still in the ring.
+    pub fn find(&self, coll: Coll, n_bytes: u64) -> Option<Answer> {
+        if n_bytes > ANSWER_BYTES {
+            return None;
+        }
+        let c = coll as usize;
+        let head = self.heads[c].load(Ordering::Acquire);
+        for back in 1..=JOURNAL_LEN {
+            let v = self.answers[c][head.wrapping_sub(back) % JOURNAL_LEN].load(Ordering::Acquire);
+            if v & ANSWER_VALID != 0 && v & ANSWER_BYTES == n_bytes {
+                let source = Source::from_u8(((v >> 61) & 3) as u8).unwrap_or(Source::Unknown);
+                return Some(Answer {
+                    source,
+                    algo: ((v >> 58) & 7) as u8,
+                    proto: ((v >> 56) & 3) as u8,
+                    channels: ((v >> 49) & 0x7f) as u8,
+                });
+            }
+        }
+        None
+    }
+
+    fn clear(&self) {
+        for (h, ring) in self.heads.iter().zip(&self.answers) {
+            h.store(0, Ordering::Relaxed);
+            for a in ring {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The journal of communicator `comm_id`, created if none (init only:
+/// takes the process lock). `None` when all [`MAX_JOURNALS`] are in use.
+pub fn journal_acquire(comm_id: u64) -> Option<&'static Journal> {
+    let _g = lock();
+    let tag = comm_id.wrapping_add(1).max(1);
+    let j = JOURNALS
+        .iter()
+        .find(|j| j.tag.load(Ordering::Relaxed) == tag)
+        .or_else(|| {
+            let j = JOURNALS
+                .iter()
+                .find(|j| j.tag.load(Ordering::Relaxed) == 0)?;
+            j.clear();
+            j.tag.store(tag, Ordering::Release);
+            Some(j)
+        })?;
+    j.users.fetch_add(1, Ordering::Relaxed);
+    Some(j)
+}
+
+/// Gives back [`journal_acquire`]'s reference (finalize only).
+pub fn journal_release(j: &'static Journal) {
+    let _g = lock();
+    if j.users.fetch_sub(1, Ordering::Relaxed) == 1 {
+        j.tag.store(0, Ordering::Release);
+    }
+}
+
+// ---------------------------------------------------------------------
+// Bins: the aggregates.
+
+struct Bin {
+    key: AtomicU64,
+    count: AtomicU64,
+    sum_ln: AtomicU64,
+    sum_ln2: AtomicU64,
+    /// u64::MAX - min, so a fetch_max over zeroed memory works.
+    min_inv: AtomicU64,
+    max: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const BIN_EMPTY: Bin = Bin {
+    key: AtomicU64::new(0),
+    count: AtomicU64::new(0),
+    sum_ln: AtomicU64::new(0),
+    sum_ln2: AtomicU64::new(0),
+    min_inv: AtomicU64::new(0),
+    max: AtomicU64::new(0),
+};
+static BIN_TABLE: [Bin; BINS] = [BIN_EMPTY; BINS];
+
+/// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56,
+/// algo 51-53, proto 49-50, channels 42-48, source 40-41, nBytes 0-39.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key(u64);
+
+impl Key {
+    /// None when `n_bytes` does not fit (above 1 TiB).
+    pub fn new(
+        comm: u8,
+        coll: Coll,
+        n_bytes: u64,
+        algo: Algo,
+        proto: Proto,
+        channels: u8,
+        source: Source,
+    ) -> Option<Key> {
+        (n_bytes <= MAX_KEY_BYTES && (comm as usize) < MAX_COMMS).then(|| {
+            Key(1 << 63
+                | (comm as u64) << 57
+                | (coll as u64) << 54
+                | (algo as u64) << 51
+                | (proto as u64) << 49
+                | (channels.min(64) as u64) << 42
+                | (source as u64) << 40
+                | n_bytes)
+        })
+    }
+
+    fn comm(self) -> u8 {
+        ((self.0 >> 57) & 0x3f) as u8
+    }
+
+    fn record(self, b: &Bin) -> Option<TraceRecord> {
+        let v = self.0;
+        let count = b.count.load(Ordering::Acquire);
+        if count == 0 {
+            return None;
+        }
+        Some(TraceRecord {
+            comm: self.comm() as u16,
+            coll: Coll::from_nccl(((v >> 54) & 7) as u32)?,
+            algo: Algo::from_u8(((v >> 51) & 7) as u8)?,
+            proto: Proto::from_u8(((v >> 49) & 3) as u8)?,
+            channels: ((v >> 42) & 0x7f) as u8,
+            source: Source::from_u8(((v >> 40) & 3) as u8)?,
+            n_bytes: v & MAX_KEY_BYTES,
+            count,
+            sum_ln: f64::from_bits(b.sum_ln.load(Ordering::Relaxed)),
+            sum_ln2: f64::from_bits(b.sum_ln2.load(Ordering::Relaxed)),
+            min_ns: u64::MAX - b.min_inv.load(Ordering::Relaxed),
+            max_ns: b.max.load(Ordering::Relaxed),
+        })
+    }
+}
+
+fn add_f64(a: &AtomicU64, x: f64) {
+    let mut cur = a.load(Ordering::Relaxed);
+    loop {
+        let new = (f64::from_bits(cur) + x).to_bits();
+        match a.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// Counters for the header.
+static DROPPED_TABLE_FULL: AtomicU64 = AtomicU64::new(0);
+static DROPPED_POOL_FULL: AtomicU64 = AtomicU64::new(0);
+static UNTIMED: AtomicU64 = AtomicU64::new(0);
+/// Everything that changed what a file would say (for "write only when
+/// something is new").
+static CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// Adds one collective of `ns` GPU nanoseconds to its bin.
+pub fn aggregate(key: Key, ns: u64) {
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+    let ns = ns.max(1);
+    // Fibonacci hashing of the key.
+    let start = (key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize;
+    for p in 0..PROBES {
+        let b = &BIN_TABLE[(start + p) % BINS];
+        let k = b.key.load(Ordering::Acquire);
+        let mine = k == key.0
+            || (k == 0
+                && match b
+                    .key
+                    .compare_exchange(0, key.0, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => true,
+                    Err(now) => now == key.0,
+                });
+        if mine {
+            let l = (ns as f64).ln();
+            add_f64(&b.sum_ln, l);
+            add_f64(&b.sum_ln2, l * l);
+            b.min_inv.fetch_max(u64::MAX - ns, Ordering::Relaxed);
+            b.max.fetch_max(ns, Ordering::Relaxed);
+            // Last, so a reader that sees the count sees the rest (Release).
+            b.count.fetch_add(1, Ordering::Release);
+            return;
+        }
+    }
+    DROPPED_TABLE_FULL.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Counts a collective without usable timestamps.
+pub fn untimed() {
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+    UNTIMED.fetch_add(1, Ordering::Relaxed);
+}
+
+// ---------------------------------------------------------------------
+// Pool: collectives in flight.
+
+/// One collective between its `Coll` start and its last stop. 64-byte
+/// aligned, so a handle's low bits are free for a tag.
+#[repr(align(64))]
+pub struct Slot {
+    key: AtomicU64,
+    /// Kernel channels NCCL said will run.
+    expected: AtomicU32,
+    started: AtomicU32,
+    /// 1 (the Coll) + accepted kernel channels not yet stopped.
+    pending: AtomicU32,
+    first_start: AtomicU64,
+    last_stop: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const SLOT_EMPTY: Slot = Slot {
+    key: AtomicU64::new(0),
+    expected: AtomicU32::new(0),
+    started: AtomicU32::new(0),
+    pending: AtomicU32::new(0),
+    first_start: AtomicU64::new(u64::MAX),
+    last_stop: AtomicU64::new(0),
+};
+static POOL: [Slot; POOL_LEN] = [SLOT_EMPTY; POOL_LEN];
+static POOL_USED: [AtomicU64; POOL_LEN / 64] = [const { AtomicU64::new(0) }; POOL_LEN / 64];
+static POOL_CURSOR: AtomicUsize = AtomicUsize::new(0);
+
+/// Takes a slot for a collective that will have `channels` kernel-channel
+/// events; `None` (counted) when the pool is full.
+pub fn slot_take(key: Key, channels: u8) -> Option<&'static Slot> {
+    let words = POOL_USED.len();
+    let first = POOL_CURSOR.fetch_add(1, Ordering::Relaxed);
+    for i in 0..2 * words {
+        let w = (first + i) % words;
+        let used = POOL_USED[w].load(Ordering::Relaxed);
+        if used == u64::MAX {
+            continue;
+        }
+        let bit = (!used).trailing_zeros();
+        let prev = POOL_USED[w].fetch_or(1 << bit, Ordering::Acquire);
+        if prev & (1 << bit) != 0 {
+            continue; // another thread took it; try on
+        }
+        let s = &POOL[w * 64 + bit as usize];
+        s.key.store(key.0, Ordering::Relaxed);
+        s.expected.store(channels as u32, Ordering::Relaxed);
+        s.started.store(0, Ordering::Relaxed);
+        s.first_start.store(u64::MAX, Ordering::Relaxed);
+        s.last_stop.store(0, Ordering::Relaxed);
+        s.pending.store(1 + channels as u32, Ordering::Release);
+        return Some(s);
+    }
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+    DROPPED_POOL_FULL.fetch_add(1, Ordering::Relaxed);
+    None
+}
+
+impl Slot {
+    /// A kernel channel started at GPU time `t`; false when NCCL sent
+    /// more channels than the collective said (that one is ignored, so
+    /// the references stay balanced).
+    pub fn channel_start(&self, t: u64) -> bool {
+        if self.started.fetch_add(1, Ordering::Relaxed) >= self.expected.load(Ordering::Relaxed) {
+            return false;
+        }
+        if t != 0 {
+            self.first_start.fetch_min(t, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// A kernel channel stopped at GPU time `t`.
+    pub fn channel_stop(&self, t: u64) {
+        if t != 0 {
+            self.last_stop.fetch_max(t, Ordering::Relaxed);
+        }
+    }
+
+    /// Gives back one reference (the Coll's stop or a channel's); the last
+    /// one aggregates and frees the slot.
+    pub fn release(&'static self) {
+        if self.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        let (a, b) = (
+            self.first_start.load(Ordering::Relaxed),
+            self.last_stop.load(Ordering::Relaxed),
+        );
+        let started = self.started.load(Ordering::Relaxed);
+        if started > 0 && a != u64::MAX && b > a {
+            aggregate(Key(self.key.load(Ordering::Relaxed)), b - a);
+        } else {
+            untimed();
+        }
+        self.free();
+    }
+
+    fn free(&'static self) {
+        let i = (self as *const Slot as usize - POOL.as_ptr() as usize) / size_of::<Slot>();
+        self.key.store(0, Ordering::Relaxed);
+        POOL_USED[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
+    }
+}
+
+/// Frees the slots still held by communicator `comm` (its finalize: NCCL
+/// sends it no more events), counting them as untimed.
+pub fn reclaim(comm: u8) {
+    for (w, used) in POOL_USED.iter().enumerate() {
+        let mut bits = used.load(Ordering::Acquire);
+        while bits != 0 {
+            let b = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            let s = &POOL[w * 64 + b];
+            let k = s.key.load(Ordering::Relaxed);
+            if k != 0 && Key(k).comm() == comm {
+                untimed();
+                s.free();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// The process: facts for the header, and the writer.
+
+/// One communicator this process records.
+struct CommInfo {
+    comm_id: u64,
+    n_nodes: u32,
+    n_ranks: u32,
+    rank: u32,
+    name: String,
+}
+
+struct Process {
+    dir: Option<PathBuf>,
+    host: String,
+    job: String,
+    nccl_version: u32,
+    abi: u8,
+    table_digest: Option<u64>,
+    log: Logger,
+    comms: Vec<CommInfo>,
+    /// `CHANGES` when the file was last written; `None` before.
+    written_at: Option<u64>,
+    /// The process that recorded: a child forked after NCCL started
+    /// (data-loader workers) inherits the tables but must not write them
+    /// again under its own id.
+    pid: u32,
+}
+
+static PROCESS: Mutex<Process> = Mutex::new(Process {
+    dir: None,
+    host: String::new(),
+    job: String::new(),
+    nccl_version: 0,
+    abi: 0,
+    table_digest: None,
+    log: Logger(None),
+    comms: Vec::new(),
+    written_at: None,
+    pid: 0,
+});
+
+/// One WARN per process for a failed write, one for tracing off.
+static WARNED_WRITE: AtomicBool = AtomicBool::new(false);
+
+fn lock() -> MutexGuard<'static, Process> {
+    PROCESS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `DYNCC_TRACE`, when set and non-empty.
+pub fn configured() -> Option<OsString> {
+    std::env::var_os("DYNCC_TRACE").filter(|v| !v.is_empty())
+}
+
+/// The tuner loaded a table with this digest (the trace header names it).
+pub fn note_table(digest: u64) {
+    lock().table_digest = Some(digest);
+}
+
+/// What a recording communicator brings to the file.
+pub struct Recording {
+    /// Its index (for the bin keys).
+    pub comm: u8,
+}
+
+/// Facts of a communicator starting to record.
+pub struct CommFacts<'a> {
+    /// NCCL's communicator id.
+    pub comm_id: u64,
+    /// Nodes.
+    pub n_nodes: u32,
+    /// Ranks.
+    pub n_ranks: u32,
+    /// This rank.
+    pub rank: u32,
+    /// commName, lossily decoded.
+    pub name: &'a str,
+    /// Profiler ABI version.
+    pub abi: u8,
+    /// `ncclGetVersion`'s code, 0 unknown.
+    pub nccl_version: u32,
+}
+
+/// Registers a recording communicator (profiler init). Err(why) when the
+/// process already records [`MAX_COMMS`].
+pub fn register(dir: &Path, facts: CommFacts<'_>, log: Logger) -> Result<Recording, &'static str> {
+    let mut p = lock();
+    if p.comms.len() >= MAX_COMMS {
+        return Err("this process already records 64 communicators");
+    }
+    if p.dir.is_none() {
+        p.pid = std::process::id();
+        p.dir = Some(dir.to_path_buf());
+        p.host = hostname();
+        p.job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    }
+    p.abi = facts.abi;
+    p.nccl_version = facts.nccl_version;
+    if p.log.0.is_none() {
+        p.log = log;
+    }
+    p.comms.push(CommInfo {
+        comm_id: facts.comm_id,
+        n_nodes: facts.n_nodes,
+        n_ranks: facts.n_ranks,
+        rank: facts.rank,
+        name: facts.name.to_owned(),
+    });
+    Ok(Recording {
+        comm: (p.comms.len() - 1) as u8,
+    })
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its length; gethostname NUL-terminates
+    // when the name fits (and we cut at the first NUL or the end anyway).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    if rc != 0 {
+        return "unknown".into();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// The file this process writes in `dir`, and its temporary name.
+pub fn file_names(dir: &Path, host: &str, pid: u32) -> (PathBuf, PathBuf) {
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    (
+        dir.join(format!("dyncc-{host}-{pid}.trace")),
+        dir.join(format!(".dyncc-{host}-{pid}.trace.tmp")),
+    )
+}
+
+/// Writes this process's trace file if anything changed since the last
+/// write (or none was written yet). `try_only`: give up rather than wait
+/// for the lock (the exit hook: a thread killed while holding it must not
+/// hang exit). A failure is one WARN per process; never panics into C.
+pub fn flush(try_only: bool) {
+    let mut p = if try_only {
+        match PROCESS.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(e)) => e.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        }
+    } else {
+        lock()
+    };
+    let Some(dir) = p.dir.clone() else { return };
+    let pid = std::process::id();
+    if pid != p.pid {
+        return; // a forked child: the parent writes these tables
+    }
+    let changes = CHANGES.load(Ordering::Acquire);
+    if p.written_at == Some(changes) {
+        return;
+    }
+    let (path, tmp) = file_names(&dir, &p.host, pid);
+    match write_file(&p, &path, &tmp, pid) {
+        Ok(()) => p.written_at = Some(changes),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            // Do not try again for every finalize: one WARN, and later
+            // writes only when something new happened.
+            p.written_at = Some(changes);
+            if !WARNED_WRITE.swap(true, Ordering::Relaxed) {
+                let shown = path.to_string_lossy();
+                p.log.warn(format_args!(
+                    "dyncc: cannot write trace file {}: {}; the job goes on without this \
+                     process's trace (check that DYNCC_TRACE names a writable directory with \
+                     free space)",
+                    Escaped(&shown),
+                    Escaped(&e.to_string())
+                ));
+            }
+        }
+    }
+}
+
+fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result<()> {
+    let comms: Vec<TraceComm<'_>> = p
+        .comms
+        .iter()
+        .map(|c| TraceComm {
+            comm_id: c.comm_id,
+            n_nodes: c.n_nodes.max(1).min(c.n_ranks.max(1)),
+            n_ranks: c.n_ranks.max(1),
+            rank: c.rank.min(c.n_ranks.max(1) - 1),
+            name: &c.name,
+        })
+        .collect();
+    let records: Vec<TraceRecord> = BIN_TABLE
+        .iter()
+        .filter_map(|b| {
+            let k = b.key.load(Ordering::Acquire);
+            (k != 0).then_some(())?;
+            Key(k).record(b)
+        })
+        .filter(|r| (r.comm as usize) < comms.len())
+        .collect();
+    let head = TraceHead {
+        profiler_abi: p.abi,
+        table_digest: p.table_digest,
+        nccl_version: p.nccl_version,
+        pid,
+        host: &p.host,
+        job_id: &p.job,
+        dropped_table_full: DROPPED_TABLE_FULL.load(Ordering::Relaxed),
+        dropped_pool_full: DROPPED_POOL_FULL.load(Ordering::Relaxed),
+        untimed: UNTIMED.load(Ordering::Relaxed),
+    };
+    let bytes = encode(&head, &comms, &records).map_err(std::io::Error::other)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o644)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    drop(f);
+    // Atomic on POSIX file systems: readers see the old file or the new.
+    std::fs::rename(tmp, path)
+}
+
+/// Whether `dir` is a directory this process can create files in.
+pub fn dir_usable(dir: &Path) -> Result<(), String> {
+    let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err("it is not a directory".into());
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| "it contains a NUL byte".to_string())?;
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(std::io::Error::last_os_error().to_string());
+    }
+    Ok(())
+}
+
+/// Runs at process exit and at `dlclose` (an ELF destructor, not on any of
+/// NCCL's threads' paths): many jobs never destroy their communicators, so
+/// neither finalize runs; this writes what was recorded.
+extern "C" fn flush_at_exit() {
+    crate::plugin::ffi_guard((), || {
+        flush(true);
+        // At dlclose the statics are unmapped next: free what they own.
+        if let Ok(mut p) = PROCESS.try_lock() {
+            p.comms = Vec::new();
+            p.host = String::new();
+            p.job = String::new();
+            p.dir = None;
+        }
+    });
+}
+
+#[used]
+#[unsafe(link_section = ".fini_array")]
+static FLUSH_AT_EXIT: extern "C" fn() = flush_at_exit;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_journal_answer_is_found_by_size_newest_first() {
+        let j = journal_acquire(0xfeed).unwrap();
+        let force = Decision::Force {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 4,
+        };
+        j.record(4, 4096, Decision::Default, false);
+        j.record(4, 8192, force, true);
+        assert_eq!(
+            j.find(Coll::AllReduce, 8192),
+            Some(Answer {
+                source: Source::Table,
+                algo: Algo::Tree as u8,
+                proto: Proto::LL as u8,
+                channels: 4
+            })
+        );
+        assert_eq!(
+            j.find(Coll::AllReduce, 4096).map(|a| a.source),
+            Some(Source::Nccl)
+        );
+        assert_eq!(j.find(Coll::AllGather, 4096), None);
+        // A forced cell NCCL had disabled (not applied) is NCCL's choice.
+        j.record(4, 8192, force, false);
+        assert_eq!(
+            j.find(Coll::AllReduce, 8192).map(|a| a.source),
+            Some(Source::Nccl)
+        );
+        journal_release(j);
+    }
+
+    /// NCCL's order: Coll start, Coll stop, then (proxy thread) channel
+    /// starts and stops; the last reference aggregates first start to last
+    /// stop, whatever thread gives it back.
+    #[test]
+    fn a_collective_is_aggregated_when_its_last_channel_stops() {
+        let key = Key::new(
+            63,
+            Coll::Broadcast,
+            12345,
+            Algo::Ring,
+            Proto::Simple,
+            2,
+            Source::Nccl,
+        )
+        .unwrap();
+        let s = slot_take(key, 2).unwrap();
+        s.release(); // Coll stop, long before the kernel ran
+        assert!(s.channel_start(1_000));
+        assert!(s.channel_start(1_100));
+        assert!(!s.channel_start(1_200), "a third channel is refused");
+        s.channel_stop(5_000);
+        s.release();
+        s.channel_stop(6_000);
+        s.release();
+        let b = BIN_TABLE
+            .iter()
+            .find(|b| b.key.load(Ordering::Relaxed) == key.0)
+            .unwrap();
+        let r = key.record(b).unwrap();
+        assert_eq!((r.count, r.min_ns, r.max_ns), (1, 5_000, 5_000));
+        assert!((r.sum_ln - 5000f64.ln()).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,779 @@
+//! The trace file: what NCCL's profiler saw a process's collectives do,
+//! aggregated, written by the plugin (`DYNCC_TRACE=DIR`) and read by the
+//! compiler as measurements.
+//!
+//! One file per process, at most [`MAX_TRACE_LEN`] bytes whatever the job's
+//! length: a header (process facts and counters), the communicators the
+//! process recorded, and one fixed-size record per (communicator,
+//! collective, size, algorithm, protocol, channels, who chose) with the
+//! count, the sums of `ln(ns)` and of its square, and the minimum and
+//! maximum GPU time. Little-endian, alignment 1; byte layout in
+//! `tables/FORMAT.md` ("Trace files"). [`Trace::from_bytes`] validates
+//! everything (and never panics or allocates); the writer (feature `alloc`)
+//! is [`encode`].
+
+use core::fmt;
+
+use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
+
+/// The first 8 bytes of every trace file.
+pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
+/// Major version: a reader refuses any other.
+pub const TRACE_MAJOR: u16 = 1;
+/// Minor version: additions a major-1 reader may ignore.
+pub const TRACE_MINOR: u16 = 0;
+/// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
+/// below it, and a reader refuses anything longer.
+pub const MAX_TRACE_LEN: usize = 1 << 20;
+/// Header length.
+pub const TRACE_HEADER_LEN: usize = 88;
+/// Fixed part of a communicator entry (its name follows).
+pub const TRACE_COMM_LEN: usize = 24;
+/// Length of one record.
+pub const TRACE_RECORD_LEN: usize = 56;
+/// Longest host, job id or communicator name kept (longer ones are cut on
+/// a character boundary by the writer).
+pub const MAX_TRACE_STR: usize = 255;
+
+/// Who chose what ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Source {
+    /// NCCL's own tuning (the table said default, or NCCL did not run what
+    /// the table forced).
+    Nccl = 0,
+    /// The table's forced decision ran.
+    Table = 1,
+    /// An exploration setting ran.
+    Explore = 2,
+    /// The plugin could not link the collective to a tuner answer.
+    Unknown = 3,
+}
+
+impl Source {
+    /// From the byte in a record.
+    pub const fn from_u8(v: u8) -> Option<Source> {
+        match v {
+            0 => Some(Source::Nccl),
+            1 => Some(Source::Table),
+            2 => Some(Source::Explore),
+            3 => Some(Source::Unknown),
+            _ => None,
+        }
+    }
+
+    /// Lower-case name for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Source::Nccl => "nccl",
+            Source::Table => "table",
+            Source::Explore => "explore",
+            Source::Unknown => "unknown",
+        }
+    }
+}
+
+/// Process facts and counters (the header, less its framing).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct TraceHead<'a> {
+    /// The profiler ABI NCCL loaded (4, 5 or 6).
+    pub profiler_abi: u8,
+    /// Digest of the table the tuner loaded (`Table::digest`); `None`
+    /// without a table.
+    pub table_digest: Option<u64>,
+    /// `ncclGetVersion`'s code (e.g. 23007); 0 when unknown.
+    pub nccl_version: u32,
+    /// The writing process's id.
+    pub pid: u32,
+    /// Host name.
+    pub host: &'a str,
+    /// `SLURM_JOB_ID`, empty when unset.
+    pub job_id: &'a str,
+    /// Collectives lost because the record table was full.
+    pub dropped_table_full: u64,
+    /// Collectives lost because the in-flight event pool was full.
+    pub dropped_pool_full: u64,
+    /// Collectives without usable GPU timestamps (no kernel-channel
+    /// events, a stop before its start, never completed).
+    pub untimed: u64,
+}
+
+/// One communicator the process recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TraceComm<'a> {
+    /// NCCL's communicator id (`commHash`).
+    pub comm_id: u64,
+    /// Nodes.
+    pub n_nodes: u32,
+    /// Ranks.
+    pub n_ranks: u32,
+    /// The recording rank.
+    pub rank: u32,
+    /// The communicator's name (`commName`), empty when NCCL gave none.
+    pub name: &'a str,
+}
+
+/// Aggregated GPU times of one (communicator, collective, size, setting,
+/// source).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TraceRecord {
+    /// Index into the file's communicators.
+    pub comm: u16,
+    /// Collective.
+    pub coll: Coll,
+    /// Bytes, as NCCL passes them to the tuner (type size x the larger of
+    /// send and receive count).
+    pub n_bytes: u64,
+    /// Algorithm that ran.
+    pub algo: Algo,
+    /// Protocol that ran.
+    pub proto: Proto,
+    /// Channels that ran (1..=64; 0 when NCCL did not say).
+    pub channels: u8,
+    /// Who chose it.
+    pub source: Source,
+    /// Collectives aggregated (>= 1).
+    pub count: u64,
+    /// Sum of `ln(ns)` of their GPU times.
+    pub sum_ln: f64,
+    /// Sum of `ln(ns)^2`.
+    pub sum_ln2: f64,
+    /// Shortest GPU time, ns.
+    pub min_ns: u64,
+    /// Longest GPU time, ns.
+    pub max_ns: u64,
+}
+
+impl TraceRecord {
+    /// Geometric mean of the GPU times, ns.
+    pub fn geomean_ns(&self) -> f64 {
+        libm_exp(self.sum_ln / self.count as f64)
+    }
+}
+
+/// `exp` without std (the reader is no_std): exp(x) = 2^(x / ln 2), the
+/// integer part by exponent bits and the fraction by a short series; good
+/// to ~1e-12 relative, plenty for a summary.
+fn libm_exp(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    let y = x * core::f64::consts::LOG2_E;
+    if y > 1023.0 {
+        return f64::INFINITY;
+    }
+    if y < -1022.0 {
+        return 0.0;
+    }
+    let k = if y < 0.0 { y as i64 - 1 } else { y as i64 };
+    let f = (y - k as f64) * core::f64::consts::LN_2;
+    let (mut term, mut sum) = (1.0f64, 1.0f64);
+    for i in 1..25 {
+        term *= f / i as f64;
+        sum += term;
+    }
+    sum * f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+/// Why bytes are not a trace file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceError {
+    /// The first 8 bytes are not `DYNCCTRC`.
+    BadMagic,
+    /// A major version this reader does not read.
+    UnsupportedVersion {
+        /// In the file.
+        found: u16,
+    },
+    /// Fewer bytes than the header or its counts need.
+    Truncated {
+        /// Bytes needed.
+        need: u64,
+        /// Bytes present.
+        have: u64,
+    },
+    /// The header's length is not the file's.
+    LengthMismatch {
+        /// Declared.
+        header: u64,
+        /// Present.
+        actual: u64,
+    },
+    /// Longer than [`MAX_TRACE_LEN`].
+    TooLarge {
+        /// Bytes.
+        len: u64,
+    },
+    /// The body's CRC-32 does not match.
+    Checksum {
+        /// In the header.
+        expected: u32,
+        /// Of the bytes.
+        actual: u32,
+    },
+    /// A field holds a value it cannot (at byte `offset`).
+    BadField {
+        /// Offset of the field in the file.
+        offset: u64,
+        /// What was expected there.
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for TraceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            TraceError::BadMagic => write!(
+                f,
+                "not a dyncc trace file (it does not start with DYNCCTRC; traces are written by \
+                 the plugin with DYNCC_TRACE=DIR)"
+            ),
+            TraceError::UnsupportedVersion { found } => write!(
+                f,
+                "trace format {found} is not readable by this dyncc (reads {TRACE_MAJOR}); use \
+                 the dyncc release that matches the plugin that wrote it"
+            ),
+            TraceError::Truncated { need, have } => write!(
+                f,
+                "truncated trace file: needs {need} bytes, has {have} (a copy cut short?)"
+            ),
+            TraceError::LengthMismatch { header, actual } => write!(
+                f,
+                "trace header says {header} bytes but the file has {actual}"
+            ),
+            TraceError::TooLarge { len } => write!(
+                f,
+                "{len} bytes is larger than any trace file can be ({MAX_TRACE_LEN} bytes)"
+            ),
+            TraceError::Checksum { expected, actual } => write!(
+                f,
+                "trace checksum mismatch (header {expected:08x}, bytes {actual:08x}): the file \
+                 is damaged"
+            ),
+            TraceError::BadField { offset, what } => {
+                write!(f, "bad trace field at byte {offset}: expected {what}")
+            }
+        }
+    }
+}
+
+impl core::error::Error for TraceError {}
+
+/// Little-endian reads at fixed offsets of a slice known to be long enough;
+/// every accessor returns 0 rather than panic if it is not.
+#[derive(Clone, Copy)]
+struct Le<'a>(&'a [u8]);
+
+impl Le<'_> {
+    fn arr<const N: usize>(&self, at: usize) -> [u8; N] {
+        let mut out = [0u8; N];
+        if let Some(src) = self.0.get(at..at + N) {
+            out.copy_from_slice(src);
+        }
+        out
+    }
+    fn u8(&self, at: usize) -> u8 {
+        self.0.get(at).copied().unwrap_or(0)
+    }
+    fn u16(&self, at: usize) -> u16 {
+        u16::from_le_bytes(self.arr(at))
+    }
+    fn u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes(self.arr(at))
+    }
+    fn u64(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self.arr(at))
+    }
+    fn f64(&self, at: usize) -> f64 {
+        f64::from_le_bytes(self.arr(at))
+    }
+}
+
+const FLAG_HAS_TABLE: u8 = 1;
+
+/// CRC-32 of the whole file with its CRC field (bytes 16..20) taken as
+/// zero, so the header's facts are covered too.
+fn file_crc(bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(bytes.get(..16).unwrap_or(&[]));
+    h.update(&[0; 4]);
+    h.update(bytes.get(20..).unwrap_or(&[]));
+    h.finalize()
+}
+
+/// A validated trace file, borrowing its bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Trace<'a> {
+    head: TraceHead<'a>,
+    comms: &'a [u8],
+    n_comms: u32,
+    records: &'a [u8],
+}
+
+fn bad(offset: usize, what: &'static str) -> TraceError {
+    TraceError::BadField {
+        offset: offset as u64,
+        what,
+    }
+}
+
+fn take(bytes: &[u8], at: usize, len: usize) -> Result<&[u8], TraceError> {
+    bytes
+        .get(at..at.saturating_add(len))
+        .ok_or(TraceError::Truncated {
+            need: at as u64 + len as u64,
+            have: bytes.len() as u64,
+        })
+}
+
+fn text(bytes: &[u8], at: usize, len: usize) -> Result<&str, TraceError> {
+    let b = take(bytes, at, len)?;
+    if len > MAX_TRACE_STR {
+        return Err(bad(at, "a string of at most 255 bytes"));
+    }
+    let s = core::str::from_utf8(b).map_err(|_| bad(at, "UTF-8 text"))?;
+    if s.chars().any(char::is_control) {
+        return Err(bad(at, "text without control characters"));
+    }
+    Ok(s)
+}
+
+impl<'a> Trace<'a> {
+    /// Validates `bytes` as a whole trace file. Never panics, never
+    /// allocates; every record is checked here, so the accessors cannot
+    /// fail.
+    pub fn from_bytes(bytes: &'a [u8]) -> Result<Trace<'a>, TraceError> {
+        if bytes.len() > MAX_TRACE_LEN {
+            return Err(TraceError::TooLarge {
+                len: bytes.len() as u64,
+            });
+        }
+        let h = Le(take(bytes, 0, TRACE_HEADER_LEN).map_err(|_| {
+            if bytes.len() >= 8 && bytes[..8] != TRACE_MAGIC {
+                TraceError::BadMagic
+            } else {
+                TraceError::Truncated {
+                    need: TRACE_HEADER_LEN as u64,
+                    have: bytes.len() as u64,
+                }
+            }
+        })?);
+        if h.arr::<8>(0) != TRACE_MAGIC {
+            return Err(TraceError::BadMagic);
+        }
+        let major = h.u16(8);
+        if major != TRACE_MAJOR {
+            return Err(TraceError::UnsupportedVersion { found: major });
+        }
+        let total = h.u32(12) as u64;
+        if total != bytes.len() as u64 {
+            return Err(TraceError::LengthMismatch {
+                header: total,
+                actual: bytes.len() as u64,
+            });
+        }
+        let expected = h.u32(16);
+        let actual = file_crc(bytes);
+        if expected != actual && !cfg!(fuzzing) {
+            return Err(TraceError::Checksum { expected, actual });
+        }
+        let abi = h.u8(20);
+        if !(4..=6).contains(&abi) {
+            return Err(bad(20, "a profiler ABI from 4 to 6"));
+        }
+        let flags = h.u8(21);
+        if flags & !FLAG_HAS_TABLE != 0 {
+            return Err(bad(21, "flags 0 or 1"));
+        }
+        if h.u16(22) != 0 || h.u32(52) != 0 || h.u64(80) != 0 {
+            return Err(bad(22, "reserved fields of zero"));
+        }
+        let n_comms = h.u32(40);
+        let n_records = h.u32(44);
+        let (host_len, job_len) = (h.u16(48) as usize, h.u16(50) as usize);
+        let mut at = TRACE_HEADER_LEN;
+        let host = text(bytes, at, host_len)?;
+        at += host_len;
+        let job_id = text(bytes, at, job_len)?;
+        at += job_len;
+        let comms_at = at;
+        if n_comms as usize > MAX_TRACE_LEN / TRACE_COMM_LEN {
+            return Err(bad(40, "a communicator count that fits the file"));
+        }
+        for _ in 0..n_comms {
+            let c = Le(take(bytes, at, TRACE_COMM_LEN)?);
+            let name_len = c.u16(20) as usize;
+            if c.u16(22) != 0 {
+                return Err(bad(at + 22, "a reserved field of zero"));
+            }
+            if c.u32(12) == 0 || c.u32(8) == 0 || c.u32(8) > c.u32(12) || c.u32(16) >= c.u32(12) {
+                return Err(bad(
+                    at + 8,
+                    "nodes and ranks >= 1, nodes <= ranks, rank < ranks",
+                ));
+            }
+            text(bytes, at + TRACE_COMM_LEN, name_len)?;
+            at += TRACE_COMM_LEN + name_len;
+        }
+        let comms = &bytes[comms_at..at];
+        let need = at as u64 + n_records as u64 * TRACE_RECORD_LEN as u64;
+        if need != bytes.len() as u64 {
+            return Err(if need > bytes.len() as u64 {
+                TraceError::Truncated {
+                    need,
+                    have: bytes.len() as u64,
+                }
+            } else {
+                TraceError::LengthMismatch {
+                    header: need,
+                    actual: bytes.len() as u64,
+                }
+            });
+        }
+        let records = &bytes[at..];
+        for (i, r) in records.chunks_exact(TRACE_RECORD_LEN).enumerate() {
+            check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN)?;
+        }
+        Ok(Trace {
+            head: TraceHead {
+                profiler_abi: abi,
+                table_digest: (flags & FLAG_HAS_TABLE != 0).then(|| h.u64(24)),
+                nccl_version: h.u32(32),
+                pid: h.u32(36),
+                host,
+                job_id,
+                dropped_table_full: h.u64(56),
+                dropped_pool_full: h.u64(64),
+                untimed: h.u64(72),
+            },
+            comms,
+            n_comms,
+            records,
+        })
+    }
+
+    /// Process facts and counters.
+    pub fn head(&self) -> &TraceHead<'a> {
+        &self.head
+    }
+
+    /// The communicators, in file order (records index them).
+    pub fn comms(&self) -> impl Iterator<Item = TraceComm<'a>> + 'a {
+        let mut rest = self.comms;
+        (0..self.n_comms).map_while(move |_| {
+            let c = Le(rest.get(..TRACE_COMM_LEN)?);
+            let len = c.u16(20) as usize;
+            let name = rest
+                .get(TRACE_COMM_LEN..TRACE_COMM_LEN + len)
+                .and_then(|b| core::str::from_utf8(b).ok())?;
+            let comm = TraceComm {
+                comm_id: c.u64(0),
+                n_nodes: c.u32(8),
+                n_ranks: c.u32(12),
+                rank: c.u32(16),
+                name,
+            };
+            rest = rest.get(TRACE_COMM_LEN + len..)?;
+            Some(comm)
+        })
+    }
+
+    /// Number of communicators.
+    pub fn n_comms(&self) -> usize {
+        self.n_comms as usize
+    }
+
+    /// The records (all validated by `from_bytes`).
+    pub fn records(&self) -> impl Iterator<Item = TraceRecord> + 'a {
+        self.records
+            .chunks_exact(TRACE_RECORD_LEN)
+            .filter_map(|r| read_record(Le(r)))
+    }
+
+    /// Number of records.
+    pub fn n_records(&self) -> usize {
+        self.records.len() / TRACE_RECORD_LEN
+    }
+}
+
+fn check_record(r: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
+    if r.u16(0) as u32 >= n_comms {
+        return Err(bad(at, "a communicator index below the communicator count"));
+    }
+    if r.u8(2) as usize >= NUM_COLLS {
+        return Err(bad(at + 2, "a collective 0-4"));
+    }
+    if r.u8(3) as usize >= NUM_ALGOS {
+        return Err(bad(at + 3, "an algorithm 0-6"));
+    }
+    if r.u8(4) as usize >= NUM_PROTOS {
+        return Err(bad(at + 4, "a protocol 0-2"));
+    }
+    if r.u8(5) > MAX_CHANNELS {
+        return Err(bad(at + 5, "at most 64 channels"));
+    }
+    if Source::from_u8(r.u8(6)).is_none() {
+        return Err(bad(at + 6, "a source 0-3"));
+    }
+    if r.u8(7) != 0 {
+        return Err(bad(at + 7, "a reserved byte of zero"));
+    }
+    if r.u64(16) == 0 {
+        return Err(bad(at + 16, "a count >= 1"));
+    }
+    if !r.f64(24).is_finite() || !r.f64(32).is_finite() || r.f64(32) < 0.0 {
+        return Err(bad(at + 24, "finite sums (the square's non-negative)"));
+    }
+    if r.u64(40) == 0 || r.u64(40) > r.u64(48) {
+        return Err(bad(at + 40, "0 < minimum <= maximum"));
+    }
+    Ok(())
+}
+
+fn read_record(r: Le<'_>) -> Option<TraceRecord> {
+    Some(TraceRecord {
+        comm: r.u16(0),
+        coll: Coll::from_nccl(r.u8(2) as u32)?,
+        algo: Algo::from_u8(r.u8(3))?,
+        proto: Proto::from_u8(r.u8(4))?,
+        channels: r.u8(5),
+        source: Source::from_u8(r.u8(6))?,
+        n_bytes: r.u64(8),
+        count: r.u64(16),
+        sum_ln: r.f64(24),
+        sum_ln2: r.f64(32),
+        min_ns: r.u64(40),
+        max_ns: r.u64(48),
+    })
+}
+
+/// `s` cut to at most [`MAX_TRACE_STR`] bytes on a character boundary,
+/// control characters not allowed (the writer replaces them first).
+#[cfg(feature = "alloc")]
+fn cut(s: &str) -> &str {
+    let mut n = s.len().min(MAX_TRACE_STR);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s[..n]
+}
+
+/// Writes a trace file. Strings longer than [`MAX_TRACE_STR`] bytes are
+/// cut; control characters in them become `?`. Fails (without writing)
+/// when the result would exceed [`MAX_TRACE_LEN`] or a record does not
+/// validate (a record's comm index out of range, count 0, ...).
+#[cfg(feature = "alloc")]
+pub fn encode(
+    head: &TraceHead<'_>,
+    comms: &[TraceComm<'_>],
+    records: &[TraceRecord],
+) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    use alloc::string::String;
+    use alloc::vec::Vec;
+    let clean = |s: &str| -> String {
+        cut(s)
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect()
+    };
+    let (host, job) = (clean(head.host), clean(head.job_id));
+    let (host, job) = (cut(&host), cut(&job));
+    let mut out: Vec<u8> =
+        Vec::with_capacity(TRACE_HEADER_LEN + 2 * MAX_TRACE_STR + records.len() * TRACE_RECORD_LEN);
+    out.extend_from_slice(&TRACE_MAGIC);
+    out.extend_from_slice(&TRACE_MAJOR.to_le_bytes());
+    out.extend_from_slice(&TRACE_MINOR.to_le_bytes());
+    out.extend_from_slice(&[0; 8]); // total_len, crc: patched below
+    out.push(head.profiler_abi);
+    out.push(if head.table_digest.is_some() {
+        FLAG_HAS_TABLE
+    } else {
+        0
+    });
+    out.extend_from_slice(&[0; 2]);
+    out.extend_from_slice(&head.table_digest.unwrap_or(0).to_le_bytes());
+    out.extend_from_slice(&head.nccl_version.to_le_bytes());
+    out.extend_from_slice(&head.pid.to_le_bytes());
+    out.extend_from_slice(&(comms.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(host.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(job.len() as u16).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&head.dropped_table_full.to_le_bytes());
+    out.extend_from_slice(&head.dropped_pool_full.to_le_bytes());
+    out.extend_from_slice(&head.untimed.to_le_bytes());
+    out.extend_from_slice(&[0; 8]);
+    debug_assert_eq!(out.len(), TRACE_HEADER_LEN);
+    out.extend_from_slice(host.as_bytes());
+    out.extend_from_slice(job.as_bytes());
+    for c in comms {
+        let name = clean(c.name);
+        let name = cut(&name);
+        out.extend_from_slice(&c.comm_id.to_le_bytes());
+        out.extend_from_slice(&c.n_nodes.to_le_bytes());
+        out.extend_from_slice(&c.n_ranks.to_le_bytes());
+        out.extend_from_slice(&c.rank.to_le_bytes());
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(&[0; 2]);
+        out.extend_from_slice(name.as_bytes());
+    }
+    for r in records {
+        out.extend_from_slice(&r.comm.to_le_bytes());
+        out.extend_from_slice(&[
+            r.coll as u8,
+            r.algo as u8,
+            r.proto as u8,
+            r.channels,
+            r.source as u8,
+            0,
+        ]);
+        out.extend_from_slice(&r.n_bytes.to_le_bytes());
+        out.extend_from_slice(&r.count.to_le_bytes());
+        out.extend_from_slice(&r.sum_ln.to_le_bytes());
+        out.extend_from_slice(&r.sum_ln2.to_le_bytes());
+        out.extend_from_slice(&r.min_ns.to_le_bytes());
+        out.extend_from_slice(&r.max_ns.to_le_bytes());
+    }
+    if out.len() > MAX_TRACE_LEN {
+        return Err(TraceError::TooLarge {
+            len: out.len() as u64,
+        });
+    }
+    let len = out.len() as u32;
+    out[12..16].copy_from_slice(&len.to_le_bytes());
+    let crc = file_crc(&out);
+    out[16..20].copy_from_slice(&crc.to_le_bytes());
+    Trace::from_bytes(&out)?;
+    Ok(out)
+}
+
+#[cfg(all(test, feature = "alloc"))]
+mod tests {
+    use super::*;
+
+    fn sample() -> alloc::vec::Vec<u8> {
+        let head = TraceHead {
+            profiler_abi: 6,
+            table_digest: Some(0x3f1c_0d5e_9a7b_2c41),
+            nccl_version: 23007,
+            pid: 4242,
+            host: "node-017",
+            job_id: "123456",
+            dropped_table_full: 1,
+            dropped_pool_full: 2,
+            untimed: 3,
+        };
+        let comms = [TraceComm {
+            comm_id: 0x1234,
+            n_nodes: 2,
+            n_ranks: 16,
+            rank: 0,
+            name: "dp\ngroup",
+        }];
+        let recs = [TraceRecord {
+            comm: 0,
+            coll: Coll::AllReduce,
+            n_bytes: 1 << 20,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 8,
+            source: Source::Table,
+            count: 3,
+            sum_ln: 30.0,
+            sum_ln2: 300.5,
+            min_ns: 20_000,
+            max_ns: 25_000,
+        }];
+        encode(&head, &comms, &recs).unwrap()
+    }
+
+    #[test]
+    fn a_trace_round_trips() {
+        let bytes = sample();
+        let t = Trace::from_bytes(&bytes).unwrap();
+        assert_eq!(t.head().host, "node-017");
+        assert_eq!(t.head().table_digest, Some(0x3f1c_0d5e_9a7b_2c41));
+        assert_eq!(t.head().untimed, 3);
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        assert_eq!(comms.len(), 1);
+        assert_eq!(comms[0].name, "dp?group");
+        let r: alloc::vec::Vec<_> = t.records().collect();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].source, Source::Table);
+        assert_eq!(r[0].count, 3);
+        assert!((r[0].geomean_ns() - 10f64.exp()).abs() < 1e-6);
+    }
+
+    /// Every prefix and every single-byte change of a valid file is either
+    /// refused or read without panicking (the CRC catches the rest).
+    #[test]
+    fn damaged_traces_are_refused_without_panicking() {
+        let bytes = sample();
+        for n in 0..bytes.len() {
+            assert!(Trace::from_bytes(&bytes[..n]).is_err(), "prefix {n}");
+        }
+        for i in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[i] ^= 0x5a;
+            assert!(Trace::from_bytes(&b).is_err(), "byte {i} changed");
+        }
+    }
+
+    proptest::proptest! {
+        /// Arbitrary bytes, and arbitrary bodies behind a valid magic,
+        /// version, length and CRC (so the structural checks are reached),
+        /// are refused or read, never a panic; whatever is accepted reads
+        /// back consistently.
+        #[test]
+        fn any_bytes_are_refused_or_read_without_panicking(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            patch in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b = body;
+            if patch && b.len() >= TRACE_HEADER_LEN {
+                b[..8].copy_from_slice(&TRACE_MAGIC);
+                b[8..10].copy_from_slice(&TRACE_MAJOR.to_le_bytes());
+                let len = b.len() as u32;
+                b[12..16].copy_from_slice(&len.to_le_bytes());
+                let crc = file_crc(&b);
+                b[16..20].copy_from_slice(&crc.to_le_bytes());
+            }
+            if let Ok(t) = Trace::from_bytes(&b) {
+                proptest::prop_assert_eq!(t.comms().count(), t.n_comms());
+                proptest::prop_assert_eq!(t.records().count(), t.n_records());
+            }
+        }
+    }
+
+    #[test]
+    fn an_oversized_trace_is_refused_by_the_writer() {
+        let head = TraceHead {
+            profiler_abi: 5,
+            ..TraceHead::default()
+        };
+        let comms = [TraceComm {
+            n_nodes: 1,
+            n_ranks: 1,
+            ..TraceComm::default()
+        }];
+        let rec = TraceRecord {
+            comm: 0,
+            coll: Coll::Broadcast,
+            n_bytes: 1,
+            algo: Algo::Ring,
+            proto: Proto::LL,
+            channels: 1,
+            source: Source::Nccl,
+            count: 1,
+            sum_ln: 1.0,
+            sum_ln2: 1.0,
+            min_ns: 1,
+            max_ns: 1,
+        };
+        let recs = alloc::vec![rec; MAX_TRACE_LEN / TRACE_RECORD_LEN + 1];
+        assert!(matches!(
+            encode(&head, &comms, &recs),
+            Err(TraceError::TooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,105 @@
+/* NCCL's profiler-plugin ABI (versions 3-6) as the stand-in NCCL of
+ * tests/c/standin.c uses it, written for these tests from the layouts in
+ * the project's profiler reference (not NCCL's header). The descriptor
+ * unions carry a pad so they are at least as large as NCCL's. */
+#ifndef DYNCC_NCCL_PROFILER_H
+#define DYNCC_NCCL_PROFILER_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#include "nccl_tuner.h"
+
+enum {
+  PROFILE_GROUP = 1 << 0,
+  PROFILE_COLL = 1 << 1,
+  PROFILE_KERNEL_CH = 1 << 6,
+};
+enum { PROFILER_KERNEL_CH_STOP = 22 };
+
+typedef struct {
+  uint64_t seqNumber;
+  const char *func;
+  const void *sendBuff;
+  void *recvBuff;
+  size_t count;
+  int root;
+  const char *datatype;
+  uint8_t nChannels;
+  uint8_t nWarps;
+  const char *algo;
+  const char *proto;
+  void *parentGroup; /* v5, v6 */
+} prof_coll_t;
+
+typedef struct {
+  uint8_t channelId;
+  uint64_t pTimer;
+} prof_kernel_ch_t;
+
+typedef union {
+  prof_coll_t coll;
+  prof_kernel_ch_t kernelCh;
+  char pad[128]; /* v6's copy-engine members are larger than coll */
+} prof_descr_union_t;
+
+typedef struct {
+  uint8_t type;
+  void *parentObj;
+  int rank;
+  prof_descr_union_t u;
+} prof_descr_v4_t;
+
+typedef struct {
+  uint64_t type;
+  void *parentObj;
+  int rank;
+  prof_descr_union_t u;
+} prof_descr_v5_t;
+
+typedef union {
+  uint64_t pTimer; /* kernelCh */
+  size_t transSize;
+} prof_state_args_t;
+
+typedef ncclResult_t (*prof_stop_t)(void *h);
+typedef ncclResult_t (*prof_record_t)(void *h, int state, prof_state_args_t *args);
+typedef ncclResult_t (*prof_finalize_t)(void *ctx);
+
+typedef struct {
+  const char *name;
+  ncclResult_t (*init)(void **ctx, int *mask);
+  ncclResult_t (*startEvent)(void *ctx, void **h, void *descr);
+  prof_stop_t stopEvent;
+  prof_record_t recordEventState;
+  prof_finalize_t finalize;
+} ncclProfiler_v3_t;
+
+typedef struct {
+  const char *name;
+  ncclResult_t (*init)(void **ctx, int *mask, const char *commName, uint64_t commHash, int nNodes,
+                       int nranks, int rank, ncclDebugLogger_t logfn);
+  ncclResult_t (*startEvent)(void *ctx, void **h, prof_descr_v4_t *descr);
+  prof_stop_t stopEvent;
+  prof_record_t recordEventState;
+  prof_finalize_t finalize;
+} ncclProfiler_v4_t;
+
+typedef struct {
+  const char *name;
+  ncclResult_t (*init)(void **ctx, uint64_t commId, int *mask, const char *commName, int nNodes,
+                       int nranks, int rank, ncclDebugLogger_t logfn);
+  ncclResult_t (*startEvent)(void *ctx, void **h, prof_descr_v5_t *descr);
+  prof_stop_t stopEvent;
+  prof_record_t recordEventState;
+  prof_finalize_t finalize;
+} ncclProfiler_v5_t;
+typedef ncclProfiler_v5_t ncclProfiler_v6_t;
+
+_Static_assert(sizeof(ncclProfiler_v5_t) == 48, "profiler struct is six pointers");
+_Static_assert(offsetof(prof_descr_v5_t, u) == 24, "union at 24");
+_Static_assert(offsetof(prof_descr_v4_t, u) == 24, "union at 24");
+_Static_assert(offsetof(prof_coll_t, nChannels) == 56, "nChannels at 56");
+_Static_assert(offsetof(prof_coll_t, proto) == 72, "proto at 72");
+
+#endif

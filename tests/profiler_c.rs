@@ -1,0 +1,504 @@
+//! The plugin as NCCL's profiler: tests/c/standin.c, a stand-in NCCL that
+//! drives the tuner and the profiler for two ranks of one communicator in
+//! NCCL's order and threads (Coll events on host threads, kernel-channel
+//! events later on proxy threads), with GPU times from a small world plus
+//! noise. What the trace file says is checked against what was fed.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use dyncc_tables::trace::Source;
+use dyncc_tables::{
+    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
+    Trace,
+};
+
+use crate::plugin_c::{compile_c, plugin_lib, HARNESS_LINK_FLAGS};
+use crate::support::tools::{require_c_compiler, require_tool};
+
+/// AllReduce on 1 node, 1-8 ranks per node: Ring/Simple on 2 channels up
+/// to 64 KiB (slower than NCCL's own choice in the stand-in's world, so
+/// the two are told apart), NCCL's default above. AllGather: no context.
+fn standin_table() -> Vec<u8> {
+    let mut b = TableBuilder::new();
+    b.meta("platform", "standin");
+    let spec = ContextSpec {
+        coll: Coll::AllReduce,
+        nodes: (1, 1),
+        ppn: (1, 8),
+        max_pipe_ops: 0,
+        reg_buff: RegBuff::Any,
+    };
+    let rules = [
+        Rule {
+            last_bucket: size_bucket(65536),
+            decision: Decision::Force {
+                algo: Algo::Ring,
+                proto: Proto::Simple,
+                channels: 2,
+            },
+            basis: Basis::Measured,
+            gain: 1.2,
+        },
+        Rule {
+            last_bucket: 255,
+            decision: Decision::Default,
+            basis: Basis::Measured,
+            gain: 1.0,
+        },
+    ];
+    b.context(spec, &rules).unwrap();
+    b.build().unwrap()
+}
+
+struct Standin {
+    dir: tempfile::TempDir,
+    exe: PathBuf,
+    table: PathBuf,
+    traces: PathBuf,
+}
+
+impl Standin {
+    fn new() -> Standin {
+        let cc = require_c_compiler();
+        let dir = tempfile::tempdir().unwrap();
+        let exe = dir.path().join("standin");
+        let mut link = HARNESS_LINK_FLAGS.to_vec();
+        link.extend(["-lm", "-pthread"]);
+        compile_c(cc, &["-O1", "-pthread"], "standin.c", &exe, &link);
+        let table = dir.path().join("standin.tbl");
+        std::fs::write(&table, standin_table()).unwrap();
+        let traces = dir.path().join("traces");
+        std::fs::create_dir(&traces).unwrap();
+        Standin {
+            dir,
+            exe,
+            table,
+            traces,
+        }
+    }
+
+    fn command(&self, wrapper: &[&str], args: &[&str], trace: Option<&Path>) -> Command {
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(&self.exe);
+                c
+            }
+            None => Command::new(&self.exe),
+        };
+        cmd.args(args)
+            .env("DYNCC_TEST_PLUGIN_LIB", plugin_lib())
+            .env("DYNCC_TABLE", &self.table)
+            .env("SLURM_JOB_ID", "777")
+            .env_remove("DYNCC_STRICT")
+            .env_remove("DYNCC_NCCL_MISMATCH")
+            .env_remove("DYNCC_TRACE");
+        if let Some(t) = trace {
+            cmd.env("DYNCC_TRACE", t);
+        }
+        cmd
+    }
+
+    fn run(&self, args: &[&str], trace: Option<&Path>) -> String {
+        let out = self.command(&[], args, trace).output().unwrap();
+        stdout_of(&out, args)
+    }
+
+    /// The trace files (not temporaries) in the trace directory.
+    fn trace_files(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.traces)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "trace"))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn stdout_of(out: &Output, args: &[&str]) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "standin {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// (collective, bytes, algo, proto, channels, source) as the stand-in
+/// prints and the trace stores it.
+type Cell = (String, u64, String, String, u8, String);
+
+#[derive(Default, Debug)]
+struct Fed {
+    count: u64,
+    sum_ln: f64,
+    sum_ln2: f64,
+    min: u64,
+    max: u64,
+}
+
+fn fed(stdout: &str) -> BTreeMap<Cell, Fed> {
+    let mut m: BTreeMap<Cell, Fed> = BTreeMap::new();
+    for l in stdout.lines().filter(|l| l.starts_with("fed ")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let ns: u64 = f[7].parse().unwrap();
+        let e = m
+            .entry((
+                f[1].to_string(),
+                f[2].parse().unwrap(),
+                f[3].to_string(),
+                f[4].to_string(),
+                f[5].parse().unwrap(),
+                f[6].to_string(),
+            ))
+            .or_insert(Fed {
+                min: u64::MAX,
+                ..Fed::default()
+            });
+        let l = (ns as f64).ln();
+        e.count += 1;
+        e.sum_ln += l;
+        e.sum_ln2 += l * l;
+        e.min = e.min.min(ns);
+        e.max = e.max.max(ns);
+    }
+    m
+}
+
+fn nccl_name(coll: Coll) -> &'static str {
+    match coll {
+        Coll::Broadcast => "Broadcast",
+        Coll::Reduce => "Reduce",
+        Coll::AllGather => "AllGather",
+        Coll::ReduceScatter => "ReduceScatter",
+        Coll::AllReduce => "AllReduce",
+    }
+}
+
+fn algo_name(a: Algo) -> &'static str {
+    [
+        "TREE",
+        "RING",
+        "COLLNET_DIRECT",
+        "COLLNET_CHAIN",
+        "NVLS",
+        "NVLS_TREE",
+        "PAT",
+    ][a as usize]
+}
+
+fn proto_name(p: Proto) -> &'static str {
+    ["LL", "LL128", "SIMPLE"][p as usize]
+}
+
+/// Reads the one trace file and checks it holds exactly what was fed
+/// (`unlinked`: who chose is `unknown` for every record, as with profiler
+/// v4, whose tuner has no communicator id to link by).
+fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
+    let files = s.trace_files();
+    assert_eq!(files.len(), 1, "one trace file per process: {files:?}");
+    let bytes = std::fs::read(&files[0]).unwrap();
+    assert!(bytes.len() <= 1 << 20);
+    let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", files[0].display()));
+    let h = t.head();
+    assert_eq!(h.profiler_abi, abi);
+    assert_eq!(h.nccl_version, 23007);
+    assert_eq!(h.job_id, "777");
+    assert_eq!(
+        h.table_digest,
+        Some(dyncc_tables::digest(&std::fs::read(&s.table).unwrap()))
+    );
+    assert_eq!(
+        (h.dropped_table_full, h.dropped_pool_full, h.untimed),
+        (0, 0, 0)
+    );
+    let comms: Vec<_> = t.comms().collect();
+    assert_eq!(comms.len(), 1, "only rank 0 records: {comms:?}");
+    assert_eq!(
+        (
+            comms[0].name,
+            comms[0].n_nodes,
+            comms[0].n_ranks,
+            comms[0].rank
+        ),
+        ("standin-comm", 1, 2, 0)
+    );
+    let mut want = fed(stdout);
+    assert!(want.len() >= 4, "{want:?}");
+    for r in t.records() {
+        let source = if unlinked {
+            assert_eq!(r.source, Source::Unknown, "{r:?}");
+            None
+        } else {
+            Some(r.source.name().to_string())
+        };
+        let key = want
+            .keys()
+            .find(|k| {
+                k.0 == nccl_name(r.coll)
+                    && k.1 == r.n_bytes
+                    && k.2 == algo_name(r.algo)
+                    && k.3 == proto_name(r.proto)
+                    && k.4 == r.channels
+                    && source.as_ref().is_none_or(|s| *s == k.5)
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("trace record {r:?} matches nothing fed: {want:?}"));
+        let f = want.remove(&key).unwrap();
+        assert_eq!(
+            (r.count, r.min_ns, r.max_ns),
+            (f.count, f.min, f.max),
+            "{key:?}"
+        );
+        assert!((r.sum_ln - f.sum_ln).abs() < 1e-9 * f.sum_ln, "{key:?}");
+        assert!((r.sum_ln2 - f.sum_ln2).abs() < 1e-9 * f.sum_ln2, "{key:?}");
+    }
+    assert!(want.is_empty(), "fed but not in the trace: {want:?}");
+}
+
+#[test]
+fn the_trace_holds_what_the_standin_fed_for_each_profiler_abi() {
+    let s = Standin::new();
+    for abi in [6u8, 5] {
+        for f in s.trace_files() {
+            std::fs::remove_file(f).unwrap();
+        }
+        let out = s.run(&[&abi.to_string(), "400", "finalize"], Some(&s.traces));
+        assert!(!out.contains("WARN"), "{out}");
+        assert_eq!(out.matches("mask 66").count(), 2, "Coll|KernelCh: {out}");
+        // The table's forced small AllReduce and NCCL's own choices both ran.
+        assert!(out.contains(" table "), "{out}");
+        assert!(out.contains(" nccl "), "{out}");
+        check_trace(&s, &out, abi, false);
+    }
+}
+
+/// NCCL opens the tuner as libnccl-tuner-dyncc.so and the profiler as
+/// libnccl-profiler-dyncc.so; `make install` makes the second a link to
+/// the first, so both names load one object and the profiler still finds
+/// the tuner's answers.
+#[test]
+fn the_profiler_opened_through_its_installed_link_still_links_the_tuner() {
+    let s = Standin::new();
+    let link = s.dir.path().join("libnccl-profiler-dyncc.so");
+    std::os::unix::fs::symlink(plugin_lib(), &link).unwrap();
+    let out = s
+        .command(&[], &["6", "200", "finalize"], Some(&s.traces))
+        .env("DYNCC_TEST_PROFILER_LIB", &link)
+        .output()
+        .unwrap();
+    let out = stdout_of(
+        &out,
+        &["6", "200", "finalize", "(profiler through its link)"],
+    );
+    check_trace(&s, &out, 6, false);
+}
+
+#[test]
+fn profiler_v4_records_times_but_cannot_link_the_tuner() {
+    let s = Standin::new();
+    let out = s.run(&["4", "200", "finalize"], Some(&s.traces));
+    check_trace(&s, &out, 4, true);
+}
+
+/// Many jobs never destroy their communicators: the exit hook writes.
+#[test]
+fn the_trace_is_written_at_exit_when_nothing_is_finalized() {
+    let s = Standin::new();
+    let out = s.run(&["6", "300", "nofinalize"], Some(&s.traces));
+    check_trace(&s, &out, 6, false);
+}
+
+/// A child forked after NCCL started (a data-loader worker) inherits the
+/// recorded tables; at its exit it must not write them again under its own
+/// process id (the parent's file would be counted twice).
+#[test]
+fn a_forked_child_does_not_write_its_parents_trace() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "fork"], Some(&s.traces));
+    assert!(out.contains("child exited 0"), "{out}");
+    check_trace(&s, &out, 6, false);
+}
+
+#[test]
+fn without_dyncc_trace_the_profiler_asks_for_no_events() {
+    let s = Standin::new();
+    let out = s.run(&["6", "50", "finalize"], None);
+    assert_eq!(out.matches("mask 0\n").count(), 2, "{out}");
+    assert!(!out.contains("WARN"), "{out}");
+    assert!(s.trace_files().is_empty());
+}
+
+#[test]
+fn an_unusable_trace_dir_warns_once_and_the_job_goes_on() {
+    let s = Standin::new();
+    let file = s.dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    for dir in [s.dir.path().join("missing/dir"), file.join("sub"), file] {
+        let out = s.run(&["6", "100", "finalize"], Some(&dir));
+        let warns: Vec<&str> = out.lines().filter(|l| l.starts_with("WARN")).collect();
+        assert_eq!(warns.len(), 1, "{}: {out}", dir.display());
+        assert!(
+            warns[0].contains("DYNCC_TRACE=") && warns[0].contains("the job goes on"),
+            "{}",
+            warns[0]
+        );
+        assert_eq!(out.matches("mask 0\n").count(), 2, "no events: {out}");
+        assert_eq!(out.matches("\nfed ").count(), 100, "every call ran: {out}");
+    }
+}
+
+/// The directory was fine at init but is gone when the file is written:
+/// one WARN naming the file and the error, the job goes on, and the exit
+/// hook does not warn again.
+#[test]
+fn a_failed_write_warns_once_and_the_job_goes_on() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "lostdir"], Some(&s.traces));
+    let warns: Vec<&str> = out.lines().filter(|l| l.starts_with("WARN")).collect();
+    assert_eq!(warns.len(), 1, "{out}");
+    assert!(
+        warns[0].contains("cannot write trace file") && warns[0].contains("the job goes on"),
+        "{}",
+        warns[0]
+    );
+    assert!(!s.traces.exists());
+}
+
+#[test]
+fn an_old_profiler_without_timestamps_warns_once() {
+    let s = Standin::new();
+    let out = s.run(&["3", "50", "finalize"], Some(&s.traces));
+    let warns: Vec<&str> = out.lines().filter(|l| l.starts_with("WARN")).collect();
+    assert_eq!(warns.len(), 1, "{out}");
+    assert!(warns[0].contains("no GPU timestamps"), "{}", warns[0]);
+    assert_eq!(out.matches("mask 0\n").count(), 2, "{out}");
+    assert!(s.trace_files().is_empty());
+}
+
+/// A trace is replaced by rename: a kill at any moment (here: during
+/// round k of init, collectives, finalize-and-write, for k = 1..=12) leaves
+/// complete trace files or none, never a torn one.
+#[test]
+fn a_kill_at_any_moment_leaves_only_complete_trace_files() {
+    let s = Standin::new();
+    for k in 1..=12u32 {
+        let mut child = s
+            .command(&[], &["6", &(20 * k).to_string(), "loop"], Some(&s.traces))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut rounds = 0;
+        for line in BufReader::new(stdout).lines() {
+            if line.unwrap().starts_with("round ") {
+                rounds += 1;
+                if rounds == k {
+                    break;
+                }
+            }
+        }
+        // SAFETY-free: kill(2) through the command line tool.
+        Command::new("kill")
+            .args(["-9", &child.id().to_string()])
+            .status()
+            .unwrap();
+        let _ = child.wait();
+        for f in s.trace_files() {
+            let b = std::fs::read(&f).unwrap();
+            Trace::from_bytes(&b).unwrap_or_else(|e| panic!("{} after a kill: {e}", f.display()));
+        }
+    }
+    assert!(!s.trace_files().is_empty());
+}
+
+#[test]
+fn the_standin_is_clean_under_valgrind() {
+    require_tool("valgrind", "valgrind");
+    let s = Standin::new();
+    let args = ["6", "60", "finalize"];
+    let out = s
+        .command(
+            &[
+                "valgrind",
+                "--error-exitcode=99",
+                "--leak-check=full",
+                "--errors-for-leak-kinds=definite,indirect,possible",
+                "--quiet",
+            ],
+            &args,
+            Some(&s.traces),
+        )
+        .output()
+        .unwrap();
+    let stdout = stdout_of(&out, &args);
+    check_trace(&s, &stdout, 6, false);
+}
+
+/// `make install` puts the library under both names NCCL looks for, the
+/// profiler's as a link to the tuner's file.
+#[test]
+fn make_install_installs_the_profiler_name_as_a_link_to_the_tuner() {
+    require_tool("make", "make");
+    let dest = tempfile::tempdir().unwrap();
+    let st = Command::new("make")
+        .arg("-s")
+        .arg("install")
+        .arg(format!("DESTDIR={}", dest.path().display()))
+        .arg("PREFIX=/opt/dyncc")
+        .arg(format!("PLUGIN_SO={}", plugin_lib().display()))
+        .current_dir(crate::plugin_c::root())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let lib = dest.path().join("opt/dyncc/lib");
+    let link = std::fs::read_link(lib.join("libnccl-profiler-dyncc.so")).unwrap();
+    assert_eq!(link, Path::new("libnccl-tuner-dyncc.so"));
+    assert!(lib.join("libnccl-profiler-dyncc.so").is_file());
+}
+
+/// `dyncc inspect DIR` summarises the trace files in it; a damaged one is
+/// named, with exit status 2.
+#[test]
+fn inspect_summarises_trace_files() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "finalize"], Some(&s.traces));
+    let fed = out.lines().filter(|l| l.starts_with("fed ")).count();
+    let dir = s.traces.to_str().unwrap();
+    let o = crate::support::cli::dyncc_output(&["inspect", dir]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains(&format!("; {fed} collectives in ")), "{text}");
+    assert!(text.contains("\"standin-comm\" 1 nodes 2 ranks"), "{text}");
+    assert!(
+        text.contains(" allreduce 4096 ring simple 2 table "),
+        "{text}"
+    );
+    let o = crate::support::cli::dyncc_output(&["inspect", "--json", dir]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["job_id"], "777");
+    let f = &s.trace_files()[0];
+    let mut b = std::fs::read(f).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    std::fs::write(f, &b).unwrap();
+    let o = crate::support::cli::dyncc_output(&["inspect", dir]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("not a valid dyncc trace file: trace checksum mismatch"),
+        "{err}"
+    );
+}
