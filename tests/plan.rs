@@ -588,7 +588,8 @@ fn plan_pipes_the_script_to_stdout_with_dash_o_dash() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "-o {target}: {err}");
         assert!(
-            err.contains("wrote the script to standard output") && err.contains("next: sbatch"),
+            err.contains("wrote the script to standard output")
+                && err.contains("then sbatch sweep.sh"),
             "-o {target}: the summary belongs on stderr: {err}"
         );
         assert!(

@@ -324,14 +324,16 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
         writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
         return Ok(0);
     }
-    let (script_name, shown) = if piped {
+    // Piped, the script has no name yet: the advice names the README's.
+    let (script_name, save, shown) = if piped {
         (
             "the script to standard output".to_string(),
-            "it".to_string(),
+            "save it (`dyncc plan ... -o - > sweep.sh`), then ",
+            "sweep.sh".to_string(),
         )
     } else {
         let name = a.output.display().to_string();
-        (name.clone(), name)
+        (name.clone(), "", name)
     };
     writeln!(
         out,
@@ -358,9 +360,9 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
     match p.launcher {
         Launcher::Slurm => writeln!(
             out,
-            "next: sbatch {shown} (or bash it inside an allocation), then {then}"
+            "next: {save}sbatch {shown} (or bash it inside an allocation), then {then}"
         )?,
-        _ => writeln!(out, "next: bash {shown}, then {then}")?,
+        _ => writeln!(out, "next: {save}bash {shown}, then {then}")?,
     }
     Ok(0)
 }
