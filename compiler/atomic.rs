@@ -70,6 +70,33 @@ pub fn names_stdout(path: &Path) -> bool {
         .any(|s| path == Path::new(s))
 }
 
+/// Refuses `-o -` (or `-o /dev/stdout`) for binary output (`what`, e.g.
+/// "the table") when standard output is a terminal: the bytes would only
+/// garble the screen (and can set terminal modes), and the user surely
+/// meant a pipe or a file. Checked before any work is done.
+pub fn check_binary_stdout(path: &Path, what: &str, ext: &str) -> anyhow::Result<()> {
+    use std::io::IsTerminal;
+    refuse_binary_on_terminal(path, std::io::stdout().is_terminal(), what, ext)
+}
+
+/// The decision of [`check_binary_stdout`], given whether stdout is a
+/// terminal (apart, so that it can be tested without one).
+fn refuse_binary_on_terminal(
+    path: &Path,
+    stdout_is_terminal: bool,
+    what: &str,
+    ext: &str,
+) -> anyhow::Result<()> {
+    if names_stdout(path) && stdout_is_terminal {
+        bail!(
+            "-o {}: standard output is a terminal, and {what} is binary; redirect it \
+             (`... -o - > out.{ext}`, or pipe it: `... -o - | ...`) or write a file with `-o FILE.{ext}`",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to standard output when `path` names it
 /// ([`names_stdout`]), else to the file at `path` with [`write_atomic`].
 pub fn write_or_stdout(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
@@ -503,6 +530,23 @@ mod tests {
         for p in ["./-", "out.tbl", "/dev/stderr"] {
             assert!(!names_stdout(Path::new(p)), "{p}");
         }
+    }
+
+    /// `compile -o -` wrote the table's bytes to a terminal.
+    #[test]
+    fn binary_output_is_refused_on_a_terminal_only() {
+        for p in ["-", "/dev/stdout", "/dev/fd/1"] {
+            let e = refuse_binary_on_terminal(Path::new(p), true, "the table", "tbl")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("is a terminal") && e.contains("-o FILE.tbl") && e.contains("> out.tbl"),
+                "{e}"
+            );
+            assert!(refuse_binary_on_terminal(Path::new(p), false, "the table", "tbl").is_ok());
+        }
+        // A file is written whatever stdout is.
+        assert!(refuse_binary_on_terminal(Path::new("t.tbl"), true, "the table", "tbl").is_ok());
     }
 
     #[test]

@@ -1052,3 +1052,77 @@ fn compile_plot_and_export_write_to_stdout_with_dash_o_dash() {
     assert!(String::from_utf8_lossy(&export.stdout).starts_with("# NCCL example tuner rules"));
     assert!(!dir.path().join("-").exists());
 }
+
+/// A pseudo-terminal pair: the master's file and the slave's path.
+fn pseudo_terminal() -> (std::fs::File, PathBuf) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt takes flags only and returns a new descriptor
+    // or -1 (checked); grantpt/unlockpt take that descriptor.
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(
+        master >= 0,
+        "posix_openpt: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `master` is an open descriptor this function owns from here.
+    let file = unsafe { std::fs::File::from_raw_fd(master) };
+    // SAFETY: `master` is a valid pty master descriptor.
+    assert_eq!(unsafe { libc::grantpt(master) }, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::unlockpt(master) }, 0);
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: `name` is a writable buffer of the length passed.
+    assert_eq!(
+        unsafe { libc::ptsname_r(master, name.as_mut_ptr(), name.len()) },
+        0
+    );
+    // SAFETY: ptsname_r succeeded, so `name` holds a NUL-terminated path.
+    let slave = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) };
+    (file, PathBuf::from(slave.to_str().unwrap()))
+}
+
+/// `compile -o -` with stdout a terminal wrote the table's binary bytes to
+/// the screen. It is refused, before any work, with what to do instead,
+/// and nothing reaches the terminal.
+#[test]
+fn compile_refuses_to_write_a_table_to_a_terminal() {
+    use std::io::Read;
+    let data = real("nvidia-dgx1v-allreduce.csv");
+    for target in ["-", "/dev/stdout"] {
+        let (mut master, slave) = pseudo_terminal();
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&slave)
+            .unwrap();
+        let mut cmd = dyncc();
+        cmd.arg("compile")
+            .arg(&data)
+            .args(["-o", target])
+            .stdout(tty)
+            .stderr(std::process::Stdio::piped());
+        let child = cmd.spawn().unwrap();
+        drop(cmd); // The slave's last copy outside the child.
+                   // Drain the terminal meanwhile, so a table written there cannot
+                   // block the child on a full buffer.
+        let screen = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            // Reading a master whose slave is closed fails with EIO: the end.
+            let _ = master.read_to_end(&mut seen);
+            seen
+        });
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "-o {target}: {err}");
+        assert!(
+            err.contains("standard output is a terminal") && err.contains("-o FILE.tbl"),
+            "-o {target}: {err}"
+        );
+        let seen = screen.join().unwrap();
+        assert!(
+            seen.is_empty(),
+            "-o {target}: {} bytes reached the terminal",
+            seen.len()
+        );
+    }
+}

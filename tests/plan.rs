@@ -567,3 +567,52 @@ fn plan_refuses_a_sweep_longer_than_max_hours() {
     let (rc, e) = plan_status(&s, &["--launcher", "slurm", "--nodes", "1,2,4,8"]);
     assert_eq!(rc, Some(0), "{e}");
 }
+
+/// `plan -o -` wrote a file named `-` (and `-o /dev/stdout` printed the
+/// summary into the script): the script now goes to stdout alone, the
+/// summary to stderr, and the piped script is the one a file would hold.
+#[test]
+fn plan_pipes_the_script_to_stdout_with_dash_o_dash() {
+    let d = tempfile::tempdir().unwrap();
+    let args = ["--launcher", "slurm", "--nodes", "1,2"];
+    let (rc, err) = plan_status(&d.path().join("s.sh"), &args);
+    assert_eq!(rc, Some(0), "{err}");
+    let file = std::fs::read_to_string(d.path().join("s.sh")).unwrap();
+    for target in ["-", "/dev/stdout"] {
+        let o = dyncc()
+            .current_dir(d.path())
+            .args(["plan", "--nccl-tests", "/x", "-o", target])
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "-o {target}: {err}");
+        assert!(
+            err.contains("wrote the script to standard output")
+                && err.contains("then sbatch sweep.sh"),
+            "-o {target}: the summary belongs on stderr: {err}"
+        );
+        assert!(
+            !d.path().join("-").exists(),
+            "-o {target} wrote a file named -"
+        );
+        let piped = String::from_utf8(o.stdout).unwrap();
+        assert!(piped.starts_with("#!"), "-o {target}: {piped:.200}");
+        assert!(
+            !piped.contains("wrote "),
+            "-o {target}: the summary followed the script"
+        );
+        assert!(
+            piped.contains("# Submit with `sbatch sweep.sh`"),
+            "-o {target}: the script names no file it was not saved as"
+        );
+        // The same runs and #SBATCH lines as the script written to a file.
+        let body = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter(|l| !l.starts_with("# ") || l.starts_with("#SBATCH"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(body(&piped), body(&file), "-o {target}");
+    }
+}

@@ -59,6 +59,9 @@ pub struct CompileArgs {
 
 pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     let decide = a.decide.options()?;
+    if !a.dry_run {
+        crate::atomic::check_binary_stdout(&a.output, "the table", "tbl")?;
+    }
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;

@@ -8,6 +8,7 @@
 //! arguments and their checks, `run` and the printing; the plan, the
 //! launchers and the script are in [`crate::plan`].
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::bail;
@@ -118,7 +119,8 @@ pub struct PlanArgs {
     /// --repeats, and its script and Slurm --time would be absurd.
     #[arg(long, default_value_t = 168, value_name = "HOURS")]
     pub max_hours: u32,
-    /// Where to write the script (atomically, executable).
+    /// Where to write the script (atomically, executable); `-` pipes it to
+    /// stdout (the summary then goes to stderr).
     #[arg(short, long)]
     pub output: PathBuf,
     /// Print a JSON summary.
@@ -289,7 +291,14 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
     let runs = p.runs(&mut skipped);
     let est = p.estimate(&runs)?;
     let text = script(&p, &runs, est, &skipped);
-    crate::audit::files::write_output(&a.output, text.as_bytes(), 0o755)?;
+    crate::audit::files::write_output_or_stdout(&a.output, text.as_bytes(), 0o755)?;
+    // With `-o -` the script is stdout's; the summary goes to stderr.
+    let piped = crate::atomic::names_stdout(&a.output);
+    let mut out: Box<dyn Write> = if piped {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     if a.json {
         let mut settings = Vec::new();
         for &n in &p.nodes {
@@ -312,32 +321,48 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
             not_swept: &skipped,
             settings,
         };
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+        return Ok(0);
+    }
+    // Piped, the script has no name yet: the advice names the README's.
+    let (script_name, save, shown) = if piped {
+        (
+            "the script to standard output".to_string(),
+            "save it (`dyncc plan ... -o - > sweep.sh`), then ",
+            "sweep.sh".to_string(),
+        )
     } else {
-        println!(
-            "wrote {} ({} nccl-tests runs, {} sizes each)",
-            a.output.display(),
-            runs.len(),
-            p.sizes().len()
-        );
-        println!("estimated duration: {} (rough)", fmt_duration(est));
-        for &n in &p.nodes {
-            for &c in &p.colls {
-                println!(
-                    "  {:<14} nodes {:<4} default + {}",
-                    c.name(),
-                    n,
-                    settings_names(&p, c, n).join(" ")
-                );
-            }
+        let name = a.output.display().to_string();
+        (name.clone(), "", name)
+    };
+    writeln!(
+        out,
+        "wrote {script_name} ({} nccl-tests runs, {} sizes each)",
+        runs.len(),
+        p.sizes().len()
+    )?;
+    writeln!(out, "estimated duration: {} (rough)", fmt_duration(est))?;
+    for &n in &p.nodes {
+        for &c in &p.colls {
+            writeln!(
+                out,
+                "  {:<14} nodes {:<4} default + {}",
+                c.name(),
+                n,
+                settings_names(&p, c, n).join(" ")
+            )?;
         }
-        for sk in &skipped {
-            println!("not swept: {sk}");
-        }
-        match p.launcher {
-            Launcher::Slurm => println!("next: sbatch {} (or bash it inside an allocation), then dyncc compile {}/logs -o cluster.tbl", a.output.display(), p.out_dir),
-            _ => println!("next: bash {}, then dyncc compile {}/logs -o cluster.tbl", a.output.display(), p.out_dir),
-        }
+    }
+    for sk in &skipped {
+        writeln!(out, "not swept: {sk}")?;
+    }
+    let then = format!("dyncc compile {}/logs -o cluster.tbl", p.out_dir);
+    match p.launcher {
+        Launcher::Slurm => writeln!(
+            out,
+            "next: {save}sbatch {shown} (or bash it inside an allocation), then {then}"
+        )?,
+        _ => writeln!(out, "next: {save}bash {shown}, then {then}")?,
     }
     Ok(0)
 }

@@ -147,7 +147,13 @@ fn header(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
         let _ = writeln!(s, "# Not swept: {sk}");
     }
     let _ = writeln!(s, "#");
-    let me = shell_quote(&p.output.display().to_string());
+    // Piped (`-o -`), the script does not know the name it will be saved
+    // under; the README's name stands in.
+    let me = if crate::atomic::names_stdout(&p.output) {
+        "sweep.sh".to_string()
+    } else {
+        shell_quote(&p.output.display().to_string())
+    };
     let _ = writeln!(s, "{}", p.launcher.how_to_run(&me, max_nodes));
     let _ = writeln!(s, "# Environment: NCCL_TESTS_DIR (nccl-tests binaries), DYNCC_OUT (log directory), RUN_TIMEOUT");
     let _ = writeln!(
