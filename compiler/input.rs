@@ -1,7 +1,7 @@
 //! Bounded reading of every file a command names other than sweep logs
 //! (which `ingest` streams line by line): tables, `query --batch` files,
 //! `eval --truth` files, `simulate --calibrate` and `--profile-file` files,
-//! `--manifest` files.
+//! `--manifest` files, trace files.
 //!
 //! Each is opened with `O_NONBLOCK` (so opening a FIFO returns at once
 //! instead of waiting for a writer), `fstat`ed, and refused unless it is a
@@ -63,6 +63,13 @@ pub const MANIFEST: Kind = Kind {
     what: "--manifest file",
     limit: 16 << 20,
     expected: "a CSV with a `path` column and one row per sweep file or glob",
+};
+
+/// A trace file (`dyncc inspect`): the format's own limit.
+pub const TRACE: Kind = Kind {
+    what: "trace file",
+    limit: dyncc_tables::trace::MAX_TRACE_LEN as u64,
+    expected: "a trace file the plugin wrote with DYNCC_TRACE=DIR (dyncc-HOST-PID-NONCE.trace)",
 };
 
 /// `simulate --profile-file`: one hardware profile (about 1 KB).

@@ -329,6 +329,25 @@ fn special_and_oversized_files_are_refused_before_reading() {
     check(&rows);
 }
 
+/// `dyncc inspect` of a file that starts like a trace but is larger than
+/// any trace can be: refused from its size, not read whole.
+#[test]
+fn inspect_refuses_an_oversized_trace_file_before_reading() {
+    check(&[row(
+        Input::Made("oversized_trace", oversized_trace),
+        &["inspect", "IN"],
+        2,
+        "(trace file) is 1048577 bytes, over the 1 MiB limit for a trace file; not read",
+    )]);
+}
+
+/// The trace magic, then zeros: one byte over [`MAX_TRACE_LEN`].
+fn oversized_trace() -> Vec<u8> {
+    let mut v = TRACE_MAGIC.to_vec();
+    v.resize(MAX_TRACE_LEN + 1, 0);
+    v
+}
+
 fn row(input: Input, args: &[&'static str], rc: i32, stderr: &str) -> Row {
     Row {
         input,

@@ -529,10 +529,10 @@ mod traces {
     pub fn print(files: &[PathBuf], json: bool) -> bool {
         let mut bad = false;
         for f in files {
-            let bytes = match std::fs::read(f) {
+            let bytes = match crate::input::read(f, &crate::input::TRACE) {
                 Ok(b) => b,
                 Err(e) => {
-                    eprintln!("error: {}: cannot read: {e}", f.display());
+                    eprintln!("error: {e:#}");
                     bad = true;
                     continue;
                 }

@@ -2,13 +2,13 @@
 //! statics, so the same library is NCCL's tuner and profiler
 //! (`NCCL_PROFILER_PLUGIN=dyncc` finds `libnccl-profiler-dyncc.so`).
 //!
-//! Without `DYNCC_TRACE` every `init` asks for no events (an empty mask)
+//! Without `DYNCC_TRACE` every `init` leaves NCCL's event mask as it is
 //! and nothing else happens. With `DYNCC_TRACE=DIR` (v4-v6, which carry GPU
-//! timestamps) `init` asks for `Coll` and `KernelCh` events; a
-//! communicator's rank 0 records what ran (see [`crate::trace`]) and the
-//! other ranks return NULL handles (NCCL's mask is process-wide, so they
-//! ask for the same events). v1-v3 have no GPU timestamps: one WARN, no
-//! events. The event callbacks never allocate, lock, log or block; any
+//! timestamps) a communicator's rank 0 records what ran (see
+//! [`crate::trace`]) and its `init` adds `Coll` and `KernelCh` to the mask;
+//! NCCL's mask is process-wide, so the other ranks get the events too and
+//! return NULL handles. No `init` ever lowers the mask. v1-v3 have no GPU
+//! timestamps: one WARN, no events. The event callbacks never allocate, lock, log or block; any
 //! failure at init is one WARN and a context that records nothing (the
 //! job goes on).
 
@@ -24,7 +24,7 @@ use crate::log::{Escaped, Logger};
 use crate::nccl_version;
 use crate::plugin::{ffi_guard, PLUGIN_NAME};
 use crate::profiler_ffi::*;
-use crate::trace::{self, Journal, Key, Slot};
+use crate::trace::{self, Handle, Journal, Key};
 
 /// One communicator rank's profiler state.
 pub struct ProfContext {
@@ -33,9 +33,6 @@ pub struct ProfContext {
     journal: Option<&'static Journal>,
     n_ranks: u64,
 }
-
-/// Handle tag: a kernel channel's handle is its collective's slot + 1.
-const CHANNEL_TAG: usize = 1;
 
 /// The events dyncc asks for when tracing.
 const TRACE_MASK: c_int = (PROFILE_COLL | PROFILE_KERNEL_CH) as c_int;
@@ -109,20 +106,19 @@ unsafe fn init_common(
             abi,
         ))
     });
-    let m = match want {
-        Some(Some(c)) => {
-            if !ctx.is_null() {
-                // SAFETY: as above.
-                unsafe { ctx.write(Box::into_raw(Box::new(c)).cast()) };
-            }
-            TRACE_MASK
+    if let Some(Some(c)) = want {
+        // NCCL's mask is process-wide (one int every communicator's init
+        // is handed): raise it for the events a recording rank needs, and
+        // never lower it (another communicator, or NCCL itself, may want
+        // events; the other ranks' events simply get NULL handles).
+        if c.recording.is_some() && !mask.is_null() {
+            // SAFETY: NCCL passes a writable mask.
+            unsafe { mask.write(mask.read() | TRACE_MASK) };
         }
-        // Tracing configured but unusable: still no events.
-        Some(None) | None => 0,
-    };
-    if !mask.is_null() {
-        // SAFETY: NCCL passes a writable mask.
-        unsafe { mask.write(m) };
+        if !ctx.is_null() {
+            // SAFETY: as above.
+            unsafe { ctx.write(Box::into_raw(Box::new(c)).cast()) };
+        }
     }
     NCCL_SUCCESS
 }
@@ -240,7 +236,8 @@ fn proto_of(s: &[u8]) -> Option<Proto> {
     })
 }
 
-/// The `Coll` event of a recording rank: what ran, who chose it, a slot.
+/// The `Coll` event of a recording rank: what ran, who chose it, a slot
+/// (none for `nChannels` 0: counted as untimed, see [`crate::trace`]).
 fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_void {
     let (Some(coll), Some(size), Some(algo), Some(proto)) = (
         c_str(d.func).and_then(coll_of),
@@ -257,10 +254,14 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
         _ => 1,
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
+    let channels = d.nChannels.min(64);
     let source = match ctx.journal.and_then(|j| j.find(coll, n_bytes)) {
         None => Source::Unknown,
         Some(a) if a.source == Source::Table => {
-            if a.algo == algo as u8 && a.proto == proto as u8 {
+            if a.algo == algo as u8
+                && a.proto == proto as u8
+                && (a.channels == 0 || a.channels == channels)
+            {
                 Source::Table
             } else {
                 // NCCL ran something else than the table forced.
@@ -269,12 +270,15 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
         }
         Some(a) => a.source,
     };
-    let channels = d.nChannels.min(64);
     let Some(key) = Key::new(comm, coll, n_bytes, algo, proto, channels, source) else {
         return core::ptr::null_mut();
     };
+    if channels == 0 {
+        trace::untimed();
+        return core::ptr::null_mut();
+    }
     match trace::slot_take(key, channels) {
-        Some(s) => (s as *const Slot).cast_mut().cast(),
+        Some(h) => h.to_ptr(),
         None => core::ptr::null_mut(),
     }
 }
@@ -302,37 +306,25 @@ unsafe fn start(
             // SAFETY: a Coll event's union holds `coll`.
             h = coll_start(c, comm, unsafe { &(*u).coll });
         }
-    } else if type_ == PROFILE_KERNEL_CH && !parent.is_null() && parent as usize & CHANNEL_TAG == 0
-    {
-        // SAFETY: a non-NULL untagged parent of ours is a pool slot (the
-        // only handles dyncc returns for Coll events; NCCL passes back
-        // the Coll's handle as the channel's parent).
-        let slot = unsafe { &*parent.cast::<Slot>() };
-        // SAFETY: a KernelCh event's union holds `kernelCh`.
-        if slot.channel_start(unsafe { (*u).kernelCh.pTimer }) {
-            h = (parent as usize | CHANNEL_TAG) as *mut c_void;
+    } else if type_ == PROFILE_KERNEL_CH {
+        // NCCL passes back the Coll's handle as the channel's parent; it is
+        // only a number to dyncc, checked before use.
+        if let Some(p) = Handle::from_ptr(parent) {
+            // SAFETY: a KernelCh event's union holds `kernelCh`.
+            let t = unsafe { (*u).kernelCh.pTimer };
+            if let Some(c) = trace::channel_start(p, t) {
+                h = c.to_ptr();
+            }
         }
     }
     // SAFETY: non-NULL, NCCL's handle out-pointer.
     unsafe { handle.write(h) };
 }
 
-/// The slot behind a handle and whether it is a channel's.
-fn slot_of(h: *mut c_void) -> Option<(&'static Slot, bool)> {
-    if h.is_null() {
-        return None;
-    }
-    let tag = h as usize & CHANNEL_TAG != 0;
-    let p = (h as usize & !CHANNEL_TAG) as *const Slot;
-    // SAFETY: every non-NULL handle dyncc returns is a pool slot, maybe
-    // tagged; the slot is static and stays valid while it has references.
-    Some((unsafe { &*p }, tag))
-}
-
 unsafe extern "C" fn stop_event(h: *mut c_void) -> ncclResult_t {
     ffi_guard((), || {
-        if let Some((slot, _)) = slot_of(h) {
-            slot.release();
+        if let Some(h) = Handle::from_ptr(h) {
+            trace::release(h);
         }
     });
     NCCL_SUCCESS
@@ -347,9 +339,9 @@ unsafe extern "C" fn record_event_state(
         if state != KERNEL_CH_STOP || args.is_null() {
             return;
         }
-        if let Some((slot, true)) = slot_of(h) {
+        if let Some(h) = Handle::from_ptr(h) {
             // SAFETY: non-NULL; NCCL's state args for a kernel stop.
-            slot.channel_stop(unsafe { (*args).pTimer });
+            trace::channel_stop(h, unsafe { (*args).pTimer });
         }
     });
     NCCL_SUCCESS
@@ -408,21 +400,17 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     NCCL_SUCCESS
 }
 
-unsafe extern "C" fn init_v1(ctx: *mut *mut c_void, mask: *mut c_int) -> ncclResult_t {
+unsafe extern "C" fn init_v1(ctx: *mut *mut c_void, _mask: *mut c_int) -> ncclResult_t {
     ffi_guard((), || {
         if trace::configured().is_some() && !WARNED_OLD.load(Ordering::Relaxed) {
             // No logger in v1-v3: the tuner's init says it.
             OLD_PENDING.store(true, Ordering::Relaxed);
         }
     });
-    // SAFETY: NCCL passes writable pointers (NULL checked).
-    unsafe {
-        if !ctx.is_null() {
-            ctx.write(core::ptr::null_mut());
-        }
-        if !mask.is_null() {
-            mask.write(0);
-        }
+    // The mask is left as it is (process-wide: see init_common).
+    if !ctx.is_null() {
+        // SAFETY: NCCL passes a writable context pointer.
+        unsafe { ctx.write(core::ptr::null_mut()) };
     }
     NCCL_SUCCESS
 }

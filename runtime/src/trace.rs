@@ -22,7 +22,13 @@
 //!   holding what ran and `1 + nChannels` pending references; the `Coll`
 //!   stop and each kernel-channel stop give one back, and the last one
 //!   (whichever thread and order) aggregates the GPU time (first channel
-//!   start to last channel stop) and frees the slot.
+//!   start to last channel stop) and frees the slot. Handles are slot index
+//!   + generation ([`Handle`]), checked on every use, so a late event of a
+//!   closed or evicted collective is ignored; a full pool evicts its oldest
+//!   collective (counted as dropped). A `Coll` event with `nChannels` 0
+//!   (NCCL's CollNet and multi-node NVLS) takes no slot and is counted as
+//!   untimed: its channels arrive after the `Coll` stop in a number nothing
+//!   announces, so no stop can be known to be the last one.
 //! - the bins ([`BINS`]): open addressing on one packed `u64` key,
 //!   claimed by CAS; count, sums of `ln(ns)` and its square (f64 bits,
 //!   CAS), min and max. Full: the collective is counted as dropped.
@@ -336,36 +342,137 @@ pub fn untimed() {
 // ---------------------------------------------------------------------
 // Pool: collectives in flight.
 
-/// One collective between its `Coll` start and its last stop. 64-byte
-/// aligned, so a handle's low bits are free for a tag.
+/// One collective between its `Coll` start and its last stop.
+///
+/// `state` packs the slot's generation (bits 32-63), the kernel channels
+/// accepted (16-31) and the references still out (0-15: one for the Coll,
+/// one per expected channel). Every handle carries the generation it was
+/// issued for, and every change of the counts is a CAS that checks it, so
+/// an event for an earlier occupant (a handle of a collective that was
+/// evicted, or closed and its slot taken again) changes nothing. The
+/// timestamps are plain atomics beside it: a stale event that passed the
+/// check just before an eviction can still move one timestamp of the new
+/// occupant (only when the pool is full, one collective's time at most).
 #[repr(align(64))]
 pub struct Slot {
+    state: AtomicU64,
     key: AtomicU64,
     /// Kernel channels NCCL said will run.
     expected: AtomicU32,
-    started: AtomicU32,
-    /// 1 (the Coll) + accepted kernel channels not yet stopped.
-    pending: AtomicU32,
+    /// Take order (a full pool evicts the smallest).
+    born: AtomicU64,
     first_start: AtomicU64,
     last_stop: AtomicU64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
 const SLOT_EMPTY: Slot = Slot {
+    state: AtomicU64::new(0),
     key: AtomicU64::new(0),
     expected: AtomicU32::new(0),
-    started: AtomicU32::new(0),
-    pending: AtomicU32::new(0),
+    born: AtomicU64::new(0),
     first_start: AtomicU64::new(u64::MAX),
     last_stop: AtomicU64::new(0),
 };
 static POOL: [Slot; POOL_LEN] = [SLOT_EMPTY; POOL_LEN];
 static POOL_USED: [AtomicU64; POOL_LEN / 64] = [const { AtomicU64::new(0) }; POOL_LEN / 64];
 static POOL_CURSOR: AtomicUsize = AtomicUsize::new(0);
+/// Takes so far (the slots' birth order).
+static TAKES: AtomicU64 = AtomicU64::new(0);
+/// Evictions one take tries before it gives up (others evicted the same
+/// slots first).
+const EVICT_TRIES: usize = 4;
 
-/// Takes a slot for a collective that will have `channels` kernel-channel
-/// events; `None` (counted) when the pool is full.
-pub fn slot_take(key: Key, channels: u8) -> Option<&'static Slot> {
+/// A slot's packed `state`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct State {
+    gen: u32,
+    started: u16,
+    pending: u16,
+}
+
+impl State {
+    fn load(s: &Slot) -> State {
+        let v = s.state.load(Ordering::Acquire);
+        State {
+            gen: (v >> 32) as u32,
+            started: (v >> 16) as u16,
+            pending: v as u16,
+        }
+    }
+
+    fn bits(self) -> u64 {
+        (self.gen as u64) << 32 | (self.started as u64) << 16 | self.pending as u64
+    }
+
+    /// Replaces `self` (as loaded) by `new`; false when it changed since.
+    fn replace(self, s: &Slot, new: State) -> bool {
+        s.state
+            .compare_exchange(self.bits(), new.bits(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
+
+/// A pool handle as NCCL holds it (`void*`): generation in bits 16-47,
+/// slot index in bits 4-15, bit 3 always set (never NULL), bits 1-2 clear,
+/// bit 0 set for a kernel channel's handle. [`Handle::from_ptr`] checks
+/// all of it, and every use checks the generation against the slot's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle {
+    index: usize,
+    gen: u32,
+    /// A kernel channel's handle (else the Coll's).
+    pub channel: bool,
+}
+
+const HANDLE_MARK: usize = 0b1000;
+const HANDLE_FIXED: usize = 0b1110;
+const HANDLE_INDEX_SHIFT: u32 = 4;
+const HANDLE_GEN_SHIFT: u32 = 16;
+const _: () = assert!(POOL_LEN <= 1 << (HANDLE_GEN_SHIFT - HANDLE_INDEX_SHIFT));
+const _: () = assert!(usize::BITS >= HANDLE_GEN_SHIFT + 32);
+
+impl Handle {
+    /// The pointer NCCL is given.
+    pub fn to_ptr(self) -> *mut core::ffi::c_void {
+        ((self.gen as usize) << HANDLE_GEN_SHIFT
+            | self.index << HANDLE_INDEX_SHIFT
+            | HANDLE_MARK
+            | self.channel as usize) as *mut core::ffi::c_void
+    }
+
+    /// The handle behind a pointer NCCL passes back; `None` for NULL and
+    /// for anything dyncc cannot have made.
+    pub fn from_ptr(p: *mut core::ffi::c_void) -> Option<Handle> {
+        let v = p as usize;
+        if v & HANDLE_FIXED != HANDLE_MARK || (v as u64) >> (HANDLE_GEN_SHIFT + 32) != 0 {
+            return None;
+        }
+        let index =
+            (v >> HANDLE_INDEX_SHIFT) & ((1 << (HANDLE_GEN_SHIFT - HANDLE_INDEX_SHIFT)) - 1);
+        (index < POOL_LEN).then_some(Handle {
+            index,
+            gen: (v >> HANDLE_GEN_SHIFT) as u32,
+            channel: v & 1 != 0,
+        })
+    }
+
+    /// The slot, with its state, when the handle's generation is current
+    /// and the collective still open.
+    fn open(self) -> Option<(&'static Slot, State)> {
+        let s = &POOL[self.index];
+        let st = State::load(s);
+        (st.gen == self.gen && st.pending > 0).then_some((s, st))
+    }
+}
+
+/// Takes a slot for a collective that will have `channels` (1 to 64)
+/// kernel-channel events. A full pool evicts its oldest collective
+/// (counted as dropped); `None` (counted) only when that fails too.
+pub fn slot_take(key: Key, channels: u8) -> Option<Handle> {
+    if channels == 0 {
+        return None;
+    }
     let words = POOL_USED.len();
     let first = POOL_CURSOR.fetch_add(1, Ordering::Relaxed);
     for i in 0..2 * words {
@@ -379,65 +486,139 @@ pub fn slot_take(key: Key, channels: u8) -> Option<&'static Slot> {
         if prev & (1 << bit) != 0 {
             continue; // another thread took it; try on
         }
-        let s = &POOL[w * 64 + bit as usize];
-        s.key.store(key.0, Ordering::Relaxed);
-        s.expected.store(channels as u32, Ordering::Relaxed);
-        s.started.store(0, Ordering::Relaxed);
-        s.first_start.store(u64::MAX, Ordering::Relaxed);
-        s.last_stop.store(0, Ordering::Relaxed);
-        s.pending.store(1 + channels as u32, Ordering::Release);
-        return Some(s);
+        return Some(fill(w * 64 + bit as usize, key, channels));
+    }
+    for _ in 0..EVICT_TRIES {
+        if let Some(i) = evict_oldest() {
+            return Some(fill(i, key, channels));
+        }
     }
     CHANGES.fetch_add(1, Ordering::Relaxed);
     DROPPED_POOL_FULL.fetch_add(1, Ordering::Relaxed);
     None
 }
 
-impl Slot {
-    /// A kernel channel started at GPU time `t`; false when NCCL sent
-    /// more channels than the collective said (that one is ignored, so
-    /// the references stay balanced).
-    pub fn channel_start(&self, t: u64) -> bool {
-        if self.started.fetch_add(1, Ordering::Relaxed) >= self.expected.load(Ordering::Relaxed) {
-            return false;
+/// Sets up slot `i` (owned by the caller: its bit is set and its state
+/// closed) for a new collective, under the next generation.
+fn fill(i: usize, key: Key, channels: u8) -> Handle {
+    let s = &POOL[i];
+    let gen = State::load(s).gen.wrapping_add(1);
+    s.key.store(key.0, Ordering::Relaxed);
+    s.expected.store(channels as u32, Ordering::Relaxed);
+    s.born
+        .store(TAKES.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    s.first_start.store(u64::MAX, Ordering::Relaxed);
+    s.last_stop.store(0, Ordering::Relaxed);
+    s.state.store(
+        State {
+            gen,
+            started: 0,
+            pending: 1 + channels as u16,
         }
-        if t != 0 {
-            self.first_start.fetch_min(t, Ordering::Relaxed);
-        }
-        true
+        .bits(),
+        Ordering::Release,
+    );
+    Handle {
+        index: i,
+        gen,
+        channel: false,
     }
+}
 
-    /// A kernel channel stopped at GPU time `t`.
-    pub fn channel_stop(&self, t: u64) {
-        if t != 0 {
-            self.last_stop.fetch_max(t, Ordering::Relaxed);
+/// Closes the open collective taken longest ago (its channels never all
+/// stopped: NCCL sent fewer than it said), counting it as dropped, and
+/// returns its slot, now the caller's. Scans the pool: only on a full one.
+fn evict_oldest() -> Option<usize> {
+    let (i, st) = POOL
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i, State::load(s)))
+        .filter(|(_, st)| st.pending > 0)
+        .min_by_key(|&(i, _)| POOL[i].born.load(Ordering::Relaxed))?;
+    let closed = State {
+        gen: st.gen.wrapping_add(1),
+        started: 0,
+        pending: 0,
+    };
+    if !st.replace(&POOL[i], closed) {
+        return None; // it closed, or another take evicted it
+    }
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+    DROPPED_POOL_FULL.fetch_add(1, Ordering::Relaxed);
+    Some(i)
+}
+
+/// A kernel channel of the collective `parent` started at GPU time `t`:
+/// the channel's handle, or `None` when `parent` is not an open
+/// collective's or NCCL sent more channels than the collective said
+/// (that one is ignored, so the references stay balanced).
+pub fn channel_start(parent: Handle, t: u64) -> Option<Handle> {
+    if parent.channel {
+        return None;
+    }
+    loop {
+        let (s, st) = parent.open()?;
+        if st.started as u32 >= s.expected.load(Ordering::Relaxed) {
+            return None;
+        }
+        let new = State {
+            started: st.started + 1,
+            ..st
+        };
+        if st.replace(s, new) {
+            if t != 0 {
+                s.first_start.fetch_min(t, Ordering::Relaxed);
+            }
+            return Some(Handle {
+                channel: true,
+                ..parent
+            });
         }
     }
+}
 
-    /// Gives back one reference (the Coll's stop or a channel's); the last
-    /// one aggregates and frees the slot.
-    pub fn release(&'static self) {
-        if self.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+/// A kernel channel stopped at GPU time `t`.
+pub fn channel_stop(h: Handle, t: u64) {
+    if let (true, Some((s, _))) = (h.channel, h.open()) {
+        if t != 0 {
+            s.last_stop.fetch_max(t, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Gives back one reference (the Coll's stop or a channel's); the last
+/// one aggregates and frees the slot. A stale handle changes nothing.
+pub fn release(h: Handle) {
+    loop {
+        let Some((s, st)) = h.open() else { return };
+        let new = State {
+            pending: st.pending - 1,
+            ..st
+        };
+        if !st.replace(s, new) {
+            continue;
+        }
+        if new.pending != 0 {
             return;
         }
         let (a, b) = (
-            self.first_start.load(Ordering::Relaxed),
-            self.last_stop.load(Ordering::Relaxed),
+            s.first_start.load(Ordering::Relaxed),
+            s.last_stop.load(Ordering::Relaxed),
         );
-        let started = self.started.load(Ordering::Relaxed);
-        if started > 0 && a != u64::MAX && b > a {
-            aggregate(Key(self.key.load(Ordering::Relaxed)), b - a);
+        if new.started > 0 && a != u64::MAX && b > a {
+            aggregate(Key(s.key.load(Ordering::Relaxed)), b - a);
         } else {
             untimed();
         }
-        self.free();
+        free(h.index);
+        return;
     }
+}
 
-    fn free(&'static self) {
-        let i = (self as *const Slot as usize - POOL.as_ptr() as usize) / size_of::<Slot>();
-        self.key.store(0, Ordering::Relaxed);
-        POOL_USED[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
-    }
+/// Gives slot `i` (closed, owned by the caller) back to the pool.
+fn free(i: usize) {
+    POOL[i].key.store(0, Ordering::Relaxed);
+    POOL_USED[i / 64].fetch_and(!(1 << (i % 64)), Ordering::Release);
 }
 
 /// Frees the slots still held by communicator `comm` (its finalize: NCCL
@@ -448,11 +629,21 @@ pub fn reclaim(comm: u8) {
         while bits != 0 {
             let b = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            let s = &POOL[w * 64 + b];
+            let i = w * 64 + b;
+            let s = &POOL[i];
+            let st = State::load(s);
             let k = s.key.load(Ordering::Relaxed);
-            if k != 0 && Key(k).comm() == comm {
+            if st.pending == 0 || k == 0 || Key(k).comm() != comm {
+                continue;
+            }
+            let closed = State {
+                gen: st.gen.wrapping_add(1),
+                started: 0,
+                pending: 0,
+            };
+            if st.replace(s, closed) {
                 untimed();
-                s.free();
+                free(i);
             }
         }
     }
@@ -485,6 +676,8 @@ struct Process {
     /// (data-loader workers) inherits the tables but must not write them
     /// again under its own id.
     pid: u32,
+    /// Drawn once per load of this library (see [`file_names`]).
+    nonce: u64,
 }
 
 static PROCESS: Mutex<Process> = Mutex::new(Process {
@@ -498,6 +691,7 @@ static PROCESS: Mutex<Process> = Mutex::new(Process {
     comms: Vec::new(),
     written_at: None,
     pid: 0,
+    nonce: 0,
 });
 
 /// One WARN per process for a failed write, one for tracing off.
@@ -550,6 +744,7 @@ pub fn register(dir: &Path, facts: CommFacts<'_>, log: Logger) -> Result<Recordi
     }
     if p.dir.is_none() {
         p.pid = std::process::id();
+        p.nonce = load_nonce();
         p.dir = Some(dir.to_path_buf());
         p.host = hostname();
         p.job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
@@ -583,8 +778,32 @@ fn hostname() -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
-/// The file this process writes in `dir`, and its temporary name.
-pub fn file_names(dir: &Path, host: &str, pid: u32) -> (PathBuf, PathBuf) {
+/// A number drawn for this load of the library: the kernel's random
+/// bytes, or (without them) the clock and this load's address.
+fn load_nonce() -> u64 {
+    let mut n = 0u64;
+    // SAFETY: n is 8 writable bytes; GRND_NONBLOCK never waits.
+    let got = unsafe {
+        libc::getrandom(
+            (&mut n as *mut u64).cast(),
+            size_of::<u64>(),
+            libc::GRND_NONBLOCK,
+        )
+    };
+    if got != size_of::<u64>() as isize {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        n = t ^ (&PROCESS as *const _ as u64).rotate_left(32);
+    }
+    n
+}
+
+/// The file this process writes in `dir`, and its temporary name. The
+/// nonce keeps apart two loads of the library in one process (a copy
+/// installed under the profiler's name loads twice, each with its own
+/// tables) and a process id reused on a host name shared by containers.
+pub fn file_names(dir: &Path, host: &str, pid: u32, nonce: u64) -> (PathBuf, PathBuf) {
     let host: String = host
         .chars()
         .map(|c| {
@@ -596,8 +815,8 @@ pub fn file_names(dir: &Path, host: &str, pid: u32) -> (PathBuf, PathBuf) {
         })
         .collect();
     (
-        dir.join(format!("dyncc-{host}-{pid}.trace")),
-        dir.join(format!(".dyncc-{host}-{pid}.trace.tmp")),
+        dir.join(format!("dyncc-{host}-{pid}-{nonce:016x}.trace")),
+        dir.join(format!(".dyncc-{host}-{pid}-{nonce:016x}.trace.tmp")),
     )
 }
 
@@ -624,7 +843,7 @@ pub fn flush(try_only: bool) {
     if p.written_at == Some(changes) {
         return;
     }
-    let (path, tmp) = file_names(&dir, &p.host, pid);
+    let (path, tmp) = file_names(&dir, &p.host, pid, p.nonce);
     match write_file(&p, &path, &tmp, pid) {
         Ok(()) => p.written_at = Some(changes),
         Err(e) => {
@@ -679,17 +898,23 @@ fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result
         untimed: UNTIMED.load(Ordering::Relaxed),
     };
     let bytes = encode(&head, &comms, &records).map_err(std::io::Error::other)?;
+    // create_new (O_EXCL): a file, link or FIFO already at the temporary
+    // name is an error, never opened (a FIFO would block the open, inside
+    // ncclCommDestroy); O_NONBLOCK besides, for the same reason.
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(tmp)?;
     f.write_all(&bytes)?;
-    f.sync_all()?;
     drop(f);
-    // Atomic on POSIX file systems: readers see the old file or the new.
+    // Atomic on POSIX file systems: readers see the old file or the new,
+    // whenever the process dies. No fsync: it would hold the process lock
+    // inside ncclCommDestroy for as long as the (often network) file system
+    // takes, and it only guards against the machine crashing, after which
+    // a lost or (on a file system that reorders rename before data) torn
+    // trace is rejected by its checksum and the job's other files remain.
     std::fs::rename(tmp, path)
 }
 
@@ -732,6 +957,9 @@ static FLUSH_AT_EXIT: extern "C" fn() = flush_at_exit;
 mod tests {
     use super::*;
 
+    /// The pool is process-wide: tests that fill or count it take turns.
+    static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_journal_answer_is_found_by_size_newest_first() {
         let j = journal_acquire(0xfeed).unwrap();
@@ -770,6 +998,7 @@ mod tests {
     /// stop, whatever thread gives it back.
     #[test]
     fn a_collective_is_aggregated_when_its_last_channel_stops() {
+        let _pool = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let key = Key::new(
             63,
             Coll::Broadcast,
@@ -780,15 +1009,21 @@ mod tests {
             Source::Nccl,
         )
         .unwrap();
-        let s = slot_take(key, 2).unwrap();
-        s.release(); // Coll stop, long before the kernel ran
-        assert!(s.channel_start(1_000));
-        assert!(s.channel_start(1_100));
-        assert!(!s.channel_start(1_200), "a third channel is refused");
-        s.channel_stop(5_000);
-        s.release();
-        s.channel_stop(6_000);
-        s.release();
+        let h = slot_take(key, 2).unwrap();
+        assert_eq!(Handle::from_ptr(h.to_ptr()), Some(h));
+        release(h); // Coll stop, long before the kernel ran
+        let c0 = channel_start(h, 1_000).unwrap();
+        let c1 = channel_start(h, 1_100).unwrap();
+        assert!(
+            channel_start(h, 1_200).is_none(),
+            "a third channel is refused"
+        );
+        assert!(channel_start(c0, 1_200).is_none(), "a channel is no parent");
+        channel_stop(c1, 5_000);
+        release(c1);
+        channel_stop(c0, 6_000);
+        release(c0);
+        assert!(h.open().is_none(), "closed after its last reference");
         let b = BIN_TABLE
             .iter()
             .find(|b| b.key.load(Ordering::Relaxed) == key.0)
@@ -796,5 +1031,135 @@ mod tests {
         let r = key.record(b).unwrap();
         assert_eq!((r.count, r.min_ns, r.max_ns), (1, 5_000, 5_000));
         assert!((r.sum_ln - 5000f64.ln()).abs() < 1e-9);
+    }
+
+    /// A handle of a closed collective whose slot was taken again (NCCL's
+    /// late channel events of a collective that said nChannels 0, or of an
+    /// evicted one) must not touch the new collective.
+    #[test]
+    fn a_stale_handle_does_not_touch_the_slots_next_collective() {
+        let _pool = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let key =
+            |n| Key::new(62, Coll::Reduce, n, Algo::Ring, Proto::LL, 1, Source::Nccl).unwrap();
+        let old = slot_take(key(100), 1).unwrap();
+        let c = channel_start(old, 10).unwrap();
+        channel_stop(c, 20);
+        release(c);
+        release(old);
+        // Take slots until the same index comes round again.
+        let mut held = Vec::new();
+        let new = loop {
+            let h = slot_take(key(200), 1).unwrap();
+            if h.index == old.index {
+                break h;
+            }
+            held.push(h);
+        };
+        assert_ne!(new.gen, old.gen);
+        assert!(channel_start(old, 1).is_none());
+        channel_stop(c, 1 << 40);
+        release(c);
+        release(old);
+        assert_eq!(State::load(&POOL[new.index]).pending, 2, "untouched");
+        let nc = channel_start(new, 1_000).unwrap();
+        channel_stop(nc, 3_000);
+        assert_eq!(POOL[new.index].first_start.load(Ordering::Relaxed), 1_000);
+        assert_eq!(POOL[new.index].last_stop.load(Ordering::Relaxed), 3_000);
+        for h in held.into_iter().chain([new]) {
+            release(h);
+        }
+        release(nc);
+        reclaim(62);
+    }
+
+    #[test]
+    fn handles_dyncc_did_not_make_are_refused() {
+        for p in [
+            0usize,
+            8 << 4,
+            0x1000,
+            0b1010 | 1 << 4,
+            1 << 60 | HANDLE_MARK,
+        ] {
+            assert_eq!(
+                Handle::from_ptr(p as *mut core::ffi::c_void),
+                None,
+                "{p:#x}"
+            );
+        }
+        let h = Handle {
+            index: POOL_LEN - 1,
+            gen: u32::MAX,
+            channel: true,
+        };
+        assert_eq!(Handle::from_ptr(h.to_ptr()), Some(h));
+    }
+
+    /// A collective whose channels never all stop holds its slot; once
+    /// every slot is held, the next collective evicts the oldest (counted
+    /// as dropped) instead of every later one being dropped.
+    #[test]
+    fn a_full_pool_evicts_its_oldest_collective() {
+        let _pool = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let key = Key::new(
+            61,
+            Coll::AllGather,
+            64,
+            Algo::Ring,
+            Proto::LL,
+            1,
+            Source::Nccl,
+        )
+        .unwrap();
+        let free_before = POOL_USED
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed).count_zeros() as usize)
+            .sum::<usize>();
+        let held: Vec<Handle> = (0..free_before)
+            .map(|_| slot_take(key, 1).unwrap())
+            .collect();
+        let dropped = DROPPED_POOL_FULL.load(Ordering::Relaxed);
+        let h = slot_take(key, 1).expect("a full pool evicts");
+        assert_eq!(DROPPED_POOL_FULL.load(Ordering::Relaxed), dropped + 1);
+        assert_eq!(h.index, held[0].index, "the oldest goes");
+        assert!(held[0].open().is_none(), "its handle is stale");
+        let h2 = slot_take(key, 1).unwrap();
+        assert_eq!(h2.index, held[1].index);
+        reclaim(61);
+        assert!(h.open().is_none() && h2.open().is_none());
+    }
+
+    /// Something already at the temporary name (here a FIFO nobody reads,
+    /// which an open for writing waits on forever, inside
+    /// ncclCommDestroy) makes the write fail at once; nothing is renamed.
+    #[test]
+    fn a_fifo_at_the_temporary_name_fails_the_write_without_blocking() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, tmp) = file_names(d.path(), "h", 7, 0xabc);
+        let c = std::ffi::CString::new(tmp.as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let p = Process {
+            dir: Some(d.path().to_path_buf()),
+            host: "h".into(),
+            job: String::new(),
+            nccl_version: 0,
+            abi: 6,
+            table_digest: None,
+            log: Logger(None),
+            comms: Vec::new(),
+            written_at: None,
+            pid: 7,
+            nonce: 0xabc,
+        };
+        let e = write_file(&p, &path, &tmp, 7).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert!(!path.exists());
+        assert!(tmp
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .ends_with("-7-0000000000000abc.trace.tmp"));
     }
 }

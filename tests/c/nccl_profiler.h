@@ -101,5 +101,10 @@ _Static_assert(offsetof(prof_descr_v5_t, u) == 24, "union at 24");
 _Static_assert(offsetof(prof_descr_v4_t, u) == 24, "union at 24");
 _Static_assert(offsetof(prof_coll_t, nChannels) == 56, "nChannels at 56");
 _Static_assert(offsetof(prof_coll_t, proto) == 72, "proto at 72");
+_Static_assert(offsetof(prof_coll_t, algo) == 64, "algo at 64");
+_Static_assert(offsetof(prof_kernel_ch_t, pTimer) == 8, "pTimer at 8");
+_Static_assert(offsetof(prof_descr_v4_t, rank) == 16, "rank at 16");
+_Static_assert(offsetof(prof_descr_v5_t, rank) == 16, "rank at 16");
+_Static_assert(offsetof(prof_descr_v4_t, parentObj) == 8, "parentObj at 8");
 
 #endif

@@ -12,13 +12,25 @@
  *   ABI   6, 5, 4 (profiler versions with GPU timestamps) or 3 (none)
  *   MODE  finalize    finalize both plugins per rank, then exit
  *         nofinalize  exit without finalizing (the exit hook must write)
- *         loop        init, CALLS collectives, finalize, forever (for kill -9)
+ *         loop        init, CALLS collectives, finalize, forever; each round
+ *                     adds 4096 bytes x its number to every size (new cells,
+ *                     so every round's file is larger than the last)
  *         lostdir     as finalize, but the trace directory is removed first
  *                     (the write fails: one WARN, the job goes on)
  *         fork        as nofinalize, but first fork a child that exits at once
  *                     (a data-loader worker: it must not write the parent's trace)
- * Prints "mask N" per rank, "fed COLL NBYTES ALGO PROTO CH SRC NS" for each
- * collective rank 0 ran, and the logger's lines ("WARN ...", "INFO ..."). */
+ *         nchan0      as finalize, but every third collective's Coll event says
+ *                     nChannels 0 (NCCL's CollNet, multi-node NVLS) though its
+ *                     channels run, and the proxy threads hold their kernel
+ *                     events back until QLEN collectives were launched
+ *         ownchannels as finalize, but NCCL runs 4 channels whatever the tuner
+ *                     asked (a forced channel count not honoured)
+ * DYNCC_TEST_INITIAL_MASK: NCCL's process-wide event mask before the first
+ * init (default 0); every init is handed that one int.
+ * Prints "mask N" after each rank's init, "fed COLL NBYTES ALGO PROTO CH SRC
+ * NS" for each collective rank 0 ran and timed, "untimed COLL NBYTES" for
+ * those it ran with nChannels 0, and the logger's lines ("WARN ...",
+ * "INFO ..."). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -55,8 +67,9 @@ static void *lib;
 static ncclTuner_v6_t *tuner;
 static void *profiler; /* ncclProfiler_v3_t / v4 / v5 */
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
-/* NCCL's event mask is process-wide: the last profiler init sets it. */
+/* NCCL's event mask is process-wide: every profiler init gets this int. */
 static int event_mask;
+static int zero_channels, own_channels, round_no;
 
 /* The world: GPU time of a collective in ns. */
 static double world_ns(int algo, int proto, size_t bytes) {
@@ -119,6 +132,12 @@ static prof_stop_t stop_fn(void) { return ((ncclProfiler_v5_t *)profiler)->stopE
 
 static void *proxy_thread(void *arg) {
   rank_state *r = arg;
+  /* nchan0: kernel events arrive only after many later collectives started. */
+  if (zero_channels) {
+    pthread_mutex_lock(&r->m);
+    while (r->tail - r->head < QLEN && !r->done) pthread_cond_wait(&r->c, &r->m);
+    pthread_mutex_unlock(&r->m);
+  }
   for (;;) {
     pthread_mutex_lock(&r->m);
     while (r->head == r->tail && !r->done) pthread_cond_wait(&r->c, &r->m);
@@ -152,20 +171,19 @@ static void *proxy_thread(void *arg) {
 }
 
 static void init_rank(rank_state *r) {
-  int mask = -1;
+  int *mask = &event_mask;
   r->pctx = NULL;
   if (abi == 3) {
-    ((ncclProfiler_v3_t *)profiler)->init(&r->pctx, &mask);
+    ((ncclProfiler_v3_t *)profiler)->init(&r->pctx, mask);
   } else if (abi == 4) {
-    ((ncclProfiler_v4_t *)profiler)->init(&r->pctx, &mask, "standin-comm", COMM_ID, 1, NRANKS, r->rank,
+    ((ncclProfiler_v4_t *)profiler)->init(&r->pctx, mask, "standin-comm", COMM_ID, 1, NRANKS, r->rank,
                                           (ncclDebugLogger_t)standin_logger);
   } else {
-    ((ncclProfiler_v5_t *)profiler)->init(&r->pctx, COMM_ID, &mask, "standin-comm", 1, NRANKS, r->rank,
+    ((ncclProfiler_v5_t *)profiler)->init(&r->pctx, COMM_ID, mask, "standin-comm", 1, NRANKS, r->rank,
                                           (ncclDebugLogger_t)standin_logger);
   }
-  event_mask = mask;
   pthread_mutex_lock(&print_lock);
-  printf("mask %d\n", mask);
+  printf("mask %d\n", event_mask);
   pthread_mutex_unlock(&print_lock);
   ncclNvlDomainInfo_v5_t nvl = {1, NRANKS, NRANKS};
   ncclTunerConstants_v5_t constants;
@@ -188,7 +206,7 @@ static void *host_thread(void *arg) {
   uint64_t clock = 1000000;
   for (int i = 0; i < calls; i++) {
     int coll = (i % 5 == 4) ? 2 : 4; /* AllGather now and then, else AllReduce */
-    size_t bytes = sizes[(i / 5) % 4];
+    size_t bytes = sizes[(i / 5) % 4] + 4096u * (size_t)round_no;
     float cost[7][3];
     /* NCCL's own estimate: the world without noise; -1 where it cannot run. */
     for (int a = 0; a < 7; a++)
@@ -202,8 +220,12 @@ static void *host_thread(void *arg) {
         if (cost[a][p] == 0.0f) forced = 1;
         if (cost[best_a][best_p] < 0 || cost[a][p] < cost[best_a][best_p]) best_a = a, best_p = p;
       }
-    if (nch <= 0) nch = 4;
+    int asked = nch;
+    if (nch <= 0 || own_channels) nch = 4;
     if (nch > 32) nch = 32;
+    /* The table chose what ran only if NCCL honoured all it forced. */
+    if (own_channels && asked > 0 && asked != nch) forced = 0;
+    int says_zero = zero_channels && i % 3 == 1;
     /* Plan launch on the host thread: Group, Coll start/stop, Group stop. */
     void *g = start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank);
     prof_descr_union_t u;
@@ -212,7 +234,7 @@ static void *host_thread(void *arg) {
     u.coll.func = FUNCS[coll];
     u.coll.count = coll == 2 ? bytes / 4 / NRANKS : bytes / 4;
     u.coll.datatype = "ncclFloat32";
-    u.coll.nChannels = (uint8_t)nch;
+    u.coll.nChannels = says_zero ? 0 : (uint8_t)nch;
     u.coll.nWarps = 16;
     u.coll.algo = ALGOS[best_a];
     u.coll.proto = PROTOS[best_p];
@@ -224,8 +246,11 @@ static void *host_thread(void *arg) {
     uint64_t t = (uint64_t)llround(world_ns(best_a, best_p, bytes) * noise);
     if (r->rank == 0) {
       pthread_mutex_lock(&print_lock);
-      printf("fed %s %zu %s %s %d %s %llu\n", FUNCS[coll], bytes, ALGOS[best_a], PROTOS[best_p], nch,
-             forced ? "table" : "nccl", (unsigned long long)t);
+      if (says_zero)
+        printf("untimed %s %zu\n", FUNCS[coll], bytes);
+      else
+        printf("fed %s %zu %s %s %d %s %llu\n", FUNCS[coll], bytes, ALGOS[best_a], PROTOS[best_p], nch,
+               forced ? "table" : "nccl", (unsigned long long)t);
       pthread_mutex_unlock(&print_lock);
     }
     pthread_mutex_lock(&r->m);
@@ -309,14 +334,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "standin: %s or ncclTunerPlugin_v6 missing\n", sym);
     return 2;
   }
+  const char *initial = getenv("DYNCC_TEST_INITIAL_MASK");
+  event_mask = initial ? atoi(initial) : 0;
   if (strcmp(mode, "loop") == 0) {
-    for (unsigned long round = 0;; round++) {
+    for (;; round_no++) {
       run_round(1);
-      printf("round %lu\n", round);
+      printf("round %d\n", round_no);
     }
   }
   lose_dir = strcmp(mode, "lostdir") == 0;
-  run_round(strcmp(mode, "finalize") == 0 || lose_dir);
+  zero_channels = strcmp(mode, "nchan0") == 0;
+  own_channels = strcmp(mode, "ownchannels") == 0;
+  int finalize = strcmp(mode, "finalize") == 0 || lose_dir || zero_channels || own_channels;
+  run_round(finalize);
   if (strcmp(mode, "fork") == 0) {
     pid_t child = fork();
     if (child == 0) exit(0); /* runs the exit hooks in the child */
@@ -324,7 +354,7 @@ int main(int argc, char **argv) {
     waitpid(child, &status, 0);
     printf("child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
   }
-  if (strcmp(mode, "finalize") == 0) {
+  if (finalize && !lose_dir) {
     if (plib != lib) dlclose(plib);
     dlclose(lib);
   }
