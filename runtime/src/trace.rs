@@ -22,8 +22,8 @@
 //!   holding what ran and `1 + nChannels` pending references; the `Coll`
 //!   stop and each kernel-channel stop give one back, and the last one
 //!   (whichever thread and order) aggregates the GPU time (first channel
-//!   start to last channel stop) and frees the slot. Handles are slot index
-//!   + generation ([`Handle`]), checked on every use, so a late event of a
+//!   start to last channel stop) and frees the slot. Handles are a slot
+//!   index and generation ([`Handle`]), checked on every use, so a late event of a
 //!   closed or evicted collective is ignored; a full pool evicts its oldest
 //!   collective (counted as dropped). A `Coll` event with `nChannels` 0
 //!   (NCCL's CollNet and multi-node NVLS) takes no slot and is counted as
