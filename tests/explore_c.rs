@@ -90,7 +90,12 @@ fn explore_table() -> Vec<u8> {
                 Basis::Interpolated,
                 1.1,
             ),
-            rule(4096, force(Algo::Ring, Proto::LL, 0), Basis::Interpolated, 1.6),
+            rule(
+                4096,
+                force(Algo::Ring, Proto::LL, 0),
+                Basis::Interpolated,
+                1.6,
+            ),
             rule(u64::MAX, Decision::Default, Basis::Interpolated, 1.0),
         ],
     )

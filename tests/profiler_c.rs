@@ -353,9 +353,14 @@ fn the_trace_records_explored_calls_as_explore() {
     let out = stdout_of(&out, &args);
     assert!(!out.contains("WARN"), "{out}");
     // The forced rule covers AllReduce up to 64 KiB: 4096 and 65536 bytes.
-    let small = |l: &&str| l.starts_with("fed AllReduce 4096 ") || l.starts_with("fed AllReduce 65536 ");
+    let small =
+        |l: &&str| l.starts_with("fed AllReduce 4096 ") || l.starts_with("fed AllReduce 65536 ");
     let calls = out.lines().filter(small).count() as u64;
-    let by_nccl = out.lines().filter(small).filter(|l| l.contains(" nccl ")).count() as u64;
+    let by_nccl = out
+        .lines()
+        .filter(small)
+        .filter(|l| l.contains(" nccl "))
+        .count() as u64;
     let files = s.trace_files();
     assert_eq!(files.len(), 1, "{files:?}");
     let bytes = std::fs::read(&files[0]).unwrap();
@@ -368,7 +373,10 @@ fn the_trace_records_explored_calls_as_explore() {
         .sum();
     assert!(explored > 0, "no explore records");
     assert_eq!(explored, by_nccl, "{out}");
-    assert!(explored <= (calls as f64 * 0.1).ceil() as u64, "{explored} of {calls}");
+    assert!(
+        explored <= (calls as f64 * 0.1).ceil() as u64,
+        "{explored} of {calls}"
+    );
 }
 
 #[test]

@@ -26,8 +26,8 @@
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use dyncc_tables::{
-    pipe_ops_allowed, size_bucket, Basis, Coll, Decision, RegBuff, Specialised, Table,
-    MAX_CHANNELS, NUM_BUCKETS, NUM_COLLS,
+    pipe_ops_allowed, Basis, Coll, Decision, RegBuff, Specialised, Table, MAX_CHANNELS,
+    NUM_BUCKETS, NUM_COLLS,
 };
 
 /// The largest share of calls exploration may take.
@@ -112,17 +112,29 @@ struct Gate {
     reg_buff: RegBuff,
 }
 
+/// `Cell::probe` of a cell that never explores.
+const NO_PROBE: u32 = 0;
+/// Set in `Cell::probe` of a cell that explores; the low 24 bits are the
+/// packed decision to run (`Decision::Default`: NCCL's own choice).
+const HAS_PROBE: u32 = 1 << 31;
+
+/// One (collective, bucket): what it explores and its schedule, side by
+/// side so a call touches one cache line.
+struct Cell {
+    /// [`NO_PROBE`], or [`HAS_PROBE`] with a packed decision.
+    probe: u32,
+    /// A call explores when adding `step` to this wraps. Plain load and
+    /// store: NCCL calls a communicator's tuner from one thread at a time,
+    /// and an atomic add would cost more than the rest of getCollInfo.
+    phase: AtomicU32,
+}
+
 /// One communicator context's exploration plan and schedule. Built at
-/// init (about 12 KiB, boxed); read with plain loads and stores.
+/// init (about 10 KiB, boxed); read with plain loads and stores.
 pub struct Explorer {
     step: u32,
-    probes: [[Probe; NUM_BUCKETS]; NUM_COLLS],
+    cells: [[Cell; NUM_BUCKETS]; NUM_COLLS],
     gates: [Gate; NUM_COLLS],
-    /// Phase per (collective, bucket); a call explores when adding `step`
-    /// wraps. Plain load and store: NCCL calls a communicator's tuner from
-    /// one thread at a time, and an atomic add would cost more than the
-    /// rest of getCollInfo.
-    phase: [[AtomicU32; NUM_BUCKETS]; NUM_COLLS],
     /// How many (collective, bucket) cells can explore, for the init line.
     pub counts: Counts,
 }
@@ -157,7 +169,8 @@ fn neighbour_distance(nodes: (u32, u32), n_nodes: u64) -> Option<u64> {
     if (n_nodes == 1) != (hi == 1) || (n_nodes > 1 && lo == 1) {
         return None;
     }
-    if n_nodes > hi.saturating_mul(NEIGHBOUR_FACTOR) || lo > n_nodes.saturating_mul(NEIGHBOUR_FACTOR)
+    if n_nodes > hi.saturating_mul(NEIGHBOUR_FACTOR)
+        || lo > n_nodes.saturating_mul(NEIGHBOUR_FACTOR)
     {
         return None;
     }
@@ -176,12 +189,18 @@ impl Explorer {
     ) -> Option<Box<Explorer>> {
         let mut e = Box::new(Explorer {
             step: share.step,
-            probes: [[Probe::None; NUM_BUCKETS]; NUM_COLLS],
+            cells: [const {
+                [const {
+                    Cell {
+                        probe: NO_PROBE,
+                        phase: AtomicU32::new(0),
+                    }
+                }; NUM_BUCKETS]
+            }; NUM_COLLS],
             gates: [Gate {
                 max_pipe_ops: 0,
                 reg_buff: RegBuff::Any,
             }; NUM_COLLS],
-            phase: [const { [const { AtomicU32::new(0) }; NUM_BUCKETS] }; NUM_COLLS],
             counts: Counts::default(),
         });
         for coll in Coll::ALL {
@@ -234,62 +253,101 @@ impl Explorer {
                         _ => Probe::None,
                     },
                 };
-                match probe {
-                    Probe::None => {}
-                    Probe::Nccl => e.counts.nccl += 1,
-                    Probe::Setting(_) => e.counts.neighbour += 1,
-                }
-                e.probes[c][b] = probe;
-                e.phase[c][b] = AtomicU32::new(start_phase(n_ranks, n_nodes, c, b));
+                e.cells[c][b] = Cell {
+                    probe: match probe {
+                        Probe::None => NO_PROBE,
+                        Probe::Nccl => {
+                            e.counts.nccl += 1;
+                            HAS_PROBE | Decision::Default.to_packed()
+                        }
+                        Probe::Setting(d) => {
+                            e.counts.neighbour += 1;
+                            HAS_PROBE | d.to_packed()
+                        }
+                    },
+                    phase: AtomicU32::new(start_phase(n_ranks, n_nodes, c, b)),
+                };
             }
         }
         (e.counts != Counts::default()).then_some(e)
     }
 
-    /// What this call explores, given the table's decision `d` for it;
-    /// advances the shape's schedule when the call is one that may
-    /// explore. Hot path: no allocation, lock, log or panic.
+    /// What a call at one cell explores (for tests and messages).
+    pub fn plan(&self, coll: Coll, bucket: u8) -> Probe {
+        decode(self.cells[coll as usize][bucket as usize].probe)
+    }
+
+    /// What this call explores, given the table's decision `d` for it.
+    /// Every call at a cell that can explore advances its schedule; the
+    /// call the schedule picks explores only if it is one the cell's
+    /// probe applies to (else that turn is skipped). Hot path: a load and
+    /// a branch, then for an exploring cell a load, an add and a store; no
+    /// allocation, lock, log or panic.
     #[inline]
     pub fn probe(
         &self,
         coll_type: u32,
-        n_bytes: u64,
+        bucket: u8,
         num_pipe_ops: i32,
         reg_buff: i32,
         d: Decision,
     ) -> Probe {
-        let c = coll_type as usize;
-        let (Some(row), Some(phases), Some(gate)) =
-            (self.probes.get(c), self.phase.get(c), self.gates.get(c))
-        else {
+        let Some(row) = self.cells.get(coll_type as usize) else {
             return Probe::None;
         };
-        let b = size_bucket(n_bytes) as usize;
-        let p = row[b];
-        let eligible = match p {
-            Probe::None => false,
+        // A u8 bucket indexes a 256-entry row: no bounds check.
+        let cell = &row[bucket as usize];
+        if cell.probe == NO_PROBE {
+            return Probe::None;
+        }
+        let now = cell.phase.load(Ordering::Relaxed);
+        let next = now.wrapping_add(self.step);
+        cell.phase.store(next, Ordering::Relaxed);
+        if next >= now {
+            return Probe::None;
+        }
+        self.picked(cell.probe, coll_type, num_pipe_ops, reg_buff, d)
+    }
+
+    /// The turn the schedule picked (at most a share F of the calls).
+    #[cold]
+    #[inline(never)]
+    fn picked(
+        &self,
+        probe: u32,
+        coll_type: u32,
+        num_pipe_ops: i32,
+        reg_buff: i32,
+        d: Decision,
+    ) -> Probe {
+        match decode(probe) {
             // Only when the table's forced answer applies to this call.
-            Probe::Nccl => d.is_forced(),
+            Probe::Nccl if d.is_forced() => Probe::Nccl,
             // Only when the table leaves the call to NCCL and the call is
             // in the state the setting was measured in.
-            Probe::Setting(_) => {
-                !d.is_forced()
-                    && pipe_ops_allowed(gate.max_pipe_ops, num_pipe_ops)
-                    && gate.reg_buff.allows(reg_buff)
-            }
-        };
-        if !eligible {
-            return Probe::None;
+            Probe::Setting(s) if !d.is_forced() => match self.gates.get(coll_type as usize) {
+                Some(g)
+                    if pipe_ops_allowed(g.max_pipe_ops, num_pipe_ops)
+                        && g.reg_buff.allows(reg_buff) =>
+                {
+                    Probe::Setting(s)
+                }
+                _ => Probe::None,
+            },
+            _ => Probe::None,
         }
-        let ph = &phases[b];
-        let now = ph.load(Ordering::Relaxed);
-        let next = now.wrapping_add(self.step);
-        ph.store(next, Ordering::Relaxed);
-        if next < now {
-            p
-        } else {
-            Probe::None
-        }
+    }
+}
+
+/// A cell's probe word as a [`Probe`].
+fn decode(probe: u32) -> Probe {
+    if probe & HAS_PROBE == 0 {
+        return Probe::None;
+    }
+    match Decision::from_packed(probe & !HAS_PROBE) {
+        Some(Decision::Default) => Probe::Nccl,
+        Some(d) => Probe::Setting(d),
+        None => Probe::None,
     }
 }
 
@@ -374,24 +432,26 @@ mod tests {
     #[test]
     fn each_cell_explores_what_the_table_could_not_confirm() {
         let bytes = table();
-        let ar = Coll::AllReduce as usize;
         // Measured at 4 nodes: nothing, anywhere.
         assert!(plan(&bytes, 4).is_none());
         let e = plan(&bytes, 6).unwrap();
-        assert_eq!(e.probes[ar][10], Probe::Nccl);
+        assert_eq!(e.plan(Coll::AllReduce, 10), Probe::Nccl);
         // Predicted to win by 50 %: above the loss bound, left alone.
-        assert_eq!(e.probes[ar][15], Probe::None);
+        assert_eq!(e.plan(Coll::AllReduce, 15), Probe::None);
         // Unconfirmed default: the 4-node context's setting at that size,
         // or nothing where it too leaves NCCL alone.
         assert_eq!(
-            e.probes[ar][25],
+            e.plan(Coll::AllReduce, 25),
             Probe::Setting(force(Algo::Ring, Proto::LL128))
         );
-        assert_eq!(e.probes[ar][40], Probe::None);
+        assert_eq!(e.plan(Coll::AllReduce, 40), Probe::None);
         // 9 nodes: no context covers it; 5-7 is nearest (within 2x).
         let e = plan(&bytes, 9).unwrap();
-        assert_eq!(e.probes[ar][5], Probe::Setting(force(Algo::Tree, Proto::LL)));
-        assert_eq!(e.probes[ar][25], Probe::None);
+        assert_eq!(
+            e.plan(Coll::AllReduce, 5),
+            Probe::Setting(force(Algo::Tree, Proto::LL))
+        );
+        assert_eq!(e.plan(Coll::AllReduce, 25), Probe::None);
         // 15 nodes: more than 2x the nearest context's 7: nothing.
         assert!(plan(&bytes, 15).is_none());
         // One node never borrows a multi-node setting.
@@ -405,20 +465,21 @@ mod tests {
         let bytes = table();
         let e = plan(&bytes, 6).unwrap();
         let ll = force(Algo::Tree, Proto::LL);
-        let n_bytes = dyncc_tables::bucket_lower_bound(10);
+        let b = 10;
         let hits: Vec<bool> = (0..10_000)
-            .map(|_| e.probe(Coll::AllReduce as u32, n_bytes, 1, 0, ll) == Probe::Nccl)
+            .map(|_| e.probe(Coll::AllReduce as u32, b, 1, 0, ll) == Probe::Nccl)
             .collect();
         let total = hits.iter().filter(|h| **h).count();
         assert!(total <= 1000 && total >= 999, "{total}");
         for w in hits.windows(25) {
             assert!(w.iter().filter(|h| **h).count() <= 3);
         }
-        // A call the rule does not force (its gate failed) never explores
-        // and does not advance the schedule.
-        assert_eq!(
-            e.probe(Coll::AllReduce as u32, n_bytes, 1, 0, Decision::Default),
-            Probe::None
-        );
+        // A call the rule does not force (its gate failed) never explores.
+        for _ in 0..100 {
+            assert_eq!(
+                e.probe(Coll::AllReduce as u32, b, 1, 0, Decision::Default),
+                Probe::None
+            );
+        }
     }
 }

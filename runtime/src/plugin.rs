@@ -18,7 +18,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use dyncc_tables::{Coll, Decision, Machine, Specialised};
+use dyncc_tables::{size_bucket, Coll, Decision, Machine, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::explore::{self, Explorer, Probe, Share};
@@ -38,6 +38,31 @@ pub(crate) fn ffi_guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
 /// The name NCCL prints ("TUNER/Plugin: Using dyncc (v6)").
 pub const PLUGIN_NAME: &core::ffi::CStr = c"dyncc";
 
+/// `getCollInfo`'s v4-v6 signature.
+type GetCollInfoV4 = unsafe extern "C" fn(
+    *mut c_void,
+    ncclFunc_t,
+    usize,
+    c_int,
+    *mut *mut f32,
+    c_int,
+    c_int,
+    c_int,
+    *mut c_int,
+) -> ncclResult_t;
+
+/// Which `getCollInfo` body a communicator takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Path {
+    /// Neither traced nor exploring: the answer only.
+    Plain,
+    /// Traced (`DYNCC_TRACE`): the answer, recorded for the profiler.
+    Traced,
+    /// Exploring (`DYNCC_EXPLORE`), traced or not.
+    Exploring,
+}
+
 /// Per-communicator state: the table specialised to this communicator's
 /// (nRanks, nNodes), so a decision is a shift, an index and a load.
 pub struct Context {
@@ -51,9 +76,9 @@ pub struct Context {
     journal: Option<&'static trace::Journal>,
     /// With `DYNCC_EXPLORE`, where this communicator may explore.
     explorer: Option<Box<Explorer>>,
-    /// `journal` or `explorer` is set: `getCollInfo` takes the watched
-    /// path (one byte, so the dispatch is a load and a branch as before).
-    watched: bool,
+    /// Which `getCollInfo` body this communicator takes (one byte, so the
+    /// dispatch is a load and a jump as before exploration).
+    path: Path,
 }
 
 impl Context {
@@ -232,7 +257,11 @@ fn init_inner(
             Escaped(bad)
         ));
     }
-    if let Some(bad) = cfg.bad_explore.as_deref().filter(|_| explore::first_warning()) {
+    if let Some(bad) = cfg
+        .bad_explore
+        .as_deref()
+        .filter(|_| explore::first_warning())
+    {
         log.warn(format_args!(
             "dyncc: DYNCC_EXPLORE={} is not a share of calls in (0, {}]; exploration is off \
              (the job goes on with the table's answers)",
@@ -324,7 +353,11 @@ fn init_inner(
                 spec,
                 handle: Some(handle),
                 machine: v2_machine(n_ranks, n_nodes),
-                watched: journal.is_some() || explorer.is_some(),
+                path: match (&explorer, journal) {
+                    (Some(_), _) => Path::Exploring,
+                    (None, Some(_)) => Path::Traced,
+                    (None, None) => Path::Plain,
+                },
                 journal,
                 explorer,
             });
@@ -776,14 +809,18 @@ unsafe extern "C" fn get_coll_info_v4(
     reg_buff: c_int,
     n_channels: *mut c_int,
 ) -> ncclResult_t {
-    // SAFETY: a non-NULL ctx is a live Context created by init.
-    let watched = !ctx.is_null() && unsafe { &*ctx.cast::<Context>() }.watched;
+    let path = if ctx.is_null() {
+        Path::Plain
+    } else {
+        // SAFETY: a non-NULL ctx is a live Context created by init.
+        unsafe { &*ctx.cast::<Context>() }.path
+    };
     // Chosen as a pointer, then called: LLVM makes that one jump (the
     // if/else form made it spill and re-push the stack arguments).
-    let f = if watched {
-        get_coll_info_watched
-    } else {
-        get_coll_info_plain
+    let f = match path {
+        Path::Plain => get_coll_info_plain as GetCollInfoV4,
+        Path::Traced => get_coll_info_traced,
+        Path::Exploring => get_coll_info_exploring,
     };
     // SAFETY: forwarded NCCL arguments.
     unsafe {
@@ -835,13 +872,54 @@ unsafe extern "C" fn get_coll_info_plain(
     NCCL_SUCCESS
 }
 
-/// `getCollInfo` v3-v6 on a traced (`DYNCC_TRACE`, tuner v5/v6) or
-/// exploring (`DYNCC_EXPLORE`) communicator: the table's answer, or on a
-/// call the schedule picks the explored one, then recorded for the
+/// `getCollInfo` v3-v6 on a traced communicator (`DYNCC_TRACE`, tuner
+/// v5/v6) that does not explore: the same answer, then recorded for the
 /// profiler.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-unsafe extern "C" fn get_coll_info_watched(
+unsafe extern "C" fn get_coll_info_traced(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    cost_table: *mut *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        // SAFETY: NCCL's contract (see get_coll_info_table).
+        let (d, applied) = unsafe {
+            answer(
+                ctx,
+                coll_type,
+                n_bytes,
+                num_pipe_ops,
+                cost_table.cast(),
+                num_algo,
+                num_proto,
+                reg_buff,
+                n_channels,
+            )
+        };
+        if ctx.is_null() {
+            return;
+        }
+        // SAFETY: a non-NULL ctx is a live Context created by init.
+        if let Some(j) = unsafe { &*ctx.cast::<Context>() }.journal {
+            j.record(coll_type, n_bytes, d, applied);
+        }
+    });
+    NCCL_SUCCESS
+}
+
+/// `getCollInfo` v3-v6 on an exploring communicator (`DYNCC_EXPLORE`),
+/// traced or not: the table's answer, or on a call the schedule picks the
+/// explored one, then recorded for the profiler when traced.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_coll_info_exploring(
     ctx: *mut c_void,
     coll_type: ncclFunc_t,
     n_bytes: usize,
@@ -859,25 +937,27 @@ unsafe extern "C" fn get_coll_info_watched(
         }
         // SAFETY: a non-NULL ctx is a live Context created by init.
         let ctx = unsafe { &*ctx.cast::<Context>() };
+        let bucket = size_bucket(n_bytes as u64);
         let d = ctx
             .spec
-            .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+            .decide_bucket(coll_type as u32, bucket, num_pipe_ops, reg_buff);
         let probe = match &ctx.explorer {
-            Some(e) => e.probe(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff, d),
+            Some(e) => e.probe(coll_type as u32, bucket, num_pipe_ops, reg_buff, d),
             None => Probe::None,
         };
-        let chosen = match probe {
-            Probe::None => d,
+        let (chosen, explored) = match probe {
+            Probe::None => (d, false),
             // NCCL's own choice: leave its cost table alone.
-            Probe::Nccl => Decision::Default,
-            Probe::Setting(s) => s,
+            Probe::Nccl => (Decision::Default, true),
+            Probe::Setting(s) => (s, true),
         };
         // SAFETY: NCCL's contract (see get_coll_info_table).
         let applied = unsafe { apply(chosen, table, num_algo, num_proto, n_channels) };
         if let Some(j) = ctx.journal {
-            match probe {
-                Probe::None => j.record(coll_type, n_bytes, d, applied),
-                _ => j.record_explore(coll_type, n_bytes, chosen, applied),
+            if explored {
+                j.record_explore(coll_type, n_bytes, chosen, applied);
+            } else {
+                j.record(coll_type, n_bytes, d, applied);
             }
         }
     });
