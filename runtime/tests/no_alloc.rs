@@ -10,8 +10,8 @@ use std::ptr::null_mut;
 
 use dyncc_runtime::explore::Share;
 use dyncc_runtime::plugin::{init_with, Config};
-use dyncc_tables::{Basis, Rule, Table, TableBuilder};
 use dyncc_runtime::*;
+use dyncc_tables::{Basis, Rule, Table, TableBuilder};
 
 #[path = "../../tests/c/harness_table.rs"]
 mod harness_table;
