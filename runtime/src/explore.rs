@@ -18,10 +18,14 @@
 //!
 //! A measured rule never explores. The schedule is a per-(communicator
 //! context, collective, bucket) phase accumulator started from a hash of
-//! the shape: call k explores iff `floor((k+1)F + h) > floor(kF + h)`, so
-//! every rank of a communicator makes the same choice on every call (no
-//! clock, no randomness, nothing shared between ranks' contexts), and over
-//! any n calls at a shape at most `ceil(nF)` explore.
+//! the shape: call k at the shape is picked iff
+//! `floor((k+1)F + h) > floor(kF + h)` (F rounded down to 32 bits), and a
+//! picked call explores if the probe applies to it (the table's answer is
+//! the kind the probe replaces, and the call is in the explored setting's
+//! call state), else that turn is skipped. So every rank of a communicator
+//! makes the same choice on every call (no clock, no randomness, nothing
+//! shared between ranks' contexts), and over any n calls at a shape at
+//! most `ceil(nF)` explore.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
@@ -363,6 +367,22 @@ mod tests {
         for bad in ["0", "-0.01", "0.11", "1", "nan", "inf", "", "five"] {
             assert_eq!(Share::parse(bad), None, "{bad}");
         }
+    }
+
+    /// Unset or empty: off, silently; in range: on; else off with the
+    /// value kept for the WARN.
+    #[test]
+    fn config_reads_dyncc_explore() {
+        let cfg = |v: Option<&str>| {
+            let c = crate::plugin::Config::from_vars(|k| {
+                v.filter(|_| k == "DYNCC_EXPLORE").map(Into::into)
+            });
+            (c.explore, c.bad_explore)
+        };
+        assert_eq!(cfg(None), (None, None));
+        assert_eq!(cfg(Some("")), (None, None));
+        assert_eq!(cfg(Some("0.02")), (Share::parse("0.02"), None));
+        assert_eq!(cfg(Some("0.2")), (None, Some("0.2".to_string())));
     }
 
     fn force(algo: Algo, proto: Proto) -> Decision {

@@ -9,6 +9,10 @@
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
 //! point runs inside [`ffi_guard`] anyway.
 //!
+//! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets a share of at most F of
+//! the calls the table could not confirm run another setting, the same on
+//! every rank; unset, `getCollInfo` runs the same code as without it.
+//!
 //! At init the running NCCL's version is compared with the versions the
 //! table was swept on (metadata `nccl_version`, see [`crate::nccl_version`]);
 //! `DYNCC_NCCL_MISMATCH` says what a mismatch does.
@@ -792,11 +796,12 @@ unsafe extern "C" fn get_coll_info_v3(
     }
 }
 
-/// `getCollInfo` of v4, v5 and v6 (and v3's): only a dispatch, so both
-/// calls are jumps with NCCL's arguments in place (no unwinding frame here
+/// `getCollInfo` of v4, v5 and v6 (and v3's): only a dispatch, so each
+/// call is a jump with NCCL's arguments in place (no unwinding frame here
 /// keeps them tail calls): a communicator neither traced nor exploring
-/// pays a load and a branch, then runs exactly the code it ran before
-/// tracing and exploration existed.
+/// pays a byte load and a jump through a three-entry table (as many
+/// instructions as the one-branch dispatch before exploration), then runs
+/// exactly the code it ran before tracing and exploration existed.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_v4(
     ctx: *mut c_void,
