@@ -259,11 +259,13 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
     let source = match ctx.journal.and_then(|j| j.find(coll, n_bytes)) {
         None => Source::Unknown,
-        Some(a) if a.source == Source::Table => {
-            if a.algo == algo as u8 && a.proto == proto as u8 {
-                Source::Table
+        Some(a) if a.source == Source::Table || a.source == Source::Explore => {
+            if (a.source == Source::Explore && a.algo == trace::ANSWER_NCCL)
+                || (a.algo == algo as u8 && a.proto == proto as u8)
+            {
+                a.source
             } else {
-                // NCCL ran something else than the table forced.
+                // NCCL ran something else than was forced.
                 Source::Nccl
             }
         }

@@ -84,16 +84,21 @@ static JOURNALS: [Journal; MAX_JOURNALS] = [JOURNAL_EMPTY; MAX_JOURNALS];
 
 /// An answer packed in a u64: bit 63 valid, 61-62 source, 58-60 algo,
 /// 56-57 proto, 49-55 channels, 0-48 nBytes (larger sizes never match).
+/// An `Explore` answer that ran NCCL's own choice has algo [`ANSWER_NCCL`].
 const ANSWER_VALID: u64 = 1 << 63;
 const ANSWER_BYTES: u64 = (1 << 49) - 1;
+/// The algo field of an exploring call that left the choice to NCCL (no
+/// algorithm has this number).
+pub const ANSWER_NCCL: u8 = 7;
 
 /// What the tuner answered for one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Answer {
     /// Who chose: `Table` when a forced cell was written, `Nccl` when the
-    /// table left the call to NCCL.
+    /// table left the call to NCCL, `Explore` when exploration chose.
     pub source: Source,
-    /// The forced algorithm (meaningful for `Table`).
+    /// The forced algorithm (meaningful for `Table` and `Explore`;
+    /// [`ANSWER_NCCL`] for an exploring call that ran NCCL's choice).
     pub algo: u8,
     /// The forced protocol.
     pub proto: u8,
@@ -132,6 +137,44 @@ impl Journal {
         // the rest of getCollInfo): ranks sharing the journal may race
         // and overwrite one slot, which only loses an answer (its
         // collective is then `unknown`); every entry is one whole u64.
+        let h = head.load(Ordering::Relaxed);
+        head.store(h.wrapping_add(1), Ordering::Relaxed);
+        ring[h % JOURNAL_LEN].store(v, Ordering::Release);
+    }
+
+    /// Records an exploring call's answer: `chosen` is the explored setting
+    /// (`Default`: NCCL's own choice), `applied` whether its cell was
+    /// written. A setting NCCL had marked unavailable was not written: the
+    /// call ran NCCL's choice, recorded as `Nccl`.
+    #[inline]
+    pub fn record_explore(&self, coll: i32, n_bytes: usize, chosen: Decision, applied: bool) {
+        let (Some(head), Some(ring)) = (
+            self.heads.get(coll as u32 as usize),
+            self.answers.get(coll as u32 as usize),
+        ) else {
+            return;
+        };
+        let mut v = ANSWER_VALID | (n_bytes as u64 & ANSWER_BYTES);
+        match (chosen, applied) {
+            (
+                Decision::Force {
+                    algo,
+                    proto,
+                    channels,
+                },
+                true,
+            ) => {
+                v |= (Source::Explore as u64) << 61
+                    | (algo as u64 & 7) << 58
+                    | (proto as u64 & 3) << 56
+                    | (channels as u64 & 0x7f) << 49;
+            }
+            (Decision::Default, _) => {
+                v |= (Source::Explore as u64) << 61 | (ANSWER_NCCL as u64) << 58;
+            }
+            (Decision::Force { .. }, false) => {}
+        }
+        // As in `record`.
         let h = head.load(Ordering::Relaxed);
         head.store(h.wrapping_add(1), Ordering::Relaxed);
         ring[h % JOURNAL_LEN].store(v, Ordering::Release);
