@@ -5,6 +5,7 @@
 
 use forust_ml::objective::ObjectiveType;
 use forust_ml::{GradientBooster, Matrix};
+use rayon::prelude::*;
 
 use crate::features::{features, Grid, N_FEATURES};
 use crate::stats::{median, quantile};
@@ -41,48 +42,68 @@ impl Fitted {
     }
 }
 
-/// Fits the models of one grid.
+/// One candidate's model and its RMS residual on its training cells.
+struct Model {
+    forest: Option<Forest>,
+    resid: f64,
+}
+
+/// Fits the models of one grid, candidates in parallel (on the caller's
+/// pool) and collected in candidate order.
 pub fn fit(grid: &Grid) -> Fitted {
     let sigma = noise(grid);
+    let models: Vec<Model> = (1..grid.configs.len())
+        .into_par_iter()
+        .map(|c| fit_candidate(grid, &sigma, c))
+        .collect();
     let mut advantage = vec![None];
     let mut resid = vec![0.0];
-    for c in 1..grid.configs.len() {
-        let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
-        let mut y = Vec::new();
-        let mut w = Vec::new();
-        for ni in 0..grid.nodes.len() {
-            for si in 0..grid.sizes.len() {
-                let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
-                    continue;
-                };
-                x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
-                y.push(d.ln_t - m.ln_t);
-                // Noisier cells count less.
-                let s = sigma[ni * grid.sizes.len() + si];
-                w.push(1.0 / (s * s).max(1e-4));
-            }
-        }
-        if y.len() < 4 {
-            advantage.push(None);
-            resid.push(f64::INFINITY);
-            continue;
-        }
-        let forest = boost(&x, &y, &w);
-        let r = (x
-            .iter()
-            .zip(&y)
-            .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
-            .sum::<f64>()
-            / y.len() as f64)
-            .sqrt();
-        advantage.push(Some(forest));
-        resid.push(r);
+    for m in models {
+        advantage.push(m.forest);
+        resid.push(m.resid);
     }
     Fitted {
         advantage,
         resid,
         sigma,
         n_sizes: grid.sizes.len(),
+    }
+}
+
+/// The model of candidate `c`'s advantage over the default.
+fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Model {
+    let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
+    let mut y = Vec::new();
+    let mut w = Vec::new();
+    for ni in 0..grid.nodes.len() {
+        for si in 0..grid.sizes.len() {
+            let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
+                continue;
+            };
+            x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
+            y.push(d.ln_t - m.ln_t);
+            // Noisier cells count less.
+            let s = sigma[ni * grid.sizes.len() + si];
+            w.push(1.0 / (s * s).max(1e-4));
+        }
+    }
+    if y.len() < 4 {
+        return Model {
+            forest: None,
+            resid: f64::INFINITY,
+        };
+    }
+    let forest = boost(&x, &y, &w);
+    let r = (x
+        .iter()
+        .zip(&y)
+        .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
+        .sum::<f64>()
+        / y.len() as f64)
+        .sqrt();
+    Model {
+        forest: Some(forest),
+        resid: r,
     }
 }
 

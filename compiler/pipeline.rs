@@ -6,6 +6,11 @@
 //! benchmarks and the tests call [`compile_dataset`] with [`CompileOptions`],
 //! whose defaults are the command line's.
 //!
+//! Grids and their candidates' models are fitted on [`CompileOptions::jobs`]
+//! threads ([`with_jobs`]); each model is fitted by one thread and results
+//! are collected in grid and candidate order, so the table is the same
+//! for any number of jobs.
+//!
 //! [`features`]: crate::features
 //! [`fit`]: crate::fit
 //! [`decide`]: crate::decide
@@ -17,6 +22,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use dyncc_tables::{bucket_lower_bound, size_bucket, Coll, Table, NCCL_ENUM, NUM_BUCKETS};
+use rayon::prelude::*;
 
 use crate::decide::{decide, DecideOptions, GridDecisions};
 use crate::distil::{distil, tree_features, Sample};
@@ -42,6 +48,19 @@ pub struct CompileOptions {
     pub command: String,
     /// Drop (and report) what the checks refuse instead of failing.
     pub lenient: bool,
+    /// Threads to fit on; 0: every available core (`--jobs`).
+    pub jobs: usize,
+}
+
+/// Runs `work` on a pool of `jobs` threads (0: every available core); the
+/// parallel parts of the pipeline inside it use that pool.
+pub fn with_jobs<R: Send>(jobs: usize, work: impl FnOnce() -> R + Send) -> anyhow::Result<R> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(|i| format!("dyncc-fit-{i}"))
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting {jobs} fitting threads: {e}; try fewer --jobs"))?;
+    Ok(pool.install(work))
 }
 
 /// A compiled table and everything that explains it.
@@ -56,7 +75,13 @@ pub struct Compiled {
 /// Compiles a sweep already read: the whole pipeline. It consumes the
 /// dataset, so a sweep read folded ([`crate::ingest::read_paths_folded`],
 /// as `dyncc compile` reads) is never copied.
-pub fn compile_dataset(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
+pub fn compile_dataset(ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
+    with_jobs(opts.jobs, || compile_in_pool(ds, opts))?
+}
+
+/// [`compile_dataset`] on the pool the caller runs in (cross-validation
+/// compiles its folds on one pool).
+pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
     let mut f = ds.take_folded();
     check_repeats(&mut f, &mut ds.skipped, opts.lenient)?;
     check_default_runs(&mut f, &mut ds.skipped, opts.lenient)?;
@@ -124,7 +149,7 @@ pub fn compile_cells(
         );
     }
     let decided: Vec<GridDecisions> = grids
-        .iter()
+        .par_iter()
         .map(|g| decide(g, &fit(g), &opts.decide))
         .collect();
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);

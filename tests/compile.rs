@@ -992,3 +992,78 @@ fn a_degraded_rerun_of_the_default_is_flagged_and_kept_out_of_decisions() {
     assert!(out.status.success(), "{out:?}");
     assert!(same_decisions(&never_tbl, &tbl));
 }
+
+/// The table must not depend on how many threads fitted it: a compile on
+/// one thread and on four give the same bytes but for the command line
+/// (and the body checksum over it), and `dyncc diff` finds no difference.
+#[test]
+fn compiles_on_1_and_4_jobs_give_the_same_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = root().join("datasets/sim");
+    let table = |jobs: &str| {
+        // Equal-length names and arguments: only the job count differs.
+        let out = dir.path().join(format!("t{jobs}.tbl"));
+        let run = dyncc()
+            .args(["compile", "--jobs", jobs, "-o"])
+            .arg(&out)
+            .arg(&sim)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        (out.clone(), std::fs::read(&out).unwrap())
+    };
+    let (p1, one) = table("1");
+    let (p4, mut four) = table("4");
+    let command = |bytes: &[u8]| {
+        let t = dyncc_tables::Table::from_bytes(bytes).unwrap();
+        t.meta("command").unwrap().to_string()
+    };
+    let (c1, c4) = (command(&one), command(&four));
+    assert_ne!(c1, c4, "the command lines name their job counts");
+    assert_eq!(one.len(), four.len());
+    let at = four
+        .windows(c4.len())
+        .position(|w| w == c4.as_bytes())
+        .expect("the command line is stored verbatim");
+    four[at..at + c4.len()].copy_from_slice(c1.as_bytes());
+    // Bytes 32..36: the checksum of the body, which holds the command line.
+    let same = |a: &[u8], b: &[u8]| a[..32] == b[..32] && a[36..] == b[36..];
+    assert!(
+        same(&one, &four),
+        "the tables differ beyond the command line"
+    );
+    let diff = dyncc().arg("diff").arg(&p1).arg(&p4).output().unwrap();
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+}
+
+/// Cross-validation compiles its folds in parallel: its scores must not
+/// depend on the number of threads either.
+#[test]
+fn cross_validation_on_1_and_4_jobs_scores_the_same() {
+    let cv = |jobs: &str| {
+        let out = dyncc()
+            .args(["eval", "--cv", "all", "--json", "--jobs", jobs])
+            .arg(real("nvidia-dgx2v-allreduce.csv"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    assert_eq!(
+        String::from_utf8(cv("1")).unwrap(),
+        String::from_utf8(cv("4")).unwrap()
+    );
+}

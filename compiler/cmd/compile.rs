@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
-use crate::cmd::common::DecideArgs;
+use crate::cmd::common::{DecideArgs, RunArgs};
 use crate::ingest;
 use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::report::Report;
@@ -42,6 +42,8 @@ pub struct CompileArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub decide: DecideArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Compile only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
@@ -86,6 +88,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         platform: a.platform.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         lenient: a.ingest.lenient,
+        jobs: a.run.jobs()?,
     };
     let mut c = compile_dataset(ds, &opts)?;
     if a.dry_run {

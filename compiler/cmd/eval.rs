@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 
-use crate::cmd::common::DecideArgs;
+use crate::cmd::common::{DecideArgs, RunArgs};
 use crate::eval::{
     cross_validate, mismatches, read_truth, score_cells, summarise, CvMode, Origin, Score, Scored,
 };
@@ -51,6 +51,8 @@ pub struct EvalArgs {
     /// With --cv: how the tables are compiled (as `dyncc compile`).
     #[command(flatten)]
     pub decide: DecideArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Keep only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
@@ -89,6 +91,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             platform: a.platform.clone(),
             command: String::new(),
             lenient: a.ingest.lenient,
+            jobs: a.run.jobs()?,
         };
         let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
         let mut out = Vec::new();
