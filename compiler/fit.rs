@@ -19,10 +19,9 @@ pub(crate) const MAX_SIGMA: f64 = 0.5;
 /// The models and noise levels of one grid.
 pub struct Fitted {
     /// Per candidate config (index as in the grid; entry 0, the default, is
-    /// `None`): predicted ln(t_default) - ln(t_candidate).
+    /// `None`, as is every candidate no decision reads): predicted
+    /// ln(t_default) - ln(t_candidate).
     pub advantage: Vec<Option<Forest>>,
-    /// Per candidate: RMS residual of the model on its training cells.
-    pub resid: Vec<f64>,
     /// Per (node, size): estimated sd of ln(time) of one measurement.
     sigma: Vec<f64>,
     n_sizes: usize,
@@ -35,43 +34,36 @@ impl Fitted {
     }
 
     /// Predicted advantage of candidate `cfg` over the default (ln ratio;
-    /// positive = faster than the default).
+    /// positive = faster than the default); `None` where it was not fitted.
     pub fn predict(&self, cfg: usize, nbytes: u64, nnodes: u32, ppn: u32) -> Option<f64> {
         let f = self.advantage.get(cfg)?.as_ref()?;
         Some(f.predict(&features(nbytes, nnodes, ppn)))
     }
 }
 
-/// One candidate's model and its RMS residual on its training cells.
-struct Model {
-    forest: Option<Forest>,
-    resid: f64,
-}
-
-/// Fits the models of one grid, candidates in parallel (on the caller's
-/// pool) and collected in candidate order.
-pub fn fit(grid: &Grid) -> Fitted {
-    let sigma = noise(grid);
-    let models: Vec<Model> = (1..grid.configs.len())
+/// Fits the models of one grid's candidates that `wanted` names (indexed
+/// as the grid's configs; the others are never read, so never fitted), in
+/// parallel on the caller's pool and collected in candidate order.
+/// `sigma` is [`noise`] of the grid.
+pub fn fit(grid: &Grid, sigma: Vec<f64>, wanted: &[bool]) -> Fitted {
+    let models: Vec<Option<Forest>> = (0..grid.configs.len())
         .into_par_iter()
-        .map(|c| fit_candidate(grid, &sigma, c))
+        .map(|c| {
+            (c > 0 && wanted.get(c).copied().unwrap_or(false))
+                .then(|| fit_candidate(grid, &sigma, c))
+                .flatten()
+        })
         .collect();
-    let mut advantage = vec![None];
-    let mut resid = vec![0.0];
-    for m in models {
-        advantage.push(m.forest);
-        resid.push(m.resid);
-    }
     Fitted {
-        advantage,
-        resid,
+        advantage: models,
         sigma,
         n_sizes: grid.sizes.len(),
     }
 }
 
-/// The model of candidate `c`'s advantage over the default.
-fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Model {
+/// The model of candidate `c`'s advantage over the default; `None` with
+/// fewer than four cells measured with both.
+fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Option<Forest> {
     let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
     let mut y = Vec::new();
     let mut w = Vec::new();
@@ -87,24 +79,7 @@ fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Model {
             w.push(1.0 / (s * s).max(1e-4));
         }
     }
-    if y.len() < 4 {
-        return Model {
-            forest: None,
-            resid: f64::INFINITY,
-        };
-    }
-    let forest = boost(&x, &y, &w);
-    let r = (x
-        .iter()
-        .zip(&y)
-        .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
-        .sum::<f64>()
-        / y.len() as f64)
-        .sqrt();
-    Model {
-        forest: Some(forest),
-        resid: r,
-    }
+    (y.len() >= 4).then(|| boost(&x, &y, &w))
 }
 
 /// Gradient-boosted trees on (x, y, w), converted to the flat IR.
@@ -271,7 +246,8 @@ mod tests {
             }
         }
         let (grids, _) = build_grids(&cells);
-        let f = fit(&grids[0]);
+        let g = &grids[0];
+        let f = fit(g, noise(g), &vec![true; g.configs.len()]);
         let small = f.predict(1, 1024, 3, 8).unwrap();
         let large = f.predict(1, 1 << 24, 3, 8).unwrap();
         assert!((small - (1.0f64 / 0.8).ln()).abs() < 0.05, "{small}");

@@ -28,7 +28,6 @@ use crate::decide::{decide, DecideOptions, GridDecisions};
 use crate::distil::{distil, tree_features, Sample};
 use crate::emit::{self, PlannedContext, PlannedTree};
 use crate::features::{build_grids, Grid};
-use crate::fit::fit;
 use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
 use crate::record::{Cell, CellKey};
@@ -148,10 +147,7 @@ pub fn compile_cells(
             w[1].state
         );
     }
-    let decided: Vec<GridDecisions> = grids
-        .par_iter()
-        .map(|g| decide(g, &fit(g), &opts.decide))
-        .collect();
+    let decided: Vec<GridDecisions> = grids.par_iter().map(|g| decide(g, &opts.decide)).collect();
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);
     let trees = distil_all(&grids, &contexts, opts.decide.extrapolate);
 
