@@ -3,9 +3,9 @@
 //! over NCCL's default, so node counts and sizes between measured ones are
 //! predicted rather than guessed.
 
-use forust_ml::objective::ObjectiveType;
-use forust_ml::{GradientBooster, Matrix};
 use rayon::prelude::*;
+
+use crate::boost::{boost, Params};
 
 use crate::features::{features, Grid, N_FEATURES};
 use crate::stats::{median, quantile};
@@ -79,45 +79,10 @@ fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Option<Forest> {
             w.push(1.0 / (s * s).max(1e-4));
         }
     }
-    (y.len() >= 4).then(|| boost(&x, &y, &w))
-}
-
-/// Gradient-boosted trees on (x, y, w), converted to the flat IR.
-fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
-    let n = x.len();
-    // forust takes column-major data.
-    let mut cols = vec![0.0; n * N_FEATURES];
-    for (i, row) in x.iter().enumerate() {
-        for (j, v) in row.iter().enumerate() {
-            cols[j * n + i] = *v;
-        }
-    }
-    let m = Matrix::new(&cols, n, N_FEATURES);
-    let mut b = GradientBooster::default()
-        .set_objective_type(ObjectiveType::SquaredLoss)
-        .set_iterations(300)
-        .set_learning_rate(0.1)
-        .set_max_depth(4)
-        .set_min_leaf_weight(3.0)
-        .set_l2(1.0)
-        .set_parallel(false)
-        .set_seed(0);
-    // Weights are relative; normalise them to mean 1 so that l2 and the
-    // minimum leaf weight (about three cells: no leaf may isolate a single,
-    // possibly noisy, measurement) mean the same at any noise level.
-    let mean_w = w.iter().sum::<f64>() / n as f64;
-    let w: Vec<f64> = w.iter().map(|v| v / mean_w).collect();
-    match b.fit(&m, y, &w, None) {
-        Ok(()) => Forest::from_forust(&b),
-        Err(_) => {
-            // Degenerate data (e.g. one distinct feature row): the mean.
-            let mean = y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() / w.iter().sum::<f64>();
-            Forest {
-                base: mean,
-                trees: Vec::new(),
-            }
-        }
-    }
+    // Weights are relative (the learner normalises them to mean 1, so that
+    // l2 and the least leaf weight, about three cells, mean the same at any
+    // noise level: no leaf may isolate a single, possibly noisy, cell).
+    (y.len() >= 4).then(|| boost(&x, &y, &w, &Params::default()))
 }
 
 /// Noise of one sample's ln(time) at every (node, size) of the grid,
