@@ -55,9 +55,17 @@ impl Default for Params {
     }
 }
 
+/// A fitted model: the forest, and its prediction at every training row
+/// (what the forest gives there, accumulated while boosting, so reading it
+/// costs no tree walk).
+pub struct Boosted {
+    pub forest: Forest,
+    pub fitted: Vec<f64>,
+}
+
 /// Fits `y ~ x` with weights `w` (any positive scale), boosting until a
 /// round changes no prediction by [`Params::tolerance`] or more.
-pub fn boost<const F: usize>(x: &[[f64; F]], y: &[f64], w: &[f64], p: &Params) -> Forest {
+pub fn boost<const F: usize>(x: &[[f64; F]], y: &[f64], w: &[f64], p: &Params) -> Boosted {
     let n = y.len();
     let mean_w = w.iter().sum::<f64>() / n.max(1) as f64;
     let w: Vec<f64> = w.iter().map(|v| v / mean_w).collect();
@@ -75,9 +83,12 @@ pub fn boost<const F: usize>(x: &[[f64; F]], y: &[f64], w: &[f64], p: &Params) -
             break;
         }
     }
-    Forest {
-        base: b.base,
-        trees,
+    Boosted {
+        forest: Forest {
+            base: b.base,
+            trees,
+        },
+        fitted: b.pred,
     }
 }
 
@@ -343,13 +354,17 @@ mod tests {
             y.push(if x0 < 7.0 { 1.0 } else { 3.0 } + 0.2 * x1);
         }
         let w = vec![1.0; y.len()];
-        let f = boost(&x, &y, &w, &Params::default());
+        let b = boost(&x, &y, &w, &Params::default());
         let worst = x
             .iter()
             .zip(&y)
-            .map(|(x, y)| (f.predict(x) - y).abs())
+            .map(|(x, y)| (b.forest.predict(x) - y).abs())
             .fold(0.0, f64::max);
         assert!(worst < 0.1, "worst error {worst}");
+        // The predictions kept while boosting are the forest's.
+        for (x, p) in x.iter().zip(&b.fitted) {
+            assert!((b.forest.predict(x) - p).abs() < 1e-9);
+        }
     }
 
     /// A noiseless step is learnt long before 300 rounds: boosting stops
@@ -359,14 +374,14 @@ mod tests {
         let x: Vec<[f64; 1]> = (0..100).map(|i| [i as f64]).collect();
         let y: Vec<f64> = (0..100).map(|i| if i < 50 { 0.0 } else { 1.0 }).collect();
         let w = vec![1.0; y.len()];
-        let f = boost(&x, &y, &w, &Params::default());
+        let f = boost(&x, &y, &w, &Params::default()).forest;
         assert!(f.trees.len() < 150, "{} rounds", f.trees.len());
         assert!((f.predict(&[10.0]) - 0.0).abs() < 0.01 && (f.predict(&[90.0]) - 1.0).abs() < 0.01);
         let all = Params {
             tolerance: 0.0,
             ..Params::default()
         };
-        assert_eq!(boost(&x, &y, &w, &all).trees.len(), 300);
+        assert_eq!(boost(&x, &y, &w, &all).forest.trees.len(), 300);
     }
 
     /// Too few rows for a leaf on each side: the mean, no tree.
@@ -378,7 +393,8 @@ mod tests {
             &[1.0, 2.0, 3.0, 6.0],
             &[1.0, 1.0, 1.0, 1.0],
             &Params::default(),
-        );
+        )
+        .forest;
         assert!(f.trees.is_empty());
         assert!((f.base - 3.0).abs() < 1e-12);
     }

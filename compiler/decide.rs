@@ -445,9 +445,7 @@ fn decide_measured(
                     continue;
                 }
             };
-        let ln_gain_model = fit
-            .predict(c, grid.sizes[si], grid.nodes[ni], grid.ppn)
-            .unwrap_or(ln_gain);
+        let ln_gain_model = fit.predict(c, ni, si).unwrap_or(ln_gain);
         // Weak evidence needs corroboration: the model sees the
         // neighbours too, and an advantage it cannot reproduce over them is
         // an isolated, possibly noisy, measurement. Strong evidence (more

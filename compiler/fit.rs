@@ -1,7 +1,9 @@
 //! Fit: per grid, a noise estimate for every (node, size), and one
-//! gradient-boosted model per candidate predicting its log-time advantage
-//! over NCCL's default, so node counts and sizes between measured ones are
-//! predicted rather than guessed.
+//! gradient-boosted model per candidate of its log-time advantage over
+//! NCCL's default, fitted over all the grid's cells, so a decision at one
+//! cell can ask whether the neighbours bear its measurement out. Only the
+//! models' values at the measured cells are kept: that is all a decision
+//! reads, and the trees are freed with the fit.
 
 use rayon::prelude::*;
 
@@ -9,7 +11,6 @@ use crate::boost::{boost, Params};
 
 use crate::features::{features, Grid, N_FEATURES};
 use crate::stats::{median, quantile};
-use crate::tree::Forest;
 
 /// The floor of the noise estimate: even perfectly repeatable runs differ
 /// this much from one job to the next.
@@ -19,9 +20,10 @@ pub(crate) const MAX_SIGMA: f64 = 0.5;
 /// The models and noise levels of one grid.
 pub struct Fitted {
     /// Per candidate config (index as in the grid; entry 0, the default, is
-    /// `None`, as is every candidate no decision reads): predicted
-    /// ln(t_default) - ln(t_candidate).
-    pub advantage: Vec<Option<Forest>>,
+    /// `None`, as is every candidate no decision reads): its model's
+    /// predicted ln(t_default) - ln(t_candidate) per (node, size), NaN
+    /// where the pair was not measured.
+    advantage: Vec<Option<Vec<f64>>>,
     /// Per (node, size): estimated sd of ln(time) of one measurement.
     sigma: Vec<f64>,
     n_sizes: usize,
@@ -33,11 +35,12 @@ impl Fitted {
         self.sigma[node * self.n_sizes + size]
     }
 
-    /// Predicted advantage of candidate `cfg` over the default (ln ratio;
-    /// positive = faster than the default); `None` where it was not fitted.
-    pub fn predict(&self, cfg: usize, nbytes: u64, nnodes: u32, ppn: u32) -> Option<f64> {
-        let f = self.advantage.get(cfg)?.as_ref()?;
-        Some(f.predict(&features(nbytes, nnodes, ppn)))
+    /// The model's advantage of candidate `cfg` over the default at a
+    /// measured (node, size) of the grid (ln ratio; positive = faster
+    /// than the default); `None` where it was not fitted or not measured.
+    pub fn predict(&self, cfg: usize, node: usize, size: usize) -> Option<f64> {
+        let v = self.advantage.get(cfg)?.as_ref()?[node * self.n_sizes + size];
+        (!v.is_nan()).then_some(v)
     }
 }
 
@@ -46,7 +49,7 @@ impl Fitted {
 /// parallel on the caller's pool and collected in candidate order.
 /// `sigma` is [`noise`] of the grid.
 pub fn fit(grid: &Grid, sigma: Vec<f64>, wanted: &[bool]) -> Fitted {
-    let models: Vec<Option<Forest>> = (0..grid.configs.len())
+    let advantage = (0..grid.configs.len())
         .into_par_iter()
         .map(|c| {
             (c > 0 && wanted.get(c).copied().unwrap_or(false))
@@ -55,34 +58,46 @@ pub fn fit(grid: &Grid, sigma: Vec<f64>, wanted: &[bool]) -> Fitted {
         })
         .collect();
     Fitted {
-        advantage: models,
+        advantage,
         sigma,
         n_sizes: grid.sizes.len(),
     }
 }
 
-/// The model of candidate `c`'s advantage over the default; `None` with
-/// fewer than four cells measured with both.
-fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Option<Forest> {
+/// Candidate `c`'s model of its advantage over the default, at every
+/// (node, size) (NaN where not both measured); `None` with fewer than
+/// four cells measured with both.
+fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Option<Vec<f64>> {
+    let ns = grid.sizes.len();
+    let mut at: Vec<usize> = Vec::new();
     let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
     let mut y = Vec::new();
     let mut w = Vec::new();
     for ni in 0..grid.nodes.len() {
-        for si in 0..grid.sizes.len() {
+        for si in 0..ns {
             let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
                 continue;
             };
+            at.push(ni * ns + si);
             x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
             y.push(d.ln_t - m.ln_t);
             // Noisier cells count less.
-            let s = sigma[ni * grid.sizes.len() + si];
+            let s = sigma[ni * ns + si];
             w.push(1.0 / (s * s).max(1e-4));
         }
+    }
+    if y.len() < 4 {
+        return None;
     }
     // Weights are relative (the learner normalises them to mean 1, so that
     // l2 and the least leaf weight, about three cells, mean the same at any
     // noise level: no leaf may isolate a single, possibly noisy, cell).
-    (y.len() >= 4).then(|| boost(&x, &y, &w, &Params::default()))
+    let fitted = boost(&x, &y, &w, &Params::default()).fitted;
+    let mut out = vec![f64::NAN; grid.nodes.len() * ns];
+    for (i, v) in at.into_iter().zip(fitted) {
+        out[i] = v;
+    }
+    Some(out)
 }
 
 /// Noise of one sample's ln(time) at every (node, size) of the grid,
@@ -213,8 +228,10 @@ mod tests {
         let (grids, _) = build_grids(&cells);
         let g = &grids[0];
         let f = fit(g, noise(g), &vec![true; g.configs.len()]);
-        let small = f.predict(1, 1024, 3, 8).unwrap();
-        let large = f.predict(1, 1 << 24, 3, 8).unwrap();
+        // Node count 2, 1 KiB and 16 MiB.
+        let size = |b: u64| g.sizes.iter().position(|&s| s == b).unwrap();
+        let small = f.predict(1, 1, size(1024)).unwrap();
+        let large = f.predict(1, 1, size(1 << 24)).unwrap();
         assert!((small - (1.0f64 / 0.8).ln()).abs() < 0.05, "{small}");
         assert!((large - (1.0f64 / 1.3).ln()).abs() < 0.05, "{large}");
         // Smooth noiseless curves: the noise estimate stays small.
