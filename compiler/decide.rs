@@ -138,14 +138,15 @@ pub struct GridDecisions {
 
 /// Decides one grid: its noise, then the models of the candidates a
 /// decision at a measured node count consults, then every decision.
-pub fn decide(grid: &Grid, opt: &DecideOptions) -> GridDecisions {
+/// `done` is called once per candidate as its model is done (progress).
+pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> GridDecisions {
     // The log gain a setting must clear to be forced at all.
     let ln_margin = (1.0 + opt.margin).ln();
     let sigma = fit::noise(grid);
     let ns = grid.sizes.len();
     let (off_trend, widen) = nodes::consistency(grid, &|ni, si| sigma[ni * ns + si]);
     let wanted = consulted(grid, &sigma, &widen, ln_margin, opt);
-    let fit = &fit::fit(grid, sigma, &wanted);
+    let fit = &fit::fit(grid, sigma, &wanted, done);
     let model = nodes::calibrate(grid, &widen);
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
@@ -643,7 +644,7 @@ mod tests {
     fn run(cells: &[Cell], opt: &DecideOptions) -> (Grid, GridDecisions) {
         let (g, _) = build_grids(cells);
         let g = g.into_iter().next().unwrap();
-        let d = decide(&g, opt);
+        let d = decide(&g, opt, &|| {});
         (g, d)
     }
 

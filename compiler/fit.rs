@@ -47,14 +47,19 @@ impl Fitted {
 /// Fits the models of one grid's candidates that `wanted` names (indexed
 /// as the grid's configs; the others are never read, so never fitted), in
 /// parallel on the caller's pool and collected in candidate order.
-/// `sigma` is [`noise`] of the grid.
-pub fn fit(grid: &Grid, sigma: Vec<f64>, wanted: &[bool]) -> Fitted {
+/// `sigma` is [`noise`] of the grid; `done` is called once per candidate
+/// (fitted or not) as it is done, for progress.
+pub fn fit(grid: &Grid, sigma: Vec<f64>, wanted: &[bool], done: &(dyn Fn() + Sync)) -> Fitted {
     let advantage = (0..grid.configs.len())
         .into_par_iter()
         .map(|c| {
-            (c > 0 && wanted.get(c).copied().unwrap_or(false))
+            let m = (c > 0 && wanted.get(c).copied().unwrap_or(false))
                 .then(|| fit_candidate(grid, &sigma, c))
-                .flatten()
+                .flatten();
+            if c > 0 {
+                done();
+            }
+            m
         })
         .collect();
     Fitted {
@@ -227,7 +232,7 @@ mod tests {
         }
         let (grids, _) = build_grids(&cells);
         let g = &grids[0];
-        let f = fit(g, noise(g), &vec![true; g.configs.len()]);
+        let f = fit(g, noise(g), &vec![true; g.configs.len()], &|| {});
         // Node count 2, 1 KiB and 16 MiB.
         let size = |b: u64| g.sizes.iter().position(|&s| s == b).unwrap();
         let small = f.predict(1, 1, size(1024)).unwrap();

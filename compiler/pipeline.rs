@@ -49,6 +49,9 @@ pub struct CompileOptions {
     pub lenient: bool,
     /// Threads to fit on; 0: every available core (`--jobs`).
     pub jobs: usize,
+    /// Show the fitting's progress on stderr (where it is a terminal and
+    /// the fitting takes over a second).
+    pub progress: bool,
 }
 
 /// Runs `work` on a pool of `jobs` threads (0: every available core); the
@@ -147,7 +150,16 @@ pub fn compile_cells(
             w[1].state
         );
     }
-    let decided: Vec<GridDecisions> = grids.par_iter().map(|g| decide(g, &opts.decide)).collect();
+    let progress = FitProgress::new(
+        opts.progress,
+        grids.iter().map(|g| g.configs.len() as u64 - 1).sum(),
+    );
+    let done = || progress.done();
+    let decided: Vec<GridDecisions> = grids
+        .par_iter()
+        .map(|g| decide(g, &opts.decide, &done))
+        .collect();
+    drop(progress);
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);
     let trees = distil_all(&grids, &contexts, opts.decide.extrapolate);
 
@@ -213,6 +225,60 @@ pub fn compile_cells(
         contexts,
         report,
     })
+}
+
+/// The fitting's progress on stderr: models done of all candidates', with
+/// an ETA. Drawn only where stderr is a terminal (indicatif's stderr target
+/// draws nothing elsewhere), and only once the fitting has run for
+/// [`FitProgress::AFTER`]: a quick compile prints nothing. Cleared when
+/// dropped, so the report on stdout is never mixed with it.
+struct FitProgress {
+    bar: indicatif::ProgressBar,
+    start: std::time::Instant,
+    show: bool,
+    shown: std::sync::atomic::AtomicBool,
+}
+
+impl FitProgress {
+    const AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn new(show: bool, total: u64) -> FitProgress {
+        let bar = indicatif::ProgressBar::with_draw_target(
+            Some(total),
+            indicatif::ProgressDrawTarget::hidden(),
+        );
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} fitting [{bar:30}] {pos}/{len} models, ETA {eta}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        FitProgress {
+            bar,
+            start: std::time::Instant::now(),
+            show,
+            shown: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// One more candidate done.
+    fn done(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.bar.inc(1);
+        if self.show
+            && !self.shown.load(Relaxed)
+            && self.start.elapsed() >= Self::AFTER
+            && !self.shown.swap(true, Relaxed)
+        {
+            self.bar
+                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+    }
+}
+
+impl Drop for FitProgress {
+    fn drop(&mut self) {
+        self.bar.finish_and_clear();
+    }
 }
 
 /// One table serves one cluster type: refuse to blend platforms silently.
@@ -547,6 +613,14 @@ fn check_repeats(
         line: u32,
     }
     type PerFile<'a> = BTreeMap<&'a Path, InFile>;
+    // Repeats are compared across files: with one file there is nothing to
+    // compare (and a million cells of one file would pay for hashing each).
+    let mut files = f.groups.iter().map(|g| g.key.file.as_path());
+    if let Some(first) = files.next() {
+        if files.all(|p| p == first) {
+            return Ok(());
+        }
+    }
     let sigma = sweep_noise(f);
     let limit = (REPEAT_SD * std::f64::consts::SQRT_2 * sigma).max(REPEAT_MIN_FACTOR.ln());
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();

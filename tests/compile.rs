@@ -1067,3 +1067,114 @@ fn cross_validation_on_1_and_4_jobs_scores_the_same() {
         String::from_utf8(cv("4")).unwrap()
     );
 }
+
+/// A 200,000-cell sweep (every row its own cell) in `dir`: on one thread
+/// its fitting takes well over the second after which progress shows.
+fn long_sweep(dir: &Path) -> PathBuf {
+    let path = dir.join("distinct.csv");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    crate::support::gen_sweep::write_distinct_sweep(&mut f, 200_000).unwrap();
+    std::io::Write::flush(&mut f).unwrap();
+    path
+}
+
+/// Runs `dyncc compile --jobs 1 INPUT` with stderr on a fresh
+/// pseudo-terminal (stdout piped); returns what the terminal received
+/// and stdout.
+fn compile_on_a_terminal(input: &Path, out: &Path, extra: &[&str]) -> (String, String) {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two descriptors into the given ints; the name,
+    // termios and window-size pointers may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty failed: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened by openpty and are owned
+    // by nothing else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut child = dyncc()
+        .args(["compile", "--jobs", "1"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(input)
+        .env("TERM", "xterm")
+        .stdout(std::process::Stdio::piped())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    // The parent's copy of the slave went with the Command: reading the
+    // master ends (EIO) once the child has exited.
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(master);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = f.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    });
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    (reader.join().unwrap(), stdout)
+}
+
+/// Long fitting shows its progress (models fitted of all, with an ETA) on a
+/// terminal's stderr, never on stdout; not with --quiet.
+#[test]
+fn progress_shows_on_a_terminal_and_not_with_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = long_sweep(dir.path());
+    let out = dir.path().join("t.tbl");
+    let (term, stdout) = compile_on_a_terminal(&input, &out, &[]);
+    assert!(
+        term.contains("fitting") && term.contains("/360 models") && term.contains("ETA"),
+        "no progress on the terminal: {term:?}"
+    );
+    assert!(!stdout.contains("fitting"), "{stdout}");
+    assert!(stdout.contains("wrote"), "{stdout}");
+    let (term, _) = compile_on_a_terminal(&input, &out, &["--quiet"]);
+    assert!(
+        !term.contains("fitting"),
+        "progress despite --quiet: {term:?}"
+    );
+}
+
+/// The same long compile with stderr a pipe (a script, a CI log) prints no
+/// progress at all.
+#[test]
+fn progress_does_not_show_in_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = long_sweep(dir.path());
+    let run = dyncc()
+        .args(["compile", "--jobs", "1", "-o"])
+        .arg(dir.path().join("t.tbl"))
+        .arg(&input)
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!stderr.contains("fitting"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "escape codes in a pipe: {stderr:?}"
+    );
+}

@@ -92,8 +92,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             command: String::new(),
             lenient: a.ingest.lenient,
             jobs: a.run.jobs()?,
+            // Folds compile side by side: one bar each would garble.
+            progress: false,
         };
-        let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
+        let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.run.quiet)?;
         let mut out = Vec::new();
         for mode in modes {
             let cv = cross_validate(&ds, &opts, mode)?;
@@ -141,7 +143,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                      directory (or --cv MODE PATH... to cross-validate)"
                 );
             }
-            let mut folded = a.ingest.read_sweep(&a.paths[1..], !a.json)?.take_folded();
+            let mut folded = a
+                .ingest
+                .read_sweep(&a.paths[1..], !a.json && !a.run.quiet)?
+                .take_folded();
             if let Some(p) = &a.platform {
                 folded.retain(|g| g.is_platform(p));
             }
