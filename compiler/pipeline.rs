@@ -101,8 +101,7 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
             .filter(|g| !g.samples.is_empty())
             .map(|g| g.key.file.as_path()),
     );
-    let mut c = compile_cells(&cells, &platform, opts, &inputs)?;
-    c.report.inputs = Inputs {
+    let counted = Inputs {
         files: ds.files,
         rows: ds.rows,
         records: f.len(),
@@ -115,19 +114,26 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
         skipped: ds.skipped.len(),
         cells: cells.len(),
     };
+    // The measurements are in the cells now: their groups go before the
+    // fitting, which holds the grids.
+    drop(f);
+    let mut c = compile_cells(cells, &platform, opts, &inputs)?;
+    c.report.inputs = counted;
     c.report.skipped = ds.skipped;
     c.report.notes.extend(ds.notes);
     Ok(c)
 }
 
-/// Compiles aggregated cells: the pure core, also used by cross-validation.
+/// Compiles aggregated cells: the pure core. The cells are freed once
+/// arranged into grids, before the fitting.
 pub fn compile_cells(
-    cells: &[Cell],
+    cells: Vec<Cell>,
     platform: &Platform,
     opts: &CompileOptions,
     inputs: &str,
 ) -> anyhow::Result<Compiled> {
-    let (grids, notes) = build_grids(cells);
+    let (grids, notes) = build_grids(&cells);
+    drop(cells);
     if grids.is_empty() {
         bail!(
             "no measurements of a collective NCCL lets a tuner decide (broadcast, reduce, allgather, \
@@ -824,7 +830,7 @@ mod tests {
             })
             .collect();
         cells.extend(registered);
-        let Err(e) = compile_cells(&cells, &Platform::default(), &CompileOptions::default(), "")
+        let Err(e) = compile_cells(cells, &Platform::default(), &CompileOptions::default(), "")
         else {
             panic!("two states of one communicator compiled into one table");
         };
@@ -845,7 +851,7 @@ mod tests {
                 },
                 ..Default::default()
             };
-            let c = compile_cells(&sweep(), &Platform::default(), &opts, "").unwrap();
+            let c = compile_cells(sweep(), &Platform::default(), &opts, "").unwrap();
             let t = Table::from_bytes(&c.bytes).unwrap();
             // Every planned context, at every bucket, for node counts at both
             // ends of its range: the first matching planned context is what
@@ -883,7 +889,7 @@ mod tests {
     #[test]
     fn compiles_the_expected_decisions() {
         let c = compile_cells(
-            &sweep(),
+            sweep(),
             &Platform::default(),
             &CompileOptions::default(),
             "",
