@@ -87,6 +87,8 @@ fn measure(mode: &str, path: &Path) -> Vec<Run> {
     (0..RUNS)
         .map(|_| {
             let start = Instant::now();
+            // Reaped by wait4 below, which also gives its own rusage.
+            #[allow(clippy::zombie_processes)]
             let child = Command::new(&exe)
                 .arg(mode)
                 .arg(path)
