@@ -11,6 +11,7 @@
 
 pub mod atomic;
 pub mod audit;
+pub mod boost;
 pub mod cmd;
 pub mod decide;
 pub mod distil;
