@@ -31,9 +31,11 @@ pub mod fold;
 pub mod json;
 pub mod knobs;
 pub mod labels;
+mod repeats;
 pub(crate) mod run;
 pub mod setup;
 pub mod text;
+pub mod tuner;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -530,7 +532,6 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
                         ff.display(),
                         fl
                     ));
-                    report.records -= sec.records.len();
                     drop.push(sec.records);
                 }
                 None => {
@@ -538,7 +539,12 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
                 }
             }
         }
-        fold.drop_ranges(&drop);
+        if !drop.is_empty() {
+            fold.drop_ranges(&drop);
+            // Rows already counted once (read twice within the section)
+            // are not dropped twice.
+            report.records = fold.kept();
+        }
         let Ok(b) = u32::try_from(base + pushed).map(|_| base as u32) else {
             anyhow::bail!(
                 "{}: more than {} measurements in the inputs; compile fewer at a time",
@@ -771,7 +777,7 @@ fn read_format<R: BufRead>(
     }
     let res = match format {
         Format::NcclTestsText => text::read(&mut ctx, rd),
-        Format::TunerCsv => csv::read_tuner(&mut ctx, rd),
+        Format::TunerCsv => tuner::read_tuner(&mut ctx, rd),
         Format::NvidiaRawCsv => csv::read_nvidia_raw(&mut ctx, rd),
         Format::NcclTestsJson => json::read(&mut ctx, rd),
         Format::Other => unreachable!("returned above"),
