@@ -366,20 +366,35 @@ struct RowData {
     in_place: bool,
 }
 
+#[derive(Clone, Copy)]
 enum RowKind {
     /// The header line again.
     Header,
-    Data(RowData),
-    /// A malformed row: what is wrong with it.
-    Bad(String),
+    /// A data row: its label columns are `keys[key]`.
+    Data { key: u32, in_place: bool },
+    /// A malformed row: what is wrong with it is `bad[_]`.
+    Bad(u32),
 }
 
-/// One non-blank line of a chunk.
+/// One non-blank line of a chunk, small (the thread that takes it is not
+/// the one that wrote it: every byte crosses between cores).
 struct Row {
     /// Lines before it in its chunk.
     line: u32,
-    hash: u64,
     kind: RowKind,
+    hash: u64,
+    nbytes: u64,
+    time_us: f64,
+}
+
+/// What a chunk's rows refer to.
+#[derive(Default)]
+struct Refs {
+    /// Label columns, parsed (ids name `strings`).
+    keys: Vec<LabelKey>,
+    /// Why malformed rows are.
+    bad: Vec<String>,
+    strings: Strings,
 }
 
 /// Strings (platform, GPU) by id.
@@ -399,8 +414,7 @@ impl Strings {
 /// A chunk's rows, parsed (on any thread).
 struct Parsed {
     rows: Vec<Row>,
-    /// The ids in `rows` name these.
-    strings: Strings,
+    refs: Refs,
     /// Newlines in the chunk.
     lines: u32,
     /// The chunk's buffer, to reuse.
@@ -409,7 +423,7 @@ struct Parsed {
 
 fn parse_chunk(header: &Header, buf: Vec<u8>) -> Parsed {
     let mut rows = Vec::with_capacity(buf.len() / 64);
-    let mut strings = Strings::default();
+    let mut refs = Refs::default();
     let mut cache = LabelCache::default();
     let mut line = 0u32;
     let mut fields: Vec<&[u8]> = Vec::with_capacity(header.ncols + 1);
@@ -418,18 +432,15 @@ fn parse_chunk(header: &Header, buf: Vec<u8>) -> Parsed {
         line += 1;
         fields.clear();
         fields.extend(text.split(|&b| b == b',').map(<[u8]>::trim_ascii));
-        if let Some(row) = parse_record(header, &fields, &mut strings, &mut cache) {
-            rows.push(Row {
-                line: this,
-                hash: row.0,
-                kind: row.1,
-            });
+        if let Some(mut row) = parse_record(header, &fields, &mut refs, &mut cache) {
+            row.line = this;
+            rows.push(row);
         }
     }
     let lines = count_newlines(&buf);
     Parsed {
         rows,
-        strings,
+        refs,
         lines,
         buf,
     }
@@ -439,21 +450,38 @@ fn parse_chunk(header: &Header, buf: Vec<u8>) -> Parsed {
 fn parse_record(
     header: &Header,
     fields: &[&[u8]],
-    strings: &mut Strings,
+    refs: &mut Refs,
     cache: &mut LabelCache,
-) -> Option<(u64, RowKind)> {
+) -> Option<Row> {
     if fields.iter().all(|f| f.is_empty()) {
         return None;
     }
-    if header.is_header(fields) {
-        return Some((0, RowKind::Header));
-    }
-    let hash = row_hash(fields.iter().copied());
-    let kind = match cache.parse(header, fields, strings) {
-        Ok(d) => RowKind::Data(d),
-        Err(msg) => RowKind::Bad(msg),
+    let mut row = Row {
+        line: 0,
+        kind: RowKind::Header,
+        hash: 0,
+        nbytes: 0,
+        time_us: 0.0,
     };
-    Some((hash, kind))
+    if header.is_header(fields) {
+        return Some(row);
+    }
+    row.hash = row_hash(fields.iter().copied());
+    match cache.parse(header, fields, refs) {
+        Ok((key, d)) => {
+            row.kind = RowKind::Data {
+                key,
+                in_place: d.in_place,
+            };
+            row.nbytes = d.nbytes;
+            row.time_us = d.time_us;
+        }
+        Err(msg) => {
+            refs.bad.push(msg);
+            row.kind = RowKind::Bad((refs.bad.len() - 1) as u32);
+        }
+    }
+    Some(row)
 }
 
 fn text(b: &[u8]) -> Cow<'_, str> {
@@ -605,7 +633,8 @@ fn parse_in_place(h: &Header, fields: &[&[u8]]) -> bool {
 /// repeats a few hundred of them.
 #[derive(Default)]
 struct LabelCache {
-    parsed: HashMap<Box<[u8]>, LabelKey, std::hash::BuildHasherDefault<MixHasher>>,
+    /// Index in [`Refs::keys`].
+    parsed: HashMap<Box<[u8]>, u32, std::hash::BuildHasherDefault<MixHasher>>,
     text: Vec<u8>,
 }
 
@@ -617,28 +646,46 @@ impl LabelCache {
         &mut self,
         h: &Header,
         fields: &[&[u8]],
-        strings: &mut Strings,
-    ) -> Result<RowData, String> {
+        refs: &mut Refs,
+    ) -> Result<(u32, RowData), String> {
+        let add = |refs: &mut Refs, d: &RowData| {
+            refs.keys.push(d.key);
+            (refs.keys.len() - 1) as u32
+        };
         if fields.len() != h.ncols {
-            return parse_row(h, fields, strings);
+            let d = parse_row(h, fields, &mut refs.strings)?;
+            return Ok((add(refs, &d), d));
         }
         self.text.clear();
         for c in h.label_columns() {
             self.text.extend_from_slice(fields[c]);
             self.text.push(0x1f);
         }
-        if let Some(key) = self.parsed.get(&self.text[..]) {
-            return Ok(RowData {
-                key: *key,
+        if let Some(&k) = self.parsed.get(&self.text[..]) {
+            let d = RowData {
+                key: refs.keys[k as usize],
                 nbytes: parse_size(h, fields)?,
                 time_us: parse_time(h, fields)?,
                 in_place: parse_in_place(h, fields),
-            });
+            };
+            return Ok((k, d));
         }
-        let d = parse_row(h, fields, strings)?;
-        self.parsed.insert(self.text[..].into(), d.key);
-        Ok(d)
+        let d = parse_row(h, fields, &mut refs.strings)?;
+        let k = add(refs, &d);
+        self.parsed.insert(self.text[..].into(), k);
+        Ok((k, d))
     }
+}
+
+/// How a [`Refs`]'s ids resolve in the [`Sink`]: filled as they are first
+/// needed, in file order.
+#[derive(Default)]
+struct View {
+    /// Global string ids, by the refs' ids.
+    ids: Vec<u32>,
+    /// Labels, by the refs' keys (`None`: not yet, or labelled anew at
+    /// every row).
+    labelled: Vec<Option<Labelled>>,
 }
 
 /// A run as labelled, reused for every row of the same columns.
@@ -744,9 +791,9 @@ impl Sink {
     /// Takes a chunk's rows; its first line is `line + 1`. Returns the
     /// line its last ends and the chunk's buffer.
     fn take(&mut self, ctx: &mut FileCtx, line: u32, p: Parsed) -> anyhow::Result<(u32, Vec<u8>)> {
-        let ids: Vec<u32> = p.strings.0.iter().map(|s| self.global(s)).collect();
-        for row in p.rows {
-            self.row(ctx, line + 1 + row.line, row.hash, row.kind, &ids)?;
+        let mut view = View::default();
+        for row in &p.rows {
+            self.row(ctx, line + 1 + row.line, row, &p.refs, &mut view)?;
         }
         Ok((line + p.lines, p.buf))
     }
@@ -759,17 +806,18 @@ impl Sink {
         (self.strings.len() - 1) as u32
     }
 
-    /// One non-blank record after the header; string ids in `kind` map to
-    /// global ones through `ids`.
+    /// One non-blank record after the header, referring to `refs`, whose
+    /// strings and labels `view` resolves as they are first needed.
     fn row(
         &mut self,
         ctx: &mut FileCtx,
         line: u32,
-        hash: u64,
-        kind: RowKind,
-        ids: &[u32],
+        row: &Row,
+        refs: &Refs,
+        view: &mut View,
     ) -> anyhow::Result<()> {
-        let d = match kind {
+        let hash = row.hash;
+        let (k, in_place) = match row.kind {
             RowKind::Header => {
                 // The header again: another file's rows follow.
                 let (l, h) = std::mem::replace(&mut self.section, (line, Sha256::new()));
@@ -778,45 +826,33 @@ impl Sink {
                 self.out.end_section(l, digest);
                 return Ok(());
             }
-            RowKind::Bad(msg) => {
+            RowKind::Bad(i) => {
                 self.out.report.rows += 1;
                 self.section.1.update(hash.to_le_bytes());
-                return ctx.bad(line, msg);
+                return ctx.bad(line, refs.bad[i as usize].clone());
             }
-            RowKind::Data(d) => d,
+            RowKind::Data { key, in_place } => (key as usize, in_place),
         };
         self.out.report.rows += 1;
         self.section.1.update(hash.to_le_bytes());
-        let mut key = d.key;
-        key.platform = key.platform.map(|i| ids[i as usize]);
-        key.gpu = key.gpu.map(|i| ids[i as usize]);
-        let labelled = match self.labelled.get(&key) {
-            Some(l) => *l,
+        if view.labelled.len() < refs.keys.len() {
+            view.labelled.resize(refs.keys.len(), None);
+        }
+        let labelled = match view.labelled[k] {
+            Some(l) => l,
             None => {
-                let string = |i: Option<u32>| i.map(|i| self.strings[i as usize].clone());
-                let mut shown = Shown::new(ShownKnobs::Stated(key.config));
-                shown.collective = Some(key.collective);
-                shown.nranks = Some(key.nranks);
-                shown.nnodes = Some(key.nnodes);
-                shown.platform = string(key.platform);
-                shown.gpu = string(key.gpu);
-                shown.nccl_version = key.nccl_version;
-                shown.state = PartialState {
-                    pipe_ops: key.state.0,
-                    reg_buff: key.state.1,
-                };
-                let labelled = self.labeller.label(ctx, line, shown)?;
-                let Some(run) = labelled.run else {
+                while view.ids.len() < refs.strings.0.len() {
+                    let g = self.global(&refs.strings.0[view.ids.len()]);
+                    view.ids.push(g);
+                }
+                let mut key = refs.keys[k];
+                key.platform = key.platform.map(|i| view.ids[i as usize]);
+                key.gpu = key.gpu.map(|i| view.ids[i as usize]);
+                let Some(l) = self.label(ctx, line, key)? else {
                     return Ok(());
                 };
-                self.runs.push(run);
-                let l = Labelled {
-                    run: (self.runs.len() - 1) as u32,
-                    flags: labelled.flags,
-                };
-                // A problem is reported at every row it affects: not reused.
-                if labelled.problem.is_none() {
-                    self.labelled.insert(key, l);
+                if self.labelled.contains_key(&key) {
+                    view.labelled[k] = Some(l);
                 }
                 l
             }
@@ -826,13 +862,52 @@ impl Sink {
             labelled.run,
             &self.runs[labelled.run as usize],
             &ctx.path,
-            d.nbytes,
-            d.in_place,
+            row.nbytes,
+            in_place,
             labelled.flags,
-            d.time_us,
+            row.time_us,
             line,
         );
         Ok(())
+    }
+
+    /// Labels the run of a row's columns `key` (global string ids): once
+    /// per distinct columns, except where labelling finds a problem, which
+    /// is reported at every row it affects. `None`: the row is not kept.
+    fn label(
+        &mut self,
+        ctx: &mut FileCtx,
+        line: u32,
+        key: LabelKey,
+    ) -> anyhow::Result<Option<Labelled>> {
+        if let Some(l) = self.labelled.get(&key) {
+            return Ok(Some(*l));
+        }
+        let string = |i: Option<u32>| i.map(|i| self.strings[i as usize].clone());
+        let mut shown = Shown::new(ShownKnobs::Stated(key.config));
+        shown.collective = Some(key.collective);
+        shown.nranks = Some(key.nranks);
+        shown.nnodes = Some(key.nnodes);
+        shown.platform = string(key.platform);
+        shown.gpu = string(key.gpu);
+        shown.nccl_version = key.nccl_version;
+        shown.state = PartialState {
+            pipe_ops: key.state.0,
+            reg_buff: key.state.1,
+        };
+        let labelled = self.labeller.label(ctx, line, shown)?;
+        let Some(run) = labelled.run else {
+            return Ok(None);
+        };
+        self.runs.push(run);
+        let l = Labelled {
+            run: (self.runs.len() - 1) as u32,
+            flags: labelled.flags,
+        };
+        if labelled.problem.is_none() {
+            self.labelled.insert(key, l);
+        }
+        Ok(Some(l))
     }
 
     /// Ends the file, `bytes` long.
@@ -878,9 +953,9 @@ fn read_rest_with_csv<R: BufRead>(
             index: newlines.clone(),
         });
     let mut rec = csv::ByteRecord::new();
-    let mut strings = Strings::default();
+    let mut refs = Refs::default();
     let mut cache = LabelCache::default();
-    let mut ids: Vec<u32> = Vec::new();
+    let mut view = View::default();
     loop {
         let more = match rdr.read_byte_record(&mut rec) {
             Ok(b) => b,
@@ -904,14 +979,11 @@ fn read_rest_with_csv<R: BufRead>(
             }
             continue;
         };
-        let Some((hash, kind)) = parse_record(header, &fields, &mut strings, &mut cache) else {
+        let Some(row) = parse_record(header, &fields, &mut refs, &mut cache) else {
             continue;
         };
-        for s in &strings.0[ids.len()..] {
-            let g = sink.global(s);
-            ids.push(g);
-        }
-        sink.row(ctx, line, hash, kind, &ids)?;
+        sink.row(ctx, line, &row, &refs, &mut view)?;
+        refs.bad.clear();
     }
     let bytes = base_bytes + rdr.position().byte();
     sink.finish(ctx, bytes)
