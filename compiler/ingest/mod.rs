@@ -38,7 +38,6 @@ pub mod text;
 pub mod tuner;
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -69,7 +68,8 @@ pub struct IngestOptions {
     /// NCCL_MIN_NCHANNELS, nodes, ...) to use where a file does not say.
     /// The bare word `default` means every knob was NCCL's own choice.
     pub assume: Vec<(String, String)>,
-    /// Show a progress bar on stderr (hidden when stderr is not a terminal).
+    /// Show files and bytes read on stderr (see [`crate::progress`]: only on
+    /// a terminal, only when reading takes a while).
     pub progress: bool,
     /// Keep rows whose knobs or shape cannot be established as records
     /// flagged [`UNRESOLVED`] (for `inspect`, which reports them) instead of
@@ -456,31 +456,38 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         notes: walk.notes,
         ..Default::default()
     };
-    let bar = progress_bar(opts.progress && files.len() > 1, files.len() as u64);
+    let bar = crate::progress::Progress::new(
+        opts.progress,
+        walk.bytes,
+        "{spinner} reading {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+         ({binary_bytes_per_sec}, {eta} left)",
+    );
     // Content is one measurement only under the same labels: identical rows
     // under different knobs are kept (and reported: a copy or a mislabel).
     let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
     let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
     // Reading order over all files (records of later files come after).
     let mut base: u64 = 0;
-    for f in &files {
-        bar.set_message(
+    for (i, f) in files.iter().enumerate() {
+        bar.set_message(format!(
+            "file {}/{}: {}",
+            i + 1,
+            files.len(),
             f.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        );
+                .unwrap_or_default()
+        ));
         let FileRead {
             ds: mut d,
             mut fold,
             sections,
-        } = match read_file_sections(f, opts) {
+        } = match read_file_sections(f, opts, &bar) {
             Ok(d) => d,
             Err(e) => {
-                bar.finish_and_clear();
+                bar.finish();
                 return Err(e);
             }
         };
-        bar.inc(1);
         let pushed = fold.len() as u64;
         let Some(report) = d.reports.first_mut() else {
             ds.absorb(d);
@@ -556,7 +563,7 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         base += pushed;
         ds.absorb(d);
     }
-    bar.finish_and_clear();
+    bar.finish();
     if let Some(m) = &opts.manifest {
         ds.notes.extend(m.unused_rows(&files));
     }
@@ -564,26 +571,12 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     Ok(ds)
 }
 
-fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} reading [{bar:30}] {pos}/{len} files {msg:.dim}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
-}
-
 /// The files to read, each once.
 #[derive(Default)]
 struct Walk {
     files: Vec<PathBuf>,
+    /// Their bytes, for progress.
+    bytes: u64,
     seen: HashSet<FileId>,
     notes: Vec<String>,
 }
@@ -592,6 +585,9 @@ impl Walk {
     fn file(&mut self, p: &Path, meta: &std::fs::Metadata) {
         if self.seen.insert(file_id(meta)) {
             self.files.push(p.to_path_buf());
+            if meta.is_file() {
+                self.bytes += meta.len();
+            }
         } else {
             self.notes.push(format!(
                 "{}: the same file as one already read (given twice, or reached through a \
@@ -637,22 +633,25 @@ impl Walk {
 
 /// Hashes what passes through it: each input is hashed while it is read,
 /// never read a second time for its digest.
+/// It also counts what it read as progress.
 struct Hashing<R> {
     inner: R,
     hasher: Sha256,
+    progress: crate::progress::Progress,
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.hasher.update(&buf[..n]);
+        self.progress.inc(n as u64);
         Ok(n)
     }
 }
 
 /// Reads one file, detecting its format from its name and first bytes.
 pub fn read_file(path: &Path, opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    read_file_sections(path, opts).map(FileRead::into_dataset)
+    read_file_sections(path, opts, &crate::progress::Progress::hidden()).map(FileRead::into_dataset)
 }
 
 /// One file read: what it gave (without its measurements), its
@@ -671,7 +670,11 @@ impl FileRead {
     }
 }
 
-fn read_file_sections(path: &Path, opts: &IngestOptions) -> anyhow::Result<FileRead> {
+fn read_file_sections(
+    path: &Path,
+    opts: &IngestOptions,
+    progress: &crate::progress::Progress,
+) -> anyhow::Result<FileRead> {
     let unreadable = |msg: String| -> anyhow::Result<FileRead> {
         let mut ctx = FileCtx::new(path, opts);
         ctx.bad(0, msg)?;
@@ -685,27 +688,18 @@ fn read_file_sections(path: &Path, opts: &IngestOptions) -> anyhow::Result<FileR
         })
     };
     // Opening a FIFO blocks until some writer appears (forever, for a stale
-    // `mkfifo`), and devices never end: only regular files are read.
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => {
-            return unreadable(
-                "not a regular file (a FIFO, socket or device); expected an nccl-tests log, \
-                 JSON or CSV file"
-                    .into(),
-            )
-        }
-        Err(e) => return unreadable(format!("cannot open the file: {e}")),
-        Ok(_) => {}
-    }
-    let file = match File::open(path) {
+    // `mkfifo`), and devices never end: only regular files are read, through
+    // the one bounded reader every command uses.
+    let file = match crate::input::open_sweep(path) {
         Ok(f) => f,
-        Err(e) => return unreadable(format!("cannot open the file: {e}")),
+        Err(msg) => return unreadable(msg),
     };
     let mut rd = BufReader::with_capacity(
         1 << 16,
         Hashing {
             inner: file,
             hasher: Sha256::new(),
+            progress: progress.clone(),
         },
     );
     let head = match rd.fill_buf() {

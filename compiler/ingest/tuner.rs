@@ -49,13 +49,27 @@ const CHUNK: usize = 1 << 20;
 /// time). A row with the wrong number of fields is an error naming its
 /// line; a UTF-8 BOM is accepted; the header line seen again (two files
 /// concatenated) starts a new section.
-pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, mut rd: R) -> anyhow::Result<FileOutput> {
-    let mut sink = Sink::new(ctx)?;
+pub(crate) fn read_tuner<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileOutput> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .min(8);
-    let mut chunks = Chunks::default();
+    read_tuner_with(ctx, rd, threads, CHUNK)
+}
+
+/// [`read_tuner`] on `threads` threads, in chunks of about `chunk` bytes
+/// (what it reads does not depend on either).
+fn read_tuner_with<R: BufRead>(
+    ctx: &mut FileCtx,
+    mut rd: R,
+    threads: usize,
+    chunk: usize,
+) -> anyhow::Result<FileOutput> {
+    let mut sink = Sink::new(ctx)?;
+    let mut chunks = Chunks {
+        size: chunk.max(1),
+        ..Default::default()
+    };
     // The header (and blank lines before it) is read here, line by line.
     let mut line = 0u32;
     let (header, first) = loop {
@@ -185,6 +199,8 @@ fn parallel<R: BufRead>(
 /// Cuts a reader into chunks of whole lines.
 #[derive(Default)]
 struct Chunks {
+    /// Bytes per chunk (more when a line is longer).
+    size: usize,
     /// The start of a line not yet whole.
     carry: Vec<u8>,
     eof: bool,
@@ -204,7 +220,7 @@ impl Chunks {
     ) -> std::io::Result<Option<Vec<u8>>> {
         buf.clear();
         buf.append(&mut self.carry);
-        let mut want = CHUNK;
+        let mut want = self.size;
         loop {
             while !self.eof && buf.len() < want {
                 let avail = rd.fill_buf()?;
@@ -226,7 +242,7 @@ impl Chunks {
                 break;
             }
             // One line longer than a chunk: read on to its end.
-            want = buf.len() + CHUNK;
+            want = buf.len() + self.size;
         }
         if buf.is_empty() {
             return Ok(None);
@@ -1026,5 +1042,154 @@ impl<R: Read> Read for Newlines<R> {
             .extend(memchr::memchr_iter(b'\n', &buf[..n]).map(|i| self.offset + i as u64));
         self.offset += n as u64;
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::{read_with_format, Dataset, Format, IngestOptions};
+    use super::*;
+
+    const HEADER: &str = "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n";
+
+    fn records(rows: &[&str]) -> (usize, Vec<String>) {
+        let mut text = String::from(HEADER);
+        for r in rows {
+            if *r == "HEADER" {
+                text += HEADER;
+                continue;
+            }
+            text += &format!("allreduce,{r},default,default,-1,1,8,10.00\n");
+        }
+        let ds = read_with_format(
+            Path::new("s.csv"),
+            text.as_bytes(),
+            Format::TunerCsv,
+            &IngestOptions::default(),
+        )
+        .unwrap();
+        (ds.records.len(), ds.notes)
+    }
+
+    /// A stretch of rows read again counts once; a lone row printing the
+    /// same as an earlier one (a real repeat, printed alike) stays.
+    #[test]
+    fn only_a_stretch_of_rows_read_again_counts_once() {
+        let (n, notes) = records(&["8", "16", "8", "32"]);
+        assert_eq!(n, 4);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (n, notes) = records(&["8", "16", "8", "16", "64"]);
+        assert_eq!(n, 5);
+        assert!(notes.is_empty(), "{notes:?}");
+        let (n, notes) = records(&["8", "16", "32", "8", "16", "32"]);
+        assert_eq!(n, 3);
+        assert_eq!(
+            notes,
+            [
+                "s.csv:5: 3 row(s) repeat earlier rows exactly, in the same order (the same rows \
+              read twice): each counted once"
+            ]
+        );
+    }
+
+    /// `cat a.csv; head -4 a.csv`: the second header line started a new
+    /// section, and the rows-read-twice rule looked only within a section,
+    /// so the rows after it counted as independent repeats.
+    #[test]
+    fn rows_read_again_after_a_second_header_count_once() {
+        let (n, notes) = records(&["8", "16", "32", "64", "HEADER", "8", "16", "32"]);
+        assert_eq!(n, 4, "{notes:?}");
+        assert_eq!(
+            notes,
+            [
+                "s.csv:7: 3 row(s) repeat earlier rows exactly, in the same order (the same rows \
+              read twice): each counted once"
+            ]
+        );
+        // Other rows after the header are new measurements.
+        let (n, notes) = records(&["8", "16", "32", "64", "HEADER", "8", "16", "128"]);
+        assert_eq!(n, 7);
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+
+    /// A sweep of `rows` rows with a bad row, a repeated stretch, a second
+    /// header and quotes late in the file.
+    fn sweep(rows: usize) -> String {
+        let mut s = String::from(HEADER);
+        for i in 0..rows {
+            let coll = ["allreduce", "allgather", "broadcast"][i % 3];
+            s += &format!(
+                "{coll},{},ring,ll,{},{},{},{}.{:03}\n",
+                8u64 << (i % 20),
+                1 + i % 4,
+                1 + i % 2,
+                8 * (1 + i % 2),
+                10 + i % 97,
+                i % 1000
+            );
+            if i == rows / 3 {
+                s += "allreduce,8,ring,ll,4,1,8,-1\n";
+            }
+            if i == rows / 2 {
+                let copy: Vec<String> = s.lines().skip(10).take(5).map(String::from).collect();
+                s += HEADER;
+                s += &(copy.join("\n") + "\n");
+            }
+        }
+        s += "\"allreduce\",8,ring,ll,4,1,8,12.5\n";
+        s
+    }
+
+    fn read(text: &str, threads: usize, chunk: usize, lenient: bool) -> anyhow::Result<Dataset> {
+        let opts = IngestOptions {
+            lenient,
+            ..Default::default()
+        };
+        let path = Path::new("s.csv");
+        let mut ctx = FileCtx::new(path, &opts);
+        let out = read_tuner_with(&mut ctx, text.as_bytes(), threads, chunk)?;
+        let mut ds = Dataset {
+            records: out.records.finish().into_records(),
+            notes: out.notes,
+            rows: out.report.rows,
+            ..Default::default()
+        };
+        ds.skipped = ctx.skipped;
+        Ok(ds)
+    }
+
+    /// What is read (records in order, skips, notes, the first error) is
+    /// the same on one thread in one chunk as on many threads in chunks of
+    /// any size, quotes late in the file included.
+    #[test]
+    fn reading_does_not_depend_on_threads_or_chunks() {
+        let text = sweep(3000);
+        let show = |ds: &Dataset| {
+            format!(
+                "{} rows\n{:?}\n{:?}\n{:?}",
+                ds.rows,
+                ds.records
+                    .iter()
+                    .map(|r| format!("{:?} {:?}", r.run, r.measurement))
+                    .collect::<Vec<_>>(),
+                ds.skipped
+                    .iter()
+                    .map(|s| format!("{}: {}", s.line, s.reason))
+                    .collect::<Vec<_>>(),
+                ds.notes
+            )
+        };
+        let one = read(&text, 1, usize::MAX / 2, true).unwrap();
+        assert_eq!(one.skipped.len(), 1, "{:?}", one.skipped);
+        assert_eq!(one.notes.len(), 1, "{:?}", one.notes);
+        let strict_one = read(&text, 1, usize::MAX / 2, false).unwrap_err().to_string();
+        for (threads, chunk) in [(1, 100), (2, 1000), (4, 7), (3, 64 << 10)] {
+            let many = read(&text, threads, chunk, true).unwrap();
+            assert_eq!(show(&one), show(&many), "{threads} threads, chunks of {chunk}");
+            let strict = read(&text, threads, chunk, false).unwrap_err().to_string();
+            assert_eq!(strict_one, strict);
+        }
     }
 }
