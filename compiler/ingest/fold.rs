@@ -149,53 +149,75 @@ impl Folded {
         }
     }
 
+    /// Sorts each group's samples by time (ties by reading order), on
+    /// every core: the medians every check takes (outliers, noise, repeats,
+    /// cells) then sort runs already in order, a pass each, instead of
+    /// sorting a large sweep's times again and again.
+    pub fn sort_samples(&mut self) {
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1);
+        let per = self.groups.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for part in self.groups.chunks_mut(per) {
+                s.spawn(move || {
+                    for g in part {
+                        g.samples.sort_unstable_by(|a, b| {
+                            a.time_us.total_cmp(&b.time_us).then(a.seq.cmp(&b.seq))
+                        });
+                    }
+                });
+            }
+        });
+    }
+
     /// The robust aggregate of every trusted sample per cell (median of
     /// repeats; both placements count): see [`super::aggregate`]. Cells come
     /// sorted by key; each names the first place it was read.
     pub fn cells(&self) -> Vec<Cell> {
-        struct Acc<'a> {
-            times: Vec<f64>,
-            first: (u32, &'a Group, Sample),
-        }
-        let mut acc: HashMap<CellKey, Acc<'_>> = HashMap::new();
-        for g in &self.groups {
-            if g.key.flags & super::UNTRUSTED != 0 {
-                continue;
-            }
-            for s in &g.samples {
-                if !s.time_us.is_finite() || s.time_us <= 0.0 {
-                    continue;
-                }
-                let e = acc.entry(g.key.cell()).or_insert_with(|| Acc {
-                    times: Vec::new(),
-                    first: (s.seq, g, *s),
-                });
-                e.times.push(s.time_us);
-                if s.seq < e.first.0 {
-                    e.first = (s.seq, g, *s);
-                }
-            }
-        }
-        let mut cells: Vec<Cell> = acc
-            .into_iter()
-            .map(|(key, mut a)| {
-                let n = a.times.len();
-                let med = crate::stats::median(&mut a.times).unwrap_or(f64::NAN);
-                let spread = if n > 1 {
-                    (a.times[n - 1] - a.times[0]) / med
-                } else {
-                    0.0
-                };
-                Cell {
-                    key,
-                    time_us: med,
-                    n: n as u32,
-                    spread,
-                    source: a.first.1.source(&a.first.2),
-                }
-            })
+        // One cell at a time (its groups sorted together), so only one
+        // cell's times are copied at once, not the whole sweep's.
+        let mut order: Vec<(CellKey, u32)> = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.key.flags & super::UNTRUSTED == 0)
+            .map(|(i, g)| (g.key.cell(), i as u32))
             .collect();
-        cells.sort_by_key(|c| c.key);
+        order.sort_unstable();
+        let mut cells: Vec<Cell> = Vec::new();
+        let mut times: Vec<f64> = Vec::new();
+        for run in order.chunk_by(|a, b| a.0 == b.0) {
+            times.clear();
+            let mut first: Option<(&Group, Sample)> = None;
+            for &(_, gi) in run {
+                let g = &self.groups[gi as usize];
+                for s in &g.samples {
+                    if !s.time_us.is_finite() || s.time_us <= 0.0 {
+                        continue;
+                    }
+                    times.push(s.time_us);
+                    if first.is_none_or(|(_, f)| s.seq < f.seq) {
+                        first = Some((g, *s));
+                    }
+                }
+            }
+            let Some((g, s)) = first else { continue };
+            let n = times.len();
+            let med = crate::stats::median(&mut times).unwrap_or(f64::NAN);
+            let spread = if n > 1 {
+                (times[n - 1] - times[0]) / med
+            } else {
+                0.0
+            };
+            cells.push(Cell {
+                key: run[0].0,
+                time_us: med,
+                n: n as u32,
+                spread,
+                source: g.source(&s),
+            });
+        }
         cells
     }
 }

@@ -567,6 +567,7 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     if let Some(m) = &opts.manifest {
         ds.notes.extend(m.unused_rows(&files));
     }
+    ds.folded.sort_samples();
     flag_outliers_folded(&mut ds.folded, &mut ds.anomalies);
     Ok(ds)
 }
