@@ -633,18 +633,86 @@ impl Walk {
 }
 
 /// Hashes what passes through it: each input is hashed while it is read,
-/// never read a second time for its digest.
-/// It also counts what it read as progress.
+/// never read a second time for its digest. It also counts what it read as
+/// progress. Past [`HASH_ON_A_THREAD`] bytes the hashing moves to a thread
+/// of its own, off the thread that reads and folds a large sweep.
 struct Hashing<R> {
     inner: R,
-    hasher: Sha256,
+    hasher: Hasher,
     progress: crate::progress::Progress,
+}
+
+/// Bytes of a file hashed where it is read; the rest is handed to a thread.
+const HASH_ON_A_THREAD: u64 = 16 << 20;
+
+enum Hasher {
+    Here { sha: Sha256, bytes: u64 },
+    /// Blocks in reading order to a thread, which gives back the hash.
+    Thread {
+        blocks: std::sync::mpsc::SyncSender<Vec<u8>>,
+        done: std::thread::JoinHandle<Sha256>,
+    },
+}
+
+impl<R> Hashing<R> {
+    fn new(inner: R, progress: &crate::progress::Progress) -> Self {
+        Hashing {
+            inner,
+            hasher: Hasher::Here {
+                sha: Sha256::new(),
+                bytes: 0,
+            },
+            progress: progress.clone(),
+        }
+    }
+
+    /// The sha256 of everything read, in hex.
+    fn digest(self) -> String {
+        let sha = match self.hasher {
+            Hasher::Here { sha, .. } => sha,
+            Hasher::Thread { blocks, done } => {
+                drop(blocks);
+                match done.join() {
+                    Ok(sha) => sha,
+                    // The thread only hashes; should it have died, say so
+                    // in the digest rather than record a wrong one.
+                    Err(_) => return "unknown".into(),
+                }
+            }
+        };
+        format!("{:x}", sha.finalize())
+    }
+
+    fn update(&mut self, block: &[u8]) {
+        match &mut self.hasher {
+            Hasher::Here { sha, bytes } => {
+                sha.update(block);
+                *bytes += block.len() as u64;
+                if *bytes > HASH_ON_A_THREAD {
+                    let mut sha = std::mem::take(sha);
+                    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(64);
+                    let done = std::thread::spawn(move || {
+                        for b in rx {
+                            sha.update(&b);
+                        }
+                        sha
+                    });
+                    self.hasher = Hasher::Thread { blocks: tx, done };
+                }
+            }
+            Hasher::Thread { blocks, .. } => {
+                // A thread that ended early (it cannot) leaves the digest
+                // to `digest`'s join.
+                let _ = blocks.send(block.to_vec());
+            }
+        }
+    }
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
+        self.update(&buf[..n]);
         self.progress.inc(n as u64);
         Ok(n)
     }
@@ -697,11 +765,7 @@ fn read_file_sections(
     };
     let mut rd = BufReader::with_capacity(
         1 << 16,
-        Hashing {
-            inner: file,
-            hasher: Sha256::new(),
-            progress: progress.clone(),
-        },
+        Hashing::new(file, progress),
     );
     let head = match rd.fill_buf() {
         Ok(h) => h.to_vec(),
@@ -714,7 +778,7 @@ fn read_file_sections(
         // covers the whole file.
         let drained = std::io::copy(&mut rd, &mut std::io::sink());
         if let (Ok(_), Some(rep)) = (drained, read.ds.reports.first_mut()) {
-            rep.sha256 = format!("{:x}", rd.into_inner().hasher.finalize());
+            rep.sha256 = rd.into_inner().digest();
         }
     }
     Ok(read)
