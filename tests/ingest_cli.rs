@@ -201,7 +201,8 @@ fn compile_stderr(tty: bool, quiet: bool) -> String {
     use std::io::Read as _;
     use std::os::fd::{FromRawFd as _, OwnedFd};
     let d = tempfile::tempdir().unwrap();
-    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let sweep =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real/nvidia-dgx1v-allreduce.csv");
     let mut cmd = dyncc();
     cmd.args(["compile", sweep.to_str().unwrap(), "-o"])
         .arg(d.path().join("t.tbl"))
@@ -237,7 +238,10 @@ fn compile_stderr(tty: bool, quiet: bool) -> String {
     // SAFETY: both descriptors were just opened by openpty and are owned
     // here alone.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let mut child = cmd.stderr(std::process::Stdio::from(slave)).spawn().unwrap();
+    let mut child = cmd
+        .stderr(std::process::Stdio::from(slave))
+        .spawn()
+        .unwrap();
     // The child holds the only other end now: reading ends (EIO) when it exits.
     drop(cmd);
     let mut master = std::fs::File::from(master);

@@ -646,7 +646,10 @@ struct Hashing<R> {
 const HASH_ON_A_THREAD: u64 = 16 << 20;
 
 enum Hasher {
-    Here { sha: Sha256, bytes: u64 },
+    Here {
+        sha: Sha256,
+        bytes: u64,
+    },
     /// Blocks in reading order to a thread, which gives back the hash.
     Thread {
         blocks: std::sync::mpsc::SyncSender<Vec<u8>>,
@@ -763,10 +766,7 @@ fn read_file_sections(
         Ok(f) => f,
         Err(msg) => return unreadable(msg),
     };
-    let mut rd = BufReader::with_capacity(
-        1 << 16,
-        Hashing::new(file, progress),
-    );
+    let mut rd = BufReader::with_capacity(1 << 16, Hashing::new(file, progress));
     let head = match rd.fill_buf() {
         Ok(h) => h.to_vec(),
         Err(e) => return unreadable(format!("cannot read the file: {e}")),

@@ -158,7 +158,7 @@ fn repeats_in_part(
     p: usize,
     parts: usize,
 ) -> Vec<u32> {
-    let part = |h: u32| (u64::from(h) * parts as u64 >> 32) as usize;
+    let part = |h: u32| ((u64::from(h) * parts as u64) >> 32) as usize;
     let mut v: Vec<([u32; STRETCH], u32)> = Vec::new();
     for r in starts {
         for k in r.clone() {

@@ -152,11 +152,11 @@ fn parallel<R: BufRead>(
         let mut fallback: Option<Vec<u8>> = None;
         // Takes the parsed chunks that are next in order.
         let take = |sink: &mut Sink,
-                        ctx: &mut FileCtx,
-                        ready: &mut HashMap<usize, Parsed>,
-                        taken: &mut usize,
-                        line: &mut u32,
-                        free: &mut Vec<Vec<u8>>|
+                    ctx: &mut FileCtx,
+                    ready: &mut HashMap<usize, Parsed>,
+                    taken: &mut usize,
+                    line: &mut u32,
+                    free: &mut Vec<Vec<u8>>|
          -> anyhow::Result<()> {
             while let Some(p) = ready.remove(taken) {
                 let (l, buf) = sink.take(ctx, *line, p)?;
@@ -547,7 +547,10 @@ fn parse_row(h: &Header, fields: &[&[u8]], strings: &mut Strings) -> Result<RowD
     let get = |i: usize| text(fields.get(i).copied().unwrap_or(b""));
     let coll = get(h.coll);
     let Some(collective) = Collective::parse(&coll) else {
-        return Err(format!("collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce", quote(&coll)));
+        return Err(format!(
+            "collective {:?}: expected allreduce, allgather, reducescatter, broadcast or reduce",
+            quote(&coll)
+        ));
     };
     let nbytes = parse_size(h, fields)?;
     let algo = match &*get(h.algo) {
@@ -605,11 +608,7 @@ fn parse_row(h: &Header, fields: &[&[u8]], strings: &mut Strings) -> Result<RowD
         Some(v) => return Err(format!("regBuff {:?}: expected 0 or 1", quote(v))),
     };
     let in_place = parse_in_place(h, fields);
-    let mut id = |c: Option<usize>| {
-        c.map(get)
-            .filter(|s| !s.is_empty())
-            .map(|s| strings.id(&s))
-    };
+    let mut id = |c: Option<usize>| c.map(get).filter(|s| !s.is_empty()).map(|s| strings.id(&s));
     let platform = id(h.platform);
     let gpu = id(h.gpu);
     let nccl_version = h
@@ -776,7 +775,12 @@ impl Sink {
     }
 
     /// A record before the header is known: the first non-blank one is it.
-    fn header_record(&mut self, ctx: &mut FileCtx, line: u32, fields: &[&[u8]]) -> anyhow::Result<Flow> {
+    fn header_record(
+        &mut self,
+        ctx: &mut FileCtx,
+        line: u32,
+        fields: &[&[u8]],
+    ) -> anyhow::Result<Flow> {
         if fields.iter().all(|f| f.is_empty()) {
             return Ok(Flow::Go);
         }
@@ -1081,7 +1085,8 @@ mod tests {
     use super::super::{read_with_format, Dataset, Format, IngestOptions};
     use super::*;
 
-    const HEADER: &str = "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n";
+    const HEADER: &str =
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n";
 
     fn records(rows: &[&str]) -> (usize, Vec<String>) {
         let mut text = String::from(HEADER);
@@ -1213,10 +1218,16 @@ mod tests {
         let one = read(&text, 1, usize::MAX / 2, true).unwrap();
         assert_eq!(one.skipped.len(), 1, "{:?}", one.skipped);
         assert_eq!(one.notes.len(), 1, "{:?}", one.notes);
-        let strict_one = read(&text, 1, usize::MAX / 2, false).unwrap_err().to_string();
+        let strict_one = read(&text, 1, usize::MAX / 2, false)
+            .unwrap_err()
+            .to_string();
         for (threads, chunk) in [(1, 100), (2, 1000), (4, 7), (3, 64 << 10)] {
             let many = read(&text, threads, chunk, true).unwrap();
-            assert_eq!(show(&one), show(&many), "{threads} threads, chunks of {chunk}");
+            assert_eq!(
+                show(&one),
+                show(&many),
+                "{threads} threads, chunks of {chunk}"
+            );
             let strict = read(&text, threads, chunk, false).unwrap_err().to_string();
             assert_eq!(strict_one, strict);
         }
