@@ -24,6 +24,7 @@ pub mod input;
 pub mod nodes;
 pub mod pipeline;
 pub mod plan;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod simulate;

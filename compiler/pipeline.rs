@@ -156,16 +156,18 @@ pub fn compile_cells(
             w[1].state
         );
     }
-    let progress = FitProgress::new(
+    // Models done of all candidates', with an ETA (see `progress`).
+    let progress = crate::progress::Progress::new(
         opts.progress,
         grids.iter().map(|g| g.configs.len() as u64 - 1).sum(),
+        "{spinner} fitting [{bar:30}] {pos}/{len} models, ETA {eta}",
     );
-    let done = || progress.done();
+    let done = || progress.inc(1);
     let decided: Vec<GridDecisions> = grids
         .par_iter()
         .map(|g| decide(g, &opts.decide, &done))
         .collect();
-    drop(progress);
+    progress.finish();
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);
     let trees = distil_all(&grids, &contexts, opts.decide.extrapolate);
 
@@ -231,60 +233,6 @@ pub fn compile_cells(
         contexts,
         report,
     })
-}
-
-/// The fitting's progress on stderr: models done of all candidates', with
-/// an ETA. Drawn only where stderr is a terminal (indicatif's stderr target
-/// draws nothing elsewhere), and only once the fitting has run for
-/// [`FitProgress::AFTER`]: a quick compile prints nothing. Cleared when
-/// dropped, so the report on stdout is never mixed with it.
-struct FitProgress {
-    bar: indicatif::ProgressBar,
-    start: std::time::Instant,
-    show: bool,
-    shown: std::sync::atomic::AtomicBool,
-}
-
-impl FitProgress {
-    const AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
-    fn new(show: bool, total: u64) -> FitProgress {
-        let bar = indicatif::ProgressBar::with_draw_target(
-            Some(total),
-            indicatif::ProgressDrawTarget::hidden(),
-        );
-        if let Ok(style) = indicatif::ProgressStyle::with_template(
-            "{spinner} fitting [{bar:30}] {pos}/{len} models, ETA {eta}",
-        ) {
-            bar.set_style(style.progress_chars("=> "));
-        }
-        FitProgress {
-            bar,
-            start: std::time::Instant::now(),
-            show,
-            shown: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// One more candidate done.
-    fn done(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.bar.inc(1);
-        if self.show
-            && !self.shown.load(Relaxed)
-            && self.start.elapsed() >= Self::AFTER
-            && !self.shown.swap(true, Relaxed)
-        {
-            self.bar
-                .set_draw_target(indicatif::ProgressDrawTarget::stderr());
-        }
-    }
-}
-
-impl Drop for FitProgress {
-    fn drop(&mut self) {
-        self.bar.finish_and_clear();
-    }
 }
 
 /// One table serves one cluster type: refuse to blend platforms silently.

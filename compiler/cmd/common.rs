@@ -73,10 +73,6 @@ pub struct RunArgs {
     /// same for any N.
     #[arg(long, short = 'j', value_name = "N")]
     pub jobs: Option<usize>,
-    /// Show no progress on stderr (it shows only where stderr is a
-    /// terminal, and only for work that takes over a second).
-    #[arg(long, short = 'q')]
-    pub quiet: bool,
 }
 
 impl RunArgs {

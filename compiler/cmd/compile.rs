@@ -67,7 +67,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;
-    let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.run.quiet)?;
+    let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -93,7 +93,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         lenient: a.ingest.lenient,
         jobs: a.run.jobs()?,
-        progress: !a.json && !a.run.quiet,
+        progress: !a.json && !a.ingest.quiet,
     };
     let mut c = compile_dataset(ds, &opts)?;
     // The trees' agreement as `explain` measures it, on the table written

@@ -95,7 +95,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             // Folds compile side by side: one bar each would garble.
             progress: false,
         };
-        let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.run.quiet)?;
+        let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
         let mut out = Vec::new();
         for mode in modes {
             let cv = cross_validate(&ds, &opts, mode)?;
@@ -145,7 +145,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             }
             let mut folded = a
                 .ingest
-                .read_sweep(&a.paths[1..], !a.json && !a.run.quiet)?
+                .read_sweep(&a.paths[1..], !a.json && !a.ingest.quiet)?
                 .take_folded();
             if let Some(p) = &a.platform {
                 folded.retain(|g| g.is_platform(p));
