@@ -140,6 +140,9 @@ fn init_tracing(
     log: Logger,
     abi: u8,
 ) -> Option<ProfContext> {
+    if let Some(id) = comm_id {
+        trace::link_rank0(id, rank);
+    }
     if let Err(why) = trace::dir_usable(&dir) {
         if !WARNED_DIR.swap(true, Ordering::Relaxed) {
             let shown = dir.to_string_lossy();

@@ -82,6 +82,25 @@ static JOURNALS: [Journal; MAX_JOURNALS] = [JOURNAL_EMPTY; MAX_JOURNALS];
 /// usable). Apart from the rings, so the profiler's search of its
 /// communicator's rings reads a few cache lines.
 static JOURNAL_TAGS: [AtomicU64; MAX_JOURNALS] = [const { AtomicU64::new(0) }; MAX_JOURNALS];
+/// Per journal: its tuner context is rank 0's (see [`link_rank0`]).
+static JOURNAL_RANK0: [AtomicBool; MAX_JOURNALS] = [const { AtomicBool::new(false) }; MAX_JOURNALS];
+
+/// What this thread's communicator init has done so far: NCCL runs one
+/// rank's profiler `init` and tuner `init` on one thread, in one call
+/// (`initTransportsRank`: the profiler's first), and the profiler is told
+/// the rank but the tuner is not; whichever comes second links them.
+#[derive(Clone, Copy)]
+enum InitLink {
+    None,
+    /// A rank-0 profiler init of this communicator id waits for its tuner.
+    Rank0Profiler(u64),
+    /// A tuner init of this communicator id took this ring.
+    Tuner(u64, usize),
+}
+
+std::thread_local! {
+    static INIT_LINK: core::cell::Cell<InitLink> = const { core::cell::Cell::new(InitLink::None) };
+}
 
 /// An answer packed in a u64: bit 63 valid, 61-62 source, 58-60 algo,
 /// 56-57 proto, 49-55 channels, 0-48 nBytes (larger sizes never match).
@@ -247,19 +266,36 @@ pub fn take_answer(comm_id: u64, coll: Coll, n_bytes: u64) -> Option<Answer> {
         return None;
     }
     let tag = comm_id.wrapping_add(1).max(1);
-    let mut found: Option<u64> = None;
-    let mut agree = true;
-    for (j, t) in JOURNALS.iter().zip(&JOURNAL_TAGS) {
-        if t.load(Ordering::Acquire) != tag {
-            continue;
-        }
-        if let Some((v, ring_agrees)) = j.take_oldest(coll as usize, n_bytes) {
-            agree &= ring_agrees && found.is_none_or(|f| f == v);
-            found = Some(v);
+    let (mut rank0, mut only, mut rings) = (None, None, 0);
+    for (i, t) in JOURNAL_TAGS.iter().enumerate() {
+        if t.load(Ordering::Acquire) == tag {
+            rings += 1;
+            only = Some(i);
+            if JOURNAL_RANK0[i].load(Ordering::Relaxed) {
+                rank0 = Some(i);
+            }
         }
     }
-    let a = unpack(found?);
+    let ring = rank0.or(only.filter(|_| rings == 1))?;
+    let (v, agree) = JOURNALS[ring].take_oldest(coll as usize, n_bytes)?;
+    let a = unpack(v);
     (agree && a.source != Source::Unknown).then_some(a)
+}
+
+/// A profiler `init` of communicator `comm_id` (every rank, tracing on):
+/// links rank 0's profiler to the ring its tuner context takes on this
+/// thread, before or after (see [`InitLink`]).
+pub fn link_rank0(comm_id: u64, rank: i32) {
+    let link = INIT_LINK.with(|l| l.replace(InitLink::None));
+    if rank != 0 {
+        return;
+    }
+    match link {
+        InitLink::Tuner(id, i) if id == comm_id => {
+            JOURNAL_RANK0[i].store(true, Ordering::Relaxed);
+        }
+        _ => INIT_LINK.with(|l| l.set(InitLink::Rank0Profiler(comm_id))),
+    }
 }
 
 /// A ring of its own for a tuner context of communicator `comm_id` (init
@@ -272,6 +308,12 @@ pub fn journal_acquire(comm_id: u64) -> Option<&'static Journal> {
         .iter()
         .position(|t| t.load(Ordering::Relaxed) == 0)?;
     JOURNALS[i].clear();
+    let link = INIT_LINK.with(|l| l.replace(InitLink::None));
+    let rank0 = matches!(link, InitLink::Rank0Profiler(id) if id == comm_id);
+    if !rank0 {
+        INIT_LINK.with(|l| l.set(InitLink::Tuner(comm_id, i)));
+    }
+    JOURNAL_RANK0[i].store(rank0, Ordering::Relaxed);
     JOURNAL_TAGS[i].store(tag, Ordering::Release);
     Some(&JOURNALS[i])
 }
@@ -282,6 +324,7 @@ pub fn journal_release(j: &'static Journal) {
     let i = (j as *const Journal as usize - JOURNALS.as_ptr() as usize) / size_of::<Journal>();
     if let Some(t) = JOURNAL_TAGS.get(i) {
         t.store(0, Ordering::Release);
+        JOURNAL_RANK0[i].store(false, Ordering::Relaxed);
     }
 }
 
@@ -895,13 +938,16 @@ mod tests {
         journal_release(j);
     }
 
-    /// Ranks of one communicator in one process: each tuner context owns
-    /// a ring, so one rank's answers never push out another's (the old
-    /// shared ring held 16/N answers per rank), and rings that disagree
-    /// about a call give `unknown`.
+    /// Ranks of one communicator in one process (NCCL's init order per
+    /// rank, on one thread: profiler, then tuner): each tuner context owns
+    /// a ring, so another rank's answers never push rank 0's out (the old
+    /// shared ring held 16/N answers per rank), and the profiler reads rank
+    /// 0's ring only, so an answer rank 1 gave ahead of rank 0 is not taken.
     #[test]
-    fn each_rank_owns_a_ring_and_disagreeing_rings_are_unknown() {
+    fn each_rank_owns_a_ring_and_the_profiler_reads_rank_0s() {
+        link_rank0(0xfee4, 0);
         let r0 = journal_acquire(0xfee4).unwrap();
+        link_rank0(0xfee4, 1);
         let r1 = journal_acquire(0xfee4).unwrap();
         assert!(!core::ptr::eq(r0, r1));
         r0.record(4, 4096, 1, FORCE, true);
@@ -912,11 +958,28 @@ mod tests {
             take_answer(0xfee4, Coll::AllReduce, 4096).map(|a| a.source),
             Some(Source::Table)
         );
-        r0.record(4, 4096, 1, FORCE, true);
         r1.record_explore(4, 4096, 1, Decision::Default, true);
         assert_eq!(take_answer(0xfee4, Coll::AllReduce, 4096), None);
         journal_release(r0);
         journal_release(r1);
+    }
+
+    /// The tuner's init first (a NCCL that reorders them) links as well;
+    /// two rings of one id, neither known as rank 0's, give `unknown`.
+    #[test]
+    fn rank_0_links_in_either_init_order_and_unlinked_rings_are_unknown() {
+        let r0 = journal_acquire(0xfee5).unwrap();
+        link_rank0(0xfee5, 0);
+        r0.record(4, 4096, 1, FORCE, true);
+        assert!(take_answer(0xfee5, Coll::AllReduce, 4096).is_some());
+        journal_release(r0);
+        let a = journal_acquire(0xfee6).unwrap();
+        let b = journal_acquire(0xfee6).unwrap();
+        a.record(4, 4096, 1, FORCE, true);
+        b.record(4, 4096, 1, FORCE, true);
+        assert_eq!(take_answer(0xfee6, Coll::AllReduce, 4096), None);
+        journal_release(a);
+        journal_release(b);
     }
 
     /// NCCL's order: Coll start, Coll stop, then (proxy thread) channel
