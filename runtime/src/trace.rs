@@ -4,20 +4,20 @@
 //!
 //! Three process-wide tables, all statics (zero pages until touched, no
 //! allocation ever):
-//! - [`Journal`]s, one per communicator id: the tuner writes what it
-//!   answered for each `getCollInfo` (per collective, a ring of the last
-//!   [`JOURNAL_LEN`] answers keyed by `nBytes`), and the profiler reads it to
-//!   say who chose what ran. This is how the two halves are linked: NCCL
+//! - [`Journal`]s, one per tuner context (communicator rank): the tuner
+//!   writes what it answered for each `getCollInfo` (per collective, a
+//!   ring of the last [`JOURNAL_LEN`] answers keyed by `nBytes`; one
+//!   writer, so a plain head store), and the profiler takes answers from it
+//!   to say who chose what ran. This is how the two halves are linked: NCCL
 //!   passes the same `commId` to tuner v5/v6 `init` and profiler v5/v6
-//!   `init`, and the tuner's `nBytes` for a collective equals what the
-//!   profiler computes from the `Coll` event (type size x count, x nRanks
-//!   for AllGather/ReduceScatter). Several ranks of one communicator in one
-//!   process share the journal, which is sound because every rank answers
-//!   the same for the same call (decisions are a pure function of the
-//!   table, the shape and the call). A collective NCCL aggregated with
-//!   others (one tuner call for several tasks), or one seen through tuner
-//!   v2-v4 (no `commId`), finds no entry and is recorded as `unknown`,
-//!   never guessed.
+//!   `init`, the tuner's `nBytes` for a collective equals what the profiler
+//!   computes from the `Coll` event (type size x count, x nRanks for
+//!   AllGather/ReduceScatter), and rank 0's profiler finds rank 0's ring
+//!   through [`link_rank0`] (both `init`s run on the rank's thread). An
+//!   answer is taken once; a collective NCCL aggregated with others (one
+//!   tuner call, `numPipeOps` > 1), one whose pending answers disagree, or
+//!   one seen through tuner v2-v4 (no `commId`) is recorded as `unknown`,
+//!   never guessed ([`take_answer`]).
 //! - the in-flight pool ([`POOL_LEN`] slots): a `Coll` event takes a slot
 //!   holding what ran and `1 + nChannels` pending references; the `Coll`
 //!   stop and each kernel-channel stop give one back, and the last one
