@@ -260,7 +260,10 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
         _ => 1,
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
-    let source = match ctx.comm_id.and_then(|id| trace::take_answer(id, coll, n_bytes)) {
+    let source = match ctx
+        .comm_id
+        .and_then(|id| trace::take_answer(id, coll, n_bytes))
+    {
         None => Source::Unknown,
         Some(a) if a.source == Source::Table || a.source == Source::Explore => {
             if (a.source == Source::Explore && a.algo == trace::ANSWER_NCCL)
