@@ -914,7 +914,7 @@ unsafe extern "C" fn get_coll_info_traced(
         }
         // SAFETY: a non-NULL ctx is a live Context created by init.
         if let Some(j) = unsafe { &*ctx.cast::<Context>() }.journal {
-            j.record(coll_type, n_bytes, num_pipe_ops, d, applied);
+            j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
         }
     });
     NCCL_SUCCESS
@@ -961,9 +961,9 @@ unsafe extern "C" fn get_coll_info_exploring(
         let applied = unsafe { apply(chosen, table, num_algo, num_proto, n_channels) };
         if let Some(j) = ctx.journal {
             if explored {
-                j.record_explore(coll_type, n_bytes, num_pipe_ops, chosen, applied);
+                j.record_explore(coll_type, n_bytes, num_pipe_ops > 1, chosen, applied);
             } else {
-                j.record(coll_type, n_bytes, num_pipe_ops, d, applied);
+                j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
             }
         }
     });

@@ -152,13 +152,13 @@ fn unpack(v: u64) -> Answer {
 impl Journal {
     /// Records the tuner's answer for `(coll, n_bytes)`: the table's
     /// decision `d`, and whether it was applied (a forced cell written).
-    /// `num_pipe_ops > 1`: NCCL asked once for several collectives
-    /// aggregated under the summed size, so no collective can be linked
+    /// `aggregated` (`numPipeOps > 1`): NCCL asked once for several
+    /// collectives under their summed size, so no collective can be linked
     /// to this answer: it is recorded as `Unknown`. No lock, no allocation.
     #[inline]
-    pub fn record(&self, coll: i32, n_bytes: usize, num_pipe_ops: i32, d: Decision, applied: bool) {
+    pub fn record(&self, coll: i32, n_bytes: usize, aggregated: bool, d: Decision, applied: bool) {
         let v = match (d, applied) {
-            _ if num_pipe_ops > 1 => pack(n_bytes, Source::Unknown, 0, 0, 0),
+            _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
             (
                 Decision::Force {
                     algo,
@@ -182,12 +182,12 @@ impl Journal {
         &self,
         coll: i32,
         n_bytes: usize,
-        num_pipe_ops: i32,
+        aggregated: bool,
         chosen: Decision,
         applied: bool,
     ) {
         let v = match (chosen, applied) {
-            _ if num_pipe_ops > 1 => pack(n_bytes, Source::Unknown, 0, 0, 0),
+            _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
             (
                 Decision::Force {
                     algo,
@@ -872,8 +872,8 @@ mod tests {
     #[test]
     fn a_journal_answer_is_found_by_size() {
         let j = journal_acquire(0xfeed).unwrap();
-        j.record(4, 4096, 1, Decision::Default, false);
-        j.record(4, 8192, 1, FORCE, true);
+        j.record(4, 4096, false, Decision::Default, false);
+        j.record(4, 8192, false, FORCE, true);
         assert_eq!(
             take_answer(0xfeed, Coll::AllReduce, 8192),
             Some(Answer {
@@ -889,7 +889,7 @@ mod tests {
         );
         assert_eq!(take_answer(0xfeed, Coll::AllGather, 4096), None);
         // A forced cell NCCL had disabled (not applied) is NCCL's choice.
-        j.record(4, 8192, 1, FORCE, false);
+        j.record(4, 8192, false, FORCE, false);
         assert_eq!(
             take_answer(0xfeed, Coll::AllReduce, 8192).map(|a| a.source),
             Some(Source::Nccl)
@@ -903,7 +903,7 @@ mod tests {
     #[test]
     fn a_taken_answer_is_not_found_again() {
         let j = journal_acquire(0xfee1).unwrap();
-        j.record(4, 4096, 1, FORCE, true);
+        j.record(4, 4096, false, FORCE, true);
         assert!(take_answer(0xfee1, Coll::AllReduce, 4096).is_some());
         assert_eq!(take_answer(0xfee1, Coll::AllReduce, 4096), None);
         journal_release(j);
@@ -914,8 +914,8 @@ mod tests {
     #[test]
     fn an_aggregated_calls_answer_is_unknown() {
         let j = journal_acquire(0xfee2).unwrap();
-        j.record(4, 8192, 2, FORCE, true);
-        j.record_explore(4, 65536, 2, Decision::Default, true);
+        j.record(4, 8192, true, FORCE, true);
+        j.record_explore(4, 65536, true, Decision::Default, true);
         assert_eq!(take_answer(0xfee2, Coll::AllReduce, 8192), None);
         assert_eq!(take_answer(0xfee2, Coll::AllReduce, 65536), None);
         journal_release(j);
@@ -928,8 +928,8 @@ mod tests {
     #[test]
     fn two_same_size_calls_in_one_group_are_not_swapped() {
         let j = journal_acquire(0xfee3).unwrap();
-        j.record_explore(4, 4096, 1, Decision::Default, true);
-        j.record(4, 4096, 1, FORCE, true);
+        j.record_explore(4, 4096, false, Decision::Default, true);
+        j.record(4, 4096, false, FORCE, true);
         assert_eq!(take_answer(0xfee3, Coll::AllReduce, 4096), None);
         assert_eq!(
             take_answer(0xfee3, Coll::AllReduce, 4096).map(|a| a.source),
@@ -950,15 +950,15 @@ mod tests {
         link_rank0(0xfee4, 1);
         let r1 = journal_acquire(0xfee4).unwrap();
         assert!(!core::ptr::eq(r0, r1));
-        r0.record(4, 4096, 1, FORCE, true);
+        r0.record(4, 4096, false, FORCE, true);
         for _ in 0..JOURNAL_LEN {
-            r1.record(4, 1 << 20, 1, Decision::Default, false);
+            r1.record(4, 1 << 20, false, Decision::Default, false);
         }
         assert_eq!(
             take_answer(0xfee4, Coll::AllReduce, 4096).map(|a| a.source),
             Some(Source::Table)
         );
-        r1.record_explore(4, 4096, 1, Decision::Default, true);
+        r1.record_explore(4, 4096, false, Decision::Default, true);
         assert_eq!(take_answer(0xfee4, Coll::AllReduce, 4096), None);
         journal_release(r0);
         journal_release(r1);
@@ -970,13 +970,13 @@ mod tests {
     fn rank_0_links_in_either_init_order_and_unlinked_rings_are_unknown() {
         let r0 = journal_acquire(0xfee5).unwrap();
         link_rank0(0xfee5, 0);
-        r0.record(4, 4096, 1, FORCE, true);
+        r0.record(4, 4096, false, FORCE, true);
         assert!(take_answer(0xfee5, Coll::AllReduce, 4096).is_some());
         journal_release(r0);
         let a = journal_acquire(0xfee6).unwrap();
         let b = journal_acquire(0xfee6).unwrap();
-        a.record(4, 4096, 1, FORCE, true);
-        b.record(4, 4096, 1, FORCE, true);
+        a.record(4, 4096, false, FORCE, true);
+        b.record(4, 4096, false, FORCE, true);
         assert_eq!(take_answer(0xfee6, Coll::AllReduce, 4096), None);
         journal_release(a);
         journal_release(b);
