@@ -252,15 +252,19 @@ impl Journal {
 }
 
 /// The tuner's answer for the collective the profiler of communicator
-/// `comm_id` sees now: `(coll, n_bytes)`. The ranks of one communicator
-/// in this process each own a ring (the tuner's init is not told its
-/// rank, so the profiler cannot tell which is rank 0's): each ring with an
-/// answer for it gives its oldest, which is then taken, so a later call of
-/// the same size cannot find it again. An answer is returned only when
-/// every answer found for it, in every ring, is the same (all ranks answer
-/// a call alike; calls of one size the profiler has not reached yet, e.g.
-/// several in one group, may differ) and is not an aggregate's: anything
-/// else is `None` (`unknown`), never a guess. Lock-free, no allocation.
+/// `comm_id` sees now: `(coll, n_bytes)`, from rank 0's ring (the one
+/// [`link_rank0`] marked, or the communicator's only ring in this process;
+/// several rings and none marked: `None`, as another rank's ring may run
+/// ahead of or behind rank 0's events). The oldest answer for it is taken
+/// (cleared), so a later call of the same size cannot find it again; it is
+/// returned only when every answer for it pending in the ring is the same
+/// (several calls of one size answered before their `Coll` events, as in
+/// one group, may differ) and is not an aggregate's. Anything else is
+/// `None` (`unknown`), never a guess. Lock-free, no allocation.
+///
+/// Left: an answer pushed out of its ring before its `Coll` event (more
+/// than [`JOURNAL_LEN`] calls of that collective answered first) lets that
+/// event take a later call's answer of the same size.
 pub fn take_answer(comm_id: u64, coll: Coll, n_bytes: u64) -> Option<Answer> {
     if n_bytes > ANSWER_BYTES {
         return None;
