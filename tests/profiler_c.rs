@@ -290,6 +290,30 @@ fn the_trace_holds_what_the_standin_fed_for_each_profiler_abi() {
     }
 }
 
+/// NCCL asks the tuner once for collectives it aggregated (numPipeOps > 1,
+/// the summed nBytes), then sends a Coll event per task: no answer links
+/// them, so they are `unknown`, while the calls around them still link.
+/// Each rank's init runs on its own thread, as under ncclCommInitAll.
+/// Failed on the old journal, which gave the aggregated tasks the answer
+/// of an earlier call of their size.
+#[test]
+fn aggregated_collectives_are_unknown_and_ranks_inited_on_threads_still_link() {
+    let s = Standin::new();
+    let args = ["6", "400", "finalize"];
+    let out = s
+        .command(&[], &args, Some(&s.traces))
+        .env("STANDIN_AGGREGATE", "1")
+        .env("STANDIN_INIT_THREADS", "1")
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    assert!(!out.contains("WARN"), "{out}");
+    for source in [" table ", " nccl ", " unknown "] {
+        assert!(out.contains(source), "{source}: {out}");
+    }
+    check_trace(&s, &out, 6, false);
+}
+
 /// NCCL opens the tuner as libnccl-tuner-dyncc.so and the profiler as
 /// libnccl-profiler-dyncc.so; `make install` makes the second a link to
 /// the first, so both names load one object and the profiler still finds

@@ -76,7 +76,8 @@ pub struct Context {
     /// of what NCCL can run (its features come with each call).
     machine: Machine,
     /// With `DYNCC_TRACE` (tuner v5/v6, which know the communicator's id):
-    /// where each answer is recorded for the profiler to link.
+    /// this context's own ring, where each answer is recorded for the
+    /// profiler to link.
     journal: Option<&'static trace::Journal>,
     /// With `DYNCC_EXPLORE`, where this communicator may explore.
     explorer: Option<Box<Explorer>>,
@@ -913,7 +914,7 @@ unsafe extern "C" fn get_coll_info_traced(
         }
         // SAFETY: a non-NULL ctx is a live Context created by init.
         if let Some(j) = unsafe { &*ctx.cast::<Context>() }.journal {
-            j.record(coll_type, n_bytes, d, applied);
+            j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
         }
     });
     NCCL_SUCCESS
@@ -960,9 +961,9 @@ unsafe extern "C" fn get_coll_info_exploring(
         let applied = unsafe { apply(chosen, table, num_algo, num_proto, n_channels) };
         if let Some(j) = ctx.journal {
             if explored {
-                j.record_explore(coll_type, n_bytes, chosen, applied);
+                j.record_explore(coll_type, n_bytes, num_pipe_ops > 1, chosen, applied);
             } else {
-                j.record(coll_type, n_bytes, d, applied);
+                j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
             }
         }
     });
