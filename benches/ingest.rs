@@ -3,6 +3,12 @@
 //! header blocks, rank lines, NCCL INFO noise, data rows of every size).
 //! Reported as bytes/s by divan (`cargo bench --bench ingest`).
 //!
+//! Large sweeps: `csv_sweep_4m` reads a 4M-row tuner CSV (283 MB, 38,850
+//! distinct cells repeated, written once to the temp directory) the way
+//! `compile` reads it, on every core, and reports MB/s and rows/s; the
+//! README's figures for the 2 GB sweep come from `/usr/bin/time -v dyncc
+//! compile` on `examples/gen_sweep`'s file (see there).
+//!
 //! Memory: divan's allocation profiler reports each bench's `max alloc`,
 //! the peak of live heap bytes while it ran. `csv_repeats_folded` reads a
 //! 1M-row sweep of 38,850 distinct cells the way `compile` does (folded as
@@ -13,7 +19,7 @@
 use std::io::Cursor;
 use std::path::Path;
 
-use divan::counter::BytesCount;
+use divan::counter::{BytesCount, ItemsCount};
 use dyncc::ingest::{self, Format, IngestOptions};
 
 // Only the sweep of repeats is used here (the distinct one is compile's).
@@ -154,4 +160,29 @@ fn csv_repeats_records(bencher: divan::Bencher) {
         assert_eq!(ds.records.len(), 1_000_000);
         ds
     });
+}
+
+/// A 4M-row sweep of 38,850 distinct cells repeated, on disk once.
+fn sweep_4m() -> std::path::PathBuf {
+    gen_sweep::generated("dyncc-bench-ingest-repeats-4m.csv", |f| {
+        gen_sweep::write_sweep(f, 4_000_000)
+    })
+}
+
+/// Read throughput on a large sweep, as `compile` reads it (folded, on
+/// every core): bytes and rows per second.
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn csv_sweep_4m(bencher: divan::Bencher) {
+    let path = sweep_4m();
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    bencher
+        .counter(BytesCount::new(len))
+        .counter(ItemsCount::new(4_000_000usize))
+        .bench(|| {
+            let ds =
+                ingest::read_paths_folded(std::slice::from_ref(&path), &IngestOptions::default())
+                    .unwrap();
+            assert_eq!(ds.rows, 4_000_000);
+            ds
+        });
 }

@@ -11,7 +11,7 @@ use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, BucketDecision, Decis
 use serde::Serialize;
 
 use crate::features::Grid;
-use crate::fit::Fitted;
+use crate::fit::{self, Fitted};
 use crate::nodes::{self, NodeModel, OffTrend, Widen};
 use crate::record::Config;
 
@@ -136,12 +136,17 @@ pub struct GridDecisions {
     pub reach: Option<(u32, u32)>,
 }
 
-/// Decides one grid.
-pub fn decide(grid: &Grid, fit: &Fitted, opt: &DecideOptions) -> GridDecisions {
+/// Decides one grid: its noise, then the models of the candidates a
+/// decision at a measured node count consults, then every decision.
+/// `done` is called once per candidate as its model is done (progress).
+pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> GridDecisions {
     // The log gain a setting must clear to be forced at all.
     let ln_margin = (1.0 + opt.margin).ln();
-    let sigma = |ni: usize, si: usize| fit.sigma(ni, si);
-    let (off_trend, widen) = nodes::consistency(grid, &sigma);
+    let sigma = fit::noise(grid);
+    let ns = grid.sizes.len();
+    let (off_trend, widen) = nodes::consistency(grid, &|ni, si| sigma[ni * ns + si]);
+    let wanted = consulted(grid, &sigma, &widen, ln_margin, opt);
+    let fit = &fit::fit(grid, sigma, &wanted, done);
     let model = nodes::calibrate(grid, &widen);
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
@@ -350,6 +355,70 @@ fn decide_unmeasured(
     }
 }
 
+/// A candidate's measured log gain over the default at one cell, and its
+/// sd, when the gain clears the margin plus `opt.z` sds: the cells where
+/// [`decide_measured`] consults the candidate's model.
+#[allow(clippy::too_many_arguments)]
+fn clears_noise(
+    grid: &Grid,
+    sigma: f64,
+    widen: &Widen,
+    ni: usize,
+    si: usize,
+    c: usize,
+    ln_margin: f64,
+    opt: &DecideOptions,
+) -> Result<MeasuredGain, Why> {
+    let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
+        return Err(Why::DefaultBest);
+    };
+    let ln_gain = d.ln_t - m.ln_t;
+    if ln_gain <= ln_margin {
+        return Err(Why::DefaultBest);
+    }
+    // Runs off their neighbours' trend (either side of the ratio) make
+    // the gain less certain.
+    let sd = (sigma * sigma * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64)
+        + widen.get(ni, 0)
+        + widen.get(ni, c))
+    .sqrt();
+    if ln_gain <= ln_margin + opt.z * sd {
+        return Err(Why::WithinNoise);
+    }
+    Ok(MeasuredGain { ln_gain, sd })
+}
+
+/// A measured gain past the noise: its log and its sd.
+struct MeasuredGain {
+    ln_gain: f64,
+    sd: f64,
+}
+
+/// Per candidate (indexed as the grid's configs): whether a decision
+/// consults its model, i.e. whether it clears the noise anywhere measured.
+/// Models nobody reads are not fitted; on sweeps where most settings never
+/// beat the default that is most of the fitting.
+fn consulted(
+    grid: &Grid,
+    sigma: &[f64],
+    widen: &Widen,
+    ln_margin: f64,
+    opt: &DecideOptions,
+) -> Vec<bool> {
+    let ns = grid.sizes.len();
+    (0..grid.configs.len())
+        .map(|c| {
+            c > 0
+                && (0..grid.nodes.len()).any(|ni| {
+                    (0..ns).any(|si| {
+                        clears_noise(grid, sigma[ni * ns + si], widen, ni, si, c, ln_margin, opt)
+                            .is_ok()
+                    })
+                })
+        })
+        .collect()
+}
+
 fn decide_measured(
     grid: &Grid,
     fit: &Fitted,
@@ -359,9 +428,9 @@ fn decide_measured(
     ln_margin: f64,
     opt: &DecideOptions,
 ) -> Choice {
-    let Some(d) = grid.get(ni, si, 0) else {
+    if grid.get(ni, si, 0).is_none() {
         return Choice::default(Why::NoDefaultRun, Basis::Measured);
-    };
+    }
     if (1..grid.configs.len()).all(|c| grid.get(ni, si, c).is_none()) {
         return Choice::default(Why::OnlyDefaultMeasured, Basis::Measured);
     }
@@ -369,26 +438,15 @@ fn decide_measured(
     let mut best: Option<Candidate> = None;
     let mut why = Why::DefaultBest;
     for c in 1..grid.configs.len() {
-        let Some(m) = grid.get(ni, si, c) else {
-            continue;
-        };
-        let ln_gain = d.ln_t - m.ln_t;
-        if ln_gain <= ln_margin {
-            continue;
-        }
-        // Runs off their neighbours' trend (either side of the ratio) make
-        // the gain less certain.
-        let sd = (sigma * sigma * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64)
-            + widen.get(ni, 0)
-            + widen.get(ni, c))
-        .sqrt();
-        if ln_gain <= ln_margin + opt.z * sd {
-            why = why.max(Why::WithinNoise);
-            continue;
-        }
-        let ln_gain_model = fit
-            .predict(c, grid.sizes[si], grid.nodes[ni], grid.ppn)
-            .unwrap_or(ln_gain);
+        let MeasuredGain { ln_gain, sd } =
+            match clears_noise(grid, sigma, widen, ni, si, c, ln_margin, opt) {
+                Ok(g) => g,
+                Err(w) => {
+                    why = why.max(w);
+                    continue;
+                }
+            };
+        let ln_gain_model = fit.predict(c, ni, si).unwrap_or(ln_gain);
         // Weak evidence needs corroboration: the model sees the
         // neighbours too, and an advantage it cannot reproduce over them is
         // an isolated, possibly noisy, measurement. Strong evidence (more
@@ -542,7 +600,6 @@ mod tests {
     use super::*;
     use crate::features::build_grids;
     use crate::features::tests::{cell, cfg};
-    use crate::fit::fit;
     use crate::record::{Algo, Cell, Collective, Proto};
 
     /// Default 10 us + size/10 GB/s; Tree/LL `ratio` times the default below
@@ -587,7 +644,7 @@ mod tests {
     fn run(cells: &[Cell], opt: &DecideOptions) -> (Grid, GridDecisions) {
         let (g, _) = build_grids(cells);
         let g = g.into_iter().next().unwrap();
-        let d = decide(&g, &fit(&g), opt);
+        let d = decide(&g, opt, &|| {});
         (g, d)
     }
 

@@ -7,13 +7,14 @@
 
 use anyhow::{bail, Context};
 use dyncc_tables::Table;
+use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::ingest::fold::Folded;
 use crate::ingest::Dataset;
 use crate::nodes::{self, Widen};
-use crate::pipeline::{compile_dataset, CompileOptions, Compiled};
+use crate::pipeline::{compile_in_pool, with_jobs, CompileOptions, Compiled};
 use crate::record::{Cell, Collective, Config, State};
 
 /// A cell more than this much slower than NCCL's default is a regression.
@@ -542,14 +543,15 @@ pub fn cross_validate(
     nodes.sort_unstable();
     nodes.dedup();
     let folds = folds(&nodes, mode)?;
-    let mut all = Vec::new();
-    for f in &folds {
+    // Folds compile in parallel on one pool (their grids and models too);
+    // each fold's cells are collected in fold order, as one by one.
+    let score_fold = |f: &Fold| -> anyhow::Result<Vec<Scored>> {
         let train = Dataset {
             folded: of_nodes(&f.train),
             ..Default::default()
         };
         let mut test = of_nodes(&f.test);
-        let c = compile_dataset(train, opts).with_context(|| {
+        let c = compile_in_pool(train, opts).with_context(|| {
             format!(
                 "compiling from node counts {:?} (--cv {})",
                 f.train,
@@ -564,7 +566,14 @@ pub fn cross_validate(
         let (_, scored) = score_groups(&table, &group(&test.cells()), &|k, m| {
             visible_at(&c, margin, k, m)
         });
-        all.extend(scored);
+        Ok(scored)
+    };
+    let per_fold: Vec<anyhow::Result<Vec<Scored>>> =
+        with_jobs(opts.jobs, || folds.par_iter().map(score_fold).collect())?;
+    let mut all = Vec::new();
+    // The first failing fold's error in fold order, whatever the threads' order.
+    for scored in per_fold {
+        all.extend(scored?);
     }
     let mut score = Score::default();
     summarise(&mut score, &all);

@@ -1,14 +1,16 @@
 //! Fit: per grid, a noise estimate for every (node, size), and one
-//! gradient-boosted model per candidate predicting its log-time advantage
-//! over NCCL's default, so node counts and sizes between measured ones are
-//! predicted rather than guessed.
+//! gradient-boosted model per candidate of its log-time advantage over
+//! NCCL's default, fitted over all the grid's cells, so a decision at one
+//! cell can ask whether the neighbours bear its measurement out. Only the
+//! models' values at the measured cells are kept: that is all a decision
+//! reads, and the trees are freed with the fit.
 
-use forust_ml::objective::ObjectiveType;
-use forust_ml::{GradientBooster, Matrix};
+use rayon::prelude::*;
+
+use crate::boost::{boost, Params};
 
 use crate::features::{features, Grid, N_FEATURES};
 use crate::stats::{median, quantile};
-use crate::tree::Forest;
 
 /// The floor of the noise estimate: even perfectly repeatable runs differ
 /// this much from one job to the next.
@@ -18,10 +20,10 @@ pub(crate) const MAX_SIGMA: f64 = 0.5;
 /// The models and noise levels of one grid.
 pub struct Fitted {
     /// Per candidate config (index as in the grid; entry 0, the default, is
-    /// `None`): predicted ln(t_default) - ln(t_candidate).
-    pub advantage: Vec<Option<Forest>>,
-    /// Per candidate: RMS residual of the model on its training cells.
-    pub resid: Vec<f64>,
+    /// `None`, as is every candidate no decision reads): its model's
+    /// predicted ln(t_default) - ln(t_candidate) per (node, size), NaN
+    /// where the pair was not measured.
+    advantage: Vec<Option<Vec<f64>>>,
     /// Per (node, size): estimated sd of ln(time) of one measurement.
     sigma: Vec<f64>,
     n_sizes: usize,
@@ -33,95 +35,74 @@ impl Fitted {
         self.sigma[node * self.n_sizes + size]
     }
 
-    /// Predicted advantage of candidate `cfg` over the default (ln ratio;
-    /// positive = faster than the default).
-    pub fn predict(&self, cfg: usize, nbytes: u64, nnodes: u32, ppn: u32) -> Option<f64> {
-        let f = self.advantage.get(cfg)?.as_ref()?;
-        Some(f.predict(&features(nbytes, nnodes, ppn)))
+    /// The model's advantage of candidate `cfg` over the default at a
+    /// measured (node, size) of the grid (ln ratio; positive = faster
+    /// than the default); `None` where it was not fitted or not measured.
+    pub fn predict(&self, cfg: usize, node: usize, size: usize) -> Option<f64> {
+        let v = self.advantage.get(cfg)?.as_ref()?[node * self.n_sizes + size];
+        (!v.is_nan()).then_some(v)
     }
 }
 
-/// Fits the models of one grid.
-pub fn fit(grid: &Grid) -> Fitted {
-    let sigma = noise(grid);
-    let mut advantage = vec![None];
-    let mut resid = vec![0.0];
-    for c in 1..grid.configs.len() {
-        let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
-        let mut y = Vec::new();
-        let mut w = Vec::new();
-        for ni in 0..grid.nodes.len() {
-            for si in 0..grid.sizes.len() {
-                let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
-                    continue;
-                };
-                x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
-                y.push(d.ln_t - m.ln_t);
-                // Noisier cells count less.
-                let s = sigma[ni * grid.sizes.len() + si];
-                w.push(1.0 / (s * s).max(1e-4));
+/// Fits the models of one grid's candidates that `wanted` names (indexed
+/// as the grid's configs; the others are never read, so never fitted), in
+/// parallel on the caller's pool and collected in candidate order.
+/// `sigma` is [`noise`] of the grid; `done` is called once per candidate
+/// (fitted or not) as it is done, for progress.
+pub fn fit(grid: &Grid, sigma: Vec<f64>, wanted: &[bool], done: &(dyn Fn() + Sync)) -> Fitted {
+    let advantage = (0..grid.configs.len())
+        .into_par_iter()
+        .map(|c| {
+            let m = (c > 0 && wanted.get(c).copied().unwrap_or(false))
+                .then(|| fit_candidate(grid, &sigma, c))
+                .flatten();
+            if c > 0 {
+                done();
             }
-        }
-        if y.len() < 4 {
-            advantage.push(None);
-            resid.push(f64::INFINITY);
-            continue;
-        }
-        let forest = boost(&x, &y, &w);
-        let r = (x
-            .iter()
-            .zip(&y)
-            .map(|(xi, yi)| (forest.predict(xi) - yi).powi(2))
-            .sum::<f64>()
-            / y.len() as f64)
-            .sqrt();
-        advantage.push(Some(forest));
-        resid.push(r);
-    }
+            m
+        })
+        .collect();
     Fitted {
         advantage,
-        resid,
         sigma,
         n_sizes: grid.sizes.len(),
     }
 }
 
-/// Gradient-boosted trees on (x, y, w), converted to the flat IR.
-fn boost(x: &[[f64; N_FEATURES]], y: &[f64], w: &[f64]) -> Forest {
-    let n = x.len();
-    // forust takes column-major data.
-    let mut cols = vec![0.0; n * N_FEATURES];
-    for (i, row) in x.iter().enumerate() {
-        for (j, v) in row.iter().enumerate() {
-            cols[j * n + i] = *v;
+/// Candidate `c`'s model of its advantage over the default, at every
+/// (node, size) (NaN where not both measured); `None` with fewer than
+/// four cells measured with both.
+fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Option<Vec<f64>> {
+    let ns = grid.sizes.len();
+    let mut at: Vec<usize> = Vec::new();
+    let mut x: Vec<[f64; N_FEATURES]> = Vec::new();
+    let mut y = Vec::new();
+    let mut w = Vec::new();
+    for ni in 0..grid.nodes.len() {
+        for si in 0..ns {
+            let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
+                continue;
+            };
+            at.push(ni * ns + si);
+            x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
+            y.push(d.ln_t - m.ln_t);
+            // Noisier cells count less.
+            let s = sigma[ni * ns + si];
+            w.push(1.0 / (s * s).max(1e-4));
         }
     }
-    let m = Matrix::new(&cols, n, N_FEATURES);
-    let mut b = GradientBooster::default()
-        .set_objective_type(ObjectiveType::SquaredLoss)
-        .set_iterations(300)
-        .set_learning_rate(0.1)
-        .set_max_depth(4)
-        .set_min_leaf_weight(3.0)
-        .set_l2(1.0)
-        .set_parallel(false)
-        .set_seed(0);
-    // Weights are relative; normalise them to mean 1 so that l2 and the
-    // minimum leaf weight (about three cells: no leaf may isolate a single,
-    // possibly noisy, measurement) mean the same at any noise level.
-    let mean_w = w.iter().sum::<f64>() / n as f64;
-    let w: Vec<f64> = w.iter().map(|v| v / mean_w).collect();
-    match b.fit(&m, y, &w, None) {
-        Ok(()) => Forest::from_forust(&b),
-        Err(_) => {
-            // Degenerate data (e.g. one distinct feature row): the mean.
-            let mean = y.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>() / w.iter().sum::<f64>();
-            Forest {
-                base: mean,
-                trees: Vec::new(),
-            }
-        }
+    if y.len() < 4 {
+        return None;
     }
+    // Weights are relative (the learner normalises them to mean 1, so that
+    // l2 and the least leaf weight, about three cells, mean the same at any
+    // noise level: no leaf may isolate a single, possibly noisy, cell).
+    let fitted = boost(&x, &y, &w, &Params::default()).fitted;
+    let mut out = vec![f64::NAN; grid.nodes.len() * ns];
+    for (i, v) in at.into_iter().zip(fitted) {
+        out[i] = v;
+    }
+    Some(out)
 }
 
 /// Noise of one sample's ln(time) at every (node, size) of the grid,
@@ -250,9 +231,12 @@ mod tests {
             }
         }
         let (grids, _) = build_grids(&cells);
-        let f = fit(&grids[0]);
-        let small = f.predict(1, 1024, 3, 8).unwrap();
-        let large = f.predict(1, 1 << 24, 3, 8).unwrap();
+        let g = &grids[0];
+        let f = fit(g, noise(g), &vec![true; g.configs.len()], &|| {});
+        // Node count 2, 1 KiB and 16 MiB.
+        let size = |b: u64| g.sizes.iter().position(|&s| s == b).unwrap();
+        let small = f.predict(1, 1, size(1024)).unwrap();
+        let large = f.predict(1, 1, size(1 << 24)).unwrap();
         assert!((small - (1.0f64 / 0.8).ln()).abs() < 0.05, "{small}");
         assert!((large - (1.0f64 / 1.3).ln()).abs() < 0.05, "{large}");
         // Smooth noiseless curves: the noise estimate stays small.

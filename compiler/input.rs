@@ -1,7 +1,7 @@
-//! Bounded reading of every file a command names other than sweep logs
-//! (which `ingest` streams line by line): tables, `query --batch` files,
-//! `eval --truth` files, `simulate --calibrate` and `--profile-file` files,
-//! `--manifest` files, trace files.
+//! Bounded reading of every file a command names: tables, `query --batch`
+//! files, `eval --truth` files, `simulate --calibrate` and `--profile-file`
+//! files, `--manifest` files, trace files, and the sweeps `ingest` streams
+//! ([`open_sweep`]).
 //!
 //! Each is opened with `O_NONBLOCK` (so opening a FIFO returns at once
 //! instead of waiting for a writer), `fstat`ed, and refused unless it is a
@@ -79,9 +79,19 @@ pub const PROFILE: Kind = Kind {
     expected: "one profile in TOML or JSON, as `dyncc simulate --list-profiles --json` prints",
 };
 
+/// A sweep file (an nccl-tests log, JSON or CSV), streamed: the limit only
+/// keeps a runaway file (a log a job never stopped writing) from being read
+/// for hours; README's 2 GB sweep reads in seconds.
+pub const SWEEP: Kind = Kind {
+    what: "sweep file",
+    limit: 1 << 40,
+    expected: "an nccl-tests log, JSON or CSV file",
+};
+
 /// `n` bytes in the largest binary unit that divides it, for limits.
 fn size(n: u64) -> String {
     match n {
+        n if n >= 1 << 40 && n % (1 << 40) == 0 => format!("{} TiB", n >> 40),
         n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{} GiB", n >> 30),
         n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
         n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
@@ -185,6 +195,46 @@ pub fn open(path: &Path, kind: &'static Kind) -> anyhow::Result<Bounded> {
     }
     if meta.len() > kind.limit {
         return Err(kind.too_large(path, &format!("{} bytes", meta.len())));
+    }
+    Ok(Bounded {
+        file,
+        path: path.to_path_buf(),
+        kind,
+        read: 0,
+    })
+}
+
+/// Opens a sweep file as [`open`] opens any other (no wait on a FIFO,
+/// nothing but a regular file within [`SWEEP`]'s limit), saying why not
+/// without the file's name: the reader names it as `file:0`, strict or
+/// lenient as it reads.
+pub fn open_sweep(path: &Path) -> Result<Bounded, String> {
+    let kind = &SWEEP;
+    // O_NONBLOCK: as in `open`.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("cannot open the file: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot inspect the file: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!(
+            "the file is {}, not a regular file; not read (dyncc reads only regular files: a \
+             FIFO can block forever, a device never ends); expected {}",
+            type_name(meta.file_type()),
+            kind.expected
+        ));
+    }
+    if meta.len() > kind.limit {
+        return Err(format!(
+            "the file is {} bytes, over the {} limit for a {}; not read; expected {}",
+            meta.len(),
+            size(kind.limit),
+            kind.what,
+            kind.expected
+        ));
     }
     Ok(Bounded {
         file,

@@ -11,6 +11,7 @@
 
 pub mod atomic;
 pub mod audit;
+pub mod boost;
 pub mod cmd;
 pub mod decide;
 pub mod distil;
@@ -23,6 +24,7 @@ pub mod input;
 pub mod nodes;
 pub mod pipeline;
 pub mod plan;
+pub mod progress;
 pub mod record;
 pub mod report;
 pub mod simulate;

@@ -6,6 +6,11 @@
 //! benchmarks and the tests call [`compile_dataset`] with [`CompileOptions`],
 //! whose defaults are the command line's.
 //!
+//! Grids and their candidates' models are fitted on [`CompileOptions::jobs`]
+//! threads ([`with_jobs`]); each model is fitted by one thread and results
+//! are collected in grid and candidate order, so the table is the same
+//! for any number of jobs.
+//!
 //! [`features`]: crate::features
 //! [`fit`]: crate::fit
 //! [`decide`]: crate::decide
@@ -17,12 +22,12 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 use dyncc_tables::{bucket_lower_bound, size_bucket, Coll, Table, NCCL_ENUM, NUM_BUCKETS};
+use rayon::prelude::*;
 
 use crate::decide::{decide, DecideOptions, GridDecisions};
 use crate::distil::{distil, tree_features, Sample};
 use crate::emit::{self, PlannedContext, PlannedTree};
 use crate::features::{build_grids, Grid};
-use crate::fit::fit;
 use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
 use crate::record::{Cell, CellKey};
@@ -42,6 +47,22 @@ pub struct CompileOptions {
     pub command: String,
     /// Drop (and report) what the checks refuse instead of failing.
     pub lenient: bool,
+    /// Threads to fit on; 0: every available core (`--jobs`).
+    pub jobs: usize,
+    /// Show the fitting's progress on stderr (where it is a terminal and
+    /// the fitting takes over a second).
+    pub progress: bool,
+}
+
+/// Runs `work` on a pool of `jobs` threads (0: every available core); the
+/// parallel parts of the pipeline inside it use that pool.
+pub fn with_jobs<R: Send>(jobs: usize, work: impl FnOnce() -> R + Send) -> anyhow::Result<R> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(|i| format!("dyncc-fit-{i}"))
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting {jobs} fitting threads: {e}; try fewer --jobs"))?;
+    Ok(pool.install(work))
 }
 
 /// A compiled table and everything that explains it.
@@ -56,7 +77,13 @@ pub struct Compiled {
 /// Compiles a sweep already read: the whole pipeline. It consumes the
 /// dataset, so a sweep read folded ([`crate::ingest::read_paths_folded`],
 /// as `dyncc compile` reads) is never copied.
-pub fn compile_dataset(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
+pub fn compile_dataset(ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
+    with_jobs(opts.jobs, || compile_in_pool(ds, opts))?
+}
+
+/// [`compile_dataset`] on the pool the caller runs in (cross-validation
+/// compiles its folds on one pool).
+pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
     let mut f = ds.take_folded();
     check_repeats(&mut f, &mut ds.skipped, opts.lenient)?;
     check_default_runs(&mut f, &mut ds.skipped, opts.lenient)?;
@@ -74,8 +101,7 @@ pub fn compile_dataset(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result
             .filter(|g| !g.samples.is_empty())
             .map(|g| g.key.file.as_path()),
     );
-    let mut c = compile_cells(&cells, &platform, opts, &inputs)?;
-    c.report.inputs = Inputs {
+    let counted = Inputs {
         files: ds.files,
         rows: ds.rows,
         records: f.len(),
@@ -88,19 +114,26 @@ pub fn compile_dataset(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result
         skipped: ds.skipped.len(),
         cells: cells.len(),
     };
+    // The measurements are in the cells now: their groups go before the
+    // fitting, which holds the grids.
+    drop(f);
+    let mut c = compile_cells(cells, &platform, opts, &inputs)?;
+    c.report.inputs = counted;
     c.report.skipped = ds.skipped;
     c.report.notes.extend(ds.notes);
     Ok(c)
 }
 
-/// Compiles aggregated cells: the pure core, also used by cross-validation.
+/// Compiles aggregated cells: the pure core. The cells are freed once
+/// arranged into grids, before the fitting.
 pub fn compile_cells(
-    cells: &[Cell],
+    cells: Vec<Cell>,
     platform: &Platform,
     opts: &CompileOptions,
     inputs: &str,
 ) -> anyhow::Result<Compiled> {
-    let (grids, notes) = build_grids(cells);
+    let (grids, notes) = build_grids(&cells);
+    drop(cells);
     if grids.is_empty() {
         bail!(
             "no measurements of a collective NCCL lets a tuner decide (broadcast, reduce, allgather, \
@@ -123,10 +156,18 @@ pub fn compile_cells(
             w[1].state
         );
     }
+    // Models done of all candidates', with an ETA (see `progress`).
+    let progress = crate::progress::Progress::new(
+        opts.progress,
+        grids.iter().map(|g| g.configs.len() as u64 - 1).sum(),
+        "{spinner} fitting [{bar:30}] {pos}/{len} models, ETA {eta}",
+    );
+    let done = || progress.inc(1);
     let decided: Vec<GridDecisions> = grids
-        .iter()
-        .map(|g| decide(g, &fit(g), &opts.decide))
+        .par_iter()
+        .map(|g| decide(g, &opts.decide, &done))
         .collect();
+    progress.finish();
     let contexts = emit::plan(&grids, &decided, opts.decide.extrapolate);
     let trees = distil_all(&grids, &contexts, opts.decide.extrapolate);
 
@@ -532,6 +573,14 @@ fn check_repeats(
         line: u32,
     }
     type PerFile<'a> = BTreeMap<&'a Path, InFile>;
+    // Repeats are compared across files: with one file there is nothing to
+    // compare (and a million cells of one file would pay for hashing each).
+    let mut files = f.groups.iter().map(|g| g.key.file.as_path());
+    if let Some(first) = files.next() {
+        if files.all(|p| p == first) {
+            return Ok(());
+        }
+    }
     let sigma = sweep_noise(f);
     let limit = (REPEAT_SD * std::f64::consts::SQRT_2 * sigma).max(REPEAT_MIN_FACTOR.ln());
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
@@ -735,7 +784,7 @@ mod tests {
             })
             .collect();
         cells.extend(registered);
-        let Err(e) = compile_cells(&cells, &Platform::default(), &CompileOptions::default(), "")
+        let Err(e) = compile_cells(cells, &Platform::default(), &CompileOptions::default(), "")
         else {
             panic!("two states of one communicator compiled into one table");
         };
@@ -756,7 +805,7 @@ mod tests {
                 },
                 ..Default::default()
             };
-            let c = compile_cells(&sweep(), &Platform::default(), &opts, "").unwrap();
+            let c = compile_cells(sweep(), &Platform::default(), &opts, "").unwrap();
             let t = Table::from_bytes(&c.bytes).unwrap();
             // Every planned context, at every bucket, for node counts at both
             // ends of its range: the first matching planned context is what
@@ -794,7 +843,7 @@ mod tests {
     #[test]
     fn compiles_the_expected_decisions() {
         let c = compile_cells(
-            &sweep(),
+            sweep(),
             &Platform::default(),
             &CompileOptions::default(),
             "",

@@ -1,9 +1,9 @@
-//! dyncc's own flat tree IR. Every learner (forust-ml's boosted trees, the
-//! distilling CART) converts into it, so prediction, printing and the table
+//! dyncc's own flat tree IR. Every learner (the boosted trees of
+//! [`crate::boost`], the distilling CART) builds it, so prediction, printing and the table
 //! never depend on a library's internals.
 
 /// One node. `Split` sends `x[feature] < threshold` left, everything else
-/// right (forust-ml's and the table's convention).
+/// right (the table's convention too).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Node<L> {
     Split {
@@ -84,49 +84,6 @@ impl Forest {
     pub fn predict(&self, x: &[f64]) -> f64 {
         self.base + self.trees.iter().map(|t| *t.leaf(x)).sum::<f64>()
     }
-
-    /// Converts a fitted forust-ml booster. Nodes are renumbered in
-    /// breadth-first order so children always follow their parent.
-    pub fn from_forust(b: &forust_ml::GradientBooster) -> Forest {
-        let trees = b
-            .trees
-            .iter()
-            .map(|t| {
-                let find = |num: usize| t.nodes.iter().find(|n| n.num == num);
-                let mut out: Vec<Node<f64>> = Vec::with_capacity(t.nodes.len());
-                // (forust node num, slot in `out`)
-                let mut queue = std::collections::VecDeque::new();
-                if let Some(root) = t.nodes.first() {
-                    out.push(Node::Leaf(0.0));
-                    queue.push_back((root.num, 0usize));
-                }
-                while let Some((num, slot)) = queue.pop_front() {
-                    let Some(n) = find(num) else { continue };
-                    if n.is_leaf {
-                        out[slot] = Node::Leaf(n.weight_value as f64);
-                    } else {
-                        let l = out.len();
-                        out.push(Node::Leaf(0.0));
-                        let r = out.len();
-                        out.push(Node::Leaf(0.0));
-                        queue.push_back((n.left_child, l));
-                        queue.push_back((n.right_child, r));
-                        out[slot] = Node::Split {
-                            feature: n.split_feature,
-                            threshold: n.split_value,
-                            left: l as u32,
-                            right: r as u32,
-                        };
-                    }
-                }
-                FlatTree { nodes: out }
-            })
-            .collect();
-        Forest {
-            base: b.base_score,
-            trees,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -151,37 +108,5 @@ mod tests {
         assert_eq!(*t.leaf(&[1.5]), "high");
         assert_eq!(t.depth(), 1);
         assert_eq!(t.leaves(), 2);
-    }
-
-    #[test]
-    fn forust_conversion_reproduces_predictions() {
-        // y = step in x0 plus a slope in x1; 200 rows.
-        let n = 200;
-        let mut cols = vec![0.0f64; n * 2];
-        let mut y = vec![0.0f64; n];
-        for i in 0..n {
-            let x0 = (i % 20) as f64;
-            let x1 = (i / 20) as f64;
-            cols[i] = x0;
-            cols[n + i] = x1;
-            y[i] = if x0 < 7.0 { 1.0 } else { 3.0 } + 0.2 * x1;
-        }
-        let m = forust_ml::Matrix::new(&cols, n, 2);
-        let mut b = forust_ml::GradientBooster::default()
-            .set_objective_type(forust_ml::objective::ObjectiveType::SquaredLoss)
-            .set_iterations(30)
-            .set_max_depth(3)
-            .set_parallel(false);
-        b.fit(&m, &y, &vec![1.0; n], None).unwrap();
-        let want = b.predict(&m, false);
-        let f = Forest::from_forust(&b);
-        for i in 0..n {
-            let got = f.predict(&[cols[i], cols[n + i]]);
-            assert!(
-                (got - want[i]).abs() < 1e-9,
-                "row {i}: {got} vs {}",
-                want[i]
-            );
-        }
     }
 }

@@ -534,3 +534,33 @@ fn assume_shape_values_must_agree_with_the_files() {
         );
     }
 }
+
+/// `compile`'s sweeps were opened by a reader of their own, which told a
+/// FIFO, a socket and a device apart by none of their names ("not a
+/// regular file (a FIFO, socket or device)") and had no limit: they now go
+/// through the bounded reader every other file goes through, with its
+/// words for what a file is and its refusal before a byte is read.
+#[test]
+fn compile_reads_sweeps_through_the_bounded_reader() {
+    let compile: &[&'static str] = &["compile", "IN", "-o", "OUT"];
+    check(&[
+        row(
+            Input::DevZero,
+            compile,
+            2,
+            "the file is a character device, not a regular file; not read",
+        ),
+        row(
+            Input::Fifo,
+            compile,
+            2,
+            "the file is a FIFO (named pipe), not a regular file; not read",
+        ),
+        row(
+            Input::Sparse((1 << 40) + 1),
+            compile,
+            2,
+            "over the 1 TiB limit for a sweep file; not read",
+        ),
+    ]);
+}

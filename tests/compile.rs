@@ -1126,3 +1126,189 @@ fn compile_refuses_to_write_a_table_to_a_terminal() {
         );
     }
 }
+
+/// The table must not depend on how many threads fitted it: a compile on
+/// one thread and on four give the same bytes but for the command line
+/// (and the body checksum over it), and `dyncc diff` finds no difference.
+#[test]
+fn compiles_on_1_and_4_jobs_give_the_same_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = root().join("datasets/sim");
+    let table = |jobs: &str| {
+        // Equal-length names and arguments: only the job count differs.
+        let out = dir.path().join(format!("t{jobs}.tbl"));
+        let run = dyncc()
+            .args(["compile", "--jobs", jobs, "-o"])
+            .arg(&out)
+            .arg(&sim)
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        (out.clone(), std::fs::read(&out).unwrap())
+    };
+    let (p1, one) = table("1");
+    let (p4, mut four) = table("4");
+    let command = |bytes: &[u8]| {
+        let t = dyncc_tables::Table::from_bytes(bytes).unwrap();
+        t.meta("command").unwrap().to_string()
+    };
+    let (c1, c4) = (command(&one), command(&four));
+    assert_ne!(c1, c4, "the command lines name their job counts");
+    assert_eq!(one.len(), four.len());
+    let at = four
+        .windows(c4.len())
+        .position(|w| w == c4.as_bytes())
+        .expect("the command line is stored verbatim");
+    four[at..at + c4.len()].copy_from_slice(c1.as_bytes());
+    // Bytes 32..36: the checksum of the body, which holds the command line.
+    let same = |a: &[u8], b: &[u8]| a[..32] == b[..32] && a[36..] == b[36..];
+    assert!(
+        same(&one, &four),
+        "the tables differ beyond the command line"
+    );
+    let diff = dyncc().arg("diff").arg(&p1).arg(&p4).output().unwrap();
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+}
+
+/// Cross-validation compiles its folds in parallel: its scores must not
+/// depend on the number of threads either.
+#[test]
+fn cross_validation_on_1_and_4_jobs_scores_the_same() {
+    let cv = |jobs: &str| {
+        let out = dyncc()
+            .args(["eval", "--cv", "all", "--json", "--jobs", jobs])
+            .arg(real("nvidia-dgx2v-allreduce.csv"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    assert_eq!(
+        String::from_utf8(cv("1")).unwrap(),
+        String::from_utf8(cv("4")).unwrap()
+    );
+}
+
+/// A 200,000-cell sweep (every row its own cell) in `dir`: on one thread
+/// its fitting takes well over the second after which progress shows.
+fn long_sweep(dir: &Path) -> PathBuf {
+    let path = dir.join("distinct.csv");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    crate::support::gen_sweep::write_distinct_sweep(&mut f, 200_000).unwrap();
+    std::io::Write::flush(&mut f).unwrap();
+    path
+}
+
+/// Runs `dyncc compile --jobs 1 INPUT` with stderr on a fresh
+/// pseudo-terminal (stdout piped); returns what the terminal received
+/// and stdout.
+fn compile_on_a_terminal(input: &Path, out: &Path, extra: &[&str]) -> (String, String) {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes two descriptors into the given ints; the name,
+    // termios and window-size pointers may be null.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty failed: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors were just opened by openpty and are owned
+    // by nothing else.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut child = dyncc()
+        .args(["compile", "--jobs", "1"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(input)
+        .env("TERM", "xterm")
+        .stdout(std::process::Stdio::piped())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    // The parent's copy of the slave went with the Command: reading the
+    // master ends (EIO) once the child has exited.
+    let reader = std::thread::spawn(move || {
+        let mut f = std::fs::File::from(master);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = f.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    });
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    (reader.join().unwrap(), stdout)
+}
+
+/// Long fitting shows its progress (models fitted of all, with an ETA) on a
+/// terminal's stderr, never on stdout; not with --quiet.
+#[test]
+fn progress_shows_on_a_terminal_and_not_with_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = long_sweep(dir.path());
+    let out = dir.path().join("t.tbl");
+    let (term, stdout) = compile_on_a_terminal(&input, &out, &[]);
+    assert!(
+        term.contains("fitting") && term.contains("/360 models") && term.contains("ETA"),
+        "no progress on the terminal: {term:?}"
+    );
+    assert!(!stdout.contains("fitting"), "{stdout}");
+    assert!(stdout.contains("wrote"), "{stdout}");
+    let (term, _) = compile_on_a_terminal(&input, &out, &["--quiet"]);
+    assert!(
+        !term.contains("fitting"),
+        "progress despite --quiet: {term:?}"
+    );
+}
+
+/// The same long compile with stderr a pipe (a script, a CI log) prints no
+/// progress at all.
+#[test]
+fn progress_does_not_show_in_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = long_sweep(dir.path());
+    let run = dyncc()
+        .args(["compile", "--jobs", "1", "-o"])
+        .arg(dir.path().join("t.tbl"))
+        .arg(&input)
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    assert!(run.status.success());
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!stderr.contains("fitting"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "escape codes in a pipe: {stderr:?}"
+    );
+}

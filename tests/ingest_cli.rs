@@ -193,3 +193,80 @@ fn inspect_says_each_remedy_once_names_tbl_and_no_zero_shape() {
         .collect();
     assert_eq!(row[..4], ["allreduce", "?", "?", "unknown"], "{s}");
 }
+
+/// What `dyncc compile` of a shipped sweep writes to stderr when stderr is
+/// a pseudo-terminal (`tty`) or a pipe, with progress shown at once (the
+/// one-second wait set to 0, as a long read would reach it).
+fn compile_stderr(tty: bool, quiet: bool) -> String {
+    use std::io::Read as _;
+    use std::os::fd::{FromRawFd as _, OwnedFd};
+    let d = tempfile::tempdir().unwrap();
+    let sweep =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let mut cmd = dyncc();
+    cmd.args(["compile", sweep.to_str().unwrap(), "-o"])
+        .arg(d.path().join("t.tbl"))
+        .env(dyncc::progress::SHOW_AFTER_ENV, "0")
+        .stdout(std::process::Stdio::null());
+    if quiet {
+        cmd.arg("--quiet");
+    }
+    if !tty {
+        let out = cmd.stderr(std::process::Stdio::piped()).output().unwrap();
+        assert!(out.status.success());
+        return String::from_utf8_lossy(&out.stderr).into_owned();
+    }
+    let (mut master, mut slave) = (0, 0);
+    let size = libc::winsize {
+        ws_row: 24,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: openpty writes two descriptors into the ints given; the name
+    // and termios pointers may be null; the winsize is read only.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            &size,
+        )
+    };
+    assert_eq!(rc, 0, "openpty");
+    // SAFETY: both descriptors were just opened by openpty and are owned
+    // here alone.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut child = cmd
+        .stderr(std::process::Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    // The child holds the only other end now: reading ends (EIO) when it exits.
+    drop(cmd);
+    let mut master = std::fs::File::from(master);
+    let mut out = Vec::new();
+    let reader = std::thread::spawn(move || {
+        let _ = master.read_to_end(&mut out);
+        out
+    });
+    assert!(child.wait().unwrap().success());
+    String::from_utf8_lossy(&reader.join().unwrap()).into_owned()
+}
+
+/// Progress of the files and bytes read is drawn on a terminal, and never
+/// in a pipe (a log file, a CI job) or with `--quiet`.
+#[test]
+fn reading_progress_shows_on_a_terminal_only() {
+    let tty = compile_stderr(true, false);
+    assert!(
+        tty.contains("reading file 1/1: nvidia-dgx1v-allreduce.csv"),
+        "{tty:?}"
+    );
+    assert!(tty.contains("KiB"), "bytes read: {tty:?}");
+    let pipe = compile_stderr(false, false);
+    assert!(!pipe.contains("reading"), "{pipe:?}");
+    assert!(!pipe.contains('\x1b'), "{pipe:?}");
+    let quiet = compile_stderr(true, true);
+    assert!(!quiet.contains("reading"), "{quiet:?}");
+}

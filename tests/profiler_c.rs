@@ -22,6 +22,11 @@ use crate::support::tools::{require_c_compiler, require_tool};
 /// to 64 KiB (slower than NCCL's own choice in the stand-in's world, so
 /// the two are told apart), NCCL's default above. AllGather: no context.
 fn standin_table() -> Vec<u8> {
+    standin_table_on(Basis::Measured)
+}
+
+/// [`standin_table`] with its forced rule on `basis`.
+fn standin_table_on(basis: Basis) -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "standin");
     let spec = ContextSpec {
@@ -39,7 +44,7 @@ fn standin_table() -> Vec<u8> {
                 proto: Proto::Simple,
                 channels: 2,
             },
-            basis: Basis::Measured,
+            basis,
             gain: 1.2,
         },
         Rule {
@@ -62,6 +67,10 @@ struct Standin {
 
 impl Standin {
     fn new() -> Standin {
+        Standin::with_table(standin_table())
+    }
+
+    fn with_table(table_bytes: Vec<u8>) -> Standin {
         let cc = require_c_compiler();
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("standin");
@@ -69,7 +78,7 @@ impl Standin {
         link.extend(["-lm", "-pthread"]);
         compile_c(cc, &["-O1", "-pthread"], "standin.c", &exe, &link);
         let table = dir.path().join("standin.tbl");
-        std::fs::write(&table, standin_table()).unwrap();
+        std::fs::write(&table, table_bytes).unwrap();
         let traces = dir.path().join("traces");
         std::fs::create_dir(&traces).unwrap();
         Standin {
@@ -95,6 +104,7 @@ impl Standin {
             .env("SLURM_JOB_ID", "777")
             .env_remove("DYNCC_STRICT")
             .env_remove("DYNCC_NCCL_MISMATCH")
+            .env_remove("DYNCC_EXPLORE")
             .env_remove("DYNCC_TRACE");
         if let Some(t) = trace {
             cmd.env("DYNCC_TRACE", t);
@@ -294,6 +304,30 @@ fn the_trace_holds_what_the_standin_fed_for_each_profiler_abi() {
     }
 }
 
+/// NCCL asks the tuner once for collectives it aggregated (numPipeOps > 1,
+/// the summed nBytes), then sends a Coll event per task: no answer links
+/// them, so they are `unknown`, while the calls around them still link.
+/// Each rank's init runs on its own thread, as under ncclCommInitAll.
+/// Failed on the old journal, which gave the aggregated tasks the answer
+/// of an earlier call of their size.
+#[test]
+fn aggregated_collectives_are_unknown_and_ranks_inited_on_threads_still_link() {
+    let s = Standin::new();
+    let args = ["6", "400", "finalize"];
+    let out = s
+        .command(&[], &args, Some(&s.traces))
+        .env("STANDIN_AGGREGATE", "1")
+        .env("STANDIN_INIT_THREADS", "1")
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    assert!(!out.contains("WARN"), "{out}");
+    for source in [" table ", " nccl ", " unknown "] {
+        assert!(out.contains(source), "{source}: {out}");
+    }
+    check_trace(&s, &out, 6, false);
+}
+
 /// NCCL opens the tuner as libnccl-tuner-dyncc.so and the profiler as
 /// libnccl-profiler-dyncc.so; `make install` makes the second a link to
 /// the first, so both names load one object and the profiler still finds
@@ -339,6 +373,48 @@ fn a_forked_child_does_not_write_its_parents_trace() {
     let out = s.run(&["6", "100", "fork"], Some(&s.traces));
     assert!(out.contains("child exited 0"), "{out}");
     check_trace(&s, &out, 6, false);
+}
+
+/// With `DYNCC_EXPLORE` and an interpolated forced rule, the calls the
+/// schedule picks run NCCL's own choice, and the trace says exploration
+/// chose them: as many as the stand-in saw run without the table's cell,
+/// at most a share F of those calls.
+#[test]
+fn the_trace_records_explored_calls_as_explore() {
+    let s = Standin::with_table(standin_table_on(Basis::Interpolated));
+    let args = ["6", "400", "finalize"];
+    let out = s
+        .command(&[], &args, Some(&s.traces))
+        .env("DYNCC_EXPLORE", "0.1")
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    assert!(!out.contains("WARN"), "{out}");
+    // The forced rule covers AllReduce up to 64 KiB: 4096 and 65536 bytes.
+    let small =
+        |l: &&str| l.starts_with("fed AllReduce 4096 ") || l.starts_with("fed AllReduce 65536 ");
+    let calls = out.lines().filter(small).count() as u64;
+    let by_nccl = out
+        .lines()
+        .filter(small)
+        .filter(|l| l.contains(" nccl "))
+        .count() as u64;
+    let files = s.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let t = Trace::from_bytes(&bytes).unwrap();
+    let explored: u64 = t
+        .records()
+        .filter(|r| r.source == Source::Explore)
+        .inspect(|r| assert!(r.coll == Coll::AllReduce && r.n_bytes <= 65536, "{r:?}"))
+        .map(|r| r.count)
+        .sum();
+    assert!(explored > 0, "no explore records");
+    assert_eq!(explored, by_nccl, "{out}");
+    assert!(
+        explored <= (calls as f64 * 0.1).ceil() as u64,
+        "{explored} of {calls}"
+    );
 }
 
 #[test]

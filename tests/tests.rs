@@ -3,6 +3,7 @@ mod attack; // hostile inputs through the CLI: exit status and message per row
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
 mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
 mod compile; // compile and eval end to end on the shipped datasets
+mod explore_c; // DYNCC_EXPLORE through the built plugin: ranks agree, share, bounds
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts

@@ -1,5 +1,6 @@
 //! Arguments more than one command takes, defined once so that `compile`
-//! and `eval` (and its cross-validation) decide with the same defaults.
+//! and `eval` (and its cross-validation) decide with the same defaults and
+//! fit on the same threads.
 
 use anyhow::bail;
 
@@ -62,5 +63,26 @@ impl DecideArgs {
                 self.node_reach
             },
         })
+    }
+}
+
+/// How the work runs (see `dyncc compile --help`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct RunArgs {
+    /// Fit on N threads (default: every available core). The table is the
+    /// same for any N.
+    #[arg(long, short = 'j', value_name = "N")]
+    pub jobs: Option<usize>,
+}
+
+impl RunArgs {
+    /// The thread count for [`crate::pipeline::CompileOptions::jobs`]
+    /// (0: every available core), checked.
+    pub fn jobs(&self) -> anyhow::Result<usize> {
+        match self.jobs {
+            Some(0) => bail!("--jobs 0: expected at least 1 thread, e.g. --jobs 4"),
+            Some(n) => Ok(n),
+            None => Ok(0),
+        }
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 
-use crate::cmd::common::DecideArgs;
+use crate::cmd::common::{DecideArgs, RunArgs};
 use crate::ingest;
 use crate::pipeline::{compile_dataset, CompileOptions};
 use crate::report::Report;
@@ -43,6 +43,8 @@ pub struct CompileArgs {
     pub output: PathBuf,
     #[command(flatten)]
     pub decide: DecideArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Compile only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
@@ -65,7 +67,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;
-    let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
+    let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -90,6 +92,8 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         platform: a.platform.clone(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         lenient: a.ingest.lenient,
+        jobs: a.run.jobs()?,
+        progress: !a.json && !a.ingest.quiet,
     };
     let mut c = compile_dataset(ds, &opts)?;
     // The trees' agreement as `explain` measures it, on the table written

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::bail;
 
-use crate::cmd::common::DecideArgs;
+use crate::cmd::common::{DecideArgs, RunArgs};
 use crate::eval::{
     cross_validate, mismatches, read_truth, score_cells, summarise, CvMode, Origin, Score, Scored,
 };
@@ -51,6 +51,8 @@ pub struct EvalArgs {
     /// With --cv: how the tables are compiled (as `dyncc compile`).
     #[command(flatten)]
     pub decide: DecideArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Keep only records of this platform label or GPU model.
     #[arg(long)]
     pub platform: Option<String>,
@@ -89,8 +91,11 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             platform: a.platform.clone(),
             command: String::new(),
             lenient: a.ingest.lenient,
+            jobs: a.run.jobs()?,
+            // Folds compile side by side: one bar each would garble.
+            progress: false,
         };
-        let ds = a.ingest.read_sweep(&a.paths, !a.json)?;
+        let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
         let mut out = Vec::new();
         for mode in modes {
             let cv = cross_validate(&ds, &opts, mode)?;
@@ -138,7 +143,10 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                      directory (or --cv MODE PATH... to cross-validate)"
                 );
             }
-            let mut folded = a.ingest.read_sweep(&a.paths[1..], !a.json)?.take_folded();
+            let mut folded = a
+                .ingest
+                .read_sweep(&a.paths[1..], !a.json && !a.ingest.quiet)?
+                .take_folded();
             if let Some(p) = &a.platform {
                 folded.retain(|g| g.is_platform(p));
             }

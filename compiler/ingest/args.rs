@@ -52,11 +52,16 @@ pub struct IngestArgs {
     /// measurement (you know the difference does not matter).
     #[arg(long, conflicts_with = "setup")]
     pub pool_setups: bool,
+    /// Show no progress on stderr (files and bytes read; models fitted),
+    /// even on a terminal. Progress is never shown in a pipe, nor for work
+    /// of under a second.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 impl IngestArgs {
-    /// The options to read with. `progress`: show a progress bar;
-    /// `keep_unresolved`: keep unlabelled rows (inspect).
+    /// The options to read with. `progress`: show progress (unless
+    /// `--quiet`); `keep_unresolved`: keep unlabelled rows (inspect).
     pub fn options(&self, progress: bool, keep_unresolved: bool) -> anyhow::Result<IngestOptions> {
         let manifest = match &self.manifest {
             Some(p) => Some(Arc::new(Manifest::load(p)?)),
@@ -70,7 +75,7 @@ impl IngestArgs {
         Ok(IngestOptions {
             lenient: self.lenient,
             assume: IngestOptions::parse_assume(&self.assume)?,
-            progress,
+            progress: progress && !self.quiet,
             keep_unresolved,
             manifest,
             name_patterns,

@@ -149,53 +149,75 @@ impl Folded {
         }
     }
 
+    /// Sorts each group's samples by time (ties by reading order), on
+    /// every core: the medians every check takes (outliers, noise, repeats,
+    /// cells) then sort runs already in order, a pass each, instead of
+    /// sorting a large sweep's times again and again.
+    pub fn sort_samples(&mut self) {
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1);
+        let per = self.groups.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for part in self.groups.chunks_mut(per) {
+                s.spawn(move || {
+                    for g in part {
+                        g.samples.sort_unstable_by(|a, b| {
+                            a.time_us.total_cmp(&b.time_us).then(a.seq.cmp(&b.seq))
+                        });
+                    }
+                });
+            }
+        });
+    }
+
     /// The robust aggregate of every trusted sample per cell (median of
     /// repeats; both placements count): see [`super::aggregate`]. Cells come
     /// sorted by key; each names the first place it was read.
     pub fn cells(&self) -> Vec<Cell> {
-        struct Acc<'a> {
-            times: Vec<f64>,
-            first: (u32, &'a Group, Sample),
-        }
-        let mut acc: HashMap<CellKey, Acc<'_>> = HashMap::new();
-        for g in &self.groups {
-            if g.key.flags & super::UNTRUSTED != 0 {
-                continue;
-            }
-            for s in &g.samples {
-                if !s.time_us.is_finite() || s.time_us <= 0.0 {
-                    continue;
-                }
-                let e = acc.entry(g.key.cell()).or_insert_with(|| Acc {
-                    times: Vec::new(),
-                    first: (s.seq, g, *s),
-                });
-                e.times.push(s.time_us);
-                if s.seq < e.first.0 {
-                    e.first = (s.seq, g, *s);
-                }
-            }
-        }
-        let mut cells: Vec<Cell> = acc
-            .into_iter()
-            .map(|(key, mut a)| {
-                let n = a.times.len();
-                let med = crate::stats::median(&mut a.times).unwrap_or(f64::NAN);
-                let spread = if n > 1 {
-                    (a.times[n - 1] - a.times[0]) / med
-                } else {
-                    0.0
-                };
-                Cell {
-                    key,
-                    time_us: med,
-                    n: n as u32,
-                    spread,
-                    source: a.first.1.source(&a.first.2),
-                }
-            })
+        // One cell at a time (its groups sorted together), so only one
+        // cell's times are copied at once, not the whole sweep's.
+        let mut order: Vec<(CellKey, u32)> = self
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.key.flags & super::UNTRUSTED == 0)
+            .map(|(i, g)| (g.key.cell(), i as u32))
             .collect();
-        cells.sort_by_key(|c| c.key);
+        order.sort_unstable();
+        let mut cells: Vec<Cell> = Vec::new();
+        let mut times: Vec<f64> = Vec::new();
+        for run in order.chunk_by(|a, b| a.0 == b.0) {
+            times.clear();
+            let mut first: Option<(&Group, Sample)> = None;
+            for &(_, gi) in run {
+                let g = &self.groups[gi as usize];
+                for s in &g.samples {
+                    if !s.time_us.is_finite() || s.time_us <= 0.0 {
+                        continue;
+                    }
+                    times.push(s.time_us);
+                    if first.is_none_or(|(_, f)| s.seq < f.seq) {
+                        first = Some((g, *s));
+                    }
+                }
+            }
+            let Some((g, s)) = first else { continue };
+            let n = times.len();
+            let med = crate::stats::median(&mut times).unwrap_or(f64::NAN);
+            let spread = if n > 1 {
+                (times[n - 1] - times[0]) / med
+            } else {
+                0.0
+            };
+            cells.push(Cell {
+                key: run[0].0,
+                time_us: med,
+                n: n as u32,
+                spread,
+                source: g.source(&s),
+            });
+        }
         cells
     }
 }
@@ -205,17 +227,118 @@ impl Folded {
 /// the whole file and per run section.
 #[derive(Default)]
 pub struct FoldBuilder {
-    map: HashMap<GroupKey, Vec<Sample>>,
+    /// The groups' keys, in the order their first record was pushed.
+    keys: Vec<GroupKey>,
+    /// Per group, its samples (apart from the keys: pushing a sample
+    /// touches only these, a few bytes per group).
+    samples: Vec<Vec<Sample>>,
+    /// Per group, the hash of what its records are labelled as (cell and
+    /// placement), fed to the digests per record.
+    labels: Vec<u64>,
+    index: HashMap<GroupKey, u32>,
+    /// Groups by a reader's run id ([`FoldBuilder::push_run`]): a lookup
+    /// that hashes a few integers, not a whole [`Run`].
+    by_run: HashMap<RunGroup, u32, std::hash::BuildHasherDefault<MixHasher>>,
     pushed: usize,
-    file_keys: std::collections::hash_map::DefaultHasher,
-    section_keys: std::collections::hash_map::DefaultHasher,
+    file_keys: u64,
+    section_keys: u64,
     section_start: usize,
+}
+
+/// A group as a reader that numbers its runs names it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct RunGroup {
+    nbytes: u64,
+    /// The run id, the top bit set when in place.
+    run: u32,
+    flags: u8,
+}
+
+/// A fast hash for keys of a few integers made by this program (not for
+/// input an attacker chooses the hash of: it is not keyed).
+#[derive(Default)]
+pub struct MixHasher(u64);
+
+impl std::hash::Hasher for MixHasher {
+    fn finish(&self) -> u64 {
+        // Fold the high bits down: hashbrown takes the top bits and the low.
+        let h = self.0;
+        (h ^ (h >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9) ^ (h >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+}
+
+/// Adds `label` to an order-sensitive digest.
+fn mix(digest: u64, label: u64) -> u64 {
+    (digest.rotate_left(23) ^ label).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 impl FoldBuilder {
     /// Adds one measurement of `run`: what every reader calls per row.
     pub fn push(&mut self, run: &Run, m: Measurement) {
         self.push_owned(run.clone(), m);
+    }
+
+    /// Adds one measurement of `run`, which the reader numbers `id` (the
+    /// same id for the same run, in this file), read at `line` of `file`:
+    /// the group is found by the id, without hashing the run (nor touching
+    /// the file's name, unless the group is new).
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_run(
+        &mut self,
+        id: u32,
+        run: &Run,
+        file: &Arc<PathBuf>,
+        nbytes: u64,
+        in_place: bool,
+        flags: u8,
+        time_us: f64,
+        line: u32,
+    ) {
+        let rg = RunGroup {
+            nbytes,
+            run: id | u32::from(in_place) << 31,
+            flags,
+        };
+        let g = match self.by_run.get(&rg) {
+            Some(&g) => g,
+            None => {
+                let g = self.group_of(GroupKey {
+                    run: run.clone(),
+                    nbytes,
+                    file: file.clone(),
+                    in_place,
+                    dtype: None,
+                    flags,
+                });
+                self.by_run.insert(rg, g);
+                g
+            }
+        };
+        self.push_sample(g, time_us, line);
     }
 
     /// Adds a record (measurements already read, folded again).
@@ -232,23 +355,45 @@ impl FoldBuilder {
             dtype: m.dtype,
             flags: m.flags,
         };
-        self.push_key(key, m.time_us, m.source.line);
+        let g = self.group_of(key);
+        self.push_sample(g, m.time_us, m.source.line);
     }
 
-    fn push_key(&mut self, key: GroupKey, time_us: f64, line: u32) {
-        // What the content was labelled as: collective, size, shape, knobs,
-        // placement, in order.
-        for h in [&mut self.file_keys, &mut self.section_keys] {
-            key.cell().hash(h);
-            key.in_place.hash(h);
+    /// The group of `key`, made when new.
+    fn group_of(&mut self, key: GroupKey) -> u32 {
+        if let Some(&g) = self.index.get(&key) {
+            return g;
         }
+        // What the content was labelled as: collective, size, shape, knobs,
+        // placement.
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.cell().hash(&mut h);
+        key.in_place.hash(&mut h);
+        let g = self.keys.len() as u32;
+        self.labels.push(h.finish());
+        self.index.insert(key.clone(), g);
+        self.keys.push(key);
+        self.samples.push(Vec::new());
+        g
+    }
+
+    fn push_sample(&mut self, g: u32, time_us: f64, line: u32) {
+        let label = self.labels[g as usize];
+        self.file_keys = mix(self.file_keys, label);
+        self.section_keys = mix(self.section_keys, label);
         let sample = Sample {
             time_us,
             line,
             seq: self.pushed as u32,
         };
         self.pushed += 1;
-        self.map.entry(key).or_default().push(sample);
+        let v = &mut self.samples[g as usize];
+        // Grow by a quarter, not double: a sweep of many repeats is mostly
+        // these vectors, and doubling leaves a third of them empty.
+        if v.len() == v.capacity() {
+            v.reserve_exact((v.len() / 4).max(4));
+        }
+        v.push(sample);
     }
 
     /// Records pushed so far.
@@ -260,25 +405,30 @@ impl FoldBuilder {
         self.pushed == 0
     }
 
+    /// Records pushed and not dropped.
+    pub fn kept(&self) -> usize {
+        self.samples.iter().map(Vec::len).sum()
+    }
+
     /// Ends a run section: the records pushed since the last one, and the
     /// digest of their labels.
     pub(crate) fn end_section(&mut self) -> (std::ops::Range<usize>, u64) {
         let range = self.section_start..self.pushed;
         self.section_start = self.pushed;
-        let keys = std::mem::take(&mut self.section_keys).finish();
+        let keys = std::mem::take(&mut self.section_keys);
         (range, keys)
     }
 
     /// The digest of the labels of every record pushed.
     pub(crate) fn file_keys(&self) -> u64 {
-        self.file_keys.finish()
+        self.file_keys
     }
 
     /// The line of the record read `seq`-th (a scan: for a note, not per
     /// row).
     pub(crate) fn line_of(&self, seq: usize) -> Option<u32> {
-        self.map
-            .values()
+        self.samples
+            .iter()
             .flatten()
             .find(|s| s.seq as usize == seq)
             .map(|s| s.line)
@@ -289,23 +439,31 @@ impl FoldBuilder {
         if ranges.is_empty() {
             return;
         }
-        for v in self.map.values_mut() {
-            v.retain(|s| !ranges.iter().any(|r| r.contains(&(s.seq as usize))));
+        let mut ranges = ranges.to_vec();
+        ranges.sort_by_key(|r| r.start);
+        for v in &mut self.samples {
+            v.retain(|s| {
+                let seq = s.seq as usize;
+                // The ranges are sorted: the last starting at or before seq.
+                let i = ranges.partition_point(|r| r.start <= seq);
+                i == 0 || !ranges[i - 1].contains(&seq)
+            });
         }
-        self.map.retain(|_, v| !v.is_empty());
     }
 
     /// The groups, in the order their first record was read.
     pub fn finish(self) -> Folded {
         let mut groups: Vec<Group> = self
-            .map
+            .keys
             .into_iter()
+            .zip(self.samples)
+            .filter(|(_, samples)| !samples.is_empty())
             .map(|(key, mut samples)| {
                 samples.shrink_to_fit();
                 Group { key, samples }
             })
             .collect();
-        groups.sort_unstable_by_key(|g| g.samples.first().map(|s| s.seq));
+        groups.sort_by_key(|g| g.samples.first().map(|s| s.seq));
         Folded { groups }
     }
 }

@@ -31,12 +31,13 @@ pub mod fold;
 pub mod json;
 pub mod knobs;
 pub mod labels;
+mod repeats;
 pub(crate) mod run;
 pub mod setup;
 pub mod text;
+pub mod tuner;
 
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -67,7 +68,8 @@ pub struct IngestOptions {
     /// NCCL_MIN_NCHANNELS, nodes, ...) to use where a file does not say.
     /// The bare word `default` means every knob was NCCL's own choice.
     pub assume: Vec<(String, String)>,
-    /// Show a progress bar on stderr (hidden when stderr is not a terminal).
+    /// Show files and bytes read on stderr (see [`crate::progress`]: only on
+    /// a terminal, only when reading takes a while).
     pub progress: bool,
     /// Keep rows whose knobs or shape cannot be established as records
     /// flagged [`UNRESOLVED`] (for `inspect`, which reports them) instead of
@@ -454,31 +456,38 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         notes: walk.notes,
         ..Default::default()
     };
-    let bar = progress_bar(opts.progress && files.len() > 1, files.len() as u64);
+    let bar = crate::progress::Progress::new(
+        opts.progress,
+        walk.bytes,
+        "{spinner} reading {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+         ({binary_bytes_per_sec}, {eta} left)",
+    );
     // Content is one measurement only under the same labels: identical rows
     // under different knobs are kept (and reported: a copy or a mislabel).
     let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
     let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
     // Reading order over all files (records of later files come after).
     let mut base: u64 = 0;
-    for f in &files {
-        bar.set_message(
+    for (i, f) in files.iter().enumerate() {
+        bar.set_message(format!(
+            "file {}/{}: {}",
+            i + 1,
+            files.len(),
             f.file_name()
                 .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default(),
-        );
+                .unwrap_or_default()
+        ));
         let FileRead {
             ds: mut d,
             mut fold,
             sections,
-        } = match read_file_sections(f, opts) {
+        } = match read_file_sections(f, opts, &bar) {
             Ok(d) => d,
             Err(e) => {
-                bar.finish_and_clear();
+                bar.finish();
                 return Err(e);
             }
         };
-        bar.inc(1);
         let pushed = fold.len() as u64;
         let Some(report) = d.reports.first_mut() else {
             ds.absorb(d);
@@ -530,7 +539,6 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
                         ff.display(),
                         fl
                     ));
-                    report.records -= sec.records.len();
                     drop.push(sec.records);
                 }
                 None => {
@@ -538,7 +546,12 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
                 }
             }
         }
-        fold.drop_ranges(&drop);
+        if !drop.is_empty() {
+            fold.drop_ranges(&drop);
+            // Rows already counted once (read twice within the section)
+            // are not dropped twice.
+            report.records = fold.kept();
+        }
         let Ok(b) = u32::try_from(base + pushed).map(|_| base as u32) else {
             anyhow::bail!(
                 "{}: more than {} measurements in the inputs; compile fewer at a time",
@@ -550,34 +563,21 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         base += pushed;
         ds.absorb(d);
     }
-    bar.finish_and_clear();
+    bar.finish();
     if let Some(m) = &opts.manifest {
         ds.notes.extend(m.unused_rows(&files));
     }
+    ds.folded.sort_samples();
     flag_outliers_folded(&mut ds.folded, &mut ds.anomalies);
     Ok(ds)
-}
-
-fn progress_bar(show: bool, len: u64) -> indicatif::ProgressBar {
-    if !show {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::with_draw_target(
-        Some(len),
-        indicatif::ProgressDrawTarget::stderr(),
-    );
-    if let Ok(style) = indicatif::ProgressStyle::with_template(
-        "{spinner} reading [{bar:30}] {pos}/{len} files {msg:.dim}",
-    ) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar
 }
 
 /// The files to read, each once.
 #[derive(Default)]
 struct Walk {
     files: Vec<PathBuf>,
+    /// Their bytes, for progress.
+    bytes: u64,
     seen: HashSet<FileId>,
     notes: Vec<String>,
 }
@@ -586,6 +586,9 @@ impl Walk {
     fn file(&mut self, p: &Path, meta: &std::fs::Metadata) {
         if self.seen.insert(file_id(meta)) {
             self.files.push(p.to_path_buf());
+            if meta.is_file() {
+                self.bytes += meta.len();
+            }
         } else {
             self.notes.push(format!(
                 "{}: the same file as one already read (given twice, or reached through a \
@@ -630,23 +633,97 @@ impl Walk {
 }
 
 /// Hashes what passes through it: each input is hashed while it is read,
-/// never read a second time for its digest.
+/// never read a second time for its digest. It also counts what it read as
+/// progress. Past [`HASH_ON_A_THREAD`] bytes the hashing moves to a thread
+/// of its own, off the thread that reads and folds a large sweep.
 struct Hashing<R> {
     inner: R,
-    hasher: Sha256,
+    hasher: Hasher,
+    progress: crate::progress::Progress,
+}
+
+/// Bytes of a file hashed where it is read; the rest is handed to a thread.
+const HASH_ON_A_THREAD: u64 = 16 << 20;
+
+enum Hasher {
+    Here {
+        sha: Sha256,
+        bytes: u64,
+    },
+    /// Blocks in reading order to a thread, which gives back the hash.
+    Thread {
+        blocks: std::sync::mpsc::SyncSender<Vec<u8>>,
+        done: std::thread::JoinHandle<Sha256>,
+    },
+}
+
+impl<R> Hashing<R> {
+    fn new(inner: R, progress: &crate::progress::Progress) -> Self {
+        Hashing {
+            inner,
+            hasher: Hasher::Here {
+                sha: Sha256::new(),
+                bytes: 0,
+            },
+            progress: progress.clone(),
+        }
+    }
+
+    /// The sha256 of everything read, in hex.
+    fn digest(self) -> String {
+        let sha = match self.hasher {
+            Hasher::Here { sha, .. } => sha,
+            Hasher::Thread { blocks, done } => {
+                drop(blocks);
+                match done.join() {
+                    Ok(sha) => sha,
+                    // The thread only hashes; should it have died, say so
+                    // in the digest rather than record a wrong one.
+                    Err(_) => return "unknown".into(),
+                }
+            }
+        };
+        format!("{:x}", sha.finalize())
+    }
+
+    fn update(&mut self, block: &[u8]) {
+        match &mut self.hasher {
+            Hasher::Here { sha, bytes } => {
+                sha.update(block);
+                *bytes += block.len() as u64;
+                if *bytes > HASH_ON_A_THREAD {
+                    let mut sha = std::mem::take(sha);
+                    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(64);
+                    let done = std::thread::spawn(move || {
+                        for b in rx {
+                            sha.update(&b);
+                        }
+                        sha
+                    });
+                    self.hasher = Hasher::Thread { blocks: tx, done };
+                }
+            }
+            Hasher::Thread { blocks, .. } => {
+                // A thread that ended early (it cannot) leaves the digest
+                // to `digest`'s join.
+                let _ = blocks.send(block.to_vec());
+            }
+        }
+    }
 }
 
 impl<R: Read> Read for Hashing<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
+        self.update(&buf[..n]);
+        self.progress.inc(n as u64);
         Ok(n)
     }
 }
 
 /// Reads one file, detecting its format from its name and first bytes.
 pub fn read_file(path: &Path, opts: &IngestOptions) -> anyhow::Result<Dataset> {
-    read_file_sections(path, opts).map(FileRead::into_dataset)
+    read_file_sections(path, opts, &crate::progress::Progress::hidden()).map(FileRead::into_dataset)
 }
 
 /// One file read: what it gave (without its measurements), its
@@ -665,7 +742,11 @@ impl FileRead {
     }
 }
 
-fn read_file_sections(path: &Path, opts: &IngestOptions) -> anyhow::Result<FileRead> {
+fn read_file_sections(
+    path: &Path,
+    opts: &IngestOptions,
+    progress: &crate::progress::Progress,
+) -> anyhow::Result<FileRead> {
     let unreadable = |msg: String| -> anyhow::Result<FileRead> {
         let mut ctx = FileCtx::new(path, opts);
         ctx.bad(0, msg)?;
@@ -679,29 +760,13 @@ fn read_file_sections(path: &Path, opts: &IngestOptions) -> anyhow::Result<FileR
         })
     };
     // Opening a FIFO blocks until some writer appears (forever, for a stale
-    // `mkfifo`), and devices never end: only regular files are read.
-    match std::fs::metadata(path) {
-        Ok(m) if !m.is_file() => {
-            return unreadable(
-                "not a regular file (a FIFO, socket or device); expected an nccl-tests log, \
-                 JSON or CSV file"
-                    .into(),
-            )
-        }
-        Err(e) => return unreadable(format!("cannot open the file: {e}")),
-        Ok(_) => {}
-    }
-    let file = match File::open(path) {
+    // `mkfifo`), and devices never end: only regular files are read, through
+    // the one bounded reader every command uses.
+    let file = match crate::input::open_sweep(path) {
         Ok(f) => f,
-        Err(e) => return unreadable(format!("cannot open the file: {e}")),
+        Err(msg) => return unreadable(msg),
     };
-    let mut rd = BufReader::with_capacity(
-        1 << 16,
-        Hashing {
-            inner: file,
-            hasher: Sha256::new(),
-        },
-    );
+    let mut rd = BufReader::with_capacity(1 << 16, Hashing::new(file, progress));
     let head = match rd.fill_buf() {
         Ok(h) => h.to_vec(),
         Err(e) => return unreadable(format!("cannot read the file: {e}")),
@@ -713,7 +778,7 @@ fn read_file_sections(path: &Path, opts: &IngestOptions) -> anyhow::Result<FileR
         // covers the whole file.
         let drained = std::io::copy(&mut rd, &mut std::io::sink());
         if let (Ok(_), Some(rep)) = (drained, read.ds.reports.first_mut()) {
-            rep.sha256 = format!("{:x}", rd.into_inner().hasher.finalize());
+            rep.sha256 = rd.into_inner().digest();
         }
     }
     Ok(read)
@@ -771,7 +836,7 @@ fn read_format<R: BufRead>(
     }
     let res = match format {
         Format::NcclTestsText => text::read(&mut ctx, rd),
-        Format::TunerCsv => csv::read_tuner(&mut ctx, rd),
+        Format::TunerCsv => tuner::read_tuner(&mut ctx, rd),
         Format::NvidiaRawCsv => csv::read_nvidia_raw(&mut ctx, rd),
         Format::NcclTestsJson => json::read(&mut ctx, rd),
         Format::Other => unreachable!("returned above"),

@@ -30,6 +30,14 @@ for mode in repeated random; do
   awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
     'BEGIN { printf "getCollInfo v6 with DYNCC_TRACE (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
 done
+# The same with DYNCC_EXPLORE set, on the table made unconfirmed (every
+# forced call may explore): the schedule's cost on every call.
+for mode in repeated random; do
+  base="$(DYNCC_EXPLORE=0.05 total 0 "$mode")"
+  full="$(DYNCC_EXPLORE=0.05 total "$n" "$mode")"
+  awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
+    'BEGIN { printf "getCollInfo v6 with DYNCC_EXPLORE=0.05 (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
+done
 init_exe="${CARGO_TARGET_DIR:-target}/release/examples/callgrind_first_init"
 init_total() { # N -> total instructions (Ir)
   valgrind --tool=callgrind --callgrind-out-file="$tmp/out" "$init_exe" "$1" >/dev/null 2>&1

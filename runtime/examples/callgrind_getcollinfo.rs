@@ -4,12 +4,16 @@
 //!
 //! Usage: `callgrind_getcollinfo N repeated|random`. With `DYNCC_TRACE`
 //! set (a directory), the communicator records each answer for the
-//! profiler, as it does in a traced job.
+//! profiler, as it does in a traced job. With `DYNCC_EXPLORE` set (a
+//! share), the table's decisions are made interpolated, so every forced
+//! call is one exploration may take: the exploring path's worst case.
 
 use std::hint::black_box;
 
+use dyncc_runtime::explore::Share;
 use dyncc_runtime::ncclTunerPlugin_v6;
 use dyncc_runtime::plugin::{init_with, Config};
+use dyncc_tables::{Basis, Rule, Table, TableBuilder};
 
 #[path = "../../tests/c/harness_table.rs"]
 mod harness_table;
@@ -30,7 +34,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("dyncc-callgrind-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("t.tbl");
-    std::fs::write(&path, harness_table::harness_table()).unwrap();
+    std::fs::write(&path, table_bytes()).unwrap();
     let mut ctx = std::ptr::null_mut();
     if std::env::var_os("DYNCC_TRACE").is_some() {
         // Through the v6 init, which gets the communicator id the trace
@@ -56,6 +60,7 @@ fn main() {
         let cfg = Config {
             table: Some(path.clone().into_os_string()),
             strict: true,
+            explore: explore_share(),
             ..Config::default()
         };
         // SAFETY: writable context pointer.
@@ -93,4 +98,44 @@ fn main() {
     black_box(table);
     // SAFETY: ctx came from init.
     unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
+}
+
+/// The harness table, unconfirmed with `DYNCC_EXPLORE`. Not inlined, so
+/// the timed loop in `main` compiles as it did before exploration.
+#[inline(never)]
+fn table_bytes() -> Vec<u8> {
+    let bytes = harness_table::harness_table();
+    if std::env::var_os("DYNCC_EXPLORE").is_some() {
+        unconfirmed(&bytes)
+    } else {
+        bytes
+    }
+}
+
+/// `DYNCC_EXPLORE`'s share, if set.
+#[inline(never)]
+fn explore_share() -> Option<Share> {
+    std::env::var("DYNCC_EXPLORE")
+        .ok()
+        .and_then(|v| Share::parse(&v))
+}
+
+/// `bytes`'s contexts with every rule interpolated (nothing confirmed).
+fn unconfirmed(bytes: &[u8]) -> Vec<u8> {
+    let t = Table::from_bytes(bytes).unwrap();
+    let mut b = TableBuilder::new();
+    for (k, v) in t.meta_entries() {
+        b.meta(k, v);
+    }
+    for c in t.contexts() {
+        let rules: Vec<Rule> = c
+            .rules()
+            .map(|r| Rule {
+                basis: Basis::Interpolated,
+                ..r
+            })
+            .collect();
+        b.context(c.spec(), &rules).unwrap();
+    }
+    b.build().unwrap()
 }

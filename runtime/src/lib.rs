@@ -5,6 +5,7 @@
 //! symbols NCCL looks up and the `dyncc_*` functions in `include/dyncc.h`.
 //! Modules: [`ffi`] (NCCL's ABI mirrored), [`plugin`] (the entry points),
 //! [`cache`] (one loaded table per process, bounded file reads),
+//! [`explore`] (`DYNCC_EXPLORE`: which calls explore, and when),
 //! [`nccl_version`] (the running NCCL against the sweep's), [`capi`],
 //! [`log`], `owned` (a validated table owning its bytes), and the
 //! profiler half: [`profiler`] (the `ncclProfiler_v1` .. `_v6` entry
@@ -16,6 +17,7 @@
 
 pub mod cache;
 pub mod capi;
+pub mod explore;
 pub mod ffi;
 pub mod log;
 pub mod nccl_version;

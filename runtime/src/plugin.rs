@@ -9,6 +9,10 @@
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
 //! point runs inside [`ffi_guard`] anyway.
 //!
+//! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets a share of at most F of
+//! the calls the table could not confirm run another setting, the same on
+//! every rank; unset, `getCollInfo` runs the same code as without it.
+//!
 //! At init the running NCCL's version is compared with the versions the
 //! table was swept on (metadata `nccl_version`, see [`crate::nccl_version`]);
 //! `DYNCC_NCCL_MISMATCH` says what a mismatch does.
@@ -18,9 +22,10 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use dyncc_tables::{Coll, Decision, Machine, Specialised};
+use dyncc_tables::{size_bucket, Coll, Decision, Machine, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
+use crate::explore::{self, Explorer, Probe, Share};
 use crate::ffi::*;
 use crate::log::{Escaped, Logger, Msg};
 use crate::nccl_version::{self, VersionCheck};
@@ -37,6 +42,31 @@ pub(crate) fn ffi_guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
 /// The name NCCL prints ("TUNER/Plugin: Using dyncc (v6)").
 pub const PLUGIN_NAME: &core::ffi::CStr = c"dyncc";
 
+/// `getCollInfo`'s v4-v6 signature.
+type GetCollInfoV4 = unsafe extern "C" fn(
+    *mut c_void,
+    ncclFunc_t,
+    usize,
+    c_int,
+    *mut *mut f32,
+    c_int,
+    c_int,
+    c_int,
+    *mut c_int,
+) -> ncclResult_t;
+
+/// Which `getCollInfo` body a communicator takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Path {
+    /// Neither traced nor exploring: the answer only.
+    Plain,
+    /// Traced (`DYNCC_TRACE`): the answer, recorded for the profiler.
+    Traced,
+    /// Exploring (`DYNCC_EXPLORE`), traced or not.
+    Exploring,
+}
+
 /// Per-communicator state: the table specialised to this communicator's
 /// (nRanks, nNodes), so a decision is a shift, an index and a load.
 pub struct Context {
@@ -46,8 +76,14 @@ pub struct Context {
     /// of what NCCL can run (its features come with each call).
     machine: Machine,
     /// With `DYNCC_TRACE` (tuner v5/v6, which know the communicator's id):
-    /// where each answer is recorded for the profiler to link.
+    /// this context's own ring, where each answer is recorded for the
+    /// profiler to link.
     journal: Option<&'static trace::Journal>,
+    /// With `DYNCC_EXPLORE`, where this communicator may explore.
+    explorer: Option<Box<Explorer>>,
+    /// Which `getCollInfo` body this communicator takes (one byte, so the
+    /// dispatch is a load and a jump as before exploration).
+    path: Path,
 }
 
 impl Context {
@@ -83,10 +119,17 @@ pub struct Config {
     /// A `DYNCC_NCCL_MISMATCH` value that is none of those (then `warn`
     /// applies, and init says so in a WARN rather than guess silently).
     pub bad_nccl_mismatch: Option<String>,
+    /// `DYNCC_EXPLORE`: the share of unconfirmed calls to explore; `None`
+    /// when unset, empty or out of range.
+    pub explore: Option<Share>,
+    /// A `DYNCC_EXPLORE` value outside `(0, 0.1]` (exploration is then
+    /// off, and init says so in one WARN per process).
+    pub bad_explore: Option<String>,
 }
 
 impl Config {
-    /// Reads `DYNCC_TABLE`, `DYNCC_STRICT` and `DYNCC_NCCL_MISMATCH`.
+    /// Reads `DYNCC_TABLE`, `DYNCC_STRICT`, `DYNCC_NCCL_MISMATCH` and
+    /// `DYNCC_EXPLORE`.
     pub fn from_env() -> Config {
         Config::from_vars(|name| std::env::var_os(name))
     }
@@ -118,11 +161,24 @@ impl Config {
                     .any(|f| v.eq_ignore_ascii_case(f))
             }
         };
+        let (explore, bad_explore) = match var("DYNCC_EXPLORE") {
+            None => (None, None),
+            Some(v) if v.is_empty() => (None, None),
+            Some(v) => {
+                let v = v.to_string_lossy();
+                match Share::parse(&v) {
+                    Some(s) => (Some(s), None),
+                    None => (None, Some(v.into_owned())),
+                }
+            }
+        };
         Config {
             table,
             strict,
             nccl_mismatch,
             bad_nccl_mismatch,
+            explore,
+            bad_explore,
         }
     }
 }
@@ -206,6 +262,18 @@ fn init_inner(
             Escaped(bad)
         ));
     }
+    if let Some(bad) = cfg
+        .bad_explore
+        .as_deref()
+        .filter(|_| explore::first_warning())
+    {
+        log.warn(format_args!(
+            "dyncc: DYNCC_EXPLORE={} is not a share of calls in (0, {}]; exploration is off \
+             (the job goes on with the table's answers)",
+            Escaped(bad),
+            explore::MAX_SHARE
+        ));
+    }
     crate::profiler::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
         log.info(format_args!(
@@ -227,6 +295,10 @@ fn init_inner(
         } else {
             table.specialise(n_ranks, n_nodes)
         };
+        let explorer = cfg
+            .explore
+            .filter(|_| !off)
+            .and_then(|share| Explorer::build(table, &spec, n_ranks, n_nodes, share));
         let mut line = Msg::new();
         let _ = describe(
             &mut line,
@@ -242,6 +314,7 @@ fn init_inner(
             &check,
             off,
         );
+        let _ = describe_explore(&mut line, cfg.explore, explorer.as_deref(), off);
         let mut warn = None;
         if fresh && check.is_mismatch() && cfg.nccl_mismatch != MismatchPolicy::Ignore {
             let mut w = Msg::new();
@@ -261,10 +334,10 @@ fn init_inner(
             );
             warn = Some(w);
         }
-        (spec, line, warn, digest)
+        (spec, explorer, line, warn, digest)
     });
     match loaded {
-        Ok((handle, (spec, line, warn, digest), fresh)) => {
+        Ok((handle, (spec, explorer, line, warn, digest), fresh)) => {
             if let Some(w) = warn {
                 log.warn(format_args!("{}", w.as_str()));
             }
@@ -285,7 +358,13 @@ fn init_inner(
                 spec,
                 handle: Some(handle),
                 machine: v2_machine(n_ranks, n_nodes),
+                path: match (&explorer, journal) {
+                    (Some(_), _) => Path::Exploring,
+                    (None, Some(_)) => Path::Traced,
+                    (None, None) => Path::Plain,
+                },
                 journal,
+                explorer,
             });
             Ok(Box::into_raw(ctx).cast())
         }
@@ -431,6 +510,40 @@ fn describe(
     Ok(())
 }
 
+/// The init line's exploration part: on (with its budget and bounds) or
+/// nothing to explore; silent when `DYNCC_EXPLORE` is unset.
+fn describe_explore(
+    w: &mut Msg,
+    share: Option<Share>,
+    explorer: Option<&Explorer>,
+    off: bool,
+) -> core::fmt::Result {
+    let Some(share) = share else {
+        return Ok(());
+    };
+    match explorer {
+        _ if off => write!(w, "; exploration off (tuning is off)"),
+        None => write!(
+            w,
+            "; exploration {share}: nothing to explore (every decision for this communicator \
+             is measured, or no neighbouring context within {}x its node count)",
+            explore::NEIGHBOUR_FACTOR
+        ),
+        Some(e) => write!(
+            w,
+            "; exploration on: at most {share} of the calls at each unconfirmed shape \
+             ({} collective x size cells run NCCL's own choice instead of an unmeasured forced \
+             one predicted to gain <= {}x, so at most {:.2} % more time; {} run the nearest \
+             context's setting, within {}x its node count); measured decisions never explore",
+            e.counts.nccl,
+            explore::MAX_FORGONE_GAIN,
+            share.fraction() * f64::from(explore::MAX_FORGONE_GAIN - 1.0) * 100.0,
+            e.counts.neighbour,
+            explore::NEIGHBOUR_FACTOR
+        ),
+    }
+}
+
 /// The hot path for the cost-table versions (v3-v6).
 ///
 /// # Safety
@@ -493,6 +606,25 @@ unsafe fn answer(
     let d = ctx
         .spec
         .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, reg_buff);
+    // SAFETY: forwarded caller contract.
+    let applied = unsafe { apply(d, table, num_algo, num_proto, n_channels) };
+    (d, applied)
+}
+
+/// Writes decision `d` into NCCL's cost table and channel count; whether a
+/// forced cell was written.
+///
+/// # Safety
+/// `table` points to `numAlgo * numProto` floats; `n_channels` is NULL or
+/// writable.
+#[inline(always)]
+unsafe fn apply(
+    d: Decision,
+    table: *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    n_channels: *mut c_int,
+) -> bool {
     let mut applied = false;
     if let Decision::Force {
         algo,
@@ -525,7 +657,7 @@ unsafe fn answer(
             }
         }
     }
-    (d, applied)
+    applied
 }
 
 unsafe extern "C" fn init_v2(
@@ -649,30 +781,28 @@ unsafe extern "C" fn get_coll_info_v3(
     num_proto: c_int,
     n_channels: *mut c_int,
 ) -> ncclResult_t {
-    ffi_guard((), || {
-        // SAFETY: NCCL's contract (see get_coll_info_table); the float**
-        // is really the address of the contiguous table.
-        unsafe {
-            get_coll_info_table(
-                ctx,
-                coll_type,
-                n_bytes,
-                num_pipe_ops,
-                cost_table.cast(),
-                num_algo,
-                num_proto,
-                0,
-                n_channels,
-            )
-        }
-    });
-    NCCL_SUCCESS
+    // SAFETY: forwarded NCCL arguments (v4's, with regBuff 0).
+    unsafe {
+        get_coll_info_v4(
+            ctx,
+            coll_type,
+            n_bytes,
+            num_pipe_ops,
+            cost_table,
+            num_algo,
+            num_proto,
+            0,
+            n_channels,
+        )
+    }
 }
 
-/// `getCollInfo` of v4, v5 and v6: only a dispatch, so both calls are
-/// jumps with NCCL's arguments in place (no unwinding frame here keeps
-/// them tail calls): the untraced path pays a load and a branch for
-/// tracing, then runs exactly the code it ran before tracing existed.
+/// `getCollInfo` of v4, v5 and v6 (and v3's): only a dispatch, so each
+/// call is a jump with NCCL's arguments in place (no unwinding frame here
+/// keeps them tail calls): a communicator neither traced nor exploring
+/// pays a byte load and a jump through a three-entry table (as many
+/// instructions as the one-branch dispatch before exploration), then runs
+/// exactly the code it ran before tracing and exploration existed.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_v4(
     ctx: *mut c_void,
@@ -685,15 +815,18 @@ unsafe extern "C" fn get_coll_info_v4(
     reg_buff: c_int,
     n_channels: *mut c_int,
 ) -> ncclResult_t {
-    // SAFETY: a non-NULL ctx is a live Context created by init.
-    // SAFETY: a non-NULL ctx is a live Context created by init.
-    let traced = !ctx.is_null() && unsafe { &*ctx.cast::<Context>() }.journal.is_some();
+    let path = if ctx.is_null() {
+        Path::Plain
+    } else {
+        // SAFETY: a non-NULL ctx is a live Context created by init.
+        unsafe { &*ctx.cast::<Context>() }.path
+    };
     // Chosen as a pointer, then called: LLVM makes that one jump (the
     // if/else form made it spill and re-push the stack arguments).
-    let f = if traced {
-        get_coll_info_traced
-    } else {
-        get_coll_info_plain
+    let f = match path {
+        Path::Plain => get_coll_info_plain as GetCollInfoV4,
+        Path::Traced => get_coll_info_traced,
+        Path::Exploring => get_coll_info_exploring,
     };
     // SAFETY: forwarded NCCL arguments.
     unsafe {
@@ -711,7 +844,7 @@ unsafe extern "C" fn get_coll_info_v4(
     }
 }
 
-/// `getCollInfo` v4-v6 without tracing.
+/// `getCollInfo` v3-v6 neither traced nor exploring.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_plain(
@@ -745,8 +878,9 @@ unsafe extern "C" fn get_coll_info_plain(
     NCCL_SUCCESS
 }
 
-/// `getCollInfo` v4-v6 on a traced communicator (`DYNCC_TRACE`, tuner
-/// v5/v6): the same answer, then recorded for the profiler.
+/// `getCollInfo` v3-v6 on a traced communicator (`DYNCC_TRACE`, tuner
+/// v5/v6) that does not explore: the same answer, then recorded for the
+/// profiler.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_traced(
@@ -780,7 +914,57 @@ unsafe extern "C" fn get_coll_info_traced(
         }
         // SAFETY: a non-NULL ctx is a live Context created by init.
         if let Some(j) = unsafe { &*ctx.cast::<Context>() }.journal {
-            j.record(coll_type, n_bytes, d, applied);
+            j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
+        }
+    });
+    NCCL_SUCCESS
+}
+
+/// `getCollInfo` v3-v6 on an exploring communicator (`DYNCC_EXPLORE`),
+/// traced or not: the table's answer, or on a call the schedule picks the
+/// explored one, then recorded for the profiler when traced.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn get_coll_info_exploring(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    cost_table: *mut *mut f32,
+    num_algo: c_int,
+    num_proto: c_int,
+    reg_buff: c_int,
+    n_channels: *mut c_int,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        let table: *mut f32 = cost_table.cast();
+        if ctx.is_null() || table.is_null() {
+            return;
+        }
+        // SAFETY: a non-NULL ctx is a live Context created by init.
+        let ctx = unsafe { &*ctx.cast::<Context>() };
+        let bucket = size_bucket(n_bytes as u64);
+        let d = ctx
+            .spec
+            .decide_bucket(coll_type as u32, bucket, num_pipe_ops, reg_buff);
+        let probe = match &ctx.explorer {
+            Some(e) => e.probe(coll_type as u32, bucket, num_pipe_ops, reg_buff, d),
+            None => Probe::None,
+        };
+        let (chosen, explored) = match probe {
+            Probe::None => (d, false),
+            // NCCL's own choice: leave its cost table alone.
+            Probe::Nccl => (Decision::Default, true),
+            Probe::Setting(s) => (s, true),
+        };
+        // SAFETY: NCCL's contract (see get_coll_info_table).
+        let applied = unsafe { apply(chosen, table, num_algo, num_proto, n_channels) };
+        if let Some(j) = ctx.journal {
+            if explored {
+                j.record_explore(coll_type, n_bytes, num_pipe_ops > 1, chosen, applied);
+            } else {
+                j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
+            }
         }
     });
     NCCL_SUCCESS

@@ -24,13 +24,14 @@ use crate::log::{Escaped, Logger};
 use crate::nccl_version;
 use crate::plugin::{ffi_guard, PLUGIN_NAME};
 use crate::profiler_ffi::*;
-use crate::trace::{self, Handle, Journal, Key};
+use crate::trace::{self, Handle, Key};
 
 /// One communicator rank's profiler state.
 pub struct ProfContext {
     /// Set on the recording rank (its communicator index in the file).
     recording: Option<u8>,
-    journal: Option<&'static Journal>,
+    /// The communicator id whose tuner rings link answers (v5/v6).
+    comm_id: Option<u64>,
     n_ranks: u64,
 }
 
@@ -135,6 +136,9 @@ fn init_tracing(
     log: Logger,
     abi: u8,
 ) -> Option<ProfContext> {
+    if let Some(id) = comm_id {
+        trace::link_rank0(id, rank);
+    }
     if let Err(why) = trace::dir_usable(&dir) {
         if !WARNED_DIR.swap(true, Ordering::Relaxed) {
             let shown = dir.to_string_lossy();
@@ -148,10 +152,9 @@ fn init_tracing(
         return None;
     }
     let n_ranks_u = u32::try_from(n_ranks).unwrap_or(0);
-    let journal = comm_id.and_then(trace::journal_acquire);
     let mut ctx = ProfContext {
         recording: None,
-        journal,
+        comm_id,
         n_ranks: n_ranks_u as u64,
     };
     if rank != 0 {
@@ -255,16 +258,22 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
     let channels = d.nChannels.min(64);
-    let source = match ctx.journal.and_then(|j| j.find(coll, n_bytes)) {
+    let source = match ctx
+        .comm_id
+        .and_then(|id| trace::take_answer(id, coll, n_bytes))
+    {
         None => Source::Unknown,
-        Some(a) if a.source == Source::Table => {
-            if a.algo == algo as u8
-                && a.proto == proto as u8
-                && (a.channels == 0 || a.channels == channels)
+        Some(a) if a.source == Source::Table || a.source == Source::Explore => {
+            // The forced setting ran only if NCCL ran its algorithm,
+            // protocol and (when one was forced) channel count.
+            if (a.source == Source::Explore && a.algo == trace::ANSWER_NCCL)
+                || (a.algo == algo as u8
+                    && a.proto == proto as u8
+                    && (a.channels == 0 || a.channels == channels))
             {
-                Source::Table
+                a.source
             } else {
-                // NCCL ran something else than the table forced.
+                // NCCL ran something else than was forced.
                 Source::Nccl
             }
         }
@@ -389,9 +398,6 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
         // SAFETY: a non-NULL ctx came from Box::into_raw in init; NCCL
         // finalizes it once, after its last event.
         let c = unsafe { Box::from_raw(ctx.cast::<ProfContext>()) };
-        if let Some(j) = c.journal {
-            trace::journal_release(j);
-        }
         if let Some(comm) = c.recording {
             trace::reclaim(comm);
             trace::flush(false);

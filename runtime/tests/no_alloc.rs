@@ -8,8 +8,10 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ptr::null_mut;
 
+use dyncc_runtime::explore::Share;
 use dyncc_runtime::plugin::{init_with, Config};
 use dyncc_runtime::*;
+use dyncc_tables::{Basis, Rule, Table, TableBuilder};
 
 #[path = "../../tests/c/harness_table.rs"]
 mod harness_table;
@@ -47,12 +49,47 @@ fn allocs() -> u64 {
 
 #[test]
 fn get_coll_info_allocates_nothing() {
+    calls_allocate_nothing(harness_table::harness_table(), None);
+}
+
+/// With `DYNCC_EXPLORE` on a table whose decisions are all interpolated:
+/// the exploring path allocates nothing either, and it does explore (fewer
+/// forced cells than the same table without exploration).
+#[test]
+fn exploring_get_coll_info_allocates_nothing() {
+    let bytes = unconfirmed(&harness_table::harness_table());
+    let plain = calls_allocate_nothing(bytes.clone(), None);
+    let explored = calls_allocate_nothing(bytes, Share::parse("0.1"));
+    assert!(explored < plain, "{explored} forced cells of {plain}");
+}
+
+/// `bytes`'s contexts with every rule interpolated (nothing confirmed).
+fn unconfirmed(bytes: &[u8]) -> Vec<u8> {
+    let t = Table::from_bytes(bytes).unwrap();
+    let mut b = TableBuilder::new();
+    for c in t.contexts() {
+        let rules: Vec<Rule> = c
+            .rules()
+            .map(|r| Rule {
+                basis: Basis::Interpolated,
+                ..r
+            })
+            .collect();
+        b.context(c.spec(), &rules).unwrap();
+    }
+    b.build().unwrap()
+}
+
+/// Runs every version's `getCollInfo` on many inputs with the table
+/// `bytes`, asserting no allocation; returns how many cells were forced.
+fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<Share>) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.tbl");
-    std::fs::write(&path, harness_table::harness_table()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
     let cfg = Config {
         table: Some(path.into_os_string()),
         strict: true,
+        explore,
         ..Config::default()
     };
     let mut ctx = null_mut();
@@ -121,6 +158,7 @@ fn get_coll_info_allocates_nothing() {
 
     // SAFETY: ctx came from init.
     unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
+    forced
 }
 
 /// With `DYNCC_TRACE`: the traced `getCollInfo` and every profiler event

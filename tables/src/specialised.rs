@@ -90,6 +90,30 @@ impl Specialised {
         row[size_bucket(n_bytes) as usize]
     }
 
+    /// [`Specialised::decide`] for a size already bucketed (the plugin's
+    /// exploring path needs the bucket too, and computes it once).
+    #[inline]
+    pub fn decide_bucket(
+        &self,
+        coll_type: u32,
+        bucket: u8,
+        num_pipe_ops: i32,
+        reg_buff: i32,
+    ) -> Decision {
+        let c = coll_type as usize;
+        let (Some(row), Some(&max_pipe_ops), Some(&rb)) = (
+            self.dense.get(c),
+            self.max_pipe_ops.get(c),
+            self.reg_buff.get(c),
+        ) else {
+            return Decision::Default;
+        };
+        if !pipe_ops_allowed(max_pipe_ops, num_pipe_ops) || !rb.allows(reg_buff) {
+            return Decision::Default;
+        }
+        row[bucket as usize]
+    }
+
     /// Index of the context chosen for `coll`, if one matched.
     pub fn context(&self, coll: Coll) -> Option<u32> {
         self.context.get(coll as usize).copied().flatten()

@@ -27,6 +27,10 @@
  *                     asked (a forced channel count not honoured)
  * DYNCC_TEST_INITIAL_MASK: NCCL's process-wide event mask before the first
  * init (default 0); every init is handed that one int.
+ * With STANDIN_AGGREGATE set, every 7th call is two AllReduce tasks NCCL
+ * aggregated: one getCollInfo (numPipeOps 2, the summed nBytes), then a
+ * Coll event per task, fed as "unknown" (no answer links either).
+ * With STANDIN_INIT_THREADS set, each rank's init runs on a thread of its own.
  * Prints "mask N" after each rank's init, "fed COLL NBYTES ALGO PROTO CH SRC
  * NS" for each collective rank 0 ran and timed, "untimed COLL NBYTES" for
  * those it ran with nChannels 0, and the logger's lines ("WARN ...",
@@ -204,15 +208,18 @@ static void *host_thread(void *arg) {
   static const size_t sizes[4] = {4096, 65536, 1 << 20, 8 << 20};
   uint64_t seq[5] = {0};
   uint64_t clock = 1000000;
+  int aggregate = getenv("STANDIN_AGGREGATE") != NULL;
   for (int i = 0; i < calls; i++) {
     int coll = (i % 5 == 4) ? 2 : 4; /* AllGather now and then, else AllReduce */
     size_t bytes = sizes[(i / 5) % 4] + 4096u * (size_t)round_no;
+    int ntasks = aggregate && i % 7 == 3 ? 2 : 1;
+    if (ntasks > 1) coll = 4;
     float cost[7][3];
     /* NCCL's own estimate: the world without noise; -1 where it cannot run. */
     for (int a = 0; a < 7; a++)
       for (int p = 0; p < 3; p++) cost[a][p] = a > 1 ? -1.0f : (float)world_ns(a, p, bytes);
     int nch = 0;
-    tuner->getCollInfo(r->tctx, (ncclFunc_t)coll, bytes, 1, (float **)cost, 7, 3, 0, &nch);
+    tuner->getCollInfo(r->tctx, (ncclFunc_t)coll, bytes * (size_t)ntasks, ntasks, (float **)cost, 7, 3, 0, &nch);
     int best_a = 0, best_p = 0, forced = 0;
     for (int a = 0; a < 7; a++)
       for (int p = 0; p < 3; p++) {
@@ -225,48 +232,58 @@ static void *host_thread(void *arg) {
     if (nch > 32) nch = 32;
     /* The table chose what ran only if NCCL honoured all it forced. */
     if (own_channels && asked > 0 && asked != nch) forced = 0;
-    int says_zero = zero_channels && i % 3 == 1;
-    /* Plan launch on the host thread: Group, Coll start/stop, Group stop. */
-    void *g = start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank);
-    prof_descr_union_t u;
-    memset(&u, 0, sizeof u);
-    u.coll.seqNumber = seq[coll]++;
-    u.coll.func = FUNCS[coll];
-    u.coll.count = coll == 2 ? bytes / 4 / NRANKS : bytes / 4;
-    u.coll.datatype = "ncclFloat32";
-    u.coll.nChannels = says_zero ? 0 : (uint8_t)nch;
-    u.coll.nWarps = 16;
-    u.coll.algo = ALGOS[best_a];
-    u.coll.proto = PROTOS[best_p];
-    u.coll.parentGroup = g;
-    void *h = start_event(r->pctx, PROFILE_COLL, NULL, &u, r->rank);
-    if (h) stop_fn()(h);
-    if (g) stop_fn()(g);
-    double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);
-    uint64_t t = (uint64_t)llround(world_ns(best_a, best_p, bytes) * noise);
-    if (r->rank == 0) {
-      pthread_mutex_lock(&print_lock);
-      if (says_zero)
-        printf("untimed %s %zu\n", FUNCS[coll], bytes);
-      else
-        printf("fed %s %zu %s %s %d %s %llu\n", FUNCS[coll], bytes, ALGOS[best_a], PROTOS[best_p], nch,
-               forced ? "table" : "nccl", (unsigned long long)t);
-      pthread_mutex_unlock(&print_lock);
+    for (int task = 0; task < ntasks; task++) {
+      int says_zero = zero_channels && i % 3 == 1;
+      /* Plan launch on the host thread: Group, Coll start/stop, Group stop. */
+      void *g = start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank);
+      prof_descr_union_t u;
+      memset(&u, 0, sizeof u);
+      u.coll.seqNumber = seq[coll]++;
+      u.coll.func = FUNCS[coll];
+      u.coll.count = coll == 2 ? bytes / 4 / NRANKS : bytes / 4;
+      u.coll.datatype = "ncclFloat32";
+      u.coll.nChannels = says_zero ? 0 : (uint8_t)nch;
+      u.coll.nWarps = 16;
+      u.coll.algo = ALGOS[best_a];
+      u.coll.proto = PROTOS[best_p];
+      u.coll.parentGroup = g;
+      void *h = start_event(r->pctx, PROFILE_COLL, NULL, &u, r->rank);
+      if (h) stop_fn()(h);
+      if (g) stop_fn()(g);
+      double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);
+      uint64_t t = (uint64_t)llround(world_ns(best_a, best_p, bytes) * noise);
+      if (r->rank == 0) {
+        pthread_mutex_lock(&print_lock);
+        if (says_zero)
+          printf("untimed %s %zu\n", FUNCS[coll], bytes);
+        else
+          printf("fed %s %zu %s %s %d %s %llu\n", FUNCS[coll], bytes, ALGOS[best_a], PROTOS[best_p], nch,
+                 ntasks > 1 ? "unknown" : forced ? "table" : "nccl", (unsigned long long)t);
+        pthread_mutex_unlock(&print_lock);
+      }
+      pthread_mutex_lock(&r->m);
+      while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
+      r->q[r->tail % QLEN] = (kernel_work){h, nch, clock, t};
+      r->tail++;
+      pthread_cond_broadcast(&r->c);
+      pthread_mutex_unlock(&r->m);
+      clock += t + 1000;
     }
-    pthread_mutex_lock(&r->m);
-    while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
-    r->q[r->tail % QLEN] = (kernel_work){h, nch, clock, t};
-    r->tail++;
-    pthread_cond_broadcast(&r->c);
-    pthread_mutex_unlock(&r->m);
-    clock += t + 1000;
   }
+  return NULL;
+}
+
+static void *init_thread(void *arg) {
+  init_rank(arg);
   return NULL;
 }
 
 static void run_round(int finalize) {
   static rank_state ranks[NRANKS];
   pthread_t host[NRANKS], proxy[NRANKS];
+  /* STANDIN_INIT_THREADS: each rank's init on a thread of its own, all at
+   * once (ncclCommInitAll runs one init job per rank on its own thread). */
+  int init_threads = getenv("STANDIN_INIT_THREADS") != NULL;
   for (int i = 0; i < NRANKS; i++) {
     rank_state *r = &ranks[i];
     memset(r, 0, sizeof *r);
@@ -274,8 +291,12 @@ static void run_round(int finalize) {
     r->rng = 0x9E3779B97F4A7C15ULL; /* every rank draws the same noise */
     pthread_mutex_init(&r->m, NULL);
     pthread_cond_init(&r->c, NULL);
-    init_rank(r);
+    if (init_threads)
+      pthread_create(&host[i], NULL, init_thread, r);
+    else
+      init_rank(r);
   }
+  for (int i = 0; init_threads && i < NRANKS; i++) pthread_join(host[i], NULL);
   for (int i = 0; i < NRANKS; i++) {
     pthread_create(&proxy[i], NULL, proxy_thread, &ranks[i]);
     pthread_create(&host[i], NULL, host_thread, &ranks[i]);

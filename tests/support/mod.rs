@@ -7,3 +7,8 @@ pub mod tools;
 #[allow(dead_code)]
 #[path = "../../compiler/audit/testutil.rs"]
 pub mod sample_table;
+// The benches' synthetic sweeps (one generator), for tests that need a
+// large input.
+#[allow(dead_code)]
+#[path = "../../benches/support/gen_sweep.rs"]
+pub mod gen_sweep;
