@@ -235,7 +235,12 @@ pub struct FoldBuilder {
     /// Per group, the hash of what its records are labelled as (cell and
     /// placement), fed to the digests per record.
     labels: Vec<u64>,
-    index: HashMap<GroupKey, u32>,
+    /// The groups by key: indices into `keys`, hashed by the key they
+    /// point at, so each key is stored once (a map owning its keys held a
+    /// second copy of every one: a third of the memory of a sweep of
+    /// distinct cells).
+    index: hashbrown::HashTable<u32>,
+    hasher: std::collections::hash_map::RandomState,
     /// Groups by a reader's run id ([`FoldBuilder::push_run`]): a lookup
     /// that hashes a few integers, not a whole [`Run`].
     by_run: HashMap<RunGroup, u32, std::hash::BuildHasherDefault<MixHasher>>,
@@ -361,7 +366,10 @@ impl FoldBuilder {
 
     /// The group of `key`, made when new.
     fn group_of(&mut self, key: GroupKey) -> u32 {
-        if let Some(&g) = self.index.get(&key) {
+        use std::hash::BuildHasher as _;
+        let hash = self.hasher.hash_one(&key);
+        let keys = &self.keys;
+        if let Some(&g) = self.index.find(hash, |&g| keys[g as usize] == key) {
             return g;
         }
         // What the content was labelled as: collective, size, shape, knobs,
@@ -371,8 +379,10 @@ impl FoldBuilder {
         key.in_place.hash(&mut h);
         let g = self.keys.len() as u32;
         self.labels.push(h.finish());
-        self.index.insert(key.clone(), g);
         self.keys.push(key);
+        let (keys, hasher) = (&self.keys, &self.hasher);
+        self.index
+            .insert_unique(hash, g, |&g| hasher.hash_one(&keys[g as usize]));
         self.samples.push(Vec::new());
         g
     }
@@ -389,9 +399,16 @@ impl FoldBuilder {
         self.pushed += 1;
         let v = &mut self.samples[g as usize];
         // Grow by a quarter, not double: a sweep of many repeats is mostly
-        // these vectors, and doubling leaves a third of them empty.
+        // these vectors, and doubling leaves a third of them empty; and
+        // start at one, since a sweep of distinct cells has one sample each.
         if v.len() == v.capacity() {
-            v.reserve_exact((v.len() / 4).max(4));
+            let more = match v.len() {
+                0 => 1,
+                // Then 4, 8, 12, ...: a repeated cell's sizes as before.
+                1 => 3,
+                n => (n / 4).max(4),
+            };
+            v.reserve_exact(more);
         }
         v.push(sample);
     }
@@ -453,10 +470,20 @@ impl FoldBuilder {
 
     /// The groups, in the order their first record was read.
     pub fn finish(self) -> Folded {
-        let mut groups: Vec<Group> = self
-            .keys
+        let FoldBuilder {
+            keys,
+            samples,
+            index,
+            by_run,
+            labels,
+            ..
+        } = self;
+        // The lookups hold a second copy of every key: free them before
+        // the groups are built, or both copies meet at the peak.
+        drop((index, by_run, labels));
+        let mut groups: Vec<Group> = keys
             .into_iter()
-            .zip(self.samples)
+            .zip(samples)
             .filter(|(_, samples)| !samples.is_empty())
             .map(|(key, mut samples)| {
                 samples.shrink_to_fit();
