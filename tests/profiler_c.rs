@@ -661,3 +661,183 @@ fn inspect_summarises_trace_files() {
         "{err}"
     );
 }
+
+/// `dyncc eval TABLE --traces DIR` through the real plugin: with
+/// exploration, the job ran both the table's forced Ring/Simple/2 and
+/// NCCL's own choice at AllReduce 4096 bytes; in the stand-in's world
+/// Ring/Simple is ~1.5x slower there, so the table scores above 1, beyond
+/// noise. The table that ran is the one scored: no digest warning.
+#[test]
+fn eval_traces_scores_a_forced_setting_against_nccls_choice_in_the_same_job() {
+    let s = Standin::with_table(standin_table_on(Basis::Interpolated));
+    let args = ["6", "400", "finalize"];
+    let out = s
+        .command(&[], &args, Some(&s.traces))
+        .env("DYNCC_EXPLORE", "0.1")
+        .output()
+        .unwrap();
+    stdout_of(&out, &args);
+    let (table, dir) = (s.table.to_str().unwrap(), s.traces.to_str().unwrap());
+    let o = crate::support::cli::dyncc_output(&["eval", table, "--traces", dir, "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let at_4096 = v["compared"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["bytes"] == 4096)
+        .unwrap_or_else(|| panic!("4096 not compared: {v:#}"));
+    assert_eq!(at_4096["decision"], "ring/simple/2ch", "{v:#}");
+    assert_eq!(at_4096["verdict"], "worse", "{v:#}");
+    let r = at_4096["ratio"].as_f64().unwrap();
+    assert!((1.3..1.7).contains(&r), "{v:#}");
+    // Above 64 KiB the table leaves NCCL alone.
+    assert!(v["default_shapes"].as_u64().unwrap() >= 2, "{v:#}");
+    assert!(v["pooled"]["geomean"].as_f64().unwrap() > 1.0, "{v:#}");
+}
+
+/// A trace record of `count` collectives around `ns` (ln spread 0.05).
+fn trace_record(
+    n_bytes: u64,
+    algo: Algo,
+    proto: Proto,
+    channels: u8,
+    source: Source,
+    ns: f64,
+) -> dyncc_tables::TraceRecord {
+    let (n, m, sd) = (100u64, ns.ln(), 0.05f64);
+    dyncc_tables::TraceRecord {
+        comm: 0,
+        coll: Coll::AllReduce,
+        n_bytes,
+        algo,
+        proto,
+        channels,
+        source,
+        count: n,
+        sum_ln: n as f64 * m,
+        sum_ln2: n as f64 * (m * m + sd * sd),
+        min_ns: (ns * 0.9) as u64,
+        max_ns: (ns * 1.1) as u64,
+    }
+}
+
+/// A trace of a job run under another table (or none) at 1 node, 2 ranks:
+/// at 4096 bytes NCCL's choice took 20 us and an explored Ring/Simple/2
+/// 10 us; at 8192 only NCCL's choice ran; at 1 MiB only NCCL's.
+fn foreign_trace(dir: &Path) -> PathBuf {
+    let head = dyncc_tables::TraceHead {
+        profiler_abi: 6,
+        table_digest: Some(0x1234),
+        nccl_version: 23007,
+        pid: 1,
+        host: "h",
+        job_id: "9",
+        ..Default::default()
+    };
+    let comm = dyncc_tables::TraceComm {
+        comm_id: 7,
+        n_nodes: 1,
+        n_ranks: 2,
+        rank: 0,
+        name: "c",
+    };
+    let recs = [
+        trace_record(4096, Algo::Tree, Proto::LL, 8, Source::Nccl, 20_000.0),
+        trace_record(
+            4096,
+            Algo::Ring,
+            Proto::Simple,
+            2,
+            Source::Explore,
+            10_000.0,
+        ),
+        trace_record(8192, Algo::Tree, Proto::LL, 8, Source::Nccl, 21_000.0),
+        trace_record(1 << 20, Algo::Ring, Proto::LL128, 8, Source::Nccl, 90_000.0),
+    ];
+    let bytes = dyncc_tables::trace::encode(&head, &[comm], &recs).unwrap();
+    let f = dir.join("dyncc-h-1-0000000000000000.trace");
+    std::fs::write(&f, bytes).unwrap();
+    f
+}
+
+/// A table forcing a setting the job measured 2x faster than NCCL's choice
+/// scores 0.5 (< 1, better beyond noise); the shape where only NCCL's
+/// choice ran is not comparable; the trace's other table is warned about.
+#[test]
+fn eval_traces_scores_a_setting_measured_faster_below_one_and_warns_of_another_table() {
+    let s = Standin::new();
+    let f = foreign_trace(&s.traces);
+    let table = s.table.to_str().unwrap();
+    let o = crate::support::cli::dyncc_output(&[
+        "eval",
+        table,
+        "--traces",
+        f.to_str().unwrap(),
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: ")
+            && err.contains(f.to_str().unwrap())
+            && err.contains("table digest 0000000000001234"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let c = &v["compared"][0];
+    assert_eq!(c["bytes"], 4096, "{v:#}");
+    assert!((c["ratio"].as_f64().unwrap() - 0.5).abs() < 1e-9, "{v:#}");
+    assert_eq!(c["verdict"], "better", "{v:#}");
+    assert_eq!(v["better"], 1, "{v:#}");
+    assert!(
+        (v["pooled"]["geomean"].as_f64().unwrap() - 0.5).abs() < 1e-9,
+        "{v:#}"
+    );
+    assert_eq!(v["default_shapes"], 1, "{v:#}");
+    let nc = &v["not_comparable"][0];
+    assert_eq!(nc["bytes"], 8192, "{v:#}");
+    assert!(
+        nc["why"]
+            .as_str()
+            .unwrap()
+            .contains("table's setting was not measured"),
+        "{v:#}"
+    );
+    let o =
+        crate::support::cli::dyncc_output(&["eval", table, "--traces", s.traces.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("geomean t(table)/t(NCCL's choice) 0.5000"),
+        "{text}"
+    );
+    assert!(text.contains("not comparable (1 shapes)"), "{text}");
+}
+
+/// A damaged trace file is refused with exit status 2, naming the file
+/// and what is wrong.
+#[test]
+fn eval_traces_refuses_a_damaged_trace_naming_it() {
+    let s = Standin::new();
+    let f = foreign_trace(&s.traces);
+    let mut b = std::fs::read(&f).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 1;
+    std::fs::write(&f, &b).unwrap();
+    let o = crate::support::cli::dyncc_output(&[
+        "eval",
+        s.table.to_str().unwrap(),
+        "--traces",
+        s.traces.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(f.to_str().unwrap())
+            && err.contains("not a valid dyncc trace file: trace checksum mismatch"),
+        "{err}"
+    );
+}

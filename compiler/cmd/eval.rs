@@ -11,6 +11,8 @@ use crate::eval::{
 use crate::ingest;
 use crate::pipeline::CompileOptions;
 
+mod traces;
+
 /// Score a decision table on measurements.
 ///
 /// Per measured cell (collective, size, nodes, ranks) with a default run,
@@ -34,8 +36,19 @@ use crate::pipeline::CompileOptions;
 /// reachable itself low: the gains at those counts do not show elsewhere
 /// (measure the node counts your jobs run at).
 ///
+/// With --traces, it scores the table on what jobs measured (trace files
+/// from DYNCC_TRACE, or directories of them): within each file, at each
+/// shape (nodes, ranks, collective, size) where the job ran both NCCL's own
+/// choice and the table's setting, t(table)/t(NCCL's choice) from their
+/// geometric mean GPU times, +- its standard error from the traces' own
+/// spread; pooled, weighted by the calls at each shape. Shapes the table
+/// leaves to NCCL count as "default" (ratio 1); shapes where only one side
+/// ran are listed as not comparable. A trace is never compared with a sweep.
+/// A trace recorded under another table is used, with a warning.
+///
 /// Examples:
 ///   dyncc eval dgx1v.tbl datasets/real/nvidia-dgx1v-allreduce.csv
+///   dyncc eval cluster.tbl --traces /shared/traces/
 ///   dyncc eval --cv nodes datasets/real/nvidia-dgx1v-allreduce.csv
 ///   dyncc eval --cv all --json datasets/real/nvidia-dgx2v-allreduce.csv
 #[derive(clap::Args, Debug)]
@@ -62,6 +75,10 @@ pub struct EvalArgs {
     /// simulate`: true mean times, noise-free) instead of measurements.
     #[arg(long, value_name = "TRUTH.csv", conflicts_with = "cv")]
     pub truth: Option<PathBuf>,
+    /// Score the table on these trace files or directories of them
+    /// (DYNCC_TRACE) instead of on sweeps.
+    #[arg(long, value_name = "PATH", num_args = 1.., conflicts_with_all = ["cv", "truth"])]
+    pub traces: Vec<PathBuf>,
     /// Also list every scored cell.
     #[arg(long)]
     pub cells: bool,
@@ -79,6 +96,9 @@ struct Scenario {
 }
 
 pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
+    if !a.traces.is_empty() {
+        return run_traces(&a);
+    }
     let scenarios: Vec<Scenario> = if let Some(cv) = &a.cv {
         let modes: Vec<CvMode> = match cv.as_str() {
             "nodes" => vec![CvMode::Nodes],
@@ -221,6 +241,37 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                 s.score.default.geomean
             );
         }
+    }
+    Ok(0)
+}
+
+/// `eval TABLE --traces PATH...`.
+fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
+    let [table_path] = &a.paths[..] else {
+        bail!(
+            "dyncc eval TABLE --traces PATH...: give only the table before --traces (the traces \
+             are scored on their own, never with a sweep's times)"
+        );
+    };
+    let bytes = crate::audit::files::read_table(table_path)?;
+    let table = crate::audit::files::open(table_path, &bytes)?;
+    let score = traces::score(table_path, &table, &a.traces)?;
+    for w in score.warnings() {
+        eprintln!("warning: {w}");
+    }
+    if score.is_empty() {
+        bail!(
+            "{}: no shape of the traces could be scored: it needs shapes where the table leaves \
+             NCCL alone, or where the job ran both NCCL's choice and the table's setting ({} \
+             shapes had only one side; run the jobs with DYNCC_EXPLORE to measure both)",
+            table_path.display(),
+            score.not_comparable_len()
+        );
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&score)?);
+    } else {
+        score.print();
     }
     Ok(0)
 }

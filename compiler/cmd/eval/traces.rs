@@ -1,0 +1,428 @@
+//! `dyncc eval TABLE --traces PATH...`: scores a table on what jobs measured
+//! (trace files from `DYNCC_TRACE`), within one trace file only: at each
+//! shape (nodes, ranks, collective, size) a job ran both NCCL's own choice
+//! and the table's decision, the ratio of their geometric mean GPU times.
+//! A trace's kernel time is never set against a sweep's nccl-tests time.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use dyncc_tables::trace::Source;
+use dyncc_tables::{Coll, Decision, Table, Trace, TraceRecord};
+use serde::Serialize;
+
+/// Ratios further than this many standard errors from 1 are "better" or
+/// "worse"; nearer, the shape "agrees".
+const NOISE_SE: f64 = 2.0;
+
+/// Pooled log times of one side at a shape.
+#[derive(Clone, Copy, Debug, Default)]
+struct Side {
+    count: u64,
+    sum_ln: f64,
+    sum_ln2: f64,
+}
+
+impl Side {
+    fn add(&mut self, r: &TraceRecord) {
+        self.count += r.count;
+        self.sum_ln += r.sum_ln;
+        self.sum_ln2 += r.sum_ln2;
+    }
+
+    fn mean_ln(&self) -> f64 {
+        self.sum_ln / self.count as f64
+    }
+
+    /// Variance of the mean of ln(time): the sample variance over the
+    /// count; infinite with fewer than two collectives (no spread known).
+    fn var_of_mean(&self) -> f64 {
+        if self.count < 2 {
+            return f64::INFINITY;
+        }
+        let n = self.count as f64;
+        let var = ((self.sum_ln2 - n * self.mean_ln().powi(2)) / (n - 1.0)).max(0.0);
+        var / n
+    }
+}
+
+/// (nodes, ranks, collective, bytes).
+type ShapeKey = (u32, u32, Coll, u64);
+
+/// One compared shape, as printed.
+#[derive(Serialize, Clone)]
+pub struct Compared {
+    file: PathBuf,
+    nodes: u32,
+    ranks: u32,
+    collective: &'static str,
+    bytes: u64,
+    decision: String,
+    /// Geometric mean GPU times, us.
+    table_us: f64,
+    nccl_us: f64,
+    table_count: u64,
+    nccl_count: u64,
+    /// t(table) / t(NCCL's choice).
+    ratio: f64,
+    /// Standard error of ln(ratio); null when a side ran once.
+    se_ln: Option<f64>,
+    /// better, worse or agree (within noise).
+    verdict: &'static str,
+}
+
+/// A shape where one side is missing.
+#[derive(Serialize)]
+pub struct NotComparable {
+    file: PathBuf,
+    nodes: u32,
+    ranks: u32,
+    collective: &'static str,
+    bytes: u64,
+    decision: String,
+    why: &'static str,
+}
+
+/// Pooled over shapes, weighted by the calls the job made at each.
+#[derive(Serialize, Default)]
+pub struct Pooled {
+    shapes: usize,
+    calls: u64,
+    geomean: f64,
+    se_ln: Option<f64>,
+}
+
+/// The whole score.
+#[derive(Serialize)]
+pub struct TraceScore {
+    title: String,
+    files: usize,
+    compared: Vec<Compared>,
+    better: usize,
+    worse: usize,
+    agree: usize,
+    /// Shapes where the table leaves NCCL alone (ratio 1 by construction).
+    default_shapes: usize,
+    default_calls: u64,
+    not_comparable: Vec<NotComparable>,
+    /// Over the compared shapes.
+    pooled: Pooled,
+    /// Over the compared and the default shapes.
+    pooled_with_default: Pooled,
+    warnings: Vec<String>,
+}
+
+/// The `*.trace` files among `paths` (files as given; directories: the
+/// trace files directly in them), sorted per directory.
+fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut here: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("{}: cannot list the directory", p.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|q| q.is_file() && q.extension().is_some_and(|e| e == "trace"))
+                .collect();
+            if here.is_empty() {
+                bail!(
+                    "{}: no *.trace files in this directory; give the directory DYNCC_TRACE \
+                     named (the plugin writes dyncc-HOST-PID-NONCE.trace there at exit)",
+                    p.display()
+                );
+            }
+            here.sort();
+            out.extend(here);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+fn decision_name(d: Decision) -> String {
+    match d {
+        Decision::Default => "default".into(),
+        Decision::Force {
+            algo,
+            proto,
+            channels: 0,
+        } => format!("{}/{}", algo.name(), proto.name()),
+        Decision::Force {
+            algo,
+            proto,
+            channels,
+        } => format!("{}/{}/{channels}ch", algo.name(), proto.name()),
+    }
+}
+
+/// Whether record `r` ran decision `d`'s setting (its channel count too
+/// when `d` forces one).
+fn runs(r: &TraceRecord, d: Decision) -> bool {
+    match d {
+        Decision::Default => false,
+        Decision::Force {
+            algo,
+            proto,
+            channels,
+        } => r.algo == algo && r.proto == proto && (channels == 0 || r.channels == channels),
+    }
+}
+
+/// Pools `items` (ln ratio, its variance, weight) into one geometric mean.
+fn pool(items: &[(f64, f64, u64)]) -> Pooled {
+    let w: f64 = items.iter().map(|i| i.2 as f64).sum();
+    if items.is_empty() || w == 0.0 {
+        return Pooled::default();
+    }
+    let mean = items.iter().map(|i| i.0 * i.2 as f64).sum::<f64>() / w;
+    let var = items
+        .iter()
+        .map(|i| (i.2 as f64 / w).powi(2) * i.1)
+        .sum::<f64>();
+    Pooled {
+        shapes: items.len(),
+        calls: items.iter().map(|i| i.2).sum(),
+        geomean: mean.exp(),
+        se_ln: var.is_finite().then(|| var.sqrt()),
+    }
+}
+
+/// Scores `table` (read from `table_path`) on the trace files under
+/// `paths`. Errors name the file: unreadable, or not a valid trace.
+pub fn score(
+    table_path: &Path,
+    table: &Table<'_>,
+    paths: &[PathBuf],
+) -> anyhow::Result<TraceScore> {
+    let files = trace_files(paths)?;
+    let digest = table.digest();
+    let mut warnings = Vec::new();
+    let mut compared = Vec::new();
+    let mut not_comparable = Vec::new();
+    let (mut default_shapes, mut default_calls) = (0usize, 0u64);
+    // (ln ratio, its variance, calls at the shape) per compared shape, and
+    // the calls at each default shape (ratio 1, no noise).
+    let mut ratios: Vec<(f64, f64, u64)> = Vec::new();
+    let mut defaults: Vec<(f64, f64, u64)> = Vec::new();
+    for f in &files {
+        let bytes = crate::input::read(f, &crate::input::TRACE)?;
+        let t = Trace::from_bytes(&bytes).map_err(|e| {
+            anyhow::anyhow!(
+                "{}: not a valid dyncc trace file: {e}; leave it out (the plugin writes a trace \
+                 whole, so this one was damaged or is not a trace)",
+                f.display()
+            )
+        })?;
+        match t.head().table_digest {
+            Some(d) if d == digest => {}
+            d => {
+                warnings.push(format!(
+                "{}: the job ran {}, not {} (digest {digest:016x}); its times still measure the \
+                 settings that ran",
+                f.display(),
+                d.map_or("without a table".into(), |d| format!("table digest {d:016x}")),
+                table_path.display()
+            ))
+            }
+        }
+        let comms: Vec<_> = t.comms().collect();
+        let mut shapes: BTreeMap<ShapeKey, Vec<TraceRecord>> = BTreeMap::new();
+        for r in t.records() {
+            let Some(c) = comms.get(usize::from(r.comm)) else {
+                continue; // from_bytes checked the index; unreachable
+            };
+            shapes
+                .entry((c.n_nodes, c.n_ranks, r.coll, r.n_bytes))
+                .or_default()
+                .push(r);
+        }
+        for ((nodes, ranks, coll, n_bytes), recs) in shapes {
+            let d = table
+                .lookup(
+                    coll as u32,
+                    u64::from(ranks),
+                    u64::from(nodes),
+                    n_bytes,
+                    1,
+                    0,
+                )
+                .decision;
+            let calls: u64 = recs.iter().map(|r| r.count).sum();
+            if d == Decision::Default {
+                default_shapes += 1;
+                default_calls += calls;
+                defaults.push((0.0, 0.0, calls));
+                continue;
+            }
+            // Exploration runs NCCL's own choice where the table that ran
+            // forced a setting, and another setting where it left NCCL
+            // alone; a `table` record at the shape says which it was.
+            let forced_here = recs.iter().any(|r| r.source == Source::Table);
+            let (mut mine, mut nccl) = (Side::default(), Side::default());
+            for r in &recs {
+                match r.source {
+                    Source::Nccl => nccl.add(r),
+                    Source::Explore if forced_here => nccl.add(r),
+                    Source::Table | Source::Explore if runs(r, d) => mine.add(r),
+                    _ => {}
+                }
+            }
+            let why = match (mine.count, nccl.count) {
+                (0, 0) => Some("neither the table's setting nor NCCL's choice was measured"),
+                (0, _) => Some("the table's setting was not measured (only NCCL's choice ran)"),
+                (_, 0) => Some("NCCL's choice was not measured (only the table's setting ran)"),
+                _ => None,
+            };
+            if let Some(why) = why {
+                not_comparable.push(NotComparable {
+                    file: f.clone(),
+                    nodes,
+                    ranks,
+                    collective: coll.name(),
+                    bytes: n_bytes,
+                    decision: decision_name(d),
+                    why,
+                });
+                continue;
+            }
+            let ln = mine.mean_ln() - nccl.mean_ln();
+            let var = mine.var_of_mean() + nccl.var_of_mean();
+            let se = var.is_finite().then(|| var.sqrt());
+            let verdict = match se {
+                Some(se) if ln < -NOISE_SE * se => "better",
+                Some(se) if ln > NOISE_SE * se => "worse",
+                _ => "agree",
+            };
+            ratios.push((ln, var, calls));
+            compared.push(Compared {
+                file: f.clone(),
+                nodes,
+                ranks,
+                collective: coll.name(),
+                bytes: n_bytes,
+                decision: decision_name(d),
+                table_us: mine.mean_ln().exp() / 1e3,
+                nccl_us: nccl.mean_ln().exp() / 1e3,
+                table_count: mine.count,
+                nccl_count: nccl.count,
+                ratio: ln.exp(),
+                se_ln: se,
+                verdict,
+            });
+        }
+    }
+    let count = |v: &str| compared.iter().filter(|c| c.verdict == v).count();
+    let with_default: Vec<_> = ratios.iter().chain(&defaults).copied().collect();
+    Ok(TraceScore {
+        title: format!(
+            "{} on the traces ({} files; within each file, the table's setting against NCCL's \
+             choice at the same shape)",
+            table_path.display(),
+            files.len()
+        ),
+        files: files.len(),
+        better: count("better"),
+        worse: count("worse"),
+        agree: count("agree"),
+        pooled: pool(&ratios),
+        pooled_with_default: pool(&with_default),
+        compared,
+        default_shapes,
+        default_calls,
+        not_comparable,
+        warnings,
+    })
+}
+
+impl TraceScore {
+    /// Whether nothing could be scored (no shape compared or left to NCCL).
+    pub fn is_empty(&self) -> bool {
+        self.compared.is_empty() && self.default_shapes == 0
+    }
+
+    /// Shapes where only one side ran.
+    pub fn not_comparable_len(&self) -> usize {
+        self.not_comparable.len()
+    }
+
+    /// The warnings, for stderr.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Prints the score for people.
+    pub fn print(&self) {
+        println!("{}\n", self.title);
+        if !self.compared.is_empty() {
+            println!(
+                "{:>5} {:>5} {:<14} {:>12} {:<20} {:>10} {:>10} {:>7} {:>8} {:<7} file",
+                "nodes",
+                "ranks",
+                "collective",
+                "bytes",
+                "decision",
+                "table us",
+                "nccl us",
+                "ratio",
+                "+-se ln",
+                "verdict"
+            );
+        }
+        for c in &self.compared {
+            println!(
+                "{:>5} {:>5} {:<14} {:>12} {:<20} {:>10.2} {:>10.2} {:>7.4} {:>8} {:<7} {}",
+                c.nodes,
+                c.ranks,
+                c.collective,
+                c.bytes,
+                c.decision,
+                c.table_us,
+                c.nccl_us,
+                c.ratio,
+                c.se_ln.map_or("-".into(), |s| format!("{s:.4}")),
+                c.verdict,
+                c.file.display()
+            );
+        }
+        let se = |p: &Pooled| {
+            p.se_ln
+                .map_or(String::new(), |s| format!(" (+-{s:.4} in ln)"))
+        };
+        println!(
+            "\ncompared {} shapes ({} calls): geomean t(table)/t(NCCL's choice) {:.4}{}; \
+             better {}, worse {}, agree {} (beyond {NOISE_SE} standard errors)",
+            self.pooled.shapes,
+            self.pooled.calls,
+            self.pooled.geomean,
+            se(&self.pooled),
+            self.better,
+            self.worse,
+            self.agree
+        );
+        println!(
+            "default: {} shapes ({} calls) where the table leaves NCCL alone (ratio 1); with them {:.4}{}",
+            self.default_shapes,
+            self.default_calls,
+            self.pooled_with_default.geomean,
+            se(&self.pooled_with_default)
+        );
+        println!("(geometric means weighted by the calls the job made at each shape)");
+        if !self.not_comparable.is_empty() {
+            println!("\nnot comparable ({} shapes):", self.not_comparable.len());
+            for n in &self.not_comparable {
+                println!(
+                    "  {} nodes {} ranks {} {} bytes, table {}: {} ({})",
+                    n.nodes,
+                    n.ranks,
+                    n.collective,
+                    n.bytes,
+                    n.decision,
+                    n.why,
+                    n.file.display()
+                );
+            }
+        }
+    }
+}
