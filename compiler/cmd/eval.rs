@@ -262,10 +262,10 @@ fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
     if score.is_empty() {
         bail!(
             "{}: no shape of the traces could be scored: it needs shapes where the table leaves \
-             NCCL alone, or where the job ran both NCCL's choice and the table's setting ({} \
-             shapes had only one side; run the jobs with DYNCC_EXPLORE to measure both)",
+             NCCL alone, or where the job ran both NCCL's choice and the table's setting; run \
+             the jobs with DYNCC_EXPLORE to measure both. Shapes with one side only:\n{}",
             table_path.display(),
-            score.not_comparable_len()
+            score.not_comparable_lines(5)
         );
     }
     if a.json {

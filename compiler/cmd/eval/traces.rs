@@ -102,7 +102,8 @@ pub struct TraceScore {
     better: usize,
     worse: usize,
     agree: usize,
-    /// Shapes where the table leaves NCCL alone (ratio 1 by construction).
+    /// Shapes where the table leaves NCCL alone, or forces what NCCL chose
+    /// there anyway (ratio 1 by construction).
     default_shapes: usize,
     default_calls: u64,
     not_comparable: Vec<NotComparable>,
@@ -269,9 +270,23 @@ pub fn score(
                     _ => {}
                 }
             }
+            // NCCL chose the table's setting itself: nothing to gain or
+            // lose there, as where the table leaves NCCL alone.
+            let nccl_runs_it = recs
+                .iter()
+                .filter(|r| {
+                    r.source == Source::Nccl || (forced_here && r.source == Source::Explore)
+                })
+                .all(|r| runs(r, d));
+            if mine.count == 0 && nccl.count > 0 && nccl_runs_it {
+                default_shapes += 1;
+                default_calls += calls;
+                defaults.push((0.0, 0.0, calls));
+                continue;
+            }
             let why = match (mine.count, nccl.count) {
                 (0, 0) => Some("neither the table's setting nor NCCL's choice was measured"),
-                (0, _) => Some("the table's setting was not measured (only NCCL's choice ran)"),
+                (0, _) => Some("the table's setting was not measured there (NCCL's choice was)"),
                 (_, 0) => Some("NCCL's choice was not measured (only the table's setting ran)"),
                 _ => None,
             };
@@ -342,9 +357,32 @@ impl TraceScore {
         self.compared.is_empty() && self.default_shapes == 0
     }
 
-    /// Shapes where only one side ran.
-    pub fn not_comparable_len(&self) -> usize {
-        self.not_comparable.len()
+    /// Shapes where only one side ran, one line each (the first `max`).
+    pub fn not_comparable_lines(&self, max: usize) -> String {
+        let mut out: Vec<String> = self
+            .not_comparable
+            .iter()
+            .take(max)
+            .map(|n| {
+                format!(
+                    "  {}: {} nodes {} ranks {} {} bytes, table {}: {}",
+                    n.file.display(),
+                    n.nodes,
+                    n.ranks,
+                    n.collective,
+                    n.bytes,
+                    n.decision,
+                    n.why
+                )
+            })
+            .collect();
+        if self.not_comparable.len() > max {
+            out.push(format!(
+                "  ... and {} more",
+                self.not_comparable.len() - max
+            ));
+        }
+        out.join("\n")
     }
 
     /// The warnings, for stderr.
@@ -390,19 +428,23 @@ impl TraceScore {
             p.se_ln
                 .map_or(String::new(), |s| format!(" (+-{s:.4} in ln)"))
         };
+        if self.compared.is_empty() {
+            println!("compared no shape: none where the job ran both NCCL's choice and the table's setting");
+        } else {
+            println!(
+                "\ncompared {} shapes ({} calls): geomean t(table)/t(NCCL's choice) {:.4}{}; \
+                 better {}, worse {}, agree {} (beyond {NOISE_SE} standard errors)",
+                self.pooled.shapes,
+                self.pooled.calls,
+                self.pooled.geomean,
+                se(&self.pooled),
+                self.better,
+                self.worse,
+                self.agree
+            );
+        }
         println!(
-            "\ncompared {} shapes ({} calls): geomean t(table)/t(NCCL's choice) {:.4}{}; \
-             better {}, worse {}, agree {} (beyond {NOISE_SE} standard errors)",
-            self.pooled.shapes,
-            self.pooled.calls,
-            self.pooled.geomean,
-            se(&self.pooled),
-            self.better,
-            self.worse,
-            self.agree
-        );
-        println!(
-            "default: {} shapes ({} calls) where the table leaves NCCL alone (ratio 1); with them {:.4}{}",
+            "default: {} shapes ({} calls) where the table leaves NCCL alone or forces what NCCL chose (ratio 1); with them {:.4}{}",
             self.default_shapes,
             self.default_calls,
             self.pooled_with_default.geomean,
