@@ -75,19 +75,13 @@ impl Specialised {
         num_pipe_ops: i32,
         reg_buff: i32,
     ) -> Decision {
-        let c = coll_type as usize;
-        let (Some(row), Some(&max_pipe_ops), Some(&rb)) = (
-            self.dense.get(c),
-            self.max_pipe_ops.get(c),
-            self.reg_buff.get(c),
-        ) else {
-            return Decision::Default;
-        };
-        if !pipe_ops_allowed(max_pipe_ops, num_pipe_ops) || !rb.allows(reg_buff) {
-            return Decision::Default;
+        // The bucket is computed only once the gates let the call through
+        // (measured: computing it first costs the plain path 3 instructions).
+        match self.row(coll_type, num_pipe_ops, reg_buff) {
+            // A u8 bucket indexes a 256-entry row: no bounds check is emitted.
+            Some(row) => row[size_bucket(n_bytes) as usize],
+            None => Decision::Default,
         }
-        // A u8 bucket indexes a 256-entry row: no bounds check is emitted.
-        row[size_bucket(n_bytes) as usize]
     }
 
     /// [`Specialised::decide`] for a size already bucketed (the plugin's
@@ -100,18 +94,30 @@ impl Specialised {
         num_pipe_ops: i32,
         reg_buff: i32,
     ) -> Decision {
+        match self.row(coll_type, num_pipe_ops, reg_buff) {
+            Some(row) => row[bucket as usize],
+            None => Decision::Default,
+        }
+    }
+
+    /// The decisions of `coll_type` by size bucket, when its context's
+    /// gates let a call with this state through.
+    #[inline(always)]
+    fn row(
+        &self,
+        coll_type: u32,
+        num_pipe_ops: i32,
+        reg_buff: i32,
+    ) -> Option<&[Decision; NUM_BUCKETS]> {
         let c = coll_type as usize;
         let (Some(row), Some(&max_pipe_ops), Some(&rb)) = (
             self.dense.get(c),
             self.max_pipe_ops.get(c),
             self.reg_buff.get(c),
         ) else {
-            return Decision::Default;
+            return None;
         };
-        if !pipe_ops_allowed(max_pipe_ops, num_pipe_ops) || !rb.allows(reg_buff) {
-            return Decision::Default;
-        }
-        row[bucket as usize]
+        (pipe_ops_allowed(max_pipe_ops, num_pipe_ops) && rb.allows(reg_buff)).then_some(row)
     }
 
     /// Index of the context chosen for `coll`, if one matched.

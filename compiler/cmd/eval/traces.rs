@@ -47,8 +47,35 @@ impl Side {
     }
 }
 
-/// (nodes, ranks, collective, bytes).
-type ShapeKey = (u32, u32, Coll, u64);
+/// Where a job measured: its communicator's shape, the collective and the
+/// size NCCL passed the tuner.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    nodes: u32,
+    ranks: u32,
+    coll: Coll,
+    n_bytes: u64,
+}
+
+/// One shape's share of a pooled figure: the log of t(table) / t(NCCL's
+/// choice), its variance, and the calls the job made there (the weight).
+#[derive(Clone, Copy)]
+struct LnRatio {
+    ln: f64,
+    var: f64,
+    calls: u64,
+}
+
+impl LnRatio {
+    /// A shape where the table leaves NCCL alone: ratio 1, no noise.
+    fn default_at(calls: u64) -> LnRatio {
+        LnRatio {
+            ln: 0.0,
+            var: 0.0,
+            calls,
+        }
+    }
+}
 
 /// One compared shape, as printed.
 #[derive(Serialize, Clone)]
@@ -171,20 +198,20 @@ fn runs(r: &TraceRecord, d: Decision) -> bool {
     }
 }
 
-/// Pools `items` (ln ratio, its variance, weight) into one geometric mean.
-fn pool(items: &[(f64, f64, u64)]) -> Pooled {
-    let w: f64 = items.iter().map(|i| i.2 as f64).sum();
-    if items.is_empty() || w == 0.0 {
+/// Pools `items` into one geometric mean, weighted by calls.
+fn pool<'a>(items: impl Iterator<Item = &'a LnRatio> + Clone) -> Pooled {
+    let w: f64 = items.clone().map(|i| i.calls as f64).sum();
+    if w == 0.0 {
         return Pooled::default();
     }
-    let mean = items.iter().map(|i| i.0 * i.2 as f64).sum::<f64>() / w;
+    let mean = items.clone().map(|i| i.ln * i.calls as f64).sum::<f64>() / w;
     let var = items
-        .iter()
-        .map(|i| (i.2 as f64 / w).powi(2) * i.1)
+        .clone()
+        .map(|i| (i.calls as f64 / w).powi(2) * i.var)
         .sum::<f64>();
     Pooled {
-        shapes: items.len(),
-        calls: items.iter().map(|i| i.2).sum(),
+        shapes: items.clone().count(),
+        calls: items.map(|i| i.calls).sum(),
         geomean: mean.exp(),
         se_ln: var.is_finite().then(|| var.sqrt()),
     }
@@ -202,11 +229,9 @@ pub fn score(
     let mut warnings = Vec::new();
     let mut compared = Vec::new();
     let mut not_comparable = Vec::new();
-    let (mut default_shapes, mut default_calls) = (0usize, 0u64);
-    // (ln ratio, its variance, calls at the shape) per compared shape, and
-    // the calls at each default shape (ratio 1, no noise).
-    let mut ratios: Vec<(f64, f64, u64)> = Vec::new();
-    let mut defaults: Vec<(f64, f64, u64)> = Vec::new();
+    // Per compared shape, and per shape the table leaves to NCCL.
+    let mut ratios: Vec<LnRatio> = Vec::new();
+    let mut defaults: Vec<LnRatio> = Vec::new();
     for f in &files {
         let bytes = crate::input::read(f, &crate::input::TRACE)?;
         let t = Trace::from_bytes(&bytes).map_err(|e| {
@@ -229,17 +254,31 @@ pub fn score(
             }
         }
         let comms: Vec<_> = t.comms().collect();
-        let mut shapes: BTreeMap<ShapeKey, Vec<TraceRecord>> = BTreeMap::new();
+        let mut shapes: BTreeMap<Shape, Vec<TraceRecord>> = BTreeMap::new();
         for r in t.records() {
             let Some(c) = comms.get(usize::from(r.comm)) else {
                 continue; // from_bytes checked the index; unreachable
             };
             shapes
-                .entry((c.n_nodes, c.n_ranks, r.coll, r.n_bytes))
+                .entry(Shape {
+                    nodes: c.n_nodes,
+                    ranks: c.n_ranks,
+                    coll: r.coll,
+                    n_bytes: r.n_bytes,
+                })
                 .or_default()
                 .push(r);
         }
-        for ((nodes, ranks, coll, n_bytes), recs) in shapes {
+        for (
+            Shape {
+                nodes,
+                ranks,
+                coll,
+                n_bytes,
+            },
+            recs,
+        ) in shapes
+        {
             let d = table
                 .lookup(
                     coll as u32,
@@ -252,9 +291,7 @@ pub fn score(
                 .decision;
             let calls: u64 = recs.iter().map(|r| r.count).sum();
             if d == Decision::Default {
-                default_shapes += 1;
-                default_calls += calls;
-                defaults.push((0.0, 0.0, calls));
+                defaults.push(LnRatio::default_at(calls));
                 continue;
             }
             // Exploration runs NCCL's own choice where the table that ran
@@ -279,9 +316,7 @@ pub fn score(
                 })
                 .all(|r| runs(r, d));
             if mine.count == 0 && nccl.count > 0 && nccl_runs_it {
-                default_shapes += 1;
-                default_calls += calls;
-                defaults.push((0.0, 0.0, calls));
+                defaults.push(LnRatio::default_at(calls));
                 continue;
             }
             let why = match (mine.count, nccl.count) {
@@ -310,7 +345,7 @@ pub fn score(
                 Some(se) if ln > NOISE_SE * se => "worse",
                 _ => "agree",
             };
-            ratios.push((ln, var, calls));
+            ratios.push(LnRatio { ln, var, calls });
             compared.push(Compared {
                 file: f.clone(),
                 nodes,
@@ -329,7 +364,6 @@ pub fn score(
         }
     }
     let count = |v: &str| compared.iter().filter(|c| c.verdict == v).count();
-    let with_default: Vec<_> = ratios.iter().chain(&defaults).copied().collect();
     Ok(TraceScore {
         title: format!(
             "{} on the traces ({} files; within each file, the table's setting against NCCL's \
@@ -341,11 +375,11 @@ pub fn score(
         better: count("better"),
         worse: count("worse"),
         agree: count("agree"),
-        pooled: pool(&ratios),
-        pooled_with_default: pool(&with_default),
+        pooled: pool(ratios.iter()),
+        pooled_with_default: pool(ratios.iter().chain(&defaults)),
         compared,
-        default_shapes,
-        default_calls,
+        default_shapes: defaults.len(),
+        default_calls: defaults.iter().map(|d| d.calls).sum(),
         not_comparable,
         warnings,
     })
