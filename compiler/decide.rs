@@ -83,6 +83,12 @@ pub enum Why {
     Uncalibrated,
     /// Only NCCL's default was measured: nothing to compare it with.
     OnlyDefaultMeasured,
+    /// A node count only traces of jobs measured, at a size they did not,
+    /// beyond `--node-reach` of the sweep's counts: nothing to read it off.
+    BeyondReach,
+    /// Nothing measured or read at this size here: a size only other node
+    /// counts' traces measured. The size buckets pass it over.
+    NothingHere,
 }
 
 /// The choice at one (node count, measured size).
@@ -148,21 +154,38 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
     let wanted = consulted(grid, &sigma, &widen, ln_margin, opt);
     let fit = &fit::fit(grid, sigma, &wanted, done);
     let model = nodes::calibrate(grid, &widen);
+    let reach = node_reach(grid, opt);
+    let within = |n: u32| reach.is_some_and(|(lo, hi)| n >= lo && n <= hi);
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
+        let n = grid.nodes[ni];
+        let per_size = (0..grid.sizes.len())
+            .map(|si| {
+                if grid.foreign(ni, si) {
+                    Choice::default(Why::NothingHere, Basis::Measured)
+                } else if !grid.swept(ni) && !grid.any_at(ni, si) {
+                    // A count only traces measured, at a size they did
+                    // not: read off the sweep as an unmeasured count is.
+                    if within(n) {
+                        decide_unmeasured(grid, &model, &widen, n as f64, si, ln_margin, opt)
+                    } else {
+                        Choice::default(Why::BeyondReach, Basis::Extrapolated)
+                    }
+                } else {
+                    decide_measured(grid, fit, &widen, ni, si, ln_margin, opt)
+                }
+            })
+            .collect();
         let mut a = Anchor {
-            nodes: grid.nodes[ni],
-            span: (grid.nodes[ni], grid.nodes[ni]),
-            at: grid.nodes[ni] as f64,
+            nodes: n,
+            span: (n, n),
+            at: n as f64,
             measured: true,
-            per_size: (0..grid.sizes.len())
-                .map(|si| decide_measured(grid, fit, &widen, ni, si, ln_margin, opt))
-                .collect(),
+            per_size,
         };
         smooth(grid, &mut a, fit, ln_margin, opt);
         anchors.push(a);
     }
-    let reach = node_reach(grid, opt);
     if let Some((lo, hi)) = reach {
         for NodeBin { span, at } in node_bins(grid, lo, hi) {
             let per_size = (0..grid.sizes.len())
@@ -190,7 +213,13 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
 /// node from several) or the smallest multi-node count over the reach
 /// factor, to the largest times it; every count with `--extrapolate`.
 fn node_reach(grid: &Grid, opt: &DecideOptions) -> Option<(u32, u32)> {
-    let multi: Vec<u32> = grid.nodes.iter().copied().filter(|&n| n >= 2).collect();
+    // The sweep's counts only: a count traces measured at a few sizes says
+    // nothing of the others there.
+    let multi: Vec<u32> = (0..grid.nodes.len())
+        .filter(|&ni| grid.swept(ni))
+        .map(|ni| grid.nodes[ni])
+        .filter(|&n| n >= 2)
+        .collect();
     let (&lo, &hi) = (multi.first()?, multi.last()?);
     if opt.extrapolate {
         return Some((2, u32::MAX));
@@ -315,6 +344,10 @@ fn decide_unmeasured(
             c => nodes::read(grid, widen, model.align, at, si, c, None),
         })
         .collect();
+    if readings.iter().all(Option::is_none) && !grid.swept_size(si) {
+        // A size only traces measured, none at counts around this one.
+        return Choice::default(Why::NothingHere, Basis::Interpolated);
+    }
     let agreed = nodes::agreed(&readings);
     for (c, r) in readings.iter().enumerate() {
         let Some(r) = r else { continue };
@@ -531,32 +564,39 @@ pub fn to_decision(cfg: &Config) -> Decision {
 pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecision; NUM_BUCKETS]> {
     let dflt = BucketDecision::leave(Basis::Measured);
     let mut out = Box::new([dflt; NUM_BUCKETS]);
-    if grid.sizes.is_empty() {
+    // The sizes this anchor decided (every size of a sweep's grid; sizes
+    // only other node counts' traces measured are not this anchor's).
+    let own: Vec<usize> = (0..grid.sizes.len())
+        .filter(|&si| a.per_size[si].why != Why::NothingHere)
+        .collect();
+    let (Some(&first), Some(&last)) = (own.first(), own.last()) else {
         return out;
-    }
-    let lo_b = size_bucket(grid.sizes[0]) as usize;
-    let hi_b = size_bucket(*grid.sizes.last().unwrap_or(&0)) as usize;
+    };
+    let size = |k: usize| grid.sizes[own[k]];
+    let lo_b = size_bucket(grid.sizes[first]) as usize;
+    let hi_b = size_bucket(grid.sizes[last]) as usize;
     for (b, slot) in out.iter_mut().enumerate() {
         let x = (bucket_lower_bound(b as u8).max(1) as f64).log2();
         let outside = b < lo_b || b > hi_b;
         if outside && !extrapolate {
             continue;
         }
-        // Nearest measured size in log2.
-        let si = match grid.sizes.binary_search(&bucket_lower_bound(b as u8)) {
-            Ok(i) => i,
+        // Nearest decided size in log2 (`k` indexes `own`).
+        let k = match own.binary_search_by(|&si| grid.sizes[si].cmp(&bucket_lower_bound(b as u8))) {
+            Ok(k) => k,
             Err(0) => 0,
-            Err(i) if i >= grid.sizes.len() => grid.sizes.len() - 1,
-            Err(i) => {
-                let below = (grid.sizes[i - 1] as f64).log2();
-                let above = (grid.sizes[i] as f64).log2();
+            Err(k) if k >= own.len() => own.len() - 1,
+            Err(k) => {
+                let below = (size(k - 1) as f64).log2();
+                let above = (size(k) as f64).log2();
                 if x - below <= above - x {
-                    i - 1
+                    k - 1
                 } else {
-                    i
+                    k
                 }
             }
         };
+        let si = own[k];
         let c = a.per_size[si];
         let basis = if outside {
             Basis::Extrapolated
@@ -565,12 +605,12 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecisio
         } else if size_bucket(grid.sizes[si]) as usize != b {
             // Between measured sizes: measured only if both sides agree.
             let other = if bucket_lower_bound(b as u8) < grid.sizes[si] {
-                si.checked_sub(1)
+                k.checked_sub(1)
             } else {
-                Some(si + 1).filter(|&j| j < grid.sizes.len())
+                Some(k + 1).filter(|&j| j < own.len())
             };
             match other {
-                Some(j) if a.per_size[j].cfg == c.cfg => c.basis,
+                Some(j) if a.per_size[own[j]].cfg == c.cfg => c.basis,
                 _ => Basis::Interpolated,
             }
         } else {
@@ -584,7 +624,11 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecisio
         };
         *slot = BucketDecision {
             decision: d,
-            basis: if d == Decision::Default && !outside && a.measured {
+            // NCCL's default where the anchor's own measurement says so is
+            // measured; where a reading does (a count only traces
+            // measured, at a size they did not), it is that reading's.
+            basis: if d == Decision::Default && !outside && a.measured && c.basis == Basis::Measured
+            {
                 Basis::Measured
             } else {
                 basis

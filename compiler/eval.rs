@@ -425,6 +425,7 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
                 file: file.clone(),
                 line,
             },
+            base: crate::record::TimeBase::Sweep,
         });
     }
     Ok(out)

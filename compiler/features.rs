@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::record::{Cell, Coll, Config, State};
+use crate::record::{Cell, Coll, Config, State, TimeBase};
 
 /// Feature vector layout for the models: log2 bytes, log2 nodes, ppn,
 /// log2 ranks, log2 bytes per rank.
@@ -45,6 +45,20 @@ pub struct Grid {
     pub sizes: Vec<u64>,
     pub configs: Vec<Config>,
     cells: Vec<Option<Meas>>,
+    /// Per (node, size), `node * sizes + size`: the sd of one collective's
+    /// ln(time) where the point's measurements come from traces of jobs
+    /// (then all of them do: a sweep's cells there are set aside, and a
+    /// traced point is compared with nothing but itself), `None` where
+    /// they come from the sweep.
+    traced: Vec<Option<f64>>,
+    /// Per node: whether the sweep measured anything at this node count
+    /// (counts only traces measured are decided from the sweep where the
+    /// traces are silent, and never extend how far the sweep reaches).
+    swept: Vec<bool>,
+    /// Per size: whether the sweep measured anything at this size (sizes
+    /// only traces measured are passed over by every reading of the
+    /// sweep's points, which sees the sweep's sizes as before).
+    swept_size: Vec<bool>,
     /// One source per (node, size) for evidence.
     pub sources: BTreeMap<(usize, usize), String>,
 }
@@ -62,6 +76,37 @@ impl Grid {
     /// Number of measured cells.
     pub fn measured(&self) -> usize {
         self.cells.iter().filter(|c| c.is_some()).count()
+    }
+
+    /// Whether anything (any configuration) was measured at (node, size).
+    pub fn any_at(&self, node: usize, size: usize) -> bool {
+        (0..self.configs.len()).any(|c| self.get(node, size, c).is_some())
+    }
+
+    /// The sd of one collective's ln(time) at a point measured by traces
+    /// of jobs; `None` at a sweep's point (or an empty one).
+    pub fn traced(&self, node: usize, size: usize) -> Option<f64> {
+        self.traced
+            .get(node * self.sizes.len() + size)
+            .copied()
+            .flatten()
+    }
+
+    /// Whether the sweep measured anything at this node count.
+    pub fn swept(&self, node: usize) -> bool {
+        self.swept.get(node).copied().unwrap_or(false)
+    }
+
+    /// Whether the sweep measured anything at this size.
+    pub fn swept_size(&self, size: usize) -> bool {
+        self.swept_size.get(size).copied().unwrap_or(false)
+    }
+
+    /// Whether (node, size) is a size only traces measured, and not here:
+    /// a column that exists for other node counts' traces, which readings
+    /// at this node count pass over.
+    pub fn foreign(&self, node: usize, size: usize) -> bool {
+        !self.swept_size(size) && !self.any_at(node, size)
     }
 }
 
@@ -161,9 +206,30 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             );
             let mut cells = vec![None; nodes.len() * sizes.len() * configs.len()];
             let mut sources = BTreeMap::new();
-            for c in cs {
+            let at = |c: &Cell| {
                 let ni = nodes.binary_search(&c.key.nnodes).unwrap_or(0);
                 let si = sizes.binary_search(&c.key.nbytes).unwrap_or(0);
+                (ni, si)
+            };
+            // Where traces measured a point, they alone decide it: their
+            // gains are read within jobs, a sweep's within the sweep.
+            let mut traced = vec![None; nodes.len() * sizes.len()];
+            for c in &cs {
+                if let TimeBase::Trace { sd_ln } = c.base {
+                    let (ni, si) = at(c);
+                    traced[ni * sizes.len() + si] = Some(sd_ln);
+                }
+            }
+            let mut swept = vec![false; nodes.len()];
+            let mut swept_size = vec![false; sizes.len()];
+            for c in cs {
+                let (ni, si) = at(c);
+                let trace = matches!(c.base, TimeBase::Trace { .. });
+                if trace != traced[ni * sizes.len() + si].is_some() {
+                    continue;
+                }
+                swept[ni] |= !trace;
+                swept_size[si] |= !trace;
                 let ci = configs
                     .binary_search_by(|x| cmp_cfg(x, &c.key.config))
                     .unwrap_or(0);
@@ -187,6 +253,9 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
                 sizes,
                 configs,
                 cells,
+                traced,
+                swept,
+                swept_size,
                 sources,
             }
         })
@@ -222,6 +291,7 @@ pub(crate) mod tests {
                 file: Arc::new("test.csv".into()),
                 line: 1,
             },
+            base: crate::record::TimeBase::Sweep,
         }
     }
 

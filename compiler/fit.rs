@@ -120,14 +120,17 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
         // Per size: variance estimates from repeats, and from roughness.
         let mut rep: Vec<Vec<f64>> = vec![Vec::new(); ns];
         let mut rough: Vec<Vec<f64>> = vec![Vec::new(); ns];
+        // Traced points carry their own noise (from their counts) and are
+        // no neighbour of a sweep's: their times are on another base.
+        let swept = |si: usize| grid.traced(ni, si).is_none();
         for c in 0..nc {
-            for si in 0..ns {
+            for si in (0..ns).filter(|&si| swept(si)) {
                 let Some(m) = grid.get(ni, si, c) else {
                     continue;
                 };
                 if m.n >= 2 {
                     rep[si].push(repeat_variance((1.0 + m.spread.max(0.0)).ln(), m.n));
-                } else if si >= 1 && si + 1 < ns {
+                } else if si >= 1 && si + 1 < ns && swept(si - 1) && swept(si + 1) {
                     if let (Some(a), Some(b)) = (grid.get(ni, si - 1, c), grid.get(ni, si + 1, c)) {
                         rough[si].push(roughness_variance([a.ln_t, m.ln_t, b.ln_t]));
                     }
@@ -145,7 +148,10 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
             let hi = (si + 2).min(ns - 1);
             let mut r: Vec<f64> = rep[lo..=hi].iter().flatten().copied().collect();
             let mut q: Vec<f64> = rough[lo..=hi].iter().flatten().copied().collect();
-            out[ni * ns + si] = sigma_of(&mut r, &mut q);
+            out[ni * ns + si] = match grid.traced(ni, si) {
+                Some(sd) => sd.clamp(MIN_SIGMA, MAX_SIGMA),
+                None => sigma_of(&mut r, &mut q),
+            };
         }
     }
     out

@@ -172,18 +172,21 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
         })
     };
     let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
+    // Sizes only other node counts' traces measured are not this count's.
+    let own: Vec<usize> = (0..grid.sizes.len())
+        .filter(|&si| !grid.foreign(ni, si))
+        .collect();
     // Exact size, or the measured sizes on either side.
-    let hi = grid
-        .sizes
-        .partition_point(|&s| (s.max(1) as f64).log2() < ls - 1e-9);
-    if hi < grid.sizes.len() && (lsz(hi) - ls).abs() < 1e-9 {
-        return point(hi);
+    let hi = own.partition_point(|&si| lsz(si) < ls - 1e-9);
+    if hi < own.len() && (lsz(own[hi]) - ls).abs() < 1e-9 {
+        return point(own[hi]);
     }
-    if hi == 0 || hi >= grid.sizes.len() {
+    if hi == 0 || hi >= own.len() {
         return None;
     }
-    let (a, b) = (point(hi - 1)?, point(hi)?);
-    let w = (ls - lsz(hi - 1)) / (lsz(hi) - lsz(hi - 1));
+    let (lo_si, hi_si) = (own[hi - 1], own[hi]);
+    let (a, b) = (point(lo_si)?, point(hi_si)?);
+    let w = (ls - lsz(lo_si)) / (lsz(hi_si) - lsz(lo_si));
     Some(GainPoint::blend(a, b, w))
 }
 
@@ -205,11 +208,6 @@ pub fn read(
     }
     let lk = nodes.log2();
     let ls = (grid.sizes[si].max(1) as f64).log2();
-    let multi = |ni: usize| grid.nodes[ni] >= 2 && Some(ni) != exclude;
-    let lo = (0..grid.nodes.len())
-        .rev()
-        .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes);
-    let hi = (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes);
     let at = |ni: usize| -> Option<(GainPoint, f64)> {
         let ln = (grid.nodes[ni] as f64).log2();
         let ls_n = match align {
@@ -219,6 +217,15 @@ pub fn read(
         };
         Some((gain_at(grid, widen, ni, cfg, ls_n)?, ln))
     };
+    // A count only traces measured stands beside this one only where its
+    // traces measured this setting at this size.
+    let multi = |ni: usize| {
+        grid.nodes[ni] >= 2 && Some(ni) != exclude && (grid.swept(ni) || at(ni).is_some())
+    };
+    let lo = (0..grid.nodes.len())
+        .rev()
+        .find(|&ni| multi(ni) && (grid.nodes[ni] as f64) < nodes);
+    let hi = (0..grid.nodes.len()).find(|&ni| multi(ni) && (grid.nodes[ni] as f64) > nodes);
     let (below, above) = (lo.and_then(at), hi.and_then(at));
     let ends = [below.map(|e| e.0.gain), above.map(|e| e.0.gain)];
     match (below, above) {
@@ -447,8 +454,10 @@ const OFF_TREND_SHARE: f64 = 0.6;
 pub fn consistency(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64) -> (Vec<OffTrend>, Widen) {
     let mut widen = Widen::none(grid);
     let mut found = Vec::new();
+    // Trends run through the sweep's counts (a count only traces measured
+    // is on another time base).
     let multi: Vec<usize> = (0..grid.nodes.len())
-        .filter(|&ni| grid.nodes[ni] >= 2)
+        .filter(|&ni| grid.nodes[ni] >= 2 && grid.swept(ni))
         .collect();
     let nc = grid.configs.len();
     for w in multi.windows(3) {
@@ -464,6 +473,11 @@ pub fn consistency(grid: &Grid, sigma: &dyn Fn(usize, usize) -> f64) -> (Vec<Off
         for si in 0..grid.sizes.len() {
             let res: Vec<Option<f64>> = (0..nc)
                 .map(|c| {
+                    // A trend in time runs within one base (see
+                    // `features::Grid::traced`).
+                    if [a, m, b].iter().any(|&ni| grid.traced(ni, si).is_some()) {
+                        return None;
+                    }
                     let (x, y, z) = (
                         grid.get(a, si, c)?,
                         grid.get(m, si, c)?,

@@ -94,7 +94,20 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
         );
     }
     let platform = select_platform(&mut f, opts.platform.as_deref())?;
-    let cells = f.cells();
+    let mut cells = f.cells();
+    // Jobs' traces join as points of their own (`ingest::traces`).
+    let traced = (!ds.traces.is_empty()).then(|| {
+        let newest = f
+            .groups
+            .iter()
+            .filter_map(|g| g.key.run.nccl_version)
+            .max()
+            .unwrap_or(0);
+        let view = ingest::traces::SweepView::of_cells(&cells, newest);
+        let (more, notes) = ingest::traces::cells(&ds.traces, &view);
+        cells.extend(more);
+        notes
+    });
     let inputs = ds.input_digests_of(
         f.groups
             .iter()
@@ -118,6 +131,11 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
     // fitting, which holds the grids.
     drop(f);
     let mut c = compile_cells(cells, &platform, opts, &inputs)?;
+    if let Some(notes) = traced {
+        c.report.traces = Some(crate::report::TraceChanges::new(
+            notes, &c.grids, &c.decided,
+        ));
+    }
     c.report.inputs = counted;
     c.report.skipped = ds.skipped;
     c.report.notes.extend(ds.notes);

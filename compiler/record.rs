@@ -456,4 +456,23 @@ pub struct Cell {
     pub spread: f64,
     /// One source of the cell, for evidence.
     pub source: Source,
+    /// What the time may be compared with.
+    pub base: TimeBase,
+}
+
+/// What a cell's time was measured as, which says what it may be set
+/// against: only a gain read within one base is a gain (a trace's kernel
+/// time and a sweep's nccl-tests time differ by launch and host overheads).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum TimeBase {
+    /// A sweep's time (nccl-tests or a tuner CSV).
+    #[default]
+    Sweep,
+    /// From traces of jobs: NCCL's own choice's geometric mean GPU time, or
+    /// it divided by a setting's gain measured in the same jobs
+    /// ([`crate::ingest::traces`]).
+    Trace {
+        /// sd of one collective's ln(time), from the traces' own counts.
+        sd_ln: f64,
+    },
 }

@@ -32,6 +32,133 @@ pub struct Report {
     /// What `--lenient` skipped (file, line, why), so nothing is dropped silently.
     pub skipped: Vec<ingest::Skip>,
     pub table: TableInfo,
+    /// What jobs' traces changed, when traces were given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traces: Option<TraceChanges>,
+}
+
+/// What became of a point jobs measured, against the table that ran there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceOutcome {
+    /// The deployed table forced a setting; the jobs bore it out.
+    Confirmed,
+    /// The deployed table forced a setting that lost (or did not win by the
+    /// noise and margin) in the jobs: NCCL decides again.
+    Reverted,
+    /// The deployed table forced a setting; another one won.
+    Changed,
+    /// The deployed table left NCCL alone; a setting the jobs explored won.
+    New,
+    /// NCCL's choice, as before.
+    Unchanged,
+}
+
+/// A traced point with what the new table does there.
+#[derive(Clone, Debug, Serialize)]
+pub struct TracedDecision {
+    #[serde(flatten)]
+    pub point: ingest::traces::TracedPoint,
+    /// The new table's decision here.
+    pub decision: String,
+    pub outcome: TraceOutcome,
+}
+
+/// What jobs' traces changed: the notes of reading them, and per point
+/// the outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceChanges {
+    pub files: usize,
+    pub communicators: usize,
+    pub duplicate_ranks: usize,
+    pub collectives: u64,
+    pub unknown: u64,
+    pub one_sided_shapes: usize,
+    pub older_nccl_points: usize,
+    pub drift: Vec<String>,
+    /// Points the sweep did not measure (another node count or size).
+    pub added: usize,
+    /// Points the sweep measured too, now decided by the traces.
+    pub replaced: usize,
+    pub confirmed: usize,
+    pub reverted: usize,
+    pub changed: usize,
+    pub new: usize,
+    pub unchanged: usize,
+    pub points: Vec<TracedDecision>,
+}
+
+impl TraceChanges {
+    pub fn new(
+        notes: ingest::traces::TraceNotes,
+        grids: &[Grid],
+        decided: &[GridDecisions],
+    ) -> TraceChanges {
+        let mut t = TraceChanges {
+            files: notes.files,
+            communicators: notes.communicators,
+            duplicate_ranks: notes.duplicate_ranks,
+            collectives: notes.collectives,
+            unknown: notes.unknown,
+            one_sided_shapes: notes.one_sided_shapes,
+            older_nccl_points: notes.older_nccl_points,
+            drift: notes.drift,
+            added: 0,
+            replaced: 0,
+            confirmed: 0,
+            reverted: 0,
+            changed: 0,
+            new: 0,
+            unchanged: 0,
+            points: Vec::new(),
+        };
+        for p in notes.points {
+            let k = p.key;
+            let ppn = k.ranks / k.nodes.max(1);
+            let found = grids.iter().zip(decided).find_map(|(g, d)| {
+                if g.coll != k.coll || g.ppn != ppn || g.state != crate::record::State::BASELINE {
+                    return None;
+                }
+                let si = g.sizes.binary_search(&k.n_bytes).ok()?;
+                let a = d
+                    .anchors
+                    .iter()
+                    .find(|a| a.measured && a.nodes == k.nodes)?;
+                Some(g.configs[a.per_size[si].cfg])
+            });
+            let Some(now) = found else { continue };
+            use ingest::traces::Deployed;
+            let outcome = match p.deployed {
+                Deployed::Forced(x) if x == now => TraceOutcome::Confirmed,
+                Deployed::Forced(_) if now.is_default() => TraceOutcome::Reverted,
+                Deployed::Forced(_) => TraceOutcome::Changed,
+                Deployed::Nccl if now.is_default() => TraceOutcome::Unchanged,
+                Deployed::Nccl => TraceOutcome::New,
+            };
+            *match outcome {
+                TraceOutcome::Confirmed => &mut t.confirmed,
+                TraceOutcome::Reverted => &mut t.reverted,
+                TraceOutcome::Changed => &mut t.changed,
+                TraceOutcome::New => &mut t.new,
+                TraceOutcome::Unchanged => &mut t.unchanged,
+            } += 1;
+            if p.replaced_sweep {
+                t.replaced += 1;
+            } else {
+                t.added += 1;
+            }
+            t.points.push(TracedDecision {
+                decision: if now.is_default() {
+                    "default".into()
+                } else {
+                    now.to_string()
+                },
+                point: p,
+                outcome,
+            });
+        }
+        t
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -35,7 +35,8 @@ use crate::units::fmt_bytes;
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct CompileArgs {
-    /// Sweep files or directories (nccl-tests text or JSON logs, tuner CSV).
+    /// Sweep files or directories (nccl-tests text or JSON logs, tuner CSV),
+    /// and trace files or directories of jobs (`DYNCC_TRACE`).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Where to write the table (written atomically; nothing is written on error).
@@ -67,7 +68,19 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     // The output must not be an input (checked before reading, and against
     // every file read once the inputs are known).
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;
-    let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
+    // Jobs' trace files (`DYNCC_TRACE`) are measurements too, read apart.
+    let mut paths = a.paths.clone();
+    let trace_files = ingest::traces::split(&mut paths);
+    if paths.is_empty() {
+        bail!(
+            "only trace files given ({}); traces add to a sweep, which names the settings to \
+             compare: give the sweep the deployed table was compiled from too, e.g. `dyncc \
+             compile SWEEP_DIR TRACE_DIR -o t.tbl`",
+            trace_files.len()
+        );
+    }
+    let mut ds = a.ingest.read_sweep(&paths, !a.json && !a.ingest.quiet)?;
+    ds.traces = ingest::traces::read(&trace_files)?;
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -80,7 +93,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         bail!(
             "no measurements found in {}; expected nccl-tests logs (text or JSON) or a tuner CSV \
              (`dyncc inspect PATH` shows what each file held)",
-            a.paths
+            paths
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
@@ -252,6 +265,9 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     for n in &r.notes {
         writeln!(w, "note: {n}")?;
     }
+    if let Some(t) = &r.traces {
+        print_traces(w, t)?;
+    }
     writeln!(w, "\nexplain trees:")?;
     for (coll, f) in &r.trees {
         writeln!(
@@ -279,5 +295,87 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         t.contexts,
         t.digest
     )?;
+    Ok(())
+}
+
+/// What jobs' traces changed.
+fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::Result<()> {
+    use crate::report::TraceOutcome;
+    writeln!(
+        w,
+        "\ntraces: {} file(s), {} communicator(s){}, {} collectives ({} not linked to a tuner answer, not used)",
+        t.files,
+        t.communicators,
+        if t.duplicate_ranks > 0 {
+            format!(" ({} recorded by more than one rank, counted once)", t.duplicate_ranks)
+        } else {
+            String::new()
+        },
+        t.collectives,
+        t.unknown
+    )?;
+    writeln!(
+        w,
+        "  {} point(s) measured against NCCL's choice in the same jobs: {} added (not in the sweep), {} replacing the sweep's",
+        t.points.len(),
+        t.added,
+        t.replaced
+    )?;
+    writeln!(
+        w,
+        "  against the table the jobs ran: {} confirmed, {} reverted to NCCL (lost in production), {} changed, {} new, {} left to NCCL",
+        t.confirmed, t.reverted, t.changed, t.new, t.unchanged
+    )?;
+    if t.one_sided_shapes > 0 {
+        writeln!(
+            w,
+            "  {} shape(s) ran one side only (NCCL's choice, or only a forced setting): nothing to compare within a job; DYNCC_EXPLORE measures the other side",
+            t.one_sided_shapes
+        )?;
+    }
+    if t.older_nccl_points > 0 {
+        writeln!(
+            w,
+            "  {} point(s) also measured by an older NCCL: the newest NCCL's measurements decide",
+            t.older_nccl_points
+        )?;
+    }
+    for d in &t.drift {
+        writeln!(w, "  drift: {d}")?;
+    }
+    const SHOWN: usize = 20;
+    let shown: Vec<_> = t
+        .points
+        .iter()
+        .filter(|p| p.outcome != TraceOutcome::Unchanged)
+        .collect();
+    for p in shown.iter().take(SHOWN) {
+        let best = p
+            .point
+            .settings
+            .iter()
+            .map(|g| format!("{} {:+.1} %", g.config, (g.gain - 1.0) * 100.0))
+            .collect::<Vec<_>>()
+            .join(", ");
+        writeln!(
+            w,
+            "  {:<10} {} {} nodes x {} ranks {}: ran {} -> {} (measured: {})",
+            format!("{:?}", p.outcome).to_lowercase(),
+            p.point.collective,
+            p.point.nodes,
+            p.point.ranks,
+            fmt_bytes(p.point.bytes),
+            p.point.deployed_name,
+            p.decision,
+            best
+        )?;
+    }
+    if shown.len() > SHOWN {
+        writeln!(
+            w,
+            "  ... and {} more (--json lists them all)",
+            shown.len() - SHOWN
+        )?;
+    }
     Ok(())
 }

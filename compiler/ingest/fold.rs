@@ -216,6 +216,7 @@ impl Folded {
                 n: n as u32,
                 spread,
                 source: g.source(&s),
+                base: crate::record::TimeBase::Sweep,
             });
         }
         cells

@@ -35,6 +35,7 @@ mod repeats;
 pub(crate) mod run;
 pub mod setup;
 pub mod text;
+pub mod traces;
 pub mod tuner;
 
 use std::collections::{HashMap, HashSet};
@@ -241,6 +242,8 @@ pub struct Dataset {
     /// What a user should know about the input as a whole (content counted
     /// once, paths read once, manifest rows unused, mixed setups pooled).
     pub notes: Vec<String>,
+    /// Trace files of jobs (`DYNCC_TRACE`) given beside the sweep.
+    pub traces: Vec<traces::TraceFile>,
 }
 
 impl Dataset {
