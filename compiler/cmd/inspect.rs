@@ -481,47 +481,12 @@ mod traces {
         pub files: Vec<PathBuf>,
     }
 
-    fn is_trace(p: &Path) -> bool {
-        let mut magic = [0u8; 8];
-        std::fs::File::open(p)
-            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-            .is_ok_and(|()| magic == dyncc_tables::TRACE_MAGIC)
-    }
-
-    /// Takes the trace files out of `paths`: a file named directly that
-    /// starts with the trace magic, and the `*.trace` files directly in a
-    /// named directory (which stays in `paths` only if it holds anything
-    /// else but traces and their temporaries).
+    /// Takes the trace files out of `paths` (the one rule, in
+    /// [`crate::ingest::traces::split`]).
     pub fn split(paths: &mut Vec<PathBuf>) -> Found {
-        let mut files = Vec::new();
-        paths.retain(|p| {
-            if p.is_file() {
-                if is_trace(p) {
-                    files.push(p.clone());
-                    return false;
-                }
-                return true;
-            }
-            let Ok(rd) = std::fs::read_dir(p) else {
-                return true;
-            };
-            let mut other = false;
-            let mut here = Vec::new();
-            for e in rd.flatten() {
-                let q = e.path();
-                let name = e.file_name().to_string_lossy().into_owned();
-                if q.is_file() && name.ends_with(".trace") && is_trace(&q) {
-                    here.push(q);
-                } else if !name.ends_with(".trace.tmp") {
-                    other = true;
-                }
-            }
-            here.sort();
-            let keep = other || here.is_empty();
-            files.extend(here);
-            keep
-        });
-        Found { files }
+        Found {
+            files: crate::ingest::traces::split(paths),
+        }
     }
 
     /// Prints a summary per file (JSON lines with `json`); true when a

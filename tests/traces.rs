@@ -1,0 +1,371 @@
+//! `dyncc compile SWEEP TRACES`: jobs' trace files read as measurements
+//! beside a sweep. The traces here are written with the format crate's own
+//! encoder (what the plugin writes, `tables/src/trace.rs`), so each test
+//! states exactly what the jobs measured; tests/world_c.rs runs the whole
+//! loop through the built plugin.
+
+use std::path::Path;
+
+use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
+use dyncc_tables::{Algo, Coll, Proto};
+
+use crate::support::cli::dyncc;
+
+/// A tuner-CSV sweep of AllReduce at 8 ranks per node on `nodes`: NCCL's
+/// default, Ring/LL128 (equal to it) and Tree/Simple (`tree(n, bytes)`
+/// times the default), 1 KiB to 16 MiB.
+fn sweep(dir: &Path, nodes: &[u32], tree: impl Fn(u32, u64) -> f64) -> std::path::PathBuf {
+    let mut s = String::from(
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,\
+         cost_metric,bandwidth_gbps,latency_us,platform\n",
+    );
+    for &n in nodes {
+        for k in 10..=24 {
+            let b = 1u64 << k;
+            let t = 20.0 + b as f64 / 2e4 * (1.0 + 0.1 * (n as f64).log2());
+            for (a, p, f) in [
+                ("default", "default", 1.0),
+                ("ring", "ll128", 1.0),
+                ("tree", "simple", tree(n, b)),
+            ] {
+                let t = t * f;
+                s.push_str(&format!(
+                    "allreduce,{b},{a},{p},-1,{n},{},1,0,{t:.3},1.0,{t:.3},test\n",
+                    n * 8
+                ));
+            }
+        }
+    }
+    let p = dir.join("sweep.csv");
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+/// Aggregated GPU times of `count` collectives with geometric mean `us`
+/// and an sd of 3 % in ln(time).
+fn rec(
+    comm: u16,
+    bytes: u64,
+    ran: (Algo, Proto),
+    source: Source,
+    count: u64,
+    us: f64,
+) -> TraceRecord {
+    let ln = (us * 1e3).ln();
+    let sd: f64 = 0.03;
+    TraceRecord {
+        comm,
+        coll: Coll::AllReduce,
+        n_bytes: bytes,
+        algo: ran.0,
+        proto: ran.1,
+        channels: 8,
+        source,
+        count,
+        sum_ln: count as f64 * ln,
+        sum_ln2: count as f64 * ln * ln + (count as f64 - 1.0) * sd * sd,
+        min_ns: (us * 1e3 * 0.95) as u64,
+        max_ns: (us * 1e3 * 1.05) as u64,
+    }
+}
+
+/// One communicator of `nodes` x 8 ranks, recorded by `rank`.
+fn comm(id: u64, nodes: u32, rank: u32) -> TraceComm<'static> {
+    TraceComm {
+        comm_id: id,
+        n_nodes: nodes,
+        n_ranks: nodes * 8,
+        rank,
+        name: "",
+    }
+}
+
+fn write_trace(dir: &Path, name: &str, nccl: u32, comms: &[TraceComm<'_>], recs: &[TraceRecord]) {
+    let head = TraceHead {
+        profiler_abi: 6,
+        table_digest: Some(7),
+        nccl_version: nccl,
+        pid: 1,
+        host: "node1",
+        job_id: "42",
+        ..Default::default()
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join(name), encode(&head, comms, recs).unwrap()).unwrap();
+}
+
+fn compile_json(args: &[&Path], out: &Path) -> serde_json::Value {
+    let mut cmd = dyncc();
+    cmd.arg("compile");
+    cmd.args(args);
+    cmd.arg("-o").arg(out).arg("--json");
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "compile failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// What `dyncc query` says the plugin does: `algorithm/protocol`
+/// (`default/default`: NCCL's choice).
+fn decision(table: &Path, nodes: u32, bytes: u64) -> String {
+    let o = dyncc()
+        .arg("query")
+        .arg(table)
+        .args(["--coll", "allreduce", "--bytes", &bytes.to_string()])
+        .args([
+            "--nodes",
+            &nodes.to_string(),
+            "--ranks",
+            &(nodes * 8).to_string(),
+        ])
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    format!(
+        "{}/{}",
+        v["algorithm"].as_str().unwrap_or("?"),
+        v["protocol"].as_str().unwrap_or("?")
+    )
+}
+
+const RING_SIMPLE: (Algo, Proto) = (Algo::Ring, Proto::Simple);
+const TREE_SIMPLE: (Algo, Proto) = (Algo::Tree, Proto::Simple);
+
+#[test]
+fn a_setting_jobs_explored_at_a_skipped_node_count_is_forced_there() {
+    let d = tempfile::tempdir().unwrap();
+    // The sweep: Tree/Simple 20 % slower everywhere; nothing forced.
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    // A job at 4 nodes: NCCL's Ring/Simple 1000 us (490 calls); explored
+    // Tree/Simple 750 us (10 calls), at 1 MiB.
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let before = d.path().join("before.tbl");
+    compile_json(&[&s], &before);
+    let after = d.path().join("after.tbl");
+    let r = compile_json(&[&s, &traces], &after);
+    let t = &r["traces"];
+    assert_eq!(t["files"], 1, "{t}");
+    assert_eq!(t["added"], 1, "{t}");
+    assert_eq!(t["new"], 1, "{t}");
+    assert_eq!(t["points"][0]["outcome"], "new", "{t}");
+    assert!(decision(&before, 4, 1 << 20).contains("default"));
+    let now = decision(&after, 4, 1 << 20);
+    assert_eq!(now, "tree/simple");
+    // Other node counts and sizes are as before.
+    for (n, b) in [(2, 1u64 << 20), (8, 1 << 20), (4, 1 << 12)] {
+        assert_eq!(
+            decision(&before, n, b),
+            decision(&after, n, b),
+            "{n} nodes {b} B"
+        );
+    }
+}
+
+#[test]
+fn a_forced_setting_that_loses_in_production_is_reverted() {
+    let d = tempfile::tempdir().unwrap();
+    // Tree/Simple 30 % faster at 2 and 8 nodes up to 64 KiB: the table
+    // forces it at 4 nodes too, read between them.
+    let s = sweep(d.path(), &[1, 2, 8], |n, b| {
+        if n >= 2 && b <= 65536 {
+            0.7
+        } else {
+            1.2
+        }
+    });
+    let before = d.path().join("before.tbl");
+    compile_json(&[&s], &before);
+    let forced = decision(&before, 4, 16384);
+    assert!(forced.contains("tree"), "{forced}");
+    // In the job it lost: the table's Tree/Simple 1000 us; exploration ran
+    // NCCL's own Ring/Simple at 900 us.
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 16384, TREE_SIMPLE, Source::Table, 490, 1000.0),
+            rec(0, 16384, RING_SIMPLE, Source::Explore, 10, 900.0),
+        ],
+    );
+    let after = d.path().join("after.tbl");
+    let r = compile_json(&[&s, &traces], &after);
+    assert_eq!(r["traces"]["reverted"], 1, "{}", r["traces"]);
+    assert!(decision(&after, 4, 16384).contains("default"));
+}
+
+#[test]
+fn a_communicator_recorded_by_two_ranks_counts_once() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    let recs = [
+        rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+        rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+    ];
+    write_trace(&traces, "a.trace", 23007, &[comm(9, 4, 0)], &recs);
+    write_trace(&traces, "b.trace", 23007, &[comm(9, 4, 3)], &recs);
+    let r = compile_json(&[&s, &traces], &d.path().join("t.tbl"));
+    let t = &r["traces"];
+    assert_eq!(t["communicators"], 1, "{t}");
+    assert_eq!(t["duplicate_ranks"], 1, "{t}");
+    assert_eq!(t["collectives"], 500, "{t}");
+    assert_eq!(t["points"][0]["settings"][0]["count"], 10, "{t}");
+}
+
+#[test]
+fn the_newest_nccl_decides_where_versions_disagree() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    // NCCL 2.28 ran Ring/Simple and Tree/Simple won there; NCCL 2.30 runs
+    // Ring/LL128 on its own, which beats Tree/Simple.
+    write_trace(
+        &traces,
+        "old.trace",
+        22800,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 700.0),
+        ],
+    );
+    write_trace(
+        &traces,
+        "new.trace",
+        23000,
+        &[comm(2, 4, 0)],
+        &[
+            rec(
+                0,
+                1 << 20,
+                (Algo::Ring, Proto::LL128),
+                Source::Nccl,
+                490,
+                650.0,
+            ),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 700.0),
+        ],
+    );
+    let after = d.path().join("t.tbl");
+    let r = compile_json(&[&s, &traces], &after);
+    let t = &r["traces"];
+    assert_eq!(t["older_nccl_points"], 1, "{t}");
+    let drift = t["drift"][0].as_str().unwrap_or_default();
+    assert!(
+        drift.contains("2.28.0") && drift.contains("2.30.0") && drift.contains("ring/ll128"),
+        "{t}"
+    );
+    assert!(decision(&after, 4, 1 << 20).contains("default"));
+}
+
+#[test]
+fn traces_with_nothing_to_compare_leave_the_table_as_it_was() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |n, b| {
+        if n >= 2 && b <= 65536 {
+            0.7
+        } else {
+            1.2
+        }
+    });
+    let traces = d.path().join("traces");
+    // Only NCCL's choice ran at 4 nodes (no exploration): one side.
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
+    );
+    let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
+    compile_json(&[&s], &a);
+    let r = compile_json(&[&s, &traces], &b);
+    assert_eq!(r["traces"]["one_sided_shapes"], 1, "{}", r["traces"]);
+    let o = dyncc().arg("diff").arg(&a).arg(&b).output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
+
+#[test]
+fn only_trace_files_is_an_error_that_says_to_give_the_sweep() {
+    let d = tempfile::tempdir().unwrap();
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
+    );
+    let o = dyncc()
+        .arg("compile")
+        .arg(&traces)
+        .arg("-o")
+        .arg(d.path().join("t.tbl"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "bad input exits 2");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("only trace files") && e.contains("SWEEP_DIR TRACE_DIR"),
+        "{e}"
+    );
+    assert!(!d.path().join("t.tbl").exists());
+}
+
+#[test]
+fn a_damaged_trace_file_is_named_and_nothing_is_written() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
+    );
+    let f = traces.join("a.trace");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0xff;
+    std::fs::write(&f, bytes).unwrap();
+    let out = d.path().join("t.tbl");
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&traces)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "bad input exits 2");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("a.trace") && e.contains("not a valid dyncc trace"),
+        "{e}"
+    );
+    assert!(!out.exists());
+}
