@@ -682,3 +682,148 @@ fn version(code: u32) -> String {
 fn names(s: &BTreeSet<Setting>) -> String {
     s.iter().map(Setting::name).collect::<Vec<_>>().join(" or ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(
+        comm: u16,
+        bytes: u64,
+        ran: (Algo, Proto),
+        source: Who,
+        count: u64,
+        ns: f64,
+    ) -> TraceRecord {
+        let ln = ns.ln();
+        TraceRecord {
+            comm,
+            coll: Coll::AllReduce,
+            n_bytes: bytes,
+            algo: ran.0,
+            proto: ran.1,
+            channels: 4,
+            source,
+            count,
+            sum_ln: count as f64 * ln,
+            sum_ln2: count as f64 * ln * ln + (count as f64 - 1.0) * 0.02f64.powi(2),
+            min_ns: ns as u64,
+            max_ns: ns as u64,
+        }
+    }
+
+    fn file(records: Vec<TraceRecord>) -> TraceFile {
+        TraceFile {
+            path: Arc::new("a.trace".into()),
+            nccl_version: 23007,
+            table_digest: None,
+            comms: vec![Comm {
+                comm_id: 1,
+                n_nodes: 4,
+                n_ranks: 32,
+                rank: 0,
+            }],
+            records,
+        }
+    }
+
+    const RING: (Algo, Proto) = (Algo::Ring, Proto::Simple);
+    const TREE: (Algo, Proto) = (Algo::Tree, Proto::LL);
+
+    #[test]
+    fn an_exploring_call_where_the_table_forced_another_setting_is_nccls_choice() {
+        // The table forced Tree/LL; exploration ran NCCL's own Ring/Simple.
+        let f = file(vec![
+            rec(0, 4096, TREE, Who::Table, 90, 1000.0),
+            rec(0, 4096, RING, Who::Explore, 10, 900.0),
+        ]);
+        let m = classify(&f, &|_| true);
+        let at = m.values().next().unwrap();
+        assert_eq!(at.nccl.count, 10);
+        assert_eq!(at.nccl_choice().map(|s| s.algo), Some(Algo::Ring));
+        assert_eq!(at.others.len(), 1);
+        assert_eq!(at.others.values().next().unwrap().by_table, 90);
+    }
+
+    #[test]
+    fn a_forced_setting_nccl_runs_on_its_own_is_nccls_choice() {
+        // The table left the call to NCCL (Ring/Simple); exploration forced
+        // Tree/LL, and another call's forced Ring/Simple is what NCCL ran.
+        let f = file(vec![
+            rec(0, 4096, RING, Who::Nccl, 80, 1000.0),
+            rec(0, 4096, RING, Who::Explore, 5, 1000.0),
+            rec(0, 4096, TREE, Who::Explore, 5, 800.0),
+        ]);
+        let at = classify(&f, &|_| true).into_values().next().unwrap();
+        assert_eq!(at.nccl.count, 85);
+        assert_eq!(at.others.len(), 1);
+        assert_eq!(at.others.keys().next().unwrap().algo, Algo::Tree);
+    }
+
+    #[test]
+    fn a_gain_is_read_within_each_file_and_pooled() {
+        // Two jobs at one point on different time scales (10x apart): Tree
+        // wins by 25 % in each; a comparison across files would say 8x.
+        let mut a = file(vec![
+            rec(0, 4096, RING, Who::Nccl, 100, 1000.0),
+            rec(0, 4096, TREE, Who::Explore, 100, 800.0),
+        ]);
+        let b = TraceFile {
+            comms: vec![Comm {
+                comm_id: 2,
+                ..a.comms[0]
+            }],
+            records: vec![
+                rec(0, 4096, RING, Who::Nccl, 100, 10000.0),
+                rec(0, 4096, TREE, Who::Explore, 100, 8000.0),
+            ],
+            ..a.clone()
+        };
+        a.path = Arc::new("b.trace".into());
+        let (cells, notes) = cells(&[a, b], &SweepView::default());
+        assert_eq!(notes.points.len(), 1);
+        assert!((notes.points[0].settings[0].gain - 1.25).abs() < 1e-9);
+        let t = |cfg: &Config| cells.iter().find(|c| c.key.config == *cfg).unwrap().time_us;
+        let tree = Config {
+            algo: Some(Algo::Tree),
+            proto: Some(Proto::LL),
+            channels: Some(4),
+        };
+        assert!((t(&Config::DEFAULT) / t(&tree) - 1.25).abs() < 1e-9);
+        assert!(cells
+            .iter()
+            .all(|c| matches!(c.base, TimeBase::Trace { .. })));
+    }
+
+    #[test]
+    fn a_size_joins_the_sweeps_size_in_its_bucket_and_a_setting_the_sweeps_config() {
+        let mut v = SweepView::default();
+        v.sizes.entry(Coll::AllReduce).or_default().insert(4096);
+        let auto = Config {
+            algo: Some(Algo::Tree),
+            proto: Some(Proto::LL),
+            channels: None,
+        };
+        v.configs
+            .entry((Coll::AllReduce, 8))
+            .or_default()
+            .insert(auto);
+        // 4096..5119 is one bucket; 6000 is the next.
+        assert_eq!(v.snap(Coll::AllReduce, 5000), 4096);
+        assert_eq!(
+            v.snap(Coll::AllReduce, 6000),
+            bucket_lower_bound(size_bucket(6000))
+        );
+        let ran = Setting {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 12,
+        };
+        assert_eq!(v.config_of(Coll::AllReduce, 8, ran), auto);
+        assert_eq!(
+            v.config_of(Coll::AllReduce, 4, ran).channels,
+            Some(12),
+            "no sweep config at 4 ranks per node: the channels that ran"
+        );
+    }
+}
