@@ -369,3 +369,43 @@ fn a_damaged_trace_file_is_named_and_nothing_is_written() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn a_sweep_of_a_newer_nccl_keeps_the_points_it_measured() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    // The sweep ran NCCL 2.30.7 (a column of the tuner CSV).
+    let text = std::fs::read_to_string(&s).unwrap();
+    let mut lines = text.lines();
+    let mut out = format!("{},nccl_version\n", lines.next().unwrap());
+    for l in lines {
+        out.push_str(&format!("{l},2.30.7\n"));
+    }
+    std::fs::write(&s, out).unwrap();
+    // Jobs on NCCL 2.28.0 at 2 nodes (a point the sweep measured) saw
+    // Tree/Simple win; at 4 nodes (not swept) too.
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        22800,
+        &[comm(1, 2, 0), comm(2, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 700.0),
+            rec(1, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(1, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 700.0),
+        ],
+    );
+    let t = d.path().join("t.tbl");
+    let r = compile_json(&[&s, &traces], &t);
+    let tr = &r["traces"];
+    assert_eq!(tr["older_nccl_points"], 1, "{tr}");
+    let drift = tr["drift"][0].as_str().unwrap_or_default();
+    assert!(
+        drift.contains("2.30.7") && drift.contains("2.28.0") && drift.contains("sweep's"),
+        "{tr}"
+    );
+    assert_eq!(decision(&t, 2, 1 << 20), "default/default");
+    assert_eq!(decision(&t, 4, 1 << 20), "tree/simple");
+}
