@@ -18,3 +18,4 @@ mod simulate; // `dyncc simulate`: physics, realism, determinism, readable outpu
 mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
 mod support; // shared helpers: the dyncc binary, required external tools
 mod test_deps; // `make test` installs what the tests need, or names the command that does
+mod world_c; // a stand-in NCCL in a world from `dyncc simulate`'s truth: rounds with tables, exploration
