@@ -79,7 +79,8 @@ impl WorldRound {
                         best_us: best.parse().unwrap(),
                     });
                 }
-                ["summary", "calls", calls, "disagreements", d, "ran_us", ran, "nccl_us", nccl, "best_us", best] => {
+                ["summary", "calls", calls, "disagreements", d, "ran_us", ran, "nccl_us", nccl, "best_us", best] =>
+                {
                     summary = Some(WorldSummary {
                         calls: calls.parse().unwrap(),
                         disagreements: d.parse().unwrap(),
@@ -118,14 +119,14 @@ impl WorldRound {
     }
 }
 
-/// tests/c/world.c, compiled once per test process next to the plugin
-/// library (renamed into place, so concurrent test processes never run a
-/// half-written file).
+/// tests/c/world.c, compiled once per test process into Cargo's scratch
+/// directory for integration tests (renamed into place, so concurrent
+/// test processes never run a half-written file).
 pub fn world_exe() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
         let cc = require_c_compiler();
-        let dir = plugin_lib().parent().unwrap().join("c-tests");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c-tests");
         std::fs::create_dir_all(&dir).unwrap();
         let exe = dir.join("world");
         let tmp = dir.join(format!("world.{}.tmp", std::process::id()));
@@ -189,12 +190,26 @@ pub fn run_world(
 pub const SIMULATED_NCCL: &str = "22807";
 
 /// `dyncc simulate` into `out`: AllReduce, 1 KiB..64 MiB, on `nodes`.
-fn simulate(out: &Path, nodes: &str, repeats: &str) {
+pub fn simulate(out: &Path, nodes: &str, repeats: &str) {
     let st = dyncc()
         .args(["simulate", "-o"])
         .arg(out)
-        .args(["--profile", "h100", "--nodes", nodes, "--colls", "allreduce"])
-        .args(["--min-bytes", "1KiB", "--max-bytes", "64MiB", "--repeats", repeats])
+        .args([
+            "--profile",
+            "h100",
+            "--nodes",
+            nodes,
+            "--colls",
+            "allreduce",
+        ])
+        .args([
+            "--min-bytes",
+            "1KiB",
+            "--max-bytes",
+            "64MiB",
+            "--repeats",
+            repeats,
+        ])
         .output()
         .unwrap();
     assert!(
@@ -205,7 +220,7 @@ fn simulate(out: &Path, nodes: &str, repeats: &str) {
 }
 
 /// `dyncc compile INPUTS... -o out`.
-fn compile(inputs: &[PathBuf], out: &Path) {
+pub fn compile(inputs: &[PathBuf], out: &Path) {
     let st = dyncc()
         .arg("compile")
         .args(inputs)
@@ -221,7 +236,7 @@ fn compile(inputs: &[PathBuf], out: &Path) {
 }
 
 /// The trace files in `dir`.
-fn trace_files(dir: &Path) -> Vec<PathBuf> {
+pub fn trace_files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
@@ -232,7 +247,8 @@ fn trace_files(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-const PPN: u32 = 8;
+/// Ranks per node of the h100 profile.
+pub const PPN: u32 = 8;
 
 /// No table: every call runs NCCL's own choice, which the trace records
 /// (chosen by no table) with the truth's time (the noise averages out).
@@ -386,7 +402,11 @@ fn exploring_at_a_skipped_node_count_agrees_records_and_stays_in_budget() {
             plain.summary.ran_us,
             100.0 * extra
         );
-        assert!(extra.abs() <= 0.01, "exploration changed the round by {:+.3} %", 100.0 * extra);
+        assert!(
+            extra.abs() <= 0.01,
+            "exploration changed the round by {:+.3} %",
+            100.0 * extra
+        );
     }
 }
 
@@ -406,7 +426,10 @@ fn the_same_seed_draws_the_same_times() {
             2,
             PPN,
             20,
-            &[("WORLD_SEED", seed), ("DYNCC_TRACE", traces.to_str().unwrap())],
+            &[
+                ("WORLD_SEED", seed),
+                ("DYNCC_TRACE", traces.to_str().unwrap()),
+            ],
         );
         let bytes = std::fs::read(&trace_files(&traces)[0]).unwrap();
         let t = Trace::from_bytes(&bytes).unwrap();
