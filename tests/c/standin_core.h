@@ -1,0 +1,331 @@
+/* The NCCL-driving core that the stand-in NCCLs of the tests share
+ * (standin.c: a toy world for the profiler tests; world.c: a world read
+ * from `dyncc simulate`'s truth). It loads the plugin library, resolves
+ * ncclTunerPlugin_v6 and ncclProfiler_vN, and drives ranks of one
+ * communicator in NCCL's order and threads:
+ *
+ *  - per rank, profiler init then tuner init (as NCCL's init does);
+ *  - per rank a host thread (the program's own loop) that, per
+ *    collective, calls getCollInfo, picks what runs from the cost table as
+ *    NCCL does (core_nccl_pick) and launches it (core_launch: Group start,
+ *    Coll start, Coll stop, Group stop);
+ *  - per rank a proxy thread that later sends each channel's KernelCh
+ *    start, recordEventState(KernelChStop) and stop, long after the Coll
+ *    event was stopped, with timestamps spanning the collective's GPU time.
+ *
+ * Include it in exactly one translation unit (it defines the program's
+ * globals, the logger and ncclGetVersion). */
+#ifndef DYNCC_STANDIN_CORE_H
+#define DYNCC_STANDIN_CORE_H
+
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nccl_profiler.h"
+#include "nccl_tuner.h"
+#include "print_logger.h"
+
+PRINT_LOGGER(standin_logger)
+
+/* The NCCL version this stand-in claims to be (NCCL's code, e.g. 23007
+ * for 2.30.7). */
+static int core_nccl_version = 23007;
+
+/* Found by the plugin through dlsym(RTLD_DEFAULT) (linked -rdynamic). */
+ncclResult_t ncclGetVersion(int *version) {
+  *version = core_nccl_version;
+  return ncclSuccess;
+}
+
+#define QLEN 256
+#define MAX_KERNEL_CHANNELS 64
+
+static const char *ALGOS[7] = {"TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT"};
+static const char *PROTOS[3] = {"LL", "LL128", "SIMPLE"};
+static const char *FUNCS[5] = {"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"};
+
+/* The communicator every driven rank belongs to. */
+typedef struct {
+  const char *name;
+  uint64_t id;
+  int n_nodes;
+  int n_ranks; /* the communicator's ranks (not only the driven ones) */
+  int ppn;     /* ranks per NVLink domain, for the tuner's v5+ init */
+} core_comm_t;
+
+static int abi;
+static void *lib, *plib;
+static ncclTuner_v6_t *tuner;
+static void *profiler; /* ncclProfiler_v3_t / v4 / v5 */
+static core_comm_t comm;
+static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
+/* NCCL's event mask is process-wide: every profiler init gets this int. */
+static int event_mask;
+/* The proxy threads hold their kernel events back until QLEN collectives
+ * were launched (standin's nchan0 mode). */
+static int hold_kernels;
+
+typedef struct {
+  void *coll; /* the Coll event's handle (maybe NULL) */
+  int nch;
+  uint64_t base, t;
+} kernel_work;
+
+typedef struct {
+  int rank;
+  void *pctx, *tctx;
+  kernel_work q[QLEN];
+  int head, tail, done;
+  pthread_mutex_t m;
+  pthread_cond_t c;
+  uint64_t rng;
+  uint64_t seq[5]; /* Coll events' sequence number per collective */
+  uint64_t clock;  /* the GPU clock (ns) of the next kernel */
+} rank_state;
+
+/* Loads DYNCC_TEST_PLUGIN_LIB (and DYNCC_TEST_PROFILER_LIB if set) and
+ * resolves the tuner and profiler ABI `abi_`; exits 2 if it cannot. */
+static void core_load(int abi_, const char *prog) {
+  abi = abi_;
+  const char *path = getenv("DYNCC_TEST_PLUGIN_LIB");
+  lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (!lib) {
+    fprintf(stderr, "%s: cannot dlopen DYNCC_TEST_PLUGIN_LIB: %s\n", prog, path ? dlerror() : "unset");
+    exit(2);
+  }
+  char sym[32];
+  snprintf(sym, sizeof sym, "ncclProfiler_v%d", abi);
+  /* NCCL opens the profiler by its own name (libnccl-profiler-dyncc.so,
+   * installed as a link to the tuner's file): DYNCC_TEST_PROFILER_LIB
+   * opens it that way, as a second dlopen. */
+  const char *ppath = getenv("DYNCC_TEST_PROFILER_LIB");
+  plib = ppath ? dlopen(ppath, RTLD_NOW | RTLD_LOCAL) : lib;
+  if (!plib) {
+    fprintf(stderr, "%s: cannot dlopen DYNCC_TEST_PROFILER_LIB: %s\n", prog, dlerror());
+    exit(2);
+  }
+  tuner = dlsym(lib, "ncclTunerPlugin_v6");
+  profiler = dlsym(plib, sym);
+  if (!tuner || !profiler) {
+    fprintf(stderr, "%s: %s or ncclTunerPlugin_v6 missing\n", prog, sym);
+    exit(2);
+  }
+  const char *initial = getenv("DYNCC_TEST_INITIAL_MASK");
+  event_mask = initial ? atoi(initial) : 0;
+}
+
+static void core_unload(void) {
+  if (plib != lib) dlclose(plib);
+  dlclose(lib);
+}
+
+static void *start_event(void *ctx, uint64_t type, void *parent, const prof_descr_union_t *u, int rank) {
+  void *h = NULL;
+  /* NCCL creates Group and Coll events when any of Coll or KernelCh is
+   * asked for, and KernelCh events only when KernelCh is. */
+  if (!(event_mask & (PROFILE_COLL | PROFILE_KERNEL_CH))) return NULL;
+  if (type == PROFILE_KERNEL_CH && !(event_mask & PROFILE_KERNEL_CH)) return NULL;
+  if (abi >= 5) {
+    prof_descr_v5_t d;
+    memset(&d, 0, sizeof d);
+    d.type = type;
+    d.parentObj = parent;
+    d.rank = rank;
+    if (u) d.u = *u;
+    ((ncclProfiler_v5_t *)profiler)->startEvent(ctx, &h, &d);
+  } else {
+    prof_descr_v4_t d;
+    memset(&d, 0, sizeof d);
+    d.type = (uint8_t)type;
+    d.parentObj = parent;
+    d.rank = rank;
+    if (u) d.u = *u;
+    ((ncclProfiler_v4_t *)profiler)->startEvent(ctx, &h, &d);
+  }
+  return h;
+}
+
+static prof_stop_t stop_fn(void) { return ((ncclProfiler_v5_t *)profiler)->stopEvent; }
+
+static void *proxy_thread(void *arg) {
+  rank_state *r = arg;
+  if (hold_kernels) {
+    pthread_mutex_lock(&r->m);
+    while (r->tail - r->head < QLEN && !r->done) pthread_cond_wait(&r->c, &r->m);
+    pthread_mutex_unlock(&r->m);
+  }
+  for (;;) {
+    pthread_mutex_lock(&r->m);
+    while (r->head == r->tail && !r->done) pthread_cond_wait(&r->c, &r->m);
+    if (r->head == r->tail && r->done) {
+      pthread_mutex_unlock(&r->m);
+      return NULL;
+    }
+    kernel_work w = r->q[r->head % QLEN];
+    r->head++;
+    pthread_cond_broadcast(&r->c);
+    pthread_mutex_unlock(&r->m);
+    /* Channel c starts at base + 50c and stops at base + t - 30c: first
+     * start to last stop is exactly t. */
+    void *hs[MAX_KERNEL_CHANNELS];
+    for (int c = 0; c < w.nch; c++) {
+      prof_descr_union_t u;
+      memset(&u, 0, sizeof u);
+      u.kernelCh.channelId = (uint8_t)c;
+      u.kernelCh.pTimer = w.base + 50u * (uint64_t)c;
+      hs[c] = start_event(r->pctx, PROFILE_KERNEL_CH, w.coll, &u, r->rank);
+    }
+    for (int c = w.nch - 1; c >= 0; c--) {
+      if (!hs[c]) continue;
+      prof_state_args_t a;
+      memset(&a, 0, sizeof a);
+      a.pTimer = w.base + w.t - 30u * (uint64_t)c;
+      ((ncclProfiler_v5_t *)profiler)->recordEventState(hs[c], PROFILER_KERNEL_CH_STOP, &a);
+      stop_fn()(hs[c]);
+    }
+  }
+}
+
+/* Profiler init, then tuner init, for rank r->rank of `comm`; prints
+ * "mask N" (the process-wide event mask after this init). */
+static void init_rank(rank_state *r) {
+  int *mask = &event_mask;
+  r->pctx = NULL;
+  if (abi == 3) {
+    ((ncclProfiler_v3_t *)profiler)->init(&r->pctx, mask);
+  } else if (abi == 4) {
+    ((ncclProfiler_v4_t *)profiler)->init(&r->pctx, mask, comm.name, comm.id, comm.n_nodes, comm.n_ranks, r->rank,
+                                          (ncclDebugLogger_t)standin_logger);
+  } else {
+    ((ncclProfiler_v5_t *)profiler)->init(&r->pctx, comm.id, mask, comm.name, comm.n_nodes, comm.n_ranks, r->rank,
+                                          (ncclDebugLogger_t)standin_logger);
+  }
+  pthread_mutex_lock(&print_lock);
+  printf("mask %d\n", event_mask);
+  pthread_mutex_unlock(&print_lock);
+  ncclNvlDomainInfo_v5_t nvl = {comm.n_nodes, comm.ppn, comm.ppn};
+  ncclTunerConstants_v5_t constants;
+  memset(&constants, 0, sizeof constants);
+  r->tctx = NULL;
+  ncclResult_t rc = tuner->init(&r->tctx, comm.id, (size_t)comm.n_ranks, (size_t)comm.n_nodes,
+                                (ncclDebugLogger_t)standin_logger, &nvl, &constants);
+  if (rc != ncclSuccess) {
+    fprintf(stderr, "standin: tuner init failed: %d\n", (int)rc);
+    exit(2);
+  }
+}
+
+/* What NCCL runs after the tuner's getCollInfo: the cheapest cell of the
+ * cost table (the first of equal ones; -1 cells never), and whether the
+ * tuner forced one (a cell it set to 0). */
+typedef struct {
+  int algo, proto, forced;
+} nccl_pick_t;
+
+static nccl_pick_t core_nccl_pick(float cost[7][3]) {
+  nccl_pick_t k = {0, 0, 0};
+  for (int a = 0; a < 7; a++)
+    for (int p = 0; p < 3; p++) {
+      if (cost[a][p] < 0) continue;
+      if (cost[a][p] == 0.0f) k.forced = 1;
+      if (cost[k.algo][k.proto] < 0 || cost[a][p] < cost[k.algo][k.proto]) k.algo = a, k.proto = p;
+    }
+  return k;
+}
+
+/* The plan launch on the host thread of rank r: Group start, Coll start
+ * and stop (saying `event_channels`), Group stop; then hands the proxy
+ * thread `kernel_channels` channels spanning t ns of GPU time. */
+static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int proto, int event_channels,
+                        int kernel_channels, uint64_t t) {
+  void *g = start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank);
+  prof_descr_union_t u;
+  memset(&u, 0, sizeof u);
+  u.coll.seqNumber = r->seq[coll]++;
+  u.coll.func = FUNCS[coll];
+  /* The plugin reads nBytes back as type size x count (x nRanks for
+   * AllGather and ReduceScatter), as NCCL passes it to the tuner: float32
+   * where that divides, else int8 (a size that does not divide even so
+   * cannot be linked to the tuner's answer, as in NCCL). */
+  size_t per = coll == 2 || coll == 3 ? (size_t)comm.n_ranks : 1;
+  int f32 = bytes % (4 * per) == 0;
+  u.coll.count = bytes / (f32 ? 4 : 1) / per;
+  u.coll.datatype = f32 ? "ncclFloat32" : "ncclInt8";
+  u.coll.nChannels = (uint8_t)event_channels;
+  u.coll.nWarps = 16;
+  u.coll.algo = ALGOS[algo];
+  u.coll.proto = PROTOS[proto];
+  u.coll.parentGroup = g;
+  void *h = start_event(r->pctx, PROFILE_COLL, NULL, &u, r->rank);
+  if (h) stop_fn()(h);
+  if (g) stop_fn()(g);
+  if (kernel_channels > MAX_KERNEL_CHANNELS) kernel_channels = MAX_KERNEL_CHANNELS;
+  pthread_mutex_lock(&r->m);
+  while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
+  r->q[r->tail % QLEN] = (kernel_work){h, kernel_channels, r->clock, t};
+  r->tail++;
+  pthread_cond_broadcast(&r->c);
+  pthread_mutex_unlock(&r->m);
+  r->clock += t + 1000;
+}
+
+static void *core_init_thread(void *arg) {
+  init_rank(arg);
+  return NULL;
+}
+
+/* Inits n ranks (each on a thread of its own, all at once, if
+ * init_threads: ncclCommInitAll runs one init job per rank on its own
+ * thread), then runs each rank's host thread `host` beside its proxy
+ * thread, and waits for all of them. */
+static void core_run_ranks(rank_state *ranks, int n, void *(*host)(void *), int init_threads) {
+  pthread_t *hosts = calloc((size_t)n, sizeof(pthread_t));
+  pthread_t *proxies = calloc((size_t)n, sizeof(pthread_t));
+  if (!hosts || !proxies) {
+    fprintf(stderr, "standin: out of memory\n");
+    exit(2);
+  }
+  for (int i = 0; i < n; i++) {
+    rank_state *r = &ranks[i];
+    pthread_mutex_init(&r->m, NULL);
+    pthread_cond_init(&r->c, NULL);
+    r->clock = 1000000;
+    if (init_threads)
+      pthread_create(&hosts[i], NULL, core_init_thread, r);
+    else
+      init_rank(r);
+  }
+  for (int i = 0; init_threads && i < n; i++) pthread_join(hosts[i], NULL);
+  for (int i = 0; i < n; i++) {
+    pthread_create(&proxies[i], NULL, proxy_thread, &ranks[i]);
+    pthread_create(&hosts[i], NULL, host, &ranks[i]);
+  }
+  for (int i = 0; i < n; i++) {
+    pthread_join(hosts[i], NULL);
+    pthread_mutex_lock(&ranks[i].m);
+    ranks[i].done = 1;
+    pthread_cond_broadcast(&ranks[i].c);
+    pthread_mutex_unlock(&ranks[i].m);
+    pthread_join(proxies[i], NULL);
+  }
+  free(hosts);
+  free(proxies);
+}
+
+/* NCCL's teardown: per rank the tuner's finalize first, the profiler's
+ * last. */
+static void core_finalize_ranks(rank_state *ranks, int n) {
+  for (int i = 0; i < n; i++) {
+    tuner->finalize(ranks[i].tctx);
+    ((ncclProfiler_v5_t *)profiler)->finalize(ranks[i].pctx);
+    pthread_mutex_destroy(&ranks[i].m);
+    pthread_cond_destroy(&ranks[i].c);
+  }
+}
+
+#endif
