@@ -11,10 +11,13 @@
 //!   predicted gain is above [`MAX_FORGONE_GAIN`];
 //! * the rule is NCCL's default on a basis other than `measured`, or no
 //!   context covers the communicator: the call runs what the collective's
-//!   nearest context by node count forces at this size (same ranks per
-//!   node, same side of the one-node boundary, within a factor
-//!   [`NEIGHBOUR_FACTOR`] of its node range), if NCCL has not marked it
-//!   unavailable.
+//!   nearest context by node count on either side forces at this size
+//!   (same ranks per node, same side of the one-node boundary, within a
+//!   factor [`NEIGHBOUR_FACTOR`] of its node range), if NCCL has not marked
+//!   it unavailable. Where the nearest context below and the nearest above
+//!   force different settings, picked turns alternate between them: the
+//!   two disagree exactly where a reading between them is least sure, and
+//!   only a measurement here tells which (if either) carries over.
 //!
 //! A measured rule never explores. The schedule is a per-(communicator
 //! context, collective, bucket) phase accumulator started from a hash of
@@ -121,6 +124,9 @@ const NO_PROBE: u32 = 0;
 /// Set in `Cell::probe` of a cell that explores; the low 24 bits are the
 /// packed decision to run (`Decision::Default`: NCCL's own choice).
 const HAS_PROBE: u32 = 1 << 31;
+/// Set in a probe word whose setting came from the neighbour above (its
+/// gate is `Explorer::gates[coll][1]`; else `[0]`, the one below).
+const ABOVE: u32 = 1 << 30;
 
 /// One (collective, bucket): what it explores and its schedule, side by
 /// side so a call touches one cache line.
@@ -131,14 +137,19 @@ struct Cell {
     /// store: NCCL calls a communicator's tuner from one thread at a time,
     /// and an atomic add would cost more than the rest of getCollInfo.
     phase: AtomicU32,
+    /// A second setting, picked on odd turns ([`NO_PROBE`]: none).
+    other: u32,
+    /// Turns picked so far (plain load and store, as `phase`).
+    turns: AtomicU32,
 }
 
 /// One communicator context's exploration plan and schedule. Built at
-/// init (about 10 KiB, boxed); read with plain loads and stores.
+/// init (about 20 KiB, boxed); read with plain loads and stores.
 pub struct Explorer {
     step: u32,
     cells: [[Cell; NUM_BUCKETS]; NUM_COLLS],
-    gates: [Gate; NUM_COLLS],
+    /// Per collective, the gates of the neighbour below and above.
+    gates: [[Gate; 2]; NUM_COLLS],
     /// How many (collective, bucket) cells can explore, for the init line.
     pub counts: Counts,
 }
@@ -163,6 +174,12 @@ fn start_phase(n_ranks: u64, n_nodes: u64, coll: usize, bucket: usize) -> u32 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     (z ^ (z >> 31)) as u32
+}
+
+/// Which side of a communicator of `n_nodes` nodes a context over `nodes`
+/// lies on: 0 below (or over it), 1 above.
+fn side(nodes: (u32, u32), n_nodes: u64) -> usize {
+    usize::from(u64::from(nodes.0) > n_nodes)
 }
 
 /// Whether a context over `nodes` may lend its setting to a communicator
@@ -198,87 +215,130 @@ impl Explorer {
                     Cell {
                         probe: NO_PROBE,
                         phase: AtomicU32::new(0),
+                        other: NO_PROBE,
+                        turns: AtomicU32::new(0),
                     }
                 }; NUM_BUCKETS]
             }; NUM_COLLS],
-            gates: [Gate {
+            gates: [[Gate {
                 max_pipe_ops: 0,
                 reg_buff: RegBuff::Any,
-            }; NUM_COLLS],
+            }; 2]; NUM_COLLS],
             counts: Counts::default(),
         });
         for coll in Coll::ALL {
             let c = coll as usize;
             let own = spec.context(coll).and_then(|i| table.context(i));
             let ranks_per_node = n_ranks.checked_div(n_nodes).unwrap_or(n_ranks);
-            // The nearest other context of this collective, same ranks per
-            // node (another ppn is another regime); ties go to file order.
-            let neighbour = table
-                .contexts()
-                .filter(|v| Some(v.index()) != own.as_ref().map(|o| o.index()))
-                .filter(|v| {
-                    let s = v.spec();
-                    s.coll == coll
-                        && u64::from(s.ppn.0) <= ranks_per_node
-                        && ranks_per_node <= u64::from(s.ppn.1)
-                })
-                .filter_map(|v| neighbour_distance(v.spec().nodes, n_nodes).map(|d| (d, v)))
-                .min_by_key(|(d, v)| (*d, v.index()))
-                .map(|(_, v)| v);
-            if let Some(n) = &neighbour {
-                e.gates[c] = Gate {
+            // The nearest other context of this collective on each side,
+            // same ranks per node (another ppn is another regime); ties go
+            // to file order.
+            // The other contexts of this collective on one side within
+            // reach, same ranks per node (another ppn is another regime)
+            // and the same call state as the nearest, nearest first (ties
+            // in file order): per bucket the first that forces a setting
+            // there lends it (the nearest often only read its choice off
+            // the same counts and left NCCL alone).
+            let side_of = |want: usize| {
+                let mut v: Vec<_> = table
+                    .contexts()
+                    .filter(|v| Some(v.index()) != own.as_ref().map(|o| o.index()))
+                    .filter(|v| {
+                        let s = v.spec();
+                        s.coll == coll
+                            && u64::from(s.ppn.0) <= ranks_per_node
+                            && ranks_per_node <= u64::from(s.ppn.1)
+                            && side(s.nodes, n_nodes) == want
+                    })
+                    .filter_map(|v| neighbour_distance(v.spec().nodes, n_nodes).map(|d| (d, v)))
+                    .collect();
+                v.sort_by_key(|(d, v)| (*d, v.index()));
+                let gate = v.first().map(|(_, n)| Gate {
                     max_pipe_ops: n.spec().max_pipe_ops,
                     reg_buff: n.spec().reg_buff,
+                });
+                let same = |n: &dyncc_tables::ContextView<'_>| {
+                    gate.is_some_and(|g| {
+                        g.max_pipe_ops == n.spec().max_pipe_ops && g.reg_buff == n.spec().reg_buff
+                    })
                 };
+                let v: Vec<_> = v.into_iter().map(|(_, n)| n).filter(|n| same(n)).collect();
+                (v, gate)
+            };
+            let (below, above) = (side_of(0), side_of(1));
+            for (g, side) in e.gates[c].iter_mut().zip([&below, &above]) {
+                if let Some(gate) = side.1 {
+                    *g = gate;
+                }
             }
+            let neighbours = [below.0, above.0];
             for b in 0..NUM_BUCKETS {
                 let rule = own.as_ref().and_then(|o| o.rule_for_bucket(b as u8));
-                let probe = match rule {
-                    Some((_, r)) if r.basis == Basis::Measured => Probe::None,
-                    Some((_, r)) if r.decision.is_forced() => {
-                        if r.gain <= MAX_FORGONE_GAIN {
-                            Probe::Nccl
-                        } else {
-                            Probe::None
-                        }
-                    }
-                    // Default, unconfirmed, or no context at all.
-                    _ => match neighbour
-                        .as_ref()
-                        .and_then(|n| n.rule_for_bucket(b as u8))
+                // What each side's neighbour forces here, as a probe word.
+                let lent = |i: usize| -> u32 {
+                    match neighbours[i]
+                        .iter()
+                        .filter_map(|n| n.rule_for_bucket(b as u8))
                         .map(|(_, r)| r.decision)
+                        .find(|d| d.is_forced())
                     {
                         Some(
                             d @ Decision::Force {
                                 channels: ..=MAX_CHANNELS,
                                 ..
                             },
-                        ) => Probe::Setting(d),
-                        _ => Probe::None,
+                        ) => HAS_PROBE | if i == 1 { ABOVE } else { 0 } | d.to_packed(),
+                        _ => NO_PROBE,
+                    }
+                };
+                let (probe, other) = match rule {
+                    Some((_, r)) if r.basis == Basis::Measured => (NO_PROBE, NO_PROBE),
+                    Some((_, r)) if r.decision.is_forced() => {
+                        if r.gain <= MAX_FORGONE_GAIN {
+                            e.counts.nccl += 1;
+                            (HAS_PROBE | Decision::Default.to_packed(), NO_PROBE)
+                        } else {
+                            (NO_PROBE, NO_PROBE)
+                        }
+                    }
+                    // Default, unconfirmed, or no context at all.
+                    _ => match (lent(0), lent(1)) {
+                        (NO_PROBE, NO_PROBE) => (NO_PROBE, NO_PROBE),
+                        (x, NO_PROBE) | (NO_PROBE, x) => {
+                            e.counts.neighbour += 1;
+                            (x, NO_PROBE)
+                        }
+                        // The same setting on both sides: one probe.
+                        (x, y) if x & !ABOVE == y & !ABOVE => {
+                            e.counts.neighbour += 1;
+                            (x, NO_PROBE)
+                        }
+                        (x, y) => {
+                            e.counts.neighbour += 1;
+                            (x, y)
+                        }
                     },
                 };
                 e.cells[c][b] = Cell {
-                    probe: match probe {
-                        Probe::None => NO_PROBE,
-                        Probe::Nccl => {
-                            e.counts.nccl += 1;
-                            HAS_PROBE | Decision::Default.to_packed()
-                        }
-                        Probe::Setting(d) => {
-                            e.counts.neighbour += 1;
-                            HAS_PROBE | d.to_packed()
-                        }
-                    },
+                    probe,
                     phase: AtomicU32::new(start_phase(n_ranks, n_nodes, c, b)),
+                    other,
+                    turns: AtomicU32::new(0),
                 };
             }
         }
         (e.counts != Counts::default()).then_some(e)
     }
 
-    /// What a call at one cell explores (for tests and messages).
+    /// What a call at one cell explores (for tests and messages): on even
+    /// turns, and on odd ones when it has one setting.
     pub fn plan(&self, coll: Coll, bucket: u8) -> Probe {
         decode(self.cells[coll as usize][bucket as usize].probe)
+    }
+
+    /// The second setting a cell alternates with, if any.
+    pub fn plan_other(&self, coll: Coll, bucket: u8) -> Probe {
+        decode(self.cells[coll as usize][bucket as usize].other)
     }
 
     /// What this call explores, given the table's decision `d` for it.
@@ -310,7 +370,7 @@ impl Explorer {
         if next >= now {
             return Probe::None;
         }
-        self.picked(cell.probe, coll_type, num_pipe_ops, reg_buff, d)
+        self.picked(cell, coll_type, num_pipe_ops, reg_buff, d)
     }
 
     /// The turn the schedule picked (at most a share F of the calls).
@@ -318,18 +378,30 @@ impl Explorer {
     #[inline(never)]
     fn picked(
         &self,
-        probe: u32,
+        cell: &Cell,
         coll_type: u32,
         num_pipe_ops: i32,
         reg_buff: i32,
         d: Decision,
     ) -> Probe {
+        // Two settings: alternate turns between them.
+        let turn = cell.turns.load(Ordering::Relaxed);
+        cell.turns.store(turn.wrapping_add(1), Ordering::Relaxed);
+        let probe = if cell.other != NO_PROBE && turn % 2 == 1 {
+            cell.other
+        } else {
+            cell.probe
+        };
+        let gate = self
+            .gates
+            .get(coll_type as usize)
+            .map(|g| g[usize::from(probe & ABOVE != 0)]);
         match decode(probe) {
             // Only when the table's forced answer applies to this call.
             Probe::Nccl if d.is_forced() => Probe::Nccl,
             // Only when the table leaves the call to NCCL and the call is
             // in the state the setting was measured in.
-            Probe::Setting(s) if !d.is_forced() => match self.gates.get(coll_type as usize) {
+            Probe::Setting(s) if !d.is_forced() => match gate {
                 Some(g)
                     if pipe_ops_allowed(g.max_pipe_ops, num_pipe_ops)
                         && g.reg_buff.allows(reg_buff) =>
@@ -348,7 +420,7 @@ fn decode(probe: u32) -> Probe {
     if probe & HAS_PROBE == 0 {
         return Probe::None;
     }
-    match Decision::from_packed(probe & !HAS_PROBE) {
+    match Decision::from_packed(probe & !(HAS_PROBE | ABOVE)) {
         Some(Decision::Default) => Probe::Nccl,
         Some(d) => Probe::Setting(d),
         None => Probe::None,

@@ -16,6 +16,9 @@
  *        WORLD_COLLS  comma list of truth collectives to run (default all)
  *        WORLD_NCCL_VERSION  the NCCL version claimed, as NCCL's code
  *                     (default 23007, 2.30.7; 22807 is 2.28.7)
+ *        WORLD_JOB    a number mixed into the communicator id (default 0):
+ *                     rounds of one shape with different numbers are
+ *                     different communicators (NCCL's commHash)
  *
  * Every (collective, size) the truth holds at the communicator's shape is
  * run CALLS times, round robin over them (ordered by NCCL's collective
@@ -377,7 +380,12 @@ int main(int argc, char **argv) {
   read_truth(nnodes, nnodes * ppn, getenv("WORLD_COLLS"));
   build_shapes();
 
-  comm = (core_comm_t){"world-comm", WORLD_COMM_ID, nnodes, nnodes * ppn, ppn};
+  /* Every communicator has its own id (NCCL's commHash), so the rounds of
+   * a test are different communicators; WORLD_JOB tells repeated rounds
+   * of one shape apart. */
+  uint64_t comm_id = WORLD_COMM_ID ^ ((uint64_t)nnodes << 40) ^ ((uint64_t)ppn << 32) ^
+                     env_u64("WORLD_JOB", 0);
+  comm = (core_comm_t){"world-comm", comm_id, nnodes, nnodes * ppn, ppn};
   core_load(6, "world");
   rank_state *ranks = calloc((size_t)nranks_driven, sizeof *ranks);
   if (!ranks) die(2, "out of memory");
