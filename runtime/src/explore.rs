@@ -574,4 +574,42 @@ mod tests {
             );
         }
     }
+
+    /// Between a context forcing Tree/LL (2 nodes) and one forcing
+    /// Ring/LL128 (8 nodes), with an unmeasured 3-node context that left
+    /// NCCL alone in between: a 4-node communicator (no context of its
+    /// own) tries both, alternating, skipping the nearer context that
+    /// forces nothing at that size.
+    #[test]
+    fn the_nearest_forcing_context_on_each_side_lends_and_turns_alternate() {
+        let (ll, ll128) = (
+            force(Algo::Tree, Proto::LL),
+            force(Algo::Ring, Proto::LL128),
+        );
+        let mut b = TableBuilder::new();
+        ctx((2, 2), &[rule(255, ll, Basis::Measured, 1.2)], &mut b);
+        ctx(
+            (3, 3),
+            &[rule(255, Decision::Default, Basis::Interpolated, 1.0)],
+            &mut b,
+        );
+        ctx((8, 8), &[rule(255, ll128, Basis::Measured, 1.2)], &mut b);
+        let bytes = b.build().unwrap();
+        let e = plan(&bytes, 4).unwrap();
+        assert_eq!(e.plan(Coll::AllReduce, 20), Probe::Setting(ll));
+        assert_eq!(e.plan_other(Coll::AllReduce, 20), Probe::Setting(ll128));
+        let picked: Vec<Probe> = (0..100)
+            .map(|_| e.probe(Coll::AllReduce as u32, 20, 1, 0, Decision::Default))
+            .filter(|p| *p != Probe::None)
+            .collect();
+        assert_eq!(picked.len(), 10);
+        for (i, p) in picked.iter().enumerate() {
+            let want = if i % 2 == 0 { ll } else { ll128 };
+            assert_eq!(*p, Probe::Setting(want), "turn {i}");
+        }
+        // 9 nodes: the 8-node context only (2 and 3 are more than 2x off).
+        let e = plan(&bytes, 9).unwrap();
+        assert_eq!(e.plan(Coll::AllReduce, 20), Probe::Setting(ll128));
+        assert_eq!(e.plan_other(Coll::AllReduce, 20), Probe::None);
+    }
 }
