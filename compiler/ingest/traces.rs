@@ -479,6 +479,8 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
         }
     }
     let mut out = Vec::new();
+    // Points both measured, per (traces' NCCL, sweep's NCCL) that differ.
+    let mut versus_sweep: BTreeMap<(u32, u32), usize> = BTreeMap::new();
     for (key, mut parts) in by_point {
         // Drift: the newest NCCL that measured the point decides it.
         let newest = parts
@@ -520,9 +522,14 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
             parts.retain(|p| files[p.file].nccl_version == newest);
         }
         let replaced = sweep.points.contains(&key);
-        if replaced && sweep.nccl_version > newest && newest != 0 {
-            notes.older_nccl_points += 1;
-            continue;
+        if replaced && sweep.nccl_version != 0 && newest != 0 && sweep.nccl_version != newest {
+            *versus_sweep
+                .entry((newest, sweep.nccl_version))
+                .or_default() += 1;
+            if sweep.nccl_version > newest {
+                notes.older_nccl_points += 1;
+                continue;
+            }
         }
         let ppn = key.ranks / key.nodes.max(1);
         if key.nodes == 0 || key.ranks % key.nodes != 0 {
@@ -533,6 +540,15 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
             out.extend(cells);
             notes.points.push(point);
         }
+    }
+    for ((traced, swept), n) in versus_sweep {
+        notes.drift.push(format!(
+            "{n} point(s) measured by the sweep with NCCL {} and by jobs with NCCL {}: the {} \
+             measurements decide them",
+            version(swept),
+            version(traced),
+            if traced > swept { "jobs'" } else { "sweep's" }
+        ));
     }
     (out, notes)
 }

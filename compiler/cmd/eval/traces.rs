@@ -4,57 +4,27 @@
 //! and the table's decision, the ratio of their geometric mean GPU times.
 //! A trace's kernel time is never set against a sweep's nccl-tests time.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context as _};
-use dyncc_tables::trace::Source;
-use dyncc_tables::{Coll, Decision, Table, Trace, TraceRecord};
+use anyhow::bail;
+use dyncc_tables::{Decision, Table};
 use serde::Serialize;
+
+use crate::ingest::traces::{self, Setting, Shape, Side};
 
 /// Ratios further than this many standard errors from 1 are "better" or
 /// "worse"; nearer, the shape "agrees".
 const NOISE_SE: f64 = 2.0;
 
-/// Pooled log times of one side at a shape.
-#[derive(Clone, Copy, Debug, Default)]
-struct Side {
-    count: u64,
-    sum_ln: f64,
-    sum_ln2: f64,
-}
-
-impl Side {
-    fn add(&mut self, r: &TraceRecord) {
-        self.count += r.count;
-        self.sum_ln += r.sum_ln;
-        self.sum_ln2 += r.sum_ln2;
+/// Variance of the mean of ln(time) of one side: the sample variance over
+/// the count; infinite with fewer than two collectives (no spread known).
+fn var_of_mean(s: &Side) -> f64 {
+    if s.count < 2 {
+        return f64::INFINITY;
     }
-
-    fn mean_ln(&self) -> f64 {
-        self.sum_ln / self.count as f64
-    }
-
-    /// Variance of the mean of ln(time): the sample variance over the
-    /// count; infinite with fewer than two collectives (no spread known).
-    fn var_of_mean(&self) -> f64 {
-        if self.count < 2 {
-            return f64::INFINITY;
-        }
-        let n = self.count as f64;
-        let var = ((self.sum_ln2 - n * self.mean_ln().powi(2)) / (n - 1.0)).max(0.0);
-        var / n
-    }
-}
-
-/// Where a job measured: its communicator's shape, the collective and the
-/// size NCCL passed the tuner.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Shape {
-    nodes: u32,
-    ranks: u32,
-    coll: Coll,
-    n_bytes: u64,
+    let n = s.count as f64;
+    let var = ((s.sum_ln2 - n * s.mean_ln().powi(2)) / (n - 1.0)).max(0.0);
+    var / n
 }
 
 /// One shape's share of a pooled figure: the log of t(table) / t(NCCL's
@@ -141,18 +111,13 @@ pub struct TraceScore {
     warnings: Vec<String>,
 }
 
-/// The `*.trace` files among `paths` (files as given; directories: the
-/// trace files directly in them), sorted per directory.
+/// The trace files among `paths` (files as given; directories: the trace
+/// files directly in them). A directory without any is an error.
 fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let mut here: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("{}: cannot list the directory", p.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|q| q.is_file() && q.extension().is_some_and(|e| e == "trace"))
-                .collect();
+            let here = traces::split(&mut vec![p.clone()]);
             if here.is_empty() {
                 bail!(
                     "{}: no *.trace files in this directory; give the directory DYNCC_TRACE \
@@ -160,7 +125,6 @@ fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
                     p.display()
                 );
             }
-            here.sort();
             out.extend(here);
         } else {
             out.push(p.clone());
@@ -185,9 +149,9 @@ fn decision_name(d: Decision) -> String {
     }
 }
 
-/// Whether record `r` ran decision `d`'s setting (its channel count too
+/// Whether a setting that ran is decision `d`'s (its channel count too
 /// when `d` forces one).
-fn runs(r: &TraceRecord, d: Decision) -> bool {
+fn runs(r: &Setting, d: Decision) -> bool {
     match d {
         Decision::Default => false,
         Decision::Force {
@@ -232,16 +196,9 @@ pub fn score(
     // Per compared shape, and per shape the table leaves to NCCL.
     let mut ratios: Vec<LnRatio> = Vec::new();
     let mut defaults: Vec<LnRatio> = Vec::new();
-    for f in &files {
-        let bytes = crate::input::read(f, &crate::input::TRACE)?;
-        let t = Trace::from_bytes(&bytes).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: not a valid dyncc trace file: {e}; leave it out (the plugin writes a trace \
-                 whole, so this one was damaged or is not a trace)",
-                f.display()
-            )
-        })?;
-        match t.head().table_digest {
+    for tf in traces::read(&files)? {
+        let f = tf.path.as_ref();
+        match tf.table_digest {
             Some(d) if d == digest => {}
             d => {
                 warnings.push(format!(
@@ -253,22 +210,7 @@ pub fn score(
             ))
             }
         }
-        let comms: Vec<_> = t.comms().collect();
-        let mut shapes: BTreeMap<Shape, Vec<TraceRecord>> = BTreeMap::new();
-        for r in t.records() {
-            let Some(c) = comms.get(usize::from(r.comm)) else {
-                continue; // from_bytes checked the index; unreachable
-            };
-            shapes
-                .entry(Shape {
-                    nodes: c.n_nodes,
-                    ranks: c.n_ranks,
-                    coll: r.coll,
-                    n_bytes: r.n_bytes,
-                })
-                .or_default()
-                .push(r);
-        }
+        // Who ran what: the one reading of a trace (`ingest::traces`).
         for (
             Shape {
                 nodes,
@@ -276,8 +218,8 @@ pub fn score(
                 coll,
                 n_bytes,
             },
-            recs,
-        ) in shapes
+            at,
+        ) in traces::classify(&tf, &|_| true)
         {
             let d = table
                 .lookup(
@@ -289,32 +231,24 @@ pub fn score(
                     0,
                 )
                 .decision;
-            let calls: u64 = recs.iter().map(|r| r.count).sum();
+            let calls =
+                at.nccl.count + at.others.values().map(|o| o.side.count).sum::<u64>() + at.unknown;
             if d == Decision::Default {
                 defaults.push(LnRatio::default_at(calls));
                 continue;
             }
-            // Exploration runs NCCL's own choice where the table that ran
-            // forced a setting, and another setting where it left NCCL
-            // alone; a `table` record at the shape says which it was.
-            let forced_here = recs.iter().any(|r| r.source == Source::Table);
-            let (mut mine, mut nccl) = (Side::default(), Side::default());
-            for r in &recs {
-                match r.source {
-                    Source::Nccl => nccl.add(r),
-                    Source::Explore if forced_here => nccl.add(r),
-                    Source::Table | Source::Explore if runs(r, d) => mine.add(r),
-                    _ => {}
+            let nccl = at.nccl;
+            let mut mine = Side::default();
+            for (s, o) in &at.others {
+                if runs(s, d) {
+                    mine.count += o.side.count;
+                    mine.sum_ln += o.side.sum_ln;
+                    mine.sum_ln2 += o.side.sum_ln2;
                 }
             }
             // NCCL chose the table's setting itself: nothing to gain or
             // lose there, as where the table leaves NCCL alone.
-            let nccl_runs_it = recs
-                .iter()
-                .filter(|r| {
-                    r.source == Source::Nccl || (forced_here && r.source == Source::Explore)
-                })
-                .all(|r| runs(r, d));
+            let nccl_runs_it = at.nccl_settings.keys().all(|s| runs(s, d));
             if mine.count == 0 && nccl.count > 0 && nccl_runs_it {
                 defaults.push(LnRatio::default_at(calls));
                 continue;
@@ -327,7 +261,7 @@ pub fn score(
             };
             if let Some(why) = why {
                 not_comparable.push(NotComparable {
-                    file: f.clone(),
+                    file: f.to_path_buf(),
                     nodes,
                     ranks,
                     collective: coll.name(),
@@ -338,7 +272,7 @@ pub fn score(
                 continue;
             }
             let ln = mine.mean_ln() - nccl.mean_ln();
-            let var = mine.var_of_mean() + nccl.var_of_mean();
+            let var = var_of_mean(&mine) + var_of_mean(&nccl);
             let se = var.is_finite().then(|| var.sqrt());
             let verdict = match se {
                 Some(se) if ln < -NOISE_SE * se => "better",
@@ -347,7 +281,7 @@ pub fn score(
             };
             ratios.push(LnRatio { ln, var, calls });
             compared.push(Compared {
-                file: f.clone(),
+                file: f.to_path_buf(),
                 nodes,
                 ranks,
                 collective: coll.name(),
