@@ -133,9 +133,19 @@ pub struct Side {
 
 impl Side {
     pub fn add(&mut self, r: &TraceRecord) {
-        self.count += r.count;
-        self.sum_ln += r.sum_ln;
-        self.sum_ln2 += r.sum_ln2;
+        self.merge(&Side {
+            count: r.count,
+            sum_ln: r.sum_ln,
+            sum_ln2: r.sum_ln2,
+        });
+    }
+
+    /// Adds another side's collectives (counts saturate: a file may claim
+    /// any count).
+    pub fn merge(&mut self, o: &Side) {
+        self.count = self.count.saturating_add(o.count);
+        self.sum_ln += o.sum_ln;
+        self.sum_ln2 += o.sum_ln2;
     }
 
     pub fn mean_ln(&self) -> f64 {
@@ -239,9 +249,10 @@ pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shap
         match r.source {
             Who::Nccl => {
                 at.nccl.add(r);
-                *at.nccl_settings.entry(Setting::of(r)).or_default() += r.count;
+                let e = at.nccl_settings.entry(Setting::of(r)).or_default();
+                *e = e.saturating_add(r.count);
             }
-            Who::Unknown => at.unknown += r.count,
+            Who::Unknown => at.unknown = at.unknown.saturating_add(r.count),
             Who::Table | Who::Explore => {}
         }
     }
@@ -267,12 +278,13 @@ pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shap
             || (r.source == Who::Explore && table_ran);
         if is_nccl {
             at.nccl.add(r);
-            *at.nccl_settings.entry(Setting::of(r)).or_default() += r.count;
+            let e = at.nccl_settings.entry(Setting::of(r)).or_default();
+            *e = e.saturating_add(r.count);
         } else {
             let o = at.others.entry(Setting::of(r)).or_default();
             o.side.add(r);
             if r.source == Who::Table {
-                o.by_table += r.count;
+                o.by_table = o.by_table.saturating_add(r.count);
             }
         }
     }
@@ -460,11 +472,17 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 .is_some_and(|&(_, of, oc)| of == fi && oc == ci)
         };
         for (s, at) in classify(f, &keep) {
-            notes.collectives +=
-                at.nccl.count + at.others.values().map(|o| o.side.count).sum::<u64>() + at.unknown;
-            notes.unknown += at.unknown;
+            let others = at
+                .others
+                .values()
+                .fold(0u64, |n, o| n.saturating_add(o.side.count));
+            let all = at.nccl.count.saturating_add(others);
+            notes.collectives = notes
+                .collectives
+                .saturating_add(all.saturating_add(at.unknown));
+            notes.unknown = notes.unknown.saturating_add(at.unknown);
             if at.nccl.count == 0 || at.others.is_empty() {
-                if at.nccl.count + at.others.values().map(|o| o.side.count).sum::<u64>() > 0 {
+                if all > 0 {
                     notes.one_sided_shapes += 1;
                 }
                 continue;
@@ -595,11 +613,10 @@ fn point_cells(
     }
     let mut pools: BTreeMap<Config, Pool> = BTreeMap::new();
     for p in parts {
-        nccl.count += p.at.nccl.count;
-        nccl.sum_ln += p.at.nccl.sum_ln;
-        nccl.sum_ln2 += p.at.nccl.sum_ln2;
+        nccl.merge(&p.at.nccl);
         for (s, n) in &p.at.nccl_settings {
-            *nccl_settings.entry(*s).or_default() += n;
+            let e = nccl_settings.entry(*s).or_default();
+            *e = e.saturating_add(*n);
         }
         for (s, o) in &p.at.others {
             let cfg = sweep.config_of(key.coll, ppn, *s);
@@ -608,11 +625,22 @@ fn point_cells(
             let e = pools.entry(cfg).or_default();
             e.wsum += w;
             e.wgain += w * (p.at.nccl.mean_ln() - o.side.mean_ln());
-            e.count += o.side.count;
-            e.by_table += o.by_table;
+            e.count = e.count.saturating_add(o.side.count);
+            e.by_table = e.by_table.saturating_add(o.by_table);
         }
     }
     if nccl.count == 0 || pools.is_empty() {
+        return None;
+    }
+    // A file may hold any finite sums: a point whose figures are not times
+    // (infinite, zero, NaN) is no measurement.
+    let t_ok = |ln_ns: f64| ln_ns.is_finite() && ln_ns.exp().is_normal();
+    if !t_ok(nccl.mean_ln())
+        || !var1.is_finite()
+        || pools
+            .values()
+            .any(|p| !t_ok(nccl.mean_ln() - p.wgain / p.wsum))
+    {
         return None;
     }
     let first = &files[parts[0].file].path;
@@ -841,5 +869,26 @@ mod tests {
             Some(12),
             "no sweep config at 4 ranks per node: the channels that ran"
         );
+    }
+
+    #[test]
+    fn a_trace_claiming_absurd_counts_and_sums_is_no_measurement_and_no_panic() {
+        let mut big = rec(0, 4096, RING, Who::Nccl, u64::MAX, 1000.0);
+        big.sum_ln = 1e300;
+        let f = file(vec![
+            big,
+            rec(0, 4096, RING, Who::Nccl, u64::MAX, 1000.0),
+            rec(0, 4096, TREE, Who::Explore, u64::MAX, 800.0),
+            rec(0, 8192, RING, Who::Nccl, u64::MAX, 1000.0),
+            rec(0, 8192, TREE, Who::Explore, 3, 800.0),
+        ]);
+        let (cells, notes) = cells(&[f], &SweepView::default());
+        assert_eq!(notes.collectives, u64::MAX);
+        // 4096: an infinite mean is no time; 8192: a plain comparison.
+        assert_eq!(notes.points.len(), 1);
+        assert_eq!(notes.points[0].bytes, 8192);
+        assert!(cells
+            .iter()
+            .all(|c| c.time_us.is_finite() && c.time_us > 0.0));
     }
 }

@@ -231,8 +231,12 @@ pub fn score(
                     0,
                 )
                 .decision;
-            let calls =
-                at.nccl.count + at.others.values().map(|o| o.side.count).sum::<u64>() + at.unknown;
+            let calls = at
+                .others
+                .values()
+                .fold(at.nccl.count.saturating_add(at.unknown), |n, o| {
+                    n.saturating_add(o.side.count)
+                });
             if d == Decision::Default {
                 defaults.push(LnRatio::default_at(calls));
                 continue;
@@ -241,9 +245,7 @@ pub fn score(
             let mut mine = Side::default();
             for (s, o) in &at.others {
                 if runs(s, d) {
-                    mine.count += o.side.count;
-                    mine.sum_ln += o.side.sum_ln;
-                    mine.sum_ln2 += o.side.sum_ln2;
+                    mine.merge(&o.side);
                 }
             }
             // NCCL chose the table's setting itself: nothing to gain or
