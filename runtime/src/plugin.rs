@@ -276,10 +276,33 @@ fn init_inner(
     }
     crate::profiler::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
+        // Traced without a table: a context that decides nothing but
+        // journals every answer as NCCL's, so the profiler can say NCCL
+        // chose (a job's baseline, and NCCL's own choices for drift).
+        let journal = facts
+            .comm_id
+            .filter(|_| trace::configured().is_some())
+            .and_then(trace::journal_acquire);
         log.info(format_args!(
-            "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator"
+            "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator{}",
+            if journal.is_some() {
+                " (DYNCC_TRACE records NCCL's choices)"
+            } else {
+                ""
+            }
         ));
-        return Ok(core::ptr::null_mut());
+        let Some(journal) = journal else {
+            return Ok(core::ptr::null_mut());
+        };
+        let ctx = Box::new(Context {
+            spec: Specialised::empty(),
+            handle: None,
+            machine: v2_machine(n_ranks as u64, n_nodes as u64),
+            path: Path::Traced,
+            journal: Some(journal),
+            explorer: None,
+        });
+        return Ok(Box::into_raw(ctx).cast());
     };
     let shown = path.to_string_lossy();
     let shown = Escaped(&shown);
