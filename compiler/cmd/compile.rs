@@ -28,10 +28,18 @@ use crate::units::fmt_bytes;
 /// measured ones are decided (down towards 2 nodes only from three
 /// multi-node counts or more); one node is never read off several.
 ///
+/// Trace files of jobs (`DYNCC_TRACE`: what ran and its GPU time, with
+/// `DYNCC_EXPLORE` measuring what the table could not confirm) are read
+/// beside the sweep: a setting's gain is read within each job against
+/// NCCL's own choice at the same shape, never against the sweep's times,
+/// and where jobs measured a point they decide it. The report says what
+/// the traces changed against the table the jobs ran.
+///
 /// Examples:
 ///   dyncc compile datasets/real/nvidia-dgx1v-allreduce.csv -o dgx1v.tbl
 ///   dyncc compile sweeps/ -o cluster.tbl --no-extrapolate
 ///   dyncc compile sweeps/ -o cluster.tbl --dry-run --json
+///   dyncc compile sweeps/ /shared/traces/*/ -o cluster-next.tbl
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct CompileArgs {
