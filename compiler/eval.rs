@@ -544,6 +544,20 @@ pub fn cross_validate(
     nodes.sort_unstable();
     nodes.dedup();
     let folds = folds(&nodes, mode)?;
+    // One bar of folds done; folds compile side by side, so each fold's
+    // own fitting bar would garble it.
+    let progress = crate::progress::Progress::new(
+        opts.progress,
+        folds.len() as u64,
+        &format!(
+            "{{spinner}} cross-validating (--cv {}) [{{bar:30}}] {{pos}}/{{len}} folds, ETA {{eta}}",
+            mode.name()
+        ),
+    );
+    let opts = &CompileOptions {
+        progress: false,
+        ..opts.clone()
+    };
     // Folds compile in parallel on one pool (their grids and models too);
     // each fold's cells are collected in fold order, as one by one.
     let score_fold = |f: &Fold| -> anyhow::Result<Vec<Scored>> {
@@ -567,10 +581,12 @@ pub fn cross_validate(
         let (_, scored) = score_groups(&table, &group(&test.cells()), &|k, m| {
             visible_at(&c, margin, k, m)
         });
+        progress.inc(1);
         Ok(scored)
     };
     let per_fold: Vec<anyhow::Result<Vec<Scored>>> =
         with_jobs(opts.jobs, || folds.par_iter().map(score_fold).collect())?;
+    progress.finish();
     let mut all = Vec::new();
     // The first failing fold's error in fold order, whatever the threads' order.
     for scored in per_fold {

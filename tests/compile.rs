@@ -1216,6 +1216,18 @@ fn long_sweep(dir: &Path) -> PathBuf {
 /// pseudo-terminal (stdout piped); returns what the terminal received
 /// and stdout.
 fn compile_on_a_terminal(input: &Path, out: &Path, extra: &[&str]) -> (String, String) {
+    let mut cmd = dyncc();
+    cmd.args(["compile", "--jobs", "1"])
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .arg(input);
+    on_a_terminal(cmd)
+}
+
+/// Runs `cmd` with stderr on a fresh pseudo-terminal (stdout piped);
+/// returns what the terminal received and stdout.
+fn on_a_terminal(mut cmd: std::process::Command) -> (String, String) {
     use std::io::Read;
     use std::os::fd::{FromRawFd, OwnedFd};
     let (mut master, mut slave) = (-1, -1);
@@ -1234,19 +1246,15 @@ fn compile_on_a_terminal(input: &Path, out: &Path, extra: &[&str]) -> (String, S
     // SAFETY: both descriptors were just opened by openpty and are owned
     // by nothing else.
     let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let mut child = dyncc()
-        .args(["compile", "--jobs", "1"])
-        .args(extra)
-        .arg("-o")
-        .arg(out)
-        .arg(input)
+    let mut child = cmd
         .env("TERM", "xterm")
         .stdout(std::process::Stdio::piped())
         .stderr(slave)
         .spawn()
         .unwrap();
-    // The parent's copy of the slave went with the Command: reading the
+    // The parent's copy of the slave goes with the Command: reading the
     // master ends (EIO) once the child has exited.
+    drop(cmd);
     let reader = std::thread::spawn(move || {
         let mut f = std::fs::File::from(master);
         let mut got = Vec::new();
@@ -1289,6 +1297,28 @@ fn progress_shows_on_a_terminal_and_not_with_quiet() {
         !term.contains("fitting"),
         "progress despite --quiet: {term:?}"
     );
+}
+
+/// `eval --cv` shows folds done of all on a terminal (not on stdout, not
+/// with --quiet); it showed nothing before.
+#[test]
+fn cross_validation_shows_its_folds_on_a_terminal() {
+    let run = |extra: &[&str]| {
+        let mut cmd = dyncc();
+        cmd.args(["eval", "--cv", "nodes"])
+            .args(extra)
+            .arg(real("nvidia-dgx1v-allreduce.csv"))
+            .env("DYNCC_PROGRESS_AFTER_MS", "0");
+        on_a_terminal(cmd)
+    };
+    let (term, stdout) = run(&[]);
+    assert!(
+        term.contains("cross-validating (--cv nodes)") && term.contains("folds"),
+        "no progress on the terminal: {term:?}"
+    );
+    assert!(!stdout.contains("cross-validating"), "{stdout}");
+    let (term, _) = run(&["--quiet"]);
+    assert!(!term.contains("cross-validating"), "{term:?}");
 }
 
 /// The same long compile with stderr a pipe (a script, a CI log) prints no

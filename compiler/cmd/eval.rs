@@ -112,8 +112,9 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             command: String::new(),
             lenient: a.ingest.lenient,
             jobs: a.run.jobs()?,
-            // Folds compile side by side: one bar each would garble.
-            progress: false,
+            // One bar of folds done (`cross_validate`); folds compile
+            // side by side, so their own fitting bars stay hidden.
+            progress: !a.json && !a.ingest.quiet,
         };
         let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
         let mut out = Vec::new();
