@@ -10,30 +10,12 @@
 use std::path::{Path, PathBuf};
 
 use crate::support::cli::dyncc;
-use crate::world_c::{run_world, trace_files, WorldRound, PPN, SIMULATED_NCCL};
+use crate::world_c::{run_world, simulate_colls, trace_files, WorldRound, PPN, SIMULATED_NCCL};
 
 /// Node counts the sweep measures, and the production round's.
 const SWEPT: [u32; 4] = [1, 2, 8, 32];
 const PRODUCTION: [u32; 3] = [4, 16, 64];
 const CALLS: u32 = 500;
-
-fn simulate_all_colls(out: &Path) {
-    let o = dyncc()
-        .args(["simulate", "-o"])
-        .arg(out)
-        .args(["--profile", "h100", "--nodes", "1,2,4,8,16,32,64"])
-        .args([
-            "--min-bytes",
-            "1KiB",
-            "--max-bytes",
-            "64MiB",
-            "--repeats",
-            "3",
-        ])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
 
 fn compile(inputs: &[PathBuf], out: &Path) -> serde_json::Value {
     let o = dyncc()
@@ -84,7 +66,12 @@ fn slower(r: &WorldRound) -> usize {
 fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_skipped_counts() {
     let d = tempfile::tempdir().unwrap();
     let sim = d.path().join("sim");
-    simulate_all_colls(&sim);
+    simulate_colls(
+        &sim,
+        "1,2,4,8,16,32,64",
+        "allreduce,allgather,reducescatter,broadcast,reduce",
+        "3",
+    );
     let truth = sim.join("truth.csv");
     let sweep: Vec<PathBuf> = SWEPT
         .iter()

@@ -191,25 +191,18 @@ pub const SIMULATED_NCCL: &str = "22807";
 
 /// `dyncc simulate` into `out`: AllReduce, 1 KiB..64 MiB, on `nodes`.
 pub fn simulate(out: &Path, nodes: &str, repeats: &str) {
+    simulate_colls(out, nodes, "allreduce", repeats);
+}
+
+/// `dyncc simulate` into `out` (H100 profile): `colls`, 1 KiB..64 MiB, on
+/// `nodes`.
+pub fn simulate_colls(out: &Path, nodes: &str, colls: &str, repeats: &str) {
     let st = dyncc()
         .args(["simulate", "-o"])
         .arg(out)
-        .args([
-            "--profile",
-            "h100",
-            "--nodes",
-            nodes,
-            "--colls",
-            "allreduce",
-        ])
-        .args([
-            "--min-bytes",
-            "1KiB",
-            "--max-bytes",
-            "64MiB",
-            "--repeats",
-            repeats,
-        ])
+        .args(["--profile", "h100", "--nodes", nodes, "--colls", colls])
+        .args(["--min-bytes", "1KiB", "--max-bytes", "64MiB"])
+        .args(["--repeats", repeats])
         .output()
         .unwrap();
     assert!(
