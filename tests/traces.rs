@@ -409,3 +409,80 @@ fn a_sweep_of_a_newer_nccl_keeps_the_points_it_measured() {
     assert_eq!(decision(&t, 2, 1 << 20), "default/default");
     assert_eq!(decision(&t, 4, 1 << 20), "tree/simple");
 }
+
+/// A noisy tuner-CSV sweep (about 2 % sd in every configuration, single
+/// runs: the noise comes from roughness) on `nodes`, Tree/Simple within a
+/// few percent of the default, so decisions sit near the noise threshold.
+fn noisy_sweep(dir: &Path, nodes: &[u32]) -> std::path::PathBuf {
+    let mut s = String::from(
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,\
+         cost_metric,bandwidth_gbps,latency_us,platform\n",
+    );
+    let jitter = |n: u32, k: u32, c: u32| {
+        let h = (u64::from(n) * 7919 + u64::from(k) * 104_729 + u64::from(c) * 31)
+            .wrapping_mul(2_654_435_761)
+            % (1 << 32);
+        1.0 + 0.07 * (h as f64 / (1u64 << 32) as f64 - 0.5)
+    };
+    for &n in nodes {
+        for k in 10..=24u32 {
+            let b = 1u64 << k;
+            let t = 20.0 + b as f64 / 2e4 * (1.0 + 0.1 * (n as f64).log2());
+            for (c, (a, p, f)) in [
+                ("default", "default", 1.0),
+                ("ring", "ll128", 1.0),
+                ("tree", "simple", 0.96 + 0.01 * f64::from(k % 5)),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let t = t * f * jitter(n, k, c as u32);
+                s.push_str(&format!(
+                    "allreduce,{b},{a},{p},-1,{n},{},1,0,{t:.3},1.0,{t:.3},test\n",
+                    n * 8
+                ));
+            }
+        }
+    }
+    let p = dir.join("sweep.csv");
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+/// Traces at sizes and node counts the sweep did not measure (3 MiB, a
+/// size between its powers of two; 4 and 64 nodes) must leave every
+/// decision at the sweep's own node counts and sizes as it was: a traced
+/// point decides alone, and a size column only traces hold is no
+/// neighbour of the sweep's sizes (noise, smoothing, the model).
+#[test]
+fn traces_at_other_sizes_and_counts_leave_the_sweeps_decisions_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let s = noisy_sweep(d.path(), &[1, 2, 8, 16]);
+    let traces = d.path().join("traces");
+    let three = 3u64 << 20;
+    let mut comms = Vec::new();
+    let mut recs = Vec::new();
+    for (i, n) in [4u32, 64].into_iter().enumerate() {
+        comms.push(comm(10 + i as u64, n, 0));
+        recs.push(rec(i as u16, three, RING_SIMPLE, Source::Nccl, 490, 1000.0));
+        recs.push(rec(i as u16, three, TREE_SIMPLE, Source::Explore, 10, 700.0));
+    }
+    write_trace(&traces, "a.trace", 23007, &comms, &recs);
+    let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
+    compile_json(&[&s], &a);
+    let r = compile_json(&[&s, &traces], &b);
+    assert_eq!(r["traces"]["added"], 2, "{}", r["traces"]);
+    let mut differ = Vec::new();
+    for n in [1u32, 2, 8, 16] {
+        for k in 10..=24u32 {
+            for q in [4u64, 5, 6, 7] {
+                let bytes = (1u64 << k) / 4 * q;
+                let (x, y) = (decision(&a, n, bytes), decision(&b, n, bytes));
+                if x != y {
+                    differ.push(format!("{n} nodes {bytes} B: {x} -> {y}"));
+                }
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+}
