@@ -449,8 +449,8 @@ fn noisy_sweep(dir: &Path, nodes: &[u32]) -> std::path::PathBuf {
     p
 }
 
-/// Traces at sizes and node counts the sweep did not measure (3 MiB, a
-/// size between its powers of two; 4 and 64 nodes) must leave every
+/// Traces at sizes and node counts the sweep did not measure (3 x 2^k
+/// bytes, sizes between its powers of two; 4 and 64 nodes) must leave every
 /// decision at the sweep's own node counts and sizes as it was: a traced
 /// point decides alone, and a size column only traces hold is no
 /// neighbour of the sweep's sizes (noise, smoothing, the model).
@@ -459,19 +459,21 @@ fn traces_at_other_sizes_and_counts_leave_the_sweeps_decisions_alone() {
     let d = tempfile::tempdir().unwrap();
     let s = noisy_sweep(d.path(), &[1, 2, 8, 16]);
     let traces = d.path().join("traces");
-    let three = 3u64 << 20;
     let mut comms = Vec::new();
     let mut recs = Vec::new();
     for (i, n) in [4u32, 64].into_iter().enumerate() {
         comms.push(comm(10 + i as u64, n, 0));
-        recs.push(rec(i as u16, three, RING_SIMPLE, Source::Nccl, 490, 1000.0));
-        recs.push(rec(i as u16, three, TREE_SIMPLE, Source::Explore, 10, 700.0));
+        for k in (11..=23).step_by(3) {
+            let b = 3u64 << k;
+            recs.push(rec(i as u16, b, RING_SIMPLE, Source::Nccl, 490, 1000.0));
+            recs.push(rec(i as u16, b, TREE_SIMPLE, Source::Explore, 10, 700.0));
+        }
     }
     write_trace(&traces, "a.trace", 23007, &comms, &recs);
     let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
     compile_json(&[&s], &a);
     let r = compile_json(&[&s, &traces], &b);
-    assert_eq!(r["traces"]["added"], 2, "{}", r["traces"]);
+    assert_eq!(r["traces"]["added"], 10, "{}", r["traces"]);
     let mut differ = Vec::new();
     for n in [1u32, 2, 8, 16] {
         for k in 10..=24u32 {
