@@ -842,4 +842,24 @@ mod tests {
             "no sweep config at 4 ranks per node: the channels that ran"
         );
     }
+    #[test]
+    fn a_neighbours_setting_explored_where_other_calls_were_forced_is_not_nccls_choice() {
+        // One shape, two call states (e.g. registered buffers and not): the
+        // table forced Tree/LL on some calls, left the others to NCCL
+        // (Ring/Simple), and exploration ran a neighbour's Ring/LL on those.
+        const RING_LL: (Algo, Proto) = (Algo::Ring, Proto::LL);
+        let f = file(vec![
+            rec(0, 4096, TREE, Who::Table, 100, 1000.0),
+            rec(0, 4096, RING, Who::Nccl, 390, 1000.0),
+            rec(0, 4096, RING_LL, Who::Explore, 10, 700.0),
+        ]);
+        let at = classify(&f, &|_| true).into_values().next().unwrap();
+        assert_eq!(at.nccl_choice().map(|s| s.proto), Some(Proto::Simple));
+        assert!(
+            !at.nccl_settings.keys().any(|s| s.proto == Proto::LL),
+            "Ring/LL ran as NCCL's choice: {:?}",
+            at.nccl_settings
+        );
+        assert_eq!(at.nccl.count, 390);
+    }
 }
