@@ -202,7 +202,8 @@ pub struct AtShape {
     /// What NCCL ran on its own, with how many collectives each.
     pub nccl_settings: BTreeMap<Setting, u64>,
     pub others: BTreeMap<Setting, Other>,
-    /// Collectives no tuner answer could be linked to.
+    /// Collectives no tuner answer could be linked to, or whose setting's
+    /// origin cannot be told (not used).
     pub unknown: u64,
 }
 
@@ -233,11 +234,13 @@ pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shap
         })
     };
     // NCCL's own choices first: they say what a forced record means.
+    let mut left_to_nccl: BTreeSet<Shape> = BTreeSet::new();
     for r in &file.records {
         let Some(s) = shape(r) else { continue };
         let at = out.entry(s).or_default();
         match r.source {
             Who::Nccl => {
+                left_to_nccl.insert(s);
                 at.nccl.add(r);
                 *at.nccl_settings.entry(Setting::of(r)).or_default() += r.count;
             }
@@ -262,9 +265,17 @@ pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shap
             .get(&s)
             .is_some_and(|f| f.iter().any(|&x| x != Setting::of(r)));
         // An exploring call at a shape where the table forced another
-        // setting ran NCCL's own choice (the only probe there).
-        let is_nccl = at.nccl_settings.contains_key(&Setting::of(r))
-            || (r.source == Who::Explore && table_ran);
+        // setting ran NCCL's own choice (the only probe there), unless
+        // the table also left calls there to NCCL (another call state):
+        // those calls may have explored a neighbour's setting, and the
+        // record cannot tell which, so it is not used.
+        let inferred = r.source == Who::Explore && table_ran;
+        if inferred && left_to_nccl.contains(&s) && !at.nccl_settings.contains_key(&Setting::of(r))
+        {
+            at.unknown += r.count;
+            continue;
+        }
+        let is_nccl = at.nccl_settings.contains_key(&Setting::of(r)) || inferred;
         if is_nccl {
             at.nccl.add(r);
             *at.nccl_settings.entry(Setting::of(r)).or_default() += r.count;
@@ -861,5 +872,9 @@ mod tests {
             at.nccl_settings
         );
         assert_eq!(at.nccl.count, 390);
+        assert_eq!(
+            at.unknown, 10,
+            "which setting it was cannot be told: not used"
+        );
     }
 }
