@@ -488,3 +488,39 @@ fn traces_at_other_sizes_and_counts_leave_the_sweeps_decisions_alone() {
     }
     assert!(differ.is_empty(), "{differ:#?}");
 }
+
+/// A trace file damaged at its start (here: cut to nothing) is named as
+/// one damaged at its end is, not passed over: its collectives would be
+/// silently missing from what the report counts.
+#[test]
+fn a_trace_file_damaged_at_its_start_is_named_and_nothing_is_written() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
+    );
+    std::fs::write(traces.join("b.trace"), b"").unwrap();
+    let out = d.path().join("t.tbl");
+    for args in [vec![&traces], vec![&traces.join("b.trace")]] {
+        let o = dyncc()
+            .arg("compile")
+            .arg(&s)
+            .args(args)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "bad input exits 2");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("b.trace") && e.contains("not a valid dyncc trace"),
+            "{e}"
+        );
+        assert!(!out.exists());
+    }
+}
