@@ -33,14 +33,16 @@ pub fn is_trace(p: &Path) -> bool {
 }
 
 /// Takes the trace files out of `paths`: a file named directly that starts
-/// with the trace magic, and the `*.trace` files directly in a named
+/// with the trace magic or is named `*.trace`, and the `*.trace` files
+/// (damaged ones too, which [`read`] names) directly in a named
 /// directory (which stays in `paths` only if it holds anything else but
 /// traces and their temporaries). Sorted per directory.
 pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
     let mut files = Vec::new();
     paths.retain(|p| {
         if p.is_file() {
-            if is_trace(p) {
+            // Named `*.trace`: a trace, damaged or not (`read` names it).
+            if is_trace(p) || p.extension().is_some_and(|e| e == "trace") {
                 files.push(p.clone());
                 return false;
             }
@@ -54,7 +56,7 @@ pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
         for e in rd.flatten() {
             let q = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
-            if q.is_file() && name.ends_with(".trace") && is_trace(&q) {
+            if q.is_file() && name.ends_with(".trace") {
                 here.push(q);
             } else if !name.ends_with(".trace.tmp") {
                 other = true;
