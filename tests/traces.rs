@@ -524,3 +524,27 @@ fn a_trace_file_damaged_at_its_start_is_named_and_nothing_is_written() {
         assert!(!out.exists());
     }
 }
+
+/// A point measured by jobs of two NCCL versions, and by a sweep of a
+/// newer one still, is one point set aside, not two.
+#[test]
+fn a_point_older_than_both_a_newer_trace_and_the_sweep_is_counted_once() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let text = std::fs::read_to_string(&s).unwrap();
+    let mut lines = text.lines();
+    let mut out = format!("{},nccl_version\n", lines.next().unwrap());
+    for l in lines {
+        out.push_str(&format!("{l},2.30.7\n"));
+    }
+    std::fs::write(&s, out).unwrap();
+    let traces = d.path().join("traces");
+    let recs = [
+        rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+        rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 700.0),
+    ];
+    write_trace(&traces, "a.trace", 22800, &[comm(1, 2, 0)], &recs);
+    write_trace(&traces, "b.trace", 22900, &[comm(2, 2, 0)], &recs);
+    let r = compile_json(&[&s, &traces], &d.path().join("t.tbl"));
+    assert_eq!(r["traces"]["older_nccl_points"], 1, "{}", r["traces"]);
+}
