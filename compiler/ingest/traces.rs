@@ -540,7 +540,10 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 .entry((newest, sweep.nccl_version))
                 .or_default() += 1;
             if sweep.nccl_version > newest {
-                notes.older_nccl_points += 1;
+                // Once per point (older traces may have counted it).
+                if older.is_empty() {
+                    notes.older_nccl_points += 1;
+                }
                 continue;
             }
         }
