@@ -487,6 +487,17 @@ fn traces_at_other_sizes_and_counts_leave_the_sweeps_decisions_alone() {
         }
     }
     assert!(differ.is_empty(), "{differ:#?}");
+    // Between the sweep's counts, at its sizes (which no trace measured),
+    // the table reads the sweep as before.
+    for n in [3u32, 5, 6, 12] {
+        for k in 10..=24u32 {
+            let (x, y) = (decision(&a, n, 1 << k), decision(&b, n, 1 << k));
+            if x != y {
+                differ.push(format!("{n} nodes {} B: {x} -> {y}", 1u64 << k));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
 }
 
 /// A trace file damaged at its start (here: cut to nothing) is named as
