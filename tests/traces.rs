@@ -559,3 +559,43 @@ fn a_point_older_than_both_a_newer_trace_and_the_sweep_is_counted_once() {
     let r = compile_json(&[&s, &traces], &d.path().join("t.tbl"));
     assert_eq!(r["traces"]["older_nccl_points"], 1, "{}", r["traces"]);
 }
+
+/// A sweep with one multi-node count cannot calibrate readings at other
+/// counts, so it decides only its own counts; traces at other sizes (3
+/// MiB at 4 and 32 nodes) must not lend it that calibration: forcing
+/// Tree/Simple at 16 KiB at 3, 6 or 16 nodes, which neither the sweep nor
+/// any job measured, would rest on them alone.
+#[test]
+fn traces_at_other_sizes_do_not_unlock_readings_the_sweep_cannot_calibrate() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 8], |n, b| {
+        if n >= 2 && b <= 65536 {
+            0.7
+        } else {
+            1.2
+        }
+    });
+    let traces = d.path().join("traces");
+    let three = 3u64 << 20;
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0), comm(2, 32, 0)],
+        &[
+            rec(0, three, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, three, TREE_SIMPLE, Source::Explore, 10, 750.0),
+            rec(1, three, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(1, three, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
+    compile_json(&[&s], &a);
+    compile_json(&[&s, &traces], &b);
+    for n in [3u32, 6, 16] {
+        assert_eq!(decision(&a, n, 16384), "default/default");
+        assert_eq!(decision(&b, n, 16384), "default/default", "{n} nodes");
+    }
+    // What the jobs measured still decides.
+    assert_eq!(decision(&b, 4, three), "tree/simple");
+}
