@@ -83,6 +83,9 @@ fn fit_candidate(grid: &Grid, sigma: &[f64], c: usize) -> Option<Vec<f64>> {
             let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
                 continue;
             };
+            if grid.traced(ni, si).is_some() {
+                continue;
+            }
             at.push(ni * ns + si);
             x.push(features(grid.sizes[si], grid.nodes[ni], grid.ppn));
             y.push(d.ln_t - m.ln_t);
@@ -120,18 +123,24 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
         // Per size: variance estimates from repeats, and from roughness.
         let mut rep: Vec<Vec<f64>> = vec![Vec::new(); ns];
         let mut rough: Vec<Vec<f64>> = vec![Vec::new(); ns];
+        // The sweep's sizes only, in order: a size only traces measured is
+        // no neighbour of the sweep's (it would shift the windows and break
+        // the roughness triples of the sweep's sizes around it).
+        let cols: Vec<usize> = (0..ns).filter(|&si| grid.swept_size(si)).collect();
         // Traced points carry their own noise (from their counts) and are
         // no neighbour of a sweep's: their times are on another base.
         let swept = |si: usize| grid.traced(ni, si).is_none();
         for c in 0..nc {
-            for si in (0..ns).filter(|&si| swept(si)) {
+            for (k, &si) in cols.iter().enumerate().filter(|&(_, &si)| swept(si)) {
                 let Some(m) = grid.get(ni, si, c) else {
                     continue;
                 };
                 if m.n >= 2 {
                     rep[si].push(repeat_variance((1.0 + m.spread.max(0.0)).ln(), m.n));
-                } else if si >= 1 && si + 1 < ns && swept(si - 1) && swept(si + 1) {
-                    if let (Some(a), Some(b)) = (grid.get(ni, si - 1, c), grid.get(ni, si + 1, c)) {
+                } else if k >= 1 && k + 1 < cols.len() && swept(cols[k - 1]) && swept(cols[k + 1]) {
+                    if let (Some(a), Some(b)) =
+                        (grid.get(ni, cols[k - 1], c), grid.get(ni, cols[k + 1], c))
+                    {
                         rough[si].push(roughness_variance([a.ln_t, m.ln_t, b.ln_t]));
                     }
                 }
@@ -143,15 +152,22 @@ pub fn noise(grid: &Grid) -> Vec<f64> {
         // knee), so it uses the lower quartile, which stays unbiased while
         // up to three quarters of the estimates are bent; 0.1015 is the
         // lower quartile of chi-square(1).
+        for (k, &si) in cols.iter().enumerate() {
+            let window = &cols[k.saturating_sub(2)..=(k + 2).min(cols.len() - 1)];
+            let mut r: Vec<f64> = window
+                .iter()
+                .flat_map(|&j| rep[j].iter().copied())
+                .collect();
+            let mut q: Vec<f64> = window
+                .iter()
+                .flat_map(|&j| rough[j].iter().copied())
+                .collect();
+            out[ni * ns + si] = sigma_of(&mut r, &mut q);
+        }
         for si in 0..ns {
-            let lo = si.saturating_sub(2);
-            let hi = (si + 2).min(ns - 1);
-            let mut r: Vec<f64> = rep[lo..=hi].iter().flatten().copied().collect();
-            let mut q: Vec<f64> = rough[lo..=hi].iter().flatten().copied().collect();
-            out[ni * ns + si] = match grid.traced(ni, si) {
-                Some(sd) => sd.clamp(MIN_SIGMA, MAX_SIGMA),
-                None => sigma_of(&mut r, &mut q),
-            };
+            if let Some(sd) = grid.traced(ni, si) {
+                out[ni * ns + si] = sd.clamp(MIN_SIGMA, MAX_SIGMA);
+            }
         }
     }
     out

@@ -287,10 +287,12 @@ struct CvError {
 fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
     let mut out = Vec::new();
     for ni in 0..grid.nodes.len() {
-        if grid.nodes[ni] < 2 {
+        // The sweep's own counts and sizes: a count or size only traces
+        // measured says nothing of how well the sweep reads between counts.
+        if grid.nodes[ni] < 2 || !grid.swept(ni) {
             continue;
         }
-        for si in 0..grid.sizes.len() {
+        for si in (0..grid.sizes.len()).filter(|&si| grid.swept_size(si)) {
             for c in 1..grid.configs.len() {
                 let Some(p) = gain_at(grid, widen, ni, c, (grid.sizes[si].max(1) as f64).log2())
                 else {
@@ -318,7 +320,10 @@ fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
 /// that predicts the sweep's own multi-node counts best, and the drift
 /// variance per size region.
 pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
-    let multi = grid.nodes.iter().filter(|&&n| n >= 2).count();
+    // The sweep's multi-node counts (traces never lend it a calibration).
+    let multi = (0..grid.nodes.len())
+        .filter(|&ni| grid.nodes[ni] >= 2 && grid.swept(ni))
+        .count();
     let mut cv = Vec::new();
     let mut best: Option<(Align, f64, Vec<CvError>)> = None;
     for align in [Align::TotalBytes, Align::BytesPerRank] {

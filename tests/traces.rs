@@ -409,3 +409,193 @@ fn a_sweep_of_a_newer_nccl_keeps_the_points_it_measured() {
     assert_eq!(decision(&t, 2, 1 << 20), "default/default");
     assert_eq!(decision(&t, 4, 1 << 20), "tree/simple");
 }
+
+/// A noisy tuner-CSV sweep (about 2 % sd in every configuration, single
+/// runs: the noise comes from roughness) on `nodes`, Tree/Simple within a
+/// few percent of the default, so decisions sit near the noise threshold.
+fn noisy_sweep(dir: &Path, nodes: &[u32]) -> std::path::PathBuf {
+    let mut s = String::from(
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,\
+         cost_metric,bandwidth_gbps,latency_us,platform\n",
+    );
+    let jitter = |n: u32, k: u32, c: u32| {
+        let h = (u64::from(n) * 7919 + u64::from(k) * 104_729 + u64::from(c) * 31)
+            .wrapping_mul(2_654_435_761)
+            % (1 << 32);
+        1.0 + 0.07 * (h as f64 / (1u64 << 32) as f64 - 0.5)
+    };
+    for &n in nodes {
+        for k in 10..=24u32 {
+            let b = 1u64 << k;
+            let t = 20.0 + b as f64 / 2e4 * (1.0 + 0.1 * (n as f64).log2());
+            for (c, (a, p, f)) in [
+                ("default", "default", 1.0),
+                ("ring", "ll128", 1.0),
+                ("tree", "simple", 0.96 + 0.01 * f64::from(k % 5)),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let t = t * f * jitter(n, k, c as u32);
+                s.push_str(&format!(
+                    "allreduce,{b},{a},{p},-1,{n},{},1,0,{t:.3},1.0,{t:.3},test\n",
+                    n * 8
+                ));
+            }
+        }
+    }
+    let p = dir.join("sweep.csv");
+    std::fs::write(&p, s).unwrap();
+    p
+}
+
+/// Traces at sizes and node counts the sweep did not measure (3 x 2^k
+/// bytes, sizes between its powers of two; 4 and 64 nodes) must leave every
+/// decision at the sweep's own node counts and sizes as it was: a traced
+/// point decides alone, and a size column only traces hold is no
+/// neighbour of the sweep's sizes (noise, smoothing, the model).
+#[test]
+fn traces_at_other_sizes_and_counts_leave_the_sweeps_decisions_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let s = noisy_sweep(d.path(), &[1, 2, 8, 16]);
+    let traces = d.path().join("traces");
+    let mut comms = Vec::new();
+    let mut recs = Vec::new();
+    for (i, n) in [4u32, 64].into_iter().enumerate() {
+        comms.push(comm(10 + i as u64, n, 0));
+        for k in (11..=23).step_by(3) {
+            let b = 3u64 << k;
+            recs.push(rec(i as u16, b, RING_SIMPLE, Source::Nccl, 490, 1000.0));
+            recs.push(rec(i as u16, b, TREE_SIMPLE, Source::Explore, 10, 700.0));
+        }
+    }
+    write_trace(&traces, "a.trace", 23007, &comms, &recs);
+    let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
+    compile_json(&[&s], &a);
+    let r = compile_json(&[&s, &traces], &b);
+    assert_eq!(r["traces"]["added"], 10, "{}", r["traces"]);
+    let mut differ = Vec::new();
+    for n in [1u32, 2, 8, 16] {
+        for k in 10..=24u32 {
+            for q in [4u64, 5, 6, 7] {
+                let bytes = (1u64 << k) / 4 * q;
+                let (x, y) = (decision(&a, n, bytes), decision(&b, n, bytes));
+                if x != y {
+                    differ.push(format!("{n} nodes {bytes} B: {x} -> {y}"));
+                }
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+    // Between the sweep's counts, at its sizes (which no trace measured),
+    // the table reads the sweep as before.
+    for n in [3u32, 5, 6, 12] {
+        for k in 10..=24u32 {
+            let (x, y) = (decision(&a, n, 1 << k), decision(&b, n, 1 << k));
+            if x != y {
+                differ.push(format!("{n} nodes {} B: {x} -> {y}", 1u64 << k));
+            }
+        }
+    }
+    assert!(differ.is_empty(), "{differ:#?}");
+}
+
+/// A trace file damaged at its start (here: cut to nothing) is named as
+/// one damaged at its end is, not passed over: its collectives would be
+/// silently missing from what the report counts.
+#[test]
+fn a_trace_file_damaged_at_its_start_is_named_and_nothing_is_written() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
+    );
+    std::fs::write(traces.join("b.trace"), b"").unwrap();
+    let out = d.path().join("t.tbl");
+    for args in [vec![&traces], vec![&traces.join("b.trace")]] {
+        let o = dyncc()
+            .arg("compile")
+            .arg(&s)
+            .args(args)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "bad input exits 2");
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            e.contains("b.trace") && e.contains("not a valid dyncc trace"),
+            "{e}"
+        );
+        assert!(!out.exists());
+    }
+}
+
+/// A point measured by jobs of two NCCL versions, and by a sweep of a
+/// newer one still, is one point set aside, not two.
+#[test]
+fn a_point_older_than_both_a_newer_trace_and_the_sweep_is_counted_once() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let text = std::fs::read_to_string(&s).unwrap();
+    let mut lines = text.lines();
+    let mut out = format!("{},nccl_version\n", lines.next().unwrap());
+    for l in lines {
+        out.push_str(&format!("{l},2.30.7\n"));
+    }
+    std::fs::write(&s, out).unwrap();
+    let traces = d.path().join("traces");
+    let recs = [
+        rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+        rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 700.0),
+    ];
+    write_trace(&traces, "a.trace", 22800, &[comm(1, 2, 0)], &recs);
+    write_trace(&traces, "b.trace", 22900, &[comm(2, 2, 0)], &recs);
+    let r = compile_json(&[&s, &traces], &d.path().join("t.tbl"));
+    assert_eq!(r["traces"]["older_nccl_points"], 1, "{}", r["traces"]);
+}
+
+/// A sweep with one multi-node count cannot calibrate readings at other
+/// counts, so it decides only its own counts; traces at other sizes (3
+/// MiB at 4 and 32 nodes) must not lend it that calibration: forcing
+/// Tree/Simple at 16 KiB at 3, 6 or 16 nodes, which neither the sweep nor
+/// any job measured, would rest on them alone.
+#[test]
+fn traces_at_other_sizes_do_not_unlock_readings_the_sweep_cannot_calibrate() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 8], |n, b| {
+        if n >= 2 && b <= 65536 {
+            0.7
+        } else {
+            1.2
+        }
+    });
+    let traces = d.path().join("traces");
+    let three = 3u64 << 20;
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0), comm(2, 32, 0)],
+        &[
+            rec(0, three, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, three, TREE_SIMPLE, Source::Explore, 10, 750.0),
+            rec(1, three, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(1, three, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
+    compile_json(&[&s], &a);
+    compile_json(&[&s, &traces], &b);
+    for n in [3u32, 6, 16] {
+        assert_eq!(decision(&a, n, 16384), "default/default");
+        assert_eq!(decision(&b, n, 16384), "default/default", "{n} nodes");
+    }
+    // What the jobs measured still decides.
+    assert_eq!(decision(&b, 4, three), "tree/simple");
+}

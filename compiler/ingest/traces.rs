@@ -33,14 +33,16 @@ pub fn is_trace(p: &Path) -> bool {
 }
 
 /// Takes the trace files out of `paths`: a file named directly that starts
-/// with the trace magic, and the `*.trace` files directly in a named
+/// with the trace magic or is named `*.trace`, and the `*.trace` files
+/// (damaged ones too, which [`read`] names) directly in a named
 /// directory (which stays in `paths` only if it holds anything else but
 /// traces and their temporaries). Sorted per directory.
 pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
     let mut files = Vec::new();
     paths.retain(|p| {
         if p.is_file() {
-            if is_trace(p) {
+            // Named `*.trace`: a trace, damaged or not (`read` names it).
+            if is_trace(p) || p.extension().is_some_and(|e| e == "trace") {
                 files.push(p.clone());
                 return false;
             }
@@ -54,7 +56,7 @@ pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
         for e in rd.flatten() {
             let q = e.path();
             let name = e.file_name().to_string_lossy().into_owned();
-            if q.is_file() && name.ends_with(".trace") && is_trace(&q) {
+            if q.is_file() && name.ends_with(".trace") {
                 here.push(q);
             } else if !name.ends_with(".trace.tmp") {
                 other = true;
@@ -212,7 +214,8 @@ pub struct AtShape {
     /// What NCCL ran on its own, with how many collectives each.
     pub nccl_settings: BTreeMap<Setting, u64>,
     pub others: BTreeMap<Setting, Other>,
-    /// Collectives no tuner answer could be linked to.
+    /// Collectives no tuner answer could be linked to, or whose setting's
+    /// origin cannot be told (not used).
     pub unknown: u64,
 }
 
@@ -243,11 +246,13 @@ pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shap
         })
     };
     // NCCL's own choices first: they say what a forced record means.
+    let mut left_to_nccl: BTreeSet<Shape> = BTreeSet::new();
     for r in &file.records {
         let Some(s) = shape(r) else { continue };
         let at = out.entry(s).or_default();
         match r.source {
             Who::Nccl => {
+                left_to_nccl.insert(s);
                 at.nccl.add(r);
                 let e = at.nccl_settings.entry(Setting::of(r)).or_default();
                 *e = e.saturating_add(r.count);
@@ -273,9 +278,17 @@ pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shap
             .get(&s)
             .is_some_and(|f| f.iter().any(|&x| x != Setting::of(r)));
         // An exploring call at a shape where the table forced another
-        // setting ran NCCL's own choice (the only probe there).
-        let is_nccl = at.nccl_settings.contains_key(&Setting::of(r))
-            || (r.source == Who::Explore && table_ran);
+        // setting ran NCCL's own choice (the only probe there), unless
+        // the table also left calls there to NCCL (another call state):
+        // those calls may have explored a neighbour's setting, and the
+        // record cannot tell which, so it is not used.
+        let inferred = r.source == Who::Explore && table_ran;
+        if inferred && left_to_nccl.contains(&s) && !at.nccl_settings.contains_key(&Setting::of(r))
+        {
+            at.unknown += r.count;
+            continue;
+        }
+        let is_nccl = at.nccl_settings.contains_key(&Setting::of(r)) || inferred;
         if is_nccl {
             at.nccl.add(r);
             let e = at.nccl_settings.entry(Setting::of(r)).or_default();
@@ -545,7 +558,10 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 .entry((newest, sweep.nccl_version))
                 .or_default() += 1;
             if sweep.nccl_version > newest {
-                notes.older_nccl_points += 1;
+                // Once per point (older traces may have counted it).
+                if older.is_empty() {
+                    notes.older_nccl_points += 1;
+                }
                 continue;
             }
         }
@@ -890,5 +906,30 @@ mod tests {
         assert!(cells
             .iter()
             .all(|c| c.time_us.is_finite() && c.time_us > 0.0));
+    }
+
+    #[test]
+    fn a_neighbours_setting_explored_where_other_calls_were_forced_is_not_nccls_choice() {
+        // One shape, two call states (e.g. registered buffers and not): the
+        // table forced Tree/LL on some calls, left the others to NCCL
+        // (Ring/Simple), and exploration ran a neighbour's Ring/LL on those.
+        const RING_LL: (Algo, Proto) = (Algo::Ring, Proto::LL);
+        let f = file(vec![
+            rec(0, 4096, TREE, Who::Table, 100, 1000.0),
+            rec(0, 4096, RING, Who::Nccl, 390, 1000.0),
+            rec(0, 4096, RING_LL, Who::Explore, 10, 700.0),
+        ]);
+        let at = classify(&f, &|_| true).into_values().next().unwrap();
+        assert_eq!(at.nccl_choice().map(|s| s.proto), Some(Proto::Simple));
+        assert!(
+            !at.nccl_settings.keys().any(|s| s.proto == Proto::LL),
+            "Ring/LL ran as NCCL's choice: {:?}",
+            at.nccl_settings
+        );
+        assert_eq!(at.nccl.count, 390);
+        assert_eq!(
+            at.unknown, 10,
+            "which setting it was cannot be told: not used"
+        );
     }
 }
