@@ -512,8 +512,14 @@ fn smooth(grid: &Grid, a: &mut Anchor, fit: &Fitted, ln_margin: f64, opt: &Decid
     let Some(ni) = grid.nodes.iter().position(|&n| n == a.nodes) else {
         return;
     };
-    for si in 1..a.per_size.len().saturating_sub(1) {
-        let (l, m, r) = (a.per_size[si - 1], a.per_size[si], a.per_size[si + 1]);
+    // Neighbours among this anchor's own sizes (a size only other counts'
+    // traces measured is nobody's neighbour here).
+    let own: Vec<usize> = (0..a.per_size.len())
+        .filter(|&si| a.per_size[si].why != Why::NothingHere)
+        .collect();
+    for w in own.windows(3) {
+        let si = w[1];
+        let (l, m, r) = (a.per_size[w[0]], a.per_size[si], a.per_size[w[2]]);
         if l.cfg != r.cfg || m.cfg == l.cfg {
             continue;
         }

@@ -64,18 +64,12 @@ pub struct TracedDecision {
     pub outcome: TraceOutcome,
 }
 
-/// What jobs' traces changed: the notes of reading them, and per point
+/// What jobs' traces changed: the figures of reading them, and per point
 /// the outcome.
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceChanges {
-    pub files: usize,
-    pub communicators: usize,
-    pub duplicate_ranks: usize,
-    pub collectives: u64,
-    pub unknown: u64,
-    pub one_sided_shapes: usize,
-    pub older_nccl_points: usize,
-    pub drift: Vec<String>,
+    #[serde(flatten)]
+    pub read: ingest::traces::TraceCounts,
     /// Points the sweep did not measure (another node count or size).
     pub added: usize,
     /// Points the sweep measured too, now decided by the traces.
@@ -95,14 +89,7 @@ impl TraceChanges {
         decided: &[GridDecisions],
     ) -> TraceChanges {
         let mut t = TraceChanges {
-            files: notes.files,
-            communicators: notes.communicators,
-            duplicate_ranks: notes.duplicate_ranks,
-            collectives: notes.collectives,
-            unknown: notes.unknown,
-            one_sided_shapes: notes.one_sided_shapes,
-            older_nccl_points: notes.older_nccl_points,
-            drift: notes.drift,
+            read: notes.read,
             added: 0,
             replaced: 0,
             confirmed: 0,
@@ -291,8 +278,13 @@ pub(crate) fn describe(
     for (g, d) in grids.iter().zip(decided) {
         let e = r.left_alone.entry(g.coll.name().into()).or_default();
         for a in d.anchors.iter().filter(|a| a.measured) {
-            for c in &a.per_size {
-                if c.why != Why::Forced {
+            let ni = g.nodes.iter().position(|&n| n == a.nodes).unwrap_or(0);
+            // Measured points only: a sweep's (every size of a swept count,
+            // as always), or where jobs' traces measured one; not sizes a
+            // count only traces measured read off the sweep.
+            let measured = |si: usize| g.any_at(ni, si) || (g.swept(ni) && g.swept_size(si));
+            for (si, c) in a.per_size.iter().enumerate() {
+                if c.why != Why::Forced && measured(si) {
                     let k = serde_json::to_value(c.why)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_string));

@@ -599,3 +599,27 @@ fn traces_at_other_sizes_do_not_unlock_readings_the_sweep_cannot_calibrate() {
     // What the jobs measured still decides.
     assert_eq!(decision(&b, 4, three), "tree/simple");
 }
+
+#[test]
+fn a_trace_file_named_twice_is_read_once() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let r = compile_json(
+        &[&s, &traces, &traces.join("a.trace")],
+        &d.path().join("t.tbl"),
+    );
+    let t = &r["traces"];
+    assert_eq!(t["files"], 1, "{t}");
+    assert_eq!(t["duplicate_ranks"], 0, "{t}");
+}

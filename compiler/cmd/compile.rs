@@ -312,15 +312,15 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
     writeln!(
         w,
         "\ntraces: {} file(s), {} communicator(s){}, {} collectives ({} not linked to a tuner answer, not used)",
-        t.files,
-        t.communicators,
-        if t.duplicate_ranks > 0 {
-            format!(" ({} recorded by more than one rank, counted once)", t.duplicate_ranks)
+        t.read.files,
+        t.read.communicators,
+        if t.read.duplicate_ranks > 0 {
+            format!(" ({} recorded by more than one rank, counted once)", t.read.duplicate_ranks)
         } else {
             String::new()
         },
-        t.collectives,
-        t.unknown
+        t.read.collectives,
+        t.read.unknown
     )?;
     writeln!(
         w,
@@ -334,21 +334,21 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
         "  against the table the jobs ran: {} confirmed, {} reverted to NCCL (lost in production), {} changed, {} new, {} left to NCCL",
         t.confirmed, t.reverted, t.changed, t.new, t.unchanged
     )?;
-    if t.one_sided_shapes > 0 {
+    if t.read.one_sided_shapes > 0 {
         writeln!(
             w,
             "  {} shape(s) ran one side only (NCCL's choice, or only a forced setting): nothing to compare within a job; DYNCC_EXPLORE measures the other side",
-            t.one_sided_shapes
+            t.read.one_sided_shapes
         )?;
     }
-    if t.older_nccl_points > 0 {
+    if t.read.older_nccl_points > 0 {
         writeln!(
             w,
             "  {} point(s) also measured by an older NCCL: the newest NCCL's measurements decide",
-            t.older_nccl_points
+            t.read.older_nccl_points
         )?;
     }
-    for d in &t.drift {
+    for d in &t.read.drift {
         writeln!(w, "  drift: {d}")?;
     }
     const SHOWN: usize = 20;

@@ -94,8 +94,11 @@ pub struct TraceFile {
 /// Reads trace files through the bounded reader. Errors name the file and
 /// what to do.
 pub fn read(files: &[PathBuf]) -> anyhow::Result<Vec<TraceFile>> {
+    // A file named twice (directly and through its directory) is read once.
+    let mut seen = BTreeSet::new();
     files
         .iter()
+        .filter(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.to_path_buf())))
         .map(|f| {
             let bytes = crate::input::read(f, &crate::input::TRACE)?;
             let t = Trace::from_bytes(&bytes).map_err(|e| {
@@ -431,9 +434,10 @@ pub struct TracedGain {
     pub count: u64,
 }
 
-/// What the traces held and what became of them.
+/// What reading the traces found, before any decision (the report's
+/// figures of the traces themselves).
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct TraceNotes {
+pub struct TraceCounts {
     pub files: usize,
     pub communicators: usize,
     /// Communicators recorded by more than one rank: counted once.
@@ -449,24 +453,29 @@ pub struct TraceNotes {
     pub older_nccl_points: usize,
     /// Drift between NCCL versions, described.
     pub drift: Vec<String>,
+}
+
+/// What the traces held and the points they measured.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TraceNotes {
+    #[serde(flatten)]
+    pub read: TraceCounts,
     pub points: Vec<TracedPoint>,
 }
 
 /// The cells traces contribute, and what the report says of them.
 pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) {
-    let mut notes = TraceNotes {
-        files: files.len(),
-        ..Default::default()
-    };
+    let mut notes = TraceNotes::default();
+    notes.read.files = files.len();
     // One recording per communicator: the lowest rank's.
     let mut owner: BTreeMap<u64, (u32, usize, usize)> = BTreeMap::new();
     for (fi, f) in files.iter().enumerate() {
         for (ci, c) in f.comms.iter().enumerate() {
-            notes.communicators += 1;
+            notes.read.communicators += 1;
             match owner.get(&c.comm_id) {
-                Some(&(rank, _, _)) if rank <= c.rank => notes.duplicate_ranks += 1,
+                Some(&(rank, _, _)) if rank <= c.rank => notes.read.duplicate_ranks += 1,
                 Some(_) => {
-                    notes.duplicate_ranks += 1;
+                    notes.read.duplicate_ranks += 1;
                     owner.insert(c.comm_id, (c.rank, fi, ci));
                 }
                 None => {
@@ -475,7 +484,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
             }
         }
     }
-    notes.communicators -= notes.duplicate_ranks;
+    notes.read.communicators -= notes.read.duplicate_ranks;
     let mut by_point: BTreeMap<PointKey, Vec<Part>> = BTreeMap::new();
     for (fi, f) in files.iter().enumerate() {
         let keep = |ci: usize| {
@@ -490,13 +499,14 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 .values()
                 .fold(0u64, |n, o| n.saturating_add(o.side.count));
             let all = at.nccl.count.saturating_add(others);
-            notes.collectives = notes
+            notes.read.collectives = notes
+                .read
                 .collectives
                 .saturating_add(all.saturating_add(at.unknown));
-            notes.unknown = notes.unknown.saturating_add(at.unknown);
+            notes.read.unknown = notes.read.unknown.saturating_add(at.unknown);
             if at.nccl.count == 0 || at.others.is_empty() {
                 if all > 0 {
-                    notes.one_sided_shapes += 1;
+                    notes.read.one_sided_shapes += 1;
                 }
                 continue;
             }
@@ -534,7 +544,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
         for &v in &older {
             let (was, now) = (choices(v, &parts), choices(newest, &parts));
             if was != now && !was.is_empty() && !now.is_empty() {
-                notes.drift.push(format!(
+                notes.read.drift.push(format!(
                     "{} at {} nodes x {} ranks, {}: NCCL {} chose {}, NCCL {} chooses {}; \
                      the newer decides",
                     key.coll.name(),
@@ -549,7 +559,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
             }
         }
         if !older.is_empty() {
-            notes.older_nccl_points += 1;
+            notes.read.older_nccl_points += 1;
             parts.retain(|p| files[p.file].nccl_version == newest);
         }
         let replaced = sweep.points.contains(&key);
@@ -560,7 +570,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
             if sweep.nccl_version > newest {
                 // Once per point (older traces may have counted it).
                 if older.is_empty() {
-                    notes.older_nccl_points += 1;
+                    notes.read.older_nccl_points += 1;
                 }
                 continue;
             }
@@ -576,7 +586,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
         }
     }
     for ((traced, swept), n) in versus_sweep {
-        notes.drift.push(format!(
+        notes.read.drift.push(format!(
             "{n} point(s) measured by the sweep with NCCL {} and by jobs with NCCL {}: the {} \
              measurements decide them",
             version(swept),
@@ -899,7 +909,7 @@ mod tests {
             rec(0, 8192, TREE, Who::Explore, 3, 800.0),
         ]);
         let (cells, notes) = cells(&[f], &SweepView::default());
-        assert_eq!(notes.collectives, u64::MAX);
+        assert_eq!(notes.read.collectives, u64::MAX);
         // 4096: an infinite mean is no time; 8192: a plain comparison.
         assert_eq!(notes.points.len(), 1);
         assert_eq!(notes.points[0].bytes, 8192);
