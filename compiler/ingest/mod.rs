@@ -23,7 +23,9 @@
 //! (the digests go into the table's metadata); content seen twice (a copy
 //! of a file, a run section repeated in a concatenation) is counted once
 //! and said so in [`Dataset::notes`], so copies never pose as repeats.
-//! [`setup`] keeps runs of different NCCL setups apart.
+//! [`setup`] keeps runs of different NCCL setups apart. Jobs' trace files
+//! (`DYNCC_TRACE`) are read apart, by [`traces`], into cells on their own
+//! time base.
 
 pub mod args;
 pub mod csv;
