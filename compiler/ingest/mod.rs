@@ -567,7 +567,6 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     if let Some(m) = &opts.manifest {
         ds.notes.extend(m.unused_rows(&files));
     }
-    ds.folded.sort_samples();
     flag_outliers_folded(&mut ds.folded, &mut ds.anomalies);
     Ok(ds)
 }
@@ -1107,10 +1106,10 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
     if off.is_empty() {
         return;
     }
-    off.sort_unstable_by_key(|o| f.groups[o.group].samples[o.sample].seq);
+    off.sort_unstable_by_key(|o| f.groups[o.group].samples.get(o.sample).seq);
     for o in &off {
         let g = &f.groups[o.group];
-        let s = &g.samples[o.sample];
+        let s = g.samples.get(o.sample);
         anomalies.push(Anomaly {
             file: (*g.key.file).clone(),
             line: s.line,
@@ -1153,14 +1152,14 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             None => {
                 f.groups.push(fold::Group {
                     key: key.clone(),
-                    samples: Vec::new(),
+                    samples: Default::default(),
                 });
                 twins.insert(key, f.groups.len() - 1);
                 f.groups.len() - 1
             }
         };
         f.groups[at].samples.extend(taken);
-        f.groups[at].samples.sort_unstable_by_key(|s| s.seq);
+        f.groups[at].samples.sort_by_seq();
     }
     f.groups.retain(|g| !g.samples.is_empty());
 }

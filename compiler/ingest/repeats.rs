@@ -11,10 +11,11 @@
 //! repeated whole is the section digest's to find (see
 //! `read_paths_folded`, which counts it once across files too).
 //!
-//! Memory: 4 bytes a row while reading (32 bits of the row's hash: a
-//! stretch is 96 bits of them, so stretches that merely collide do not
-//! occur), and at the end a sort of the stretches in a few partitions, on
-//! every core.
+//! Memory: 3 bytes a row while reading (24 bits of the row's hash: a
+//! stretch is 72 bits of them, so stretches that merely collide do not
+//! occur: among the 28M stretches of a 2 GB sweep, about 10^-7 pairs by
+//! chance), and at the end a sort of the stretches in partitions of at most
+//! [`PART_ROWS`], on every core.
 
 use std::collections::HashSet;
 
@@ -26,12 +27,18 @@ use super::FileOutput;
 /// earlier pair by chance, no three rows do.
 pub(crate) const STRETCH: usize = 3;
 
+/// Stretches sorted at once per thread, at most (16 bytes each): the
+/// partitions' memory, against a pass over the rows per partition.
+const PART_ROWS: usize = 1 << 20;
+
 /// The rows of one file, to find stretches of it read twice.
 #[derive(Default)]
 pub(crate) struct SeenRows {
     /// Per row kept (in the order its records were pushed: row `i` is
-    /// record `i`), 32 bits of the hash of its text.
-    rows: Vec<u32>,
+    /// record `i`), 24 bits of the hash of its text: the top 16 here...
+    high: Vec<u16>,
+    /// ... and the low 8 here.
+    low: Vec<u8>,
     /// The file's sections, in order.
     sections: Vec<SectionRows>,
     /// The digests of the sections so far.
@@ -48,13 +55,19 @@ struct SectionRows {
 impl SeenRows {
     /// Notes the next row kept, of text hash `hash`.
     pub fn push(&mut self, hash: u64) {
-        self.rows.push((hash ^ (hash >> 32)) as u32);
+        let h = (hash ^ (hash >> 32)) as u32;
+        self.high.push((h >> 16) as u16);
+        self.low.push((h >> 8) as u8);
+    }
+
+    fn len(&self) -> usize {
+        self.high.len()
     }
 
     /// Ends a section of data rows of `digest`.
     pub fn end_section(&mut self, digest: [u8; 32]) {
         let start = self.sections.last().map_or(0, |s| s.rows.end);
-        let rows = start..self.rows.len();
+        let rows = start..self.len();
         let whole_copy = !rows.is_empty() && !self.digests.insert(digest);
         self.sections.push(SectionRows { rows, whole_copy });
     }
@@ -106,7 +119,7 @@ impl SeenRows {
     /// A bit per stretch (by its first row): set when an earlier stretch
     /// of the file (outside sections repeated whole) reads the same.
     fn repeated_stretches(&self) -> Vec<u64> {
-        let n = self.rows.len();
+        let n = self.len();
         let starts: Vec<std::ops::Range<usize>> = self
             .sections
             .iter()
@@ -118,12 +131,15 @@ impl SeenRows {
         }
         // Sorting every stretch at once would cost 16 bytes a row; by
         // partitions of their first row's hash, a fraction of that.
-        let parts = n.div_ceil(2 << 20).next_power_of_two();
+        let parts = n.div_ceil(PART_ROWS).next_power_of_two();
         let threads = std::thread::available_parallelism()
             .map(|t| t.get())
             .unwrap_or(1)
             .min(parts);
-        let rows = &self.rows;
+        let rows = Rows {
+            high: &self.high,
+            low: &self.low,
+        };
         let starts = &starts;
         let found: Vec<Vec<u32>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..threads)
@@ -150,28 +166,49 @@ impl SeenRows {
     }
 }
 
+/// The rows' hashes, split in two arrays.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    high: &'a [u16],
+    low: &'a [u8],
+}
+
+impl Rows<'_> {
+    /// The 24-bit hash of row `k`.
+    fn hash(self, k: usize) -> u128 {
+        u128::from(self.high[k]) << 8 | u128::from(self.low[k])
+    }
+}
+
 /// The stretches (by first row) of partition `p` of `parts` that repeat
 /// an earlier one.
 fn repeats_in_part(
-    rows: &[u32],
+    rows: Rows<'_>,
     starts: &[std::ops::Range<usize>],
     p: usize,
     parts: usize,
 ) -> Vec<u32> {
-    let part = |h: u32| ((u64::from(h) * parts as u64) >> 32) as usize;
-    let mut v: Vec<([u32; STRETCH], u32)> = Vec::new();
+    // By the first row's top 16 bits (parts is a power of two, at most
+    // 2^16 for 2^36 rows: beyond, partitions just grow).
+    let shift = 16u32.saturating_sub(parts.trailing_zeros());
+    let part = |h: u16| (usize::from(h) >> shift) % parts;
+    // A stretch's 72 bits above its first row's index: sorting these
+    // sorts by stretch, then by reading order.
+    const _: () = assert!(STRETCH == 3, "a stretch key holds three rows");
+    let mut v: Vec<u128> = Vec::new();
     for r in starts {
         for k in r.clone() {
-            if part(rows[k]) == p {
-                v.push(([rows[k], rows[k + 1], rows[k + 2]], k as u32));
+            if part(rows.high[k]) == p {
+                let key = rows.hash(k) << 48 | rows.hash(k + 1) << 24 | rows.hash(k + 2);
+                v.push(key << 32 | k as u128);
             }
         }
     }
     v.sort_unstable();
     let mut out = Vec::new();
     for i in 1..v.len() {
-        if v[i].0 == v[i - 1].0 {
-            out.push(v[i].1);
+        if v[i] >> 32 == v[i - 1] >> 32 {
+            out.push(v[i] as u32);
         }
     }
     out
