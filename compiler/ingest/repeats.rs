@@ -29,7 +29,7 @@ pub(crate) const STRETCH: usize = 3;
 
 /// Stretches sorted at once per thread, at most (16 bytes each): the
 /// partitions' memory, against a pass over the rows per partition.
-const PART_ROWS: usize = 1 << 20;
+const PART_ROWS: usize = 1 << 19;
 
 /// The rows of one file, to find stretches of it read twice.
 #[derive(Default)]
@@ -180,6 +180,14 @@ impl Rows<'_> {
     }
 }
 
+/// The partition of a stretch of `parts` (a power of two, at most 2^16
+/// for 2^36 rows: beyond, partitions just grow), by its first row's top
+/// bits.
+fn part_of(parts: usize) -> impl Fn(u16) -> usize {
+    let shift = 16u32.saturating_sub(parts.trailing_zeros());
+    move |h: u16| (usize::from(h) >> shift) % parts
+}
+
 /// The stretches (by first row) of partition `p` of `parts` that repeat
 /// an earlier one.
 fn repeats_in_part(
@@ -188,14 +196,17 @@ fn repeats_in_part(
     p: usize,
     parts: usize,
 ) -> Vec<u32> {
-    // By the first row's top 16 bits (parts is a power of two, at most
-    // 2^16 for 2^36 rows: beyond, partitions just grow).
-    let shift = 16u32.saturating_sub(parts.trailing_zeros());
-    let part = |h: u16| (usize::from(h) >> shift) % parts;
+    let part = part_of(parts);
     // A stretch's 72 bits above its first row's index: sorting these
     // sorts by stretch, then by reading order.
     const _: () = assert!(STRETCH == 3, "a stretch key holds three rows");
-    let mut v: Vec<u128> = Vec::new();
+    // Counted first, so the vector is made once at its size (grown, it
+    // would hold twice that at times).
+    let count = starts
+        .iter()
+        .map(|r| rows.high[r.clone()].iter().filter(|&&h| part(h) == p).count())
+        .sum();
+    let mut v: Vec<u128> = Vec::with_capacity(count);
     for r in starts {
         for k in r.clone() {
             if part(rows.high[k]) == p {

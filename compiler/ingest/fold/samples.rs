@@ -27,6 +27,11 @@ const EXACT: u64 = 1 << 53;
 const WIDE: i32 = i32::MIN;
 /// `Samples::decimals` before any time was kept as a decimal.
 const NO_BASE: u8 = u8::MAX;
+/// Offsets a group holds in one vector; past them, in blocks of this many,
+/// so a large group grows without moving what it holds: a vector grown
+/// again and again leaves holes in the heap that a sweep of many repeats
+/// (every group growing in turn) never fills again, a third more memory.
+const BLOCK: usize = 256;
 
 /// The digits of `t` at `decimals` decimals, when they read back as `t`
 /// bit for bit: the digits and the power of ten are both exact, so their
@@ -75,6 +80,8 @@ struct Extra {
     lines: Vec<u32>,
     /// Times kept whole, by the index of their sample (in order).
     wide: Vec<(u32, f64)>,
+    /// The offsets past the first [`BLOCK`] + 1 samples.
+    blocks: Vec<Box<[i32; BLOCK]>>,
 }
 
 /// The samples of one group, in the order pushed (reading order).
@@ -85,9 +92,10 @@ pub struct Samples {
     decimals: u8,
     /// The digits offsets count from: the first decimal time's.
     base: u64,
-    /// Per sample after the first, its digits less `base` ([`WIDE`]: kept
-    /// whole). The first's is 0, unless it is kept whole: one sample, the
-    /// usual case of a sweep of distinct cells, needs no allocation.
+    /// Per sample after the first (up to [`BLOCK`] of them; then in
+    /// blocks), its digits less `base` ([`WIDE`]: kept whole). The first's
+    /// is 0, unless it is kept whole: one sample, the usual case of a sweep
+    /// of distinct cells, needs no allocation.
     offsets: Vec<i32>,
     seq: Stride,
     line: Stride,
@@ -136,7 +144,7 @@ impl Samples {
 
     /// The `i`-th time.
     fn time(&self, i: usize) -> f64 {
-        let offset = if i == 0 { 0 } else { self.offsets[i - 1] };
+        let offset = if i == 0 { 0 } else { self.offset(i - 1) };
         let whole = || {
             let wide = self.extra.as_deref().map_or(&[][..], |e| &e.wide);
             wide.binary_search_by_key(&(i as u32), |w| w.0)
@@ -187,13 +195,7 @@ impl Samples {
             };
             return;
         }
-        // Grow by a quarter, not double: a sweep of many repeats is mostly
-        // these vectors, and doubling leaves a third of them empty.
-        let v = &mut self.offsets;
-        if v.len() == v.capacity() {
-            v.reserve_exact((v.len() / 4).max(3));
-        }
-        v.push(offset);
+        self.push_offset(offset);
         if n == 1 {
             self.seq.step = s.seq.wrapping_sub(self.seq.first);
             self.line.step = s.line.wrapping_sub(self.line.first);
@@ -252,14 +254,61 @@ impl Samples {
             }
             i32::try_from(o).ok().filter(|&o| o != WIDE)
         };
-        if !self.offsets.iter().all(|&o| scaled(o).is_some()) {
+        let n = self.len() - 1;
+        if !(0..n).all(|i| scaled(self.offset(i)).is_some()) {
             return false;
         }
-        for o in &mut self.offsets {
+        for i in 0..n {
+            let o = self.offset_mut(i);
             *o = scaled(*o).unwrap_or(WIDE);
         }
         self.base = base;
         true
+    }
+
+    /// The offset of the sample after the `i`-th.
+    fn offset(&self, i: usize) -> i32 {
+        match i.checked_sub(BLOCK) {
+            None => self.offsets[i],
+            Some(j) => self.blocks()[j / BLOCK][j % BLOCK],
+        }
+    }
+
+    fn offset_mut(&mut self, i: usize) -> &mut i32 {
+        match i.checked_sub(BLOCK) {
+            None => &mut self.offsets[i],
+            Some(j) => {
+                let blocks = &mut self.extra.as_deref_mut().expect("blocks").blocks;
+                &mut blocks[j / BLOCK][j % BLOCK]
+            }
+        }
+    }
+
+    fn blocks(&self) -> &[Box<[i32; BLOCK]>] {
+        self.extra.as_deref().map_or(&[], |e| &e.blocks)
+    }
+
+    /// Adds the offset of the sample pushed last (the `len - 1`-th).
+    fn push_offset(&mut self, offset: i32) {
+        let v = &mut self.offsets;
+        if v.len() < BLOCK {
+            // Grow by a quarter, not double: a sweep of many repeats is
+            // mostly these vectors, and doubling leaves a third of them
+            // empty.
+            if v.len() == v.capacity() {
+                v.reserve_exact((v.len() / 4).clamp(3, BLOCK - v.len()));
+            }
+            v.push(offset);
+            return;
+        }
+        let j = self.len() - 2 - BLOCK;
+        let blocks = &mut self.extra.get_or_insert_with(Default::default).blocks;
+        if j % BLOCK == 0 {
+            blocks.push(Box::new([0; BLOCK]));
+        }
+        if let Some(b) = blocks.last_mut() {
+            b[j % BLOCK] = offset;
+        }
     }
 
     /// Shifts every sample's reading order by `base`.
@@ -463,6 +512,31 @@ mod tests {
         let mut s = Samples::default();
         s.extend(same_line);
         assert_eq!(s.iter().collect::<Vec<_>>(), same_line);
+    }
+
+    /// A large group (its offsets in blocks) whose decimals are raised
+    /// late, then a sample removed: every time comes back.
+    #[test]
+    fn a_large_group_comes_back_whole() {
+        let times: Vec<f64> = (0..3 * BLOCK + 7)
+            .map(|i| match i {
+                // 3 decimals from here on.
+                i if i == 2 * BLOCK + 1 => 1000.125,
+                i if i % 97 == 5 => f64::NAN,
+                i => 1000.0 + (i % 17) as f64 * 0.25,
+            })
+            .collect();
+        let mut s = Samples::default();
+        for (i, &t) in times.iter().enumerate() {
+            s.push(sample(t, 2 + i as u32, i as u32));
+        }
+        let bits = |v: &mut dyn Iterator<Item = f64>| v.map(f64::to_bits).collect::<Vec<_>>();
+        assert_eq!(bits(&mut s.times()), bits(&mut times.iter().copied()));
+        assert_eq!(s.blocks().len(), 3, "1 + BLOCK in the vector, the rest in blocks");
+        s.remove(BLOCK + 3);
+        let mut rest = times.clone();
+        rest.remove(BLOCK + 3);
+        assert_eq!(bits(&mut s.times()), bits(&mut rest.iter().copied()));
     }
 
     #[test]
