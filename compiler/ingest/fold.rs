@@ -165,31 +165,50 @@ impl Folded {
             .map(|(i, g)| (g.key.cell(), i as u32))
             .collect();
         order.sort_unstable();
-        let runs: Vec<&[(CellKey, u32)]> = order.chunk_by(|a, b| a.0 == b.0).collect();
         // On every core, in order: the cells come out as one thread makes
         // them. One cell at a time per thread (its groups' times copied
-        // together), never the whole sweep's times.
+        // together), never the whole sweep's times. Each thread takes a
+        // stretch of whole cells and fills its part of one vector (a
+        // million cells are not copied from vector to vector).
         let threads = std::thread::available_parallelism()
             .map(|t| t.get())
             .unwrap_or(1);
-        let per = runs.len().div_ceil(threads).max(1);
+        let mut parts: Vec<&[(CellKey, u32)]> = Vec::with_capacity(threads);
+        let mut rest = &order[..];
+        let per = order.len().div_ceil(threads).max(1);
+        while !rest.is_empty() {
+            let mut end = per.min(rest.len());
+            while end < rest.len() && rest[end].0 == rest[end - 1].0 {
+                end += 1;
+            }
+            let (part, tail) = rest.split_at(end);
+            parts.push(part);
+            rest = tail;
+        }
+        let counts: Vec<usize> = parts
+            .iter()
+            .map(|p| p.chunk_by(|a, b| a.0 == b.0).count())
+            .collect();
+        let mut cells: Vec<Option<Cell>> = Vec::with_capacity(counts.iter().sum());
+        cells.resize_with(cells.capacity(), || None);
         std::thread::scope(|s| {
-            let parts: Vec<_> = runs
-                .chunks(per)
-                .map(|part| {
-                    s.spawn(move || {
-                        let mut times = Vec::new();
-                        part.iter()
-                            .filter_map(|run| self.cell(run, &mut times))
-                            .collect::<Vec<Cell>>()
-                    })
-                })
-                .collect();
-            parts
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
-        })
+            let mut out = &mut cells[..];
+            for (part, &n) in parts.iter().zip(&counts) {
+                let (mine, tail) = out.split_at_mut(n);
+                out = tail;
+                s.spawn(move || {
+                    let mut times = Vec::new();
+                    for (run, cell) in part.chunk_by(|a, b| a.0 == b.0).zip(mine) {
+                        *cell = self.cell(run, &mut times);
+                    }
+                });
+            }
+        });
+        // In place (`Option<Cell>` is a `Cell` with a niche; `flatten`
+        // would copy).
+        #[allow(clippy::filter_map_identity)]
+        let cells: Vec<Cell> = cells.into_iter().filter_map(|c| c).collect();
+        cells
     }
 
     /// The cell of the groups `run` (one cell key), `None` when none of

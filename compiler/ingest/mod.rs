@@ -1069,6 +1069,9 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             if j + 1 < by_size.len() {
                 neigh.extend(times(by_size[j + 1]));
             }
+            // Unstable is the same order here (equal is equal bits), and
+            // leaves the median's sort a pass.
+            neigh.sort_unstable_by(f64::total_cmp);
             let Some(nmed) = crate::stats::median(&mut neigh) else {
                 continue;
             };

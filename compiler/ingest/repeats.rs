@@ -13,12 +13,13 @@
 //!
 //! Memory: 3 bytes a row while reading (24 bits of the row's hash: a
 //! stretch is 72 bits of them, so stretches that merely collide do not
-//! occur: among the 28M stretches of a 2 GB sweep, about 10^-7 pairs by
-//! chance), and at the end a sort of the stretches in partitions of at most
+//! occur), and at the end a set of the stretches per partition of at most
 //! [`PART_ROWS`], on every core.
 
 use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 
+use super::fold::MixHasher;
 use super::FileOutput;
 
 /// Consecutive rows that, repeated word for word in order, are a stretch
@@ -27,9 +28,9 @@ use super::FileOutput;
 /// earlier pair by chance, no three rows do.
 pub(crate) const STRETCH: usize = 3;
 
-/// Stretches sorted at once per thread, at most (16 bytes each): the
-/// partitions' memory, against a pass over the rows per partition.
-const PART_ROWS: usize = 1 << 19;
+/// Stretches in one set at once per thread, at most (about 16 bytes each):
+/// the partitions' memory, against a pass over the rows per partition.
+const PART_ROWS: usize = 1 << 20;
 
 /// The rows of one file, to find stretches of it read twice.
 #[derive(Default)]
@@ -129,7 +130,7 @@ impl SeenRows {
         if starts.is_empty() {
             return Vec::new();
         }
-        // Sorting every stretch at once would cost 16 bytes a row; by
+        // A set of every stretch at once would cost 16 bytes a row; by
         // partitions of their first row's hash, a fraction of that.
         let parts = n.div_ceil(PART_ROWS).next_power_of_two();
         let threads = std::thread::available_parallelism()
@@ -189,37 +190,35 @@ fn part_of(parts: usize) -> impl Fn(u16) -> usize {
 }
 
 /// The stretches (by first row) of partition `p` of `parts` that repeat
-/// an earlier one.
+/// an earlier one: each stretch of the partition, in reading order, is
+/// looked up among those before it (a set, made once at its size).
 fn repeats_in_part(
     rows: Rows<'_>,
     starts: &[std::ops::Range<usize>],
     p: usize,
     parts: usize,
 ) -> Vec<u32> {
-    let part = part_of(parts);
-    // A stretch's 72 bits above its first row's index: sorting these
-    // sorts by stretch, then by reading order.
     const _: () = assert!(STRETCH == 3, "a stretch key holds three rows");
-    // Counted first, so the vector is made once at its size (grown, it
-    // would hold twice that at times).
-    let count = starts
-        .iter()
-        .map(|r| rows.high[r.clone()].iter().filter(|&&h| part(h) == p).count())
-        .sum();
-    let mut v: Vec<u128> = Vec::with_capacity(count);
+    let part = part_of(parts);
+    // Made at about its size (the rows' hashes spread the stretches evenly
+    // over the partitions; a few more than expected grow it once).
+    let stretches: usize = starts.iter().map(|r| r.len()).sum();
+    let expected = stretches / parts;
+    let mut seen: HashSet<u64, BuildHasherDefault<MixHasher>> =
+        HashSet::with_capacity_and_hasher(expected + expected / 32 + 64, Default::default());
+    let mut out = Vec::new();
     for r in starts {
         for k in r.clone() {
-            if part(rows.high[k]) == p {
-                let key = rows.hash(k) << 48 | rows.hash(k + 1) << 24 | rows.hash(k + 2);
-                v.push(key << 32 | k as u128);
+            if part(rows.high[k]) != p {
+                continue;
             }
-        }
-    }
-    v.sort_unstable();
-    let mut out = Vec::new();
-    for i in 1..v.len() {
-        if v[i] >> 32 == v[i - 1] >> 32 {
-            out.push(v[i] as u32);
+            // The stretch's 72 bits less its first row's top 8: the
+            // partition stands for its top bits, and 64 bits within a
+            // partition do not collide by chance (about 10^-8 pairs).
+            let key = rows.hash(k) << 48 | rows.hash(k + 1) << 24 | rows.hash(k + 2);
+            if !seen.insert(key as u64) {
+                out.push(k as u32);
+            }
         }
     }
     out

@@ -59,29 +59,29 @@ fn fewest_decimals(t: f64) -> Option<(u8, u64)> {
 
 /// `first + step * i` for the i-th value (wrapping, so any two values are
 /// one): reading orders and lines that come at a fixed stride.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Stride {
-    first: u32,
-    step: u32,
+fn stride(first: u32, step: u32, i: usize) -> u32 {
+    first.wrapping_add(step.wrapping_mul(i as u32))
 }
 
-impl Stride {
-    fn at(self, i: u32) -> u32 {
-        self.first.wrapping_add(self.step.wrapping_mul(i))
-    }
-}
-
-/// What a group needs only when its samples are irregular.
+/// What a group of more than one sample needs (a sweep of distinct cells,
+/// a sample a group, does without).
 #[derive(Clone, Debug, Default, PartialEq)]
-struct Extra {
+struct More {
+    /// Per sample after the first (up to [`BLOCK`] of them; then in
+    /// `blocks`), its digits less `base` ([`WIDE`]: kept whole). The
+    /// first's is 0, unless it is kept whole.
+    offsets: Vec<i32>,
+    /// The offsets past the first [`BLOCK`] + 1 samples.
+    blocks: Vec<Box<[i32; BLOCK]>>,
+    /// Strides of reading order and line from the first sample's.
+    seq_step: u32,
+    line_step: u32,
     /// Every sample's reading order, once it stopped being a stride.
     seqs: Vec<u32>,
     /// Every sample's line, once it stopped being a stride.
     lines: Vec<u32>,
     /// Times kept whole, by the index of their sample (in order).
     wide: Vec<(u32, f64)>,
-    /// The offsets past the first [`BLOCK`] + 1 samples.
-    blocks: Vec<Box<[i32; BLOCK]>>,
 }
 
 /// The samples of one group, in the order pushed (reading order).
@@ -92,14 +92,10 @@ pub struct Samples {
     decimals: u8,
     /// The digits offsets count from: the first decimal time's.
     base: u64,
-    /// Per sample after the first (up to [`BLOCK`] of them; then in
-    /// blocks), its digits less `base` ([`WIDE`]: kept whole). The first's
-    /// is 0, unless it is kept whole: one sample, the usual case of a sweep
-    /// of distinct cells, needs no allocation.
-    offsets: Vec<i32>,
-    seq: Stride,
-    line: Stride,
-    extra: Option<Box<Extra>>,
+    /// The first sample's reading order and line.
+    seq0: u32,
+    line0: u32,
+    more: Option<Box<More>>,
 }
 
 impl Default for Samples {
@@ -108,10 +104,9 @@ impl Default for Samples {
             len: 0,
             decimals: NO_BASE,
             base: 0,
-            offsets: Vec::new(),
-            seq: Stride::default(),
-            line: Stride::default(),
-            extra: None,
+            seq0: 0,
+            line0: 0,
+            more: None,
         }
     }
 }
@@ -130,30 +125,27 @@ impl Samples {
     /// Panics when `i` is out of range, as indexing does.
     pub fn get(&self, i: usize) -> Sample {
         assert!(i < self.len(), "sample {i} of {}", self.len);
-        let extra = self.extra.as_deref();
-        let listed = |list: Option<&Vec<u32>>, stride: Stride| match list {
-            Some(v) if !v.is_empty() => v[i],
-            _ => stride.at(i as u32),
+        let (seq, line) = match self.more.as_deref() {
+            None => (self.seq0, self.line0),
+            Some(m) => (
+                listed(&m.seqs, self.seq0, m.seq_step, i),
+                listed(&m.lines, self.line0, m.line_step, i),
+            ),
         };
         Sample {
             time_us: self.time(i),
-            line: listed(extra.map(|e| &e.lines), self.line),
-            seq: listed(extra.map(|e| &e.seqs), self.seq),
+            line,
+            seq,
         }
     }
 
     /// The `i`-th time.
     fn time(&self, i: usize) -> f64 {
         let offset = if i == 0 { 0 } else { self.offset(i - 1) };
-        let whole = || {
-            let wide = self.extra.as_deref().map_or(&[][..], |e| &e.wide);
-            wide.binary_search_by_key(&(i as u32), |w| w.0)
-                .ok()
-                .map(|at| wide[at].1)
-        };
         if offset == WIDE || i == 0 {
-            if let Some(t) = whole() {
-                return t;
+            let wide = self.more.as_deref().map_or(&[][..], |m| &m.wide);
+            if let Ok(at) = wide.binary_search_by_key(&(i as u32), |w| w.0) {
+                return wide[at].1;
             }
         }
         let digits = self.base.wrapping_add_signed(i64::from(offset));
@@ -177,33 +169,26 @@ impl Samples {
 
     /// Adds a sample after the others.
     pub fn push(&mut self, s: Sample) {
-        let n = self.len;
+        let n = self.len as usize;
         let offset = self.offset_of(s.time_us);
-        if offset == WIDE {
-            let e = self.extra.get_or_insert_with(Default::default);
-            e.wide.push((n, s.time_us));
-        }
         self.len += 1;
+        if offset == WIDE {
+            let m = self.more.get_or_insert_with(Default::default);
+            m.wide.push((n as u32, s.time_us));
+        }
         if n == 0 {
-            self.seq = Stride {
-                first: s.seq,
-                step: 0,
-            };
-            self.line = Stride {
-                first: s.line,
-                step: 0,
-            };
+            (self.seq0, self.line0) = (s.seq, s.line);
             return;
         }
-        self.push_offset(offset);
+        let (seq0, line0) = (self.seq0, self.line0);
+        let m = self.more.get_or_insert_with(Default::default);
+        m.push_offset(n - 1, offset);
         if n == 1 {
-            self.seq.step = s.seq.wrapping_sub(self.seq.first);
-            self.line.step = s.line.wrapping_sub(self.line.first);
+            m.seq_step = s.seq.wrapping_sub(seq0);
+            m.line_step = s.line.wrapping_sub(line0);
         }
-        let (seq, line) = (self.seq, self.line);
-        let extra = &mut self.extra;
-        push_listed(extra, |e| &mut e.seqs, seq, n, s.seq);
-        push_listed(extra, |e| &mut e.lines, line, n, s.line);
+        push_listed(&mut m.seqs, seq0, m.seq_step, n, s.seq);
+        push_listed(&mut m.lines, line0, m.line_step, n, s.line);
     }
 
     /// The offset `t` is kept as ([`WIDE`]: whole), the group's decimals
@@ -254,13 +239,15 @@ impl Samples {
             }
             i32::try_from(o).ok().filter(|&o| o != WIDE)
         };
-        let n = self.len() - 1;
-        if !(0..n).all(|i| scaled(self.offset(i)).is_some()) {
-            return false;
-        }
-        for i in 0..n {
-            let o = self.offset_mut(i);
-            *o = scaled(*o).unwrap_or(WIDE);
+        if let Some(m) = self.more.as_deref_mut() {
+            let n = self.len as usize - 1;
+            if !(0..n).all(|i| scaled(m.offset(i)).is_some()) {
+                return false;
+            }
+            for i in 0..n {
+                let o = m.offset_mut(i);
+                *o = scaled(*o).unwrap_or(WIDE);
+            }
         }
         self.base = base;
         true
@@ -268,54 +255,17 @@ impl Samples {
 
     /// The offset of the sample after the `i`-th.
     fn offset(&self, i: usize) -> i32 {
-        match i.checked_sub(BLOCK) {
-            None => self.offsets[i],
-            Some(j) => self.blocks()[j / BLOCK][j % BLOCK],
-        }
-    }
-
-    fn offset_mut(&mut self, i: usize) -> &mut i32 {
-        match i.checked_sub(BLOCK) {
-            None => &mut self.offsets[i],
-            Some(j) => {
-                let blocks = &mut self.extra.as_deref_mut().expect("blocks").blocks;
-                &mut blocks[j / BLOCK][j % BLOCK]
-            }
-        }
-    }
-
-    fn blocks(&self) -> &[Box<[i32; BLOCK]>] {
-        self.extra.as_deref().map_or(&[], |e| &e.blocks)
-    }
-
-    /// Adds the offset of the sample pushed last (the `len - 1`-th).
-    fn push_offset(&mut self, offset: i32) {
-        let v = &mut self.offsets;
-        if v.len() < BLOCK {
-            // Grow by a quarter, not double: a sweep of many repeats is
-            // mostly these vectors, and doubling leaves a third of them
-            // empty.
-            if v.len() == v.capacity() {
-                v.reserve_exact((v.len() / 4).clamp(3, BLOCK - v.len()));
-            }
-            v.push(offset);
-            return;
-        }
-        let j = self.len() - 2 - BLOCK;
-        let blocks = &mut self.extra.get_or_insert_with(Default::default).blocks;
-        if j % BLOCK == 0 {
-            blocks.push(Box::new([0; BLOCK]));
-        }
-        if let Some(b) = blocks.last_mut() {
-            b[j % BLOCK] = offset;
+        match self.more.as_deref() {
+            Some(m) => m.offset(i),
+            None => unreachable!("one sample has no offsets"),
         }
     }
 
     /// Shifts every sample's reading order by `base`.
     pub fn shift_seq(&mut self, base: u32) {
-        self.seq.first = self.seq.first.wrapping_add(base);
-        if let Some(e) = &mut self.extra {
-            for s in &mut e.seqs {
+        self.seq0 = self.seq0.wrapping_add(base);
+        if let Some(m) = &mut self.more {
+            for s in &mut m.seqs {
                 *s += base;
             }
         }
@@ -369,34 +319,86 @@ impl Samples {
     }
 
     pub fn shrink_to_fit(&mut self) {
-        self.offsets.shrink_to_fit();
-        if let Some(e) = &mut self.extra {
-            e.seqs.shrink_to_fit();
-            e.lines.shrink_to_fit();
-            e.wide.shrink_to_fit();
+        if let Some(m) = &mut self.more {
+            m.offsets.shrink_to_fit();
+            m.blocks.shrink_to_fit();
+            m.seqs.shrink_to_fit();
+            m.lines.shrink_to_fit();
+            m.wide.shrink_to_fit();
+        }
+    }
+
+    #[cfg(test)]
+    fn blocks(&self) -> usize {
+        self.more.as_deref().map_or(0, |m| m.blocks.len())
+    }
+
+    #[cfg(test)]
+    fn wide(&self) -> usize {
+        self.more.as_deref().map_or(0, |m| m.wide.len())
+    }
+}
+
+impl More {
+    /// The offset of the sample after the `i`-th.
+    fn offset(&self, i: usize) -> i32 {
+        match i.checked_sub(BLOCK) {
+            None => self.offsets[i],
+            Some(j) => self.blocks[j / BLOCK][j % BLOCK],
+        }
+    }
+
+    fn offset_mut(&mut self, i: usize) -> &mut i32 {
+        match i.checked_sub(BLOCK) {
+            None => &mut self.offsets[i],
+            Some(j) => &mut self.blocks[j / BLOCK][j % BLOCK],
+        }
+    }
+
+    /// Sets the offset of the sample after the `i`-th, the last pushed.
+    fn push_offset(&mut self, i: usize, offset: i32) {
+        let v = &mut self.offsets;
+        if i < BLOCK {
+            // Grow by a quarter, not double: a sweep of many repeats is
+            // mostly these vectors, and doubling leaves a third of them
+            // empty.
+            if v.len() == v.capacity() {
+                v.reserve_exact((v.len() / 4).clamp(3, BLOCK - v.len()));
+            }
+            v.push(offset);
+            return;
+        }
+        let j = i - BLOCK;
+        if j % BLOCK == 0 {
+            self.blocks.push(Box::new([0; BLOCK]));
+        }
+        if let Some(b) = self.blocks.last_mut() {
+            b[j % BLOCK] = offset;
         }
     }
 }
 
-/// Adds the `n`-th value `value` to a field kept as `stride` until a value
-/// falls off it, then as a list (in `extra`, made when needed).
-fn push_listed(
-    extra: &mut Option<Box<Extra>>,
-    list: impl Fn(&mut Extra) -> &mut Vec<u32>,
-    stride: Stride,
-    n: u32,
-    value: u32,
-) {
-    if let Some(v) = extra.as_deref_mut().map(&list).filter(|v| !v.is_empty()) {
-        v.push(value);
+/// The `i`-th value of a field kept as a stride (`first`, `step`) or,
+/// once a value fell off it, as `list`.
+fn listed(list: &[u32], first: u32, step: u32, i: usize) -> u32 {
+    match list.get(i) {
+        Some(&v) => v,
+        None => stride(first, step, i),
+    }
+}
+
+/// Adds the `n`-th value `value` to a field kept as a stride until a value
+/// falls off it, then as `list`.
+fn push_listed(list: &mut Vec<u32>, first: u32, step: u32, n: usize, value: u32) {
+    if !list.is_empty() {
+        list.push(value);
         return;
     }
-    if stride.at(n) == value {
+    if stride(first, step, n) == value {
         return;
     }
-    let v = list(extra.get_or_insert_with(Default::default));
-    v.extend((0..n).map(|i| stride.at(i)));
-    v.push(value);
+    list.extend((0..n).map(|i| stride(first, step, i)));
+    list.push(value);
 }
 
 #[cfg(test)]
@@ -452,7 +454,7 @@ mod tests {
             assert_eq!(s.get(i).time_us.to_bits(), t.to_bits(), "{t}");
         }
         assert_eq!(s.decimals, 6, "raised to the most any printed time has");
-        assert_eq!(s.extra.as_ref().map(|e| e.wide.len()), Some(whole.len()));
+        assert_eq!(Some(s.wide()), Some(whole.len()));
         let back: Vec<u64> = s.times().map(f64::to_bits).collect();
         let want: Vec<u64> = times.iter().map(|t| t.to_bits()).collect();
         assert_eq!(back, want);
@@ -476,7 +478,7 @@ mod tests {
         }
         let back: Vec<f64> = s.times().collect();
         assert_eq!(back, times);
-        assert_eq!(s.extra.as_ref().map(|e| e.wide.len()), Some(1));
+        assert_eq!(Some(s.wide()), Some(1));
         // A 4-second time at 3 decimals (more digits than 32 bits hold)
         // and its repeats: offsets from the first, none kept whole.
         let mut s = Samples::default();
@@ -486,7 +488,7 @@ mod tests {
         }
         let back: Vec<f64> = s.times().collect();
         assert_eq!(back, times);
-        assert!(s.extra.is_none(), "{:?}", s.extra);
+        assert_eq!(s.wide(), 0, "{s:?}");
     }
 
     /// Orders and lines at a stride take no list; one off the stride turns
@@ -498,7 +500,10 @@ mod tests {
             .map(|i| sample(1.5 + i as f64, 2 + 38850 * i, 38850 * i))
             .collect();
         s.extend(pushed.iter().copied());
-        assert!(s.extra.is_none(), "a stride needs no list");
+        assert!(
+            s.more.as_ref().is_some_and(|m| m.seqs.is_empty() && m.lines.is_empty()),
+            "a stride needs no list"
+        );
         assert_eq!(s.iter().collect::<Vec<_>>(), pushed);
         // A row dropped: still a stride of lines? No: a list, exact.
         let mut off = pushed.clone();
@@ -532,7 +537,7 @@ mod tests {
         }
         let bits = |v: &mut dyn Iterator<Item = f64>| v.map(f64::to_bits).collect::<Vec<_>>();
         assert_eq!(bits(&mut s.times()), bits(&mut times.iter().copied()));
-        assert_eq!(s.blocks().len(), 3, "1 + BLOCK in the vector, the rest in blocks");
+        assert_eq!(s.blocks(), 3, "1 + BLOCK in the vector, the rest in blocks");
         s.remove(BLOCK + 3);
         let mut rest = times.clone();
         rest.remove(BLOCK + 3);
