@@ -71,7 +71,9 @@ struct More {
     /// `blocks`), its digits less `base` ([`WIDE`]: kept whole). The
     /// first's is 0, unless it is kept whole.
     offsets: Vec<i32>,
-    /// The offsets past the first [`BLOCK`] + 1 samples.
+    /// The offsets past the first [`BLOCK`] + 1 samples. Boxed: as the
+    /// list grows it moves pointers, the blocks stay where they are.
+    #[allow(clippy::vec_box)]
     blocks: Vec<Box<[i32; BLOCK]>>,
     /// Strides of reading order and line from the first sample's.
     seq_step: u32,
@@ -287,6 +289,19 @@ impl Samples {
         *self = kept;
     }
 
+    /// Replaces every time `t` with `f(t)`, in order.
+    pub fn map_times(&mut self, mut f: impl FnMut(f64) -> f64) {
+        let mut mapped = Samples::default();
+        for s in self.iter() {
+            mapped.push(Sample {
+                time_us: f(s.time_us),
+                ..s
+            });
+        }
+        mapped.shrink_to_fit();
+        *self = mapped;
+    }
+
     /// Removes and returns the `i`-th sample.
     pub fn remove(&mut self, i: usize) -> Sample {
         let s = self.get(i);
@@ -369,7 +384,7 @@ impl More {
             return;
         }
         let j = i - BLOCK;
-        if j % BLOCK == 0 {
+        if j.is_multiple_of(BLOCK) {
             self.blocks.push(Box::new([0; BLOCK]));
         }
         if let Some(b) = self.blocks.last_mut() {
@@ -415,15 +430,7 @@ mod tests {
     /// whole.
     #[test]
     fn times_come_back_bit_for_bit() {
-        let printed = [
-            "4.77",
-            "4.771",
-            "10.00",
-            "1e-3",
-            "477.5",
-            "0",
-            "0.000123",
-        ];
+        let printed = ["4.77", "4.771", "10.00", "1e-3", "477.5", "0", "0.000123"];
         for t in printed {
             let v: f64 = t.parse().unwrap();
             let (decimals, digits) = fewest_decimals(v).unwrap_or_else(|| panic!("{t}"));
@@ -464,7 +471,10 @@ mod tests {
             s.push(sample(t, 1, i as u32));
         }
         let back: Vec<u64> = s.times().map(f64::to_bits).collect();
-        assert_eq!(back, [f64::NAN.to_bits(), 2.5f64.to_bits(), 2.25f64.to_bits()]);
+        assert_eq!(
+            back,
+            [f64::NAN.to_bits(), 2.5f64.to_bits(), 2.25f64.to_bits()]
+        );
     }
 
     /// Raising the decimals would push an earlier time's digits out of
@@ -501,7 +511,9 @@ mod tests {
             .collect();
         s.extend(pushed.iter().copied());
         assert!(
-            s.more.as_ref().is_some_and(|m| m.seqs.is_empty() && m.lines.is_empty()),
+            s.more
+                .as_ref()
+                .is_some_and(|m| m.seqs.is_empty() && m.lines.is_empty()),
             "a stride needs no list"
         );
         assert_eq!(s.iter().collect::<Vec<_>>(), pushed);
@@ -555,6 +567,9 @@ mod tests {
         assert_eq!(s.iter().collect::<Vec<_>>(), rest);
         s.retain(|x| x.seq != 0);
         rest.remove(0);
+        assert_eq!(s.iter().collect::<Vec<_>>(), rest);
+        s.map_times(|t| t * 2.0);
+        rest.iter_mut().for_each(|x| x.time_us *= 2.0);
         assert_eq!(s.iter().collect::<Vec<_>>(), rest);
         s.shift_seq(100);
         let shifted: Vec<u32> = rest.iter().map(|x| x.seq + 100).collect();
