@@ -17,7 +17,7 @@ use std::hash::{Hash as _, Hasher as _};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use samples::Samples;
+pub use samples::{Samples, Time};
 
 use crate::record::{Cell, CellKey, Collective, Measurement, Record, Run, Source};
 
@@ -355,7 +355,7 @@ impl FoldBuilder {
         nbytes: u64,
         in_place: bool,
         flags: u8,
-        time_us: f64,
+        time: Time,
         line: u32,
     ) {
         let rg = RunGroup {
@@ -378,7 +378,7 @@ impl FoldBuilder {
                 g
             }
         };
-        self.push_sample(g, time_us, line);
+        self.push_read(g, time, line);
     }
 
     /// Adds a record (measurements already read, folded again).
@@ -423,16 +423,25 @@ impl FoldBuilder {
     }
 
     fn push_sample(&mut self, g: u32, time_us: f64, line: u32) {
+        let seq = self.next_seq(g);
+        self.samples[g as usize].push(Sample { time_us, line, seq });
+    }
+
+    /// [`FoldBuilder::push_sample`] of a time a reader read.
+    fn push_read(&mut self, g: u32, time: Time, line: u32) {
+        let seq = self.next_seq(g);
+        self.samples[g as usize].push_read(time, line, seq);
+    }
+
+    /// The reading order of the next record, of group `g`, its label added
+    /// to the digests.
+    fn next_seq(&mut self, g: u32) -> u32 {
         let label = self.labels[g as usize];
         self.file_keys = mix(self.file_keys, label);
         self.section_keys = mix(self.section_keys, label);
-        let sample = Sample {
-            time_us,
-            line,
-            seq: self.pushed as u32,
-        };
+        let seq = self.pushed as u32;
         self.pushed += 1;
-        self.samples[g as usize].push(sample);
+        seq
     }
 
     /// Records pushed so far.

@@ -57,6 +57,33 @@ fn fewest_decimals(t: f64) -> Option<(u8, u64)> {
     (0..=MAX_DECIMALS).find_map(|d| digits_at(t, d).map(|m| (d, m)))
 }
 
+/// A time as read, with the decimal it reads back from ([`fewest_decimals`],
+/// packed: the decimals above the 53 bits of digits; [`Time::NONE`]: no
+/// short decimal), found by the reader on its own thread: folding it then
+/// takes no division on the thread that folds every row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Time {
+    pub us: f64,
+    decimal: u64,
+}
+
+impl Time {
+    const NONE: u64 = u64::MAX;
+
+    /// `us` and its decimal.
+    pub fn read(us: f64) -> Time {
+        Time {
+            us,
+            decimal: fewest_decimals(us).map_or(Time::NONE, |(d, m)| u64::from(d) << 53 | m),
+        }
+    }
+
+    fn decimal(self) -> Option<(u8, u64)> {
+        (self.decimal != Time::NONE)
+            .then_some(((self.decimal >> 53) as u8, self.decimal & (EXACT - 1)))
+    }
+}
+
 /// `first + step * i` for the i-th value (wrapping, so any two values are
 /// one): reading orders and lines that come at a fixed stride.
 fn stride(first: u32, step: u32, i: usize) -> u32 {
@@ -171,8 +198,24 @@ impl Samples {
 
     /// Adds a sample after the others.
     pub fn push(&mut self, s: Sample) {
+        let offset = self.offset_of(s.time_us, None);
+        self.push_offset(s, offset);
+    }
+
+    /// [`Samples::push`] of a sample whose time was read as `time`.
+    pub fn push_read(&mut self, time: Time, line: u32, seq: u32) {
+        let offset = self.offset_of(time.us, Some(time.decimal()));
+        let s = Sample {
+            time_us: time.us,
+            line,
+            seq,
+        };
+        self.push_offset(s, offset);
+    }
+
+    /// Adds sample `s`, its time kept as `offset`.
+    fn push_offset(&mut self, s: Sample, offset: i32) {
         let n = self.len as usize;
-        let offset = self.offset_of(s.time_us);
         self.len += 1;
         if offset == WIDE {
             let m = self.more.get_or_insert_with(Default::default);
@@ -194,10 +237,11 @@ impl Samples {
     }
 
     /// The offset `t` is kept as ([`WIDE`]: whole), the group's decimals
-    /// raised when `t` needs more and every time kept so far takes them.
-    fn offset_of(&mut self, t: f64) -> i32 {
+    /// raised when `t` needs more and every time kept so far takes them;
+    /// `known`: [`fewest_decimals`] of `t`, when the reader found it.
+    fn offset_of(&mut self, t: f64, known: Option<Option<(u8, u64)>>) -> i32 {
         if self.decimals == NO_BASE {
-            let Some((decimals, digits)) = fewest_decimals(t) else {
+            let Some((decimals, digits)) = known.unwrap_or_else(|| fewest_decimals(t)) else {
                 return WIDE;
             };
             (self.decimals, self.base) = (decimals, digits);
@@ -208,10 +252,27 @@ impl Samples {
                 .ok()
                 .filter(|&o| o != WIDE)
         };
-        if let Some(d) = digits_at(t, self.decimals) {
+        let decimal = match known {
+            Some(decimal) => decimal,
+            None => {
+                if let Some(d) = digits_at(t, self.decimals) {
+                    return offset(d, self.base).unwrap_or(WIDE);
+                }
+                fewest_decimals(t)
+            }
+        };
+        // At the group's decimals: the same digits scaled (the same
+        // decimal, so the same time).
+        let here = match decimal {
+            Some((d, m)) if d <= self.decimals => m
+                .checked_mul(10u64.pow(u32::from(self.decimals - d)))
+                .filter(|&m| m < EXACT),
+            _ => None,
+        };
+        if let Some(d) = here {
             return offset(d, self.base).unwrap_or(WIDE);
         }
-        match fewest_decimals(t) {
+        match decimal {
             Some((decimals, digits)) if decimals > self.decimals => {
                 let scale = 10u64.pow(u32::from(decimals - self.decimals));
                 if self.rescale(scale) {
@@ -475,6 +536,37 @@ mod tests {
             back,
             [f64::NAN.to_bits(), 2.5f64.to_bits(), 2.25f64.to_bits()]
         );
+    }
+
+    /// A time whose decimal the reader found (on its own thread) is kept
+    /// as the same time as one pushed bare, through raised decimals, times
+    /// at fewer decimals than the group's, and times kept whole.
+    #[test]
+    fn a_time_read_with_its_decimal_comes_back_as_pushed() {
+        let times = [
+            4.77,
+            4.771,
+            10.0,
+            2.5,
+            1.0 / 3.0,
+            f64::NAN,
+            4213090.123,
+            0.000123,
+            4.77,
+        ];
+        let (mut bare, mut read) = (Samples::default(), Samples::default());
+        for (i, &t) in times.iter().enumerate() {
+            bare.push(sample(t, 3 + i as u32, 7 * i as u32));
+            read.push_read(Time::read(t), 3 + i as u32, 7 * i as u32);
+        }
+        let bits = |s: &Samples| {
+            s.iter()
+                .map(|x| (x.time_us.to_bits(), x.line, x.seq))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&read), bits(&bare));
+        let want: Vec<u64> = times.iter().map(|t| t.to_bits()).collect();
+        assert_eq!(read.times().map(f64::to_bits).collect::<Vec<_>>(), want);
     }
 
     /// Raising the decimals would push an earlier time's digits out of
