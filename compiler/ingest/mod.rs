@@ -1056,22 +1056,27 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             by_size.push(&rest[..n]);
             rest = &rest[n..];
         }
-        let times = |gs: &[usize]| -> Vec<f64> {
-            gs.iter()
-                .flat_map(|&gi| groups[gi].samples.iter().map(|s| s.time_us))
-                .collect()
-        };
+        // Each size's times sorted once (unstable is the same order: equal
+        // is equal bits); a median of two neighbours then merges two runs.
+        let sorted: Vec<Vec<f64>> = by_size
+            .iter()
+            .map(|gs| {
+                let mut v: Vec<f64> = gs
+                    .iter()
+                    .flat_map(|&gi| groups[gi].samples.times())
+                    .collect();
+                v.sort_unstable_by(f64::total_cmp);
+                v
+            })
+            .collect();
         for (j, here) in by_size.iter().enumerate() {
             let mut neigh: Vec<f64> = Vec::new();
             if j > 0 {
-                neigh.extend(times(by_size[j - 1]));
+                neigh.extend(&sorted[j - 1]);
             }
             if j + 1 < by_size.len() {
-                neigh.extend(times(by_size[j + 1]));
+                neigh.extend(&sorted[j + 1]);
             }
-            // Unstable is the same order here (equal is equal bits), and
-            // leaves the median's sort a pass.
-            neigh.sort_unstable_by(f64::total_cmp);
             let Some(nmed) = crate::stats::median(&mut neigh) else {
                 continue;
             };
