@@ -186,7 +186,8 @@ impl Rows<'_> {
 /// bits.
 fn part_of(parts: usize) -> impl Fn(u16) -> usize {
     let shift = 16u32.saturating_sub(parts.trailing_zeros());
-    move |h: u16| (usize::from(h) >> shift) % parts
+    let mask = parts - 1;
+    move |h: u16| (usize::from(h) >> shift) & mask
 }
 
 /// The stretches (by first row) of partition `p` of `parts` that repeat
@@ -208,16 +209,24 @@ fn repeats_in_part(
         HashSet::with_capacity_and_hasher(expected + expected / 32 + 64, Default::default());
     let mut out = Vec::new();
     for r in starts {
-        for k in r.clone() {
-            if part(rows.high[k]) != p {
-                continue;
+        // 64 rows at a time: a mask of those in the partition (a loop the
+        // compiler vectorises; every partition passes over every row),
+        // then the few found.
+        for (c, chunk) in rows.high[r.clone()].chunks(64).enumerate() {
+            let mut mask = 0u64;
+            for (i, &h) in chunk.iter().enumerate() {
+                mask |= u64::from(part(h) == p) << i;
             }
-            // The stretch's 72 bits less its first row's top 8: the
-            // partition stands for its top bits, and 64 bits within a
-            // partition do not collide by chance (about 10^-8 pairs).
-            let key = rows.hash(k) << 48 | rows.hash(k + 1) << 24 | rows.hash(k + 2);
-            if !seen.insert(key as u64) {
-                out.push(k as u32);
+            while mask != 0 {
+                let k = r.start + 64 * c + mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                // The stretch's 72 bits less its first row's top 8: the
+                // partition stands for its top bits, and 64 bits within a
+                // partition do not collide by chance (about 10^-8 pairs).
+                let key = rows.hash(k) << 48 | rows.hash(k + 1) << 24 | rows.hash(k + 2);
+                if !seen.insert(key as u64) {
+                    out.push(k as u32);
+                }
             }
         }
     }
