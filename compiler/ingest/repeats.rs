@@ -232,3 +232,46 @@ fn repeats_in_part(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file of more rows than one partition holds: a stretch read again
+    /// far from where it was first read is found (whichever partition its
+    /// rows' hashes fall in), and only it; two rows alike (less than a
+    /// stretch) are not.
+    #[test]
+    fn a_stretch_read_again_is_found_across_partitions() {
+        let n = 2 * PART_ROWS + 1000;
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut hashes: Vec<u64> = (0..n)
+            .map(|_| {
+                // xorshift: distinct rows.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            })
+            .collect();
+        let copy_at = n - 500;
+        let copied = 100..110;
+        for (i, k) in copied.clone().enumerate() {
+            hashes[copy_at + i] = hashes[k];
+        }
+        // Two rows alike, then a different one: not a stretch.
+        hashes[n - 100] = hashes[5000];
+        hashes[n - 99] = hashes[5001];
+        let mut seen = SeenRows::default();
+        for &h in &hashes {
+            seen.push(h);
+        }
+        seen.end_section([0; 32]);
+        let bits = seen.repeated_stretches();
+        let found: Vec<usize> = (0..n)
+            .filter(|&w| bits[w / 64] >> (w % 64) & 1 == 1)
+            .collect();
+        let want: Vec<usize> = (copy_at..copy_at + copied.len() - STRETCH + 1).collect();
+        assert_eq!(found, want);
+    }
+}
