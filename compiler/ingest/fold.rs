@@ -218,7 +218,6 @@ impl Folded {
         let mut first: Option<(&Group, Sample)> = None;
         for &(_, gi) in run {
             let g = &self.groups[gi as usize];
-            let before = times.len();
             let mut first_here = None;
             for (i, t) in g.samples.times().enumerate() {
                 if !t.is_finite() || t <= 0.0 {
@@ -229,7 +228,7 @@ impl Folded {
             }
             // Samples are in reading order: the group's first usable one
             // was read first.
-            if let Some(i) = first_here.filter(|_| times.len() > before) {
+            if let Some(i) = first_here {
                 let s = g.samples.get(i);
                 if first.is_none_or(|(_, f)| s.seq < f.seq) {
                     first = Some((g, s));
