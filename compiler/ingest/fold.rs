@@ -488,13 +488,19 @@ impl FoldBuilder {
         }
         let mut ranges = ranges.to_vec();
         ranges.sort_by_key(|r| r.start);
+        let kept = |seq: u32| {
+            let seq = seq as usize;
+            // The ranges are sorted: the last starting at or before seq.
+            let i = ranges.partition_point(|r| r.start <= seq);
+            i == 0 || !ranges[i - 1].contains(&seq)
+        };
+        // Only the groups that lose a sample are made again (their orders
+        // looked at, not their times).
         for v in &mut self.samples {
-            v.retain(|s| {
-                let seq = s.seq as usize;
-                // The ranges are sorted: the last starting at or before seq.
-                let i = ranges.partition_point(|r| r.start <= seq);
-                i == 0 || !ranges[i - 1].contains(&seq)
-            });
+            if v.seqs().all(kept) {
+                continue;
+            }
+            v.retain(|s| kept(s.seq));
         }
     }
 

@@ -191,6 +191,15 @@ impl Samples {
         (0..self.len()).map(|i| self.get(i))
     }
 
+    /// The reading orders, in the order pushed (without decoding times).
+    pub fn seqs(&self) -> impl ExactSizeIterator<Item = u32> + '_ {
+        let more = self.more.as_deref();
+        (0..self.len()).map(move |i| match more {
+            None => self.seq0,
+            Some(m) => listed(&m.seqs, self.seq0, m.seq_step, i),
+        })
+    }
+
     /// The times, in the order pushed (without decoding lines and order).
     pub fn times(&self) -> impl ExactSizeIterator<Item = f64> + '_ {
         (0..self.len()).map(|i| self.time(i))
@@ -670,6 +679,7 @@ mod tests {
         s.sort_by_seq();
         let seqs: Vec<u32> = s.iter().map(|x| x.seq).collect();
         assert!(seqs.is_sorted(), "{seqs:?}");
+        assert_eq!(s.seqs().collect::<Vec<_>>(), seqs);
         assert_eq!(s.first(), Some(sample(0.5, 1, 50)));
         assert_eq!(s.len(), rest.len() + 1);
     }
