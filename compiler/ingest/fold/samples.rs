@@ -92,7 +92,7 @@ fn stride(first: u32, step: u32, i: usize) -> u32 {
 
 /// What a group of more than one sample needs (a sweep of distinct cells,
 /// a sample a group, does without).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 struct More {
     /// Per sample after the first (up to [`BLOCK`] of them; then in
     /// `blocks`), its digits less `base` ([`WIDE`]: kept whole). The
@@ -113,8 +113,10 @@ struct More {
     wide: Vec<(u32, f64)>,
 }
 
-/// The samples of one group, in the order pushed (reading order).
-#[derive(Clone, Debug, PartialEq)]
+/// The samples of one group, in the order pushed (reading order). Not
+/// comparable: one list of samples has more than one encoding (compare
+/// [`Samples::iter`]).
+#[derive(Clone, Debug)]
 pub struct Samples {
     len: u32,
     /// The decimals times are kept at ([`NO_BASE`]: none kept so yet).
