@@ -57,9 +57,7 @@ fn main() -> anyhow::Result<()> {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
             let mut folded = sweep.folded.clone();
             for g in &mut folded.groups {
-                for s in &mut g.samples {
-                    s.time_us *= noise.sample(&mut rng).exp();
-                }
+                g.samples.map_times(|t| t * noise.sample(&mut rng).exp());
             }
             let copy = Dataset {
                 folded,

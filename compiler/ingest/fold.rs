@@ -1,19 +1,23 @@
 //! Measurements folded as they are read: rows that differ only in their
 //! time and place in the file share one [`Group`] (everything else about
-//! them, once) and keep 16 bytes each ([`Sample`]: time, line, order). A
-//! 2 GB CSV of repeats then costs its distinct cells plus 16 bytes a row,
-//! not a full [`Record`] a row (about 140 bytes; twice that once compile
-//! copied them).
+//! them, once) and keep a few bytes each ([`Samples`]: the time as the
+//! decimal it was printed as, reading order and line as strides while they
+//! are one). A 2 GB CSV of repeats then costs its distinct cells plus 4
+//! bytes a row, not a full [`Record`] a row (about 140 bytes).
 //!
 //! Every check compile makes (repeats that disagree, default runs, setups,
 //! platforms, warm-up outliers) and the aggregation into [`Cell`]s work on
 //! the folded form; [`Folded::into_records`] gives back the records in the
 //! order they were read, for the commands that list them.
 
+mod samples;
+
 use std::collections::HashMap;
 use std::hash::{Hash as _, Hasher as _};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+pub use samples::{Samples, Time};
 
 use crate::record::{Cell, CellKey, Collective, Measurement, Record, Run, Source};
 
@@ -37,7 +41,8 @@ impl GroupKey {
     }
 }
 
-/// One measurement of a group: its time and where it was read.
+/// One measurement of a group: its time and where it was read (stored
+/// compactly in [`Samples`], handed out by value).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Sample {
     pub time_us: f64,
@@ -51,13 +56,14 @@ pub struct Sample {
 #[derive(Clone, Debug)]
 pub struct Group {
     pub key: GroupKey,
-    pub samples: Vec<Sample>,
+    /// In reading order.
+    pub samples: Samples,
 }
 
 impl Group {
     /// The sample read first.
-    pub fn first(&self) -> Option<&Sample> {
-        self.samples.iter().min_by_key(|s| s.seq)
+    pub fn first(&self) -> Option<Sample> {
+        self.samples.first()
     }
 
     pub fn source(&self, s: &Sample) -> Source {
@@ -118,7 +124,7 @@ impl Folded {
     pub fn into_records(self) -> Vec<Record> {
         let mut v: Vec<(u32, Record)> = Vec::with_capacity(self.len());
         for g in &self.groups {
-            v.extend(g.samples.iter().map(|s| (s.seq, g.record(s))));
+            v.extend(g.samples.iter().map(|s| (s.seq, g.record(&s))));
         }
         v.sort_unstable_by_key(|e| e.0);
         v.into_iter().map(|e| e.1).collect()
@@ -142,41 +148,15 @@ impl Folded {
     /// `other`'s sequence numbers are shifted by `base`.
     pub fn append(&mut self, other: Folded, base: u32) {
         for mut g in other.groups {
-            for s in &mut g.samples {
-                s.seq += base;
-            }
+            g.samples.shift_seq(base);
             self.groups.push(g);
         }
-    }
-
-    /// Sorts each group's samples by time (ties by reading order), on
-    /// every core: the medians every check takes (outliers, noise, repeats,
-    /// cells) then sort runs already in order, a pass each, instead of
-    /// sorting a large sweep's times again and again.
-    pub fn sort_samples(&mut self) {
-        let threads = std::thread::available_parallelism()
-            .map(|t| t.get())
-            .unwrap_or(1);
-        let per = self.groups.len().div_ceil(threads).max(1);
-        std::thread::scope(|s| {
-            for part in self.groups.chunks_mut(per) {
-                s.spawn(move || {
-                    for g in part {
-                        g.samples.sort_unstable_by(|a, b| {
-                            a.time_us.total_cmp(&b.time_us).then(a.seq.cmp(&b.seq))
-                        });
-                    }
-                });
-            }
-        });
     }
 
     /// The robust aggregate of every trusted sample per cell (median of
     /// repeats; both placements count): see [`super::aggregate`]. Cells come
     /// sorted by key; each names the first place it was read.
     pub fn cells(&self) -> Vec<Cell> {
-        // One cell at a time (its groups sorted together), so only one
-        // cell's times are copied at once, not the whole sweep's.
         let mut order: Vec<(CellKey, u32)> = self
             .groups
             .iter()
@@ -185,41 +165,95 @@ impl Folded {
             .map(|(i, g)| (g.key.cell(), i as u32))
             .collect();
         order.sort_unstable();
-        let mut cells: Vec<Cell> = Vec::new();
-        let mut times: Vec<f64> = Vec::new();
-        for run in order.chunk_by(|a, b| a.0 == b.0) {
-            times.clear();
-            let mut first: Option<(&Group, Sample)> = None;
-            for &(_, gi) in run {
-                let g = &self.groups[gi as usize];
-                for s in &g.samples {
-                    if !s.time_us.is_finite() || s.time_us <= 0.0 {
-                        continue;
+        // On every core, in order: the cells come out as one thread makes
+        // them. One cell at a time per thread (its groups' times copied
+        // together), never the whole sweep's times. Each thread takes a
+        // stretch of whole cells and fills its part of one vector (a
+        // million cells are not copied from vector to vector).
+        let threads = std::thread::available_parallelism()
+            .map(|t| t.get())
+            .unwrap_or(1);
+        let mut parts: Vec<&[(CellKey, u32)]> = Vec::with_capacity(threads);
+        let mut rest = &order[..];
+        let per = order.len().div_ceil(threads).max(1);
+        while !rest.is_empty() {
+            let mut end = per.min(rest.len());
+            while end < rest.len() && rest[end].0 == rest[end - 1].0 {
+                end += 1;
+            }
+            let (part, tail) = rest.split_at(end);
+            parts.push(part);
+            rest = tail;
+        }
+        let counts: Vec<usize> = parts
+            .iter()
+            .map(|p| p.chunk_by(|a, b| a.0 == b.0).count())
+            .collect();
+        let mut cells: Vec<Option<Cell>> = Vec::with_capacity(counts.iter().sum());
+        cells.resize_with(cells.capacity(), || None);
+        std::thread::scope(|s| {
+            let mut out = &mut cells[..];
+            for (part, &n) in parts.iter().zip(&counts) {
+                let (mine, tail) = out.split_at_mut(n);
+                out = tail;
+                s.spawn(move || {
+                    let mut times = Vec::new();
+                    for (run, cell) in part.chunk_by(|a, b| a.0 == b.0).zip(mine) {
+                        *cell = self.cell(run, &mut times);
                     }
-                    times.push(s.time_us);
-                    if first.is_none_or(|(_, f)| s.seq < f.seq) {
-                        first = Some((g, *s));
-                    }
+                });
+            }
+        });
+        // In place (`Option<Cell>` is a `Cell` with a niche; `flatten`
+        // would copy).
+        #[allow(clippy::filter_map_identity)]
+        let cells: Vec<Cell> = cells.into_iter().filter_map(|c| c).collect();
+        cells
+    }
+
+    /// The cell of the groups `run` (one cell key), `None` when none of
+    /// their times is usable; `times` is scratch.
+    fn cell(&self, run: &[(CellKey, u32)], times: &mut Vec<f64>) -> Option<Cell> {
+        times.clear();
+        let mut first: Option<(&Group, Sample)> = None;
+        for &(_, gi) in run {
+            let g = &self.groups[gi as usize];
+            let mut first_here = None;
+            for (i, t) in g.samples.times().enumerate() {
+                if !t.is_finite() || t <= 0.0 {
+                    continue;
+                }
+                times.push(t);
+                first_here.get_or_insert(i);
+            }
+            // Samples are in reading order: the group's first usable one
+            // was read first.
+            if let Some(i) = first_here {
+                let s = g.samples.get(i);
+                if first.is_none_or(|(_, f)| s.seq < f.seq) {
+                    first = Some((g, s));
                 }
             }
-            let Some((g, s)) = first else { continue };
-            let n = times.len();
-            let med = crate::stats::median(&mut times).unwrap_or(f64::NAN);
-            let spread = if n > 1 {
-                (times[n - 1] - times[0]) / med
-            } else {
-                0.0
-            };
-            cells.push(Cell {
-                key: run[0].0,
-                time_us: med,
-                n: n as u32,
-                spread,
-                source: g.source(&s),
-                base: crate::record::TimeBase::Sweep,
-            });
         }
-        cells
+        let (g, s) = first?;
+        let n = times.len();
+        // Unstable is the same order (equal under total_cmp is equal bits),
+        // and leaves the median's sort a pass.
+        times.sort_unstable_by(f64::total_cmp);
+        let med = crate::stats::median(times).unwrap_or(f64::NAN);
+        let spread = if n > 1 {
+            (times[n - 1] - times[0]) / med
+        } else {
+            0.0
+        };
+        Some(Cell {
+            key: run[0].0,
+            time_us: med,
+            n: n as u32,
+            spread,
+            source: g.source(&s),
+            base: crate::record::TimeBase::Sweep,
+        })
     }
 }
 
@@ -232,7 +266,7 @@ pub struct FoldBuilder {
     keys: Vec<GroupKey>,
     /// Per group, its samples (apart from the keys: pushing a sample
     /// touches only these, a few bytes per group).
-    samples: Vec<Vec<Sample>>,
+    samples: Vec<Samples>,
     /// Per group, the hash of what its records are labelled as (cell and
     /// placement), fed to the digests per record.
     labels: Vec<u64>,
@@ -321,7 +355,7 @@ impl FoldBuilder {
         nbytes: u64,
         in_place: bool,
         flags: u8,
-        time_us: f64,
+        time: Time,
         line: u32,
     ) {
         let rg = RunGroup {
@@ -344,7 +378,7 @@ impl FoldBuilder {
                 g
             }
         };
-        self.push_sample(g, time_us, line);
+        self.push_read(g, time, line);
     }
 
     /// Adds a record (measurements already read, folded again).
@@ -384,34 +418,30 @@ impl FoldBuilder {
         let (keys, hasher) = (&self.keys, &self.hasher);
         self.index
             .insert_unique(hash, g, |&g| hasher.hash_one(&keys[g as usize]));
-        self.samples.push(Vec::new());
+        self.samples.push(Samples::default());
         g
     }
 
     fn push_sample(&mut self, g: u32, time_us: f64, line: u32) {
+        let seq = self.next_seq(g);
+        self.samples[g as usize].push(Sample { time_us, line, seq });
+    }
+
+    /// [`FoldBuilder::push_sample`] of a time a reader read.
+    fn push_read(&mut self, g: u32, time: Time, line: u32) {
+        let seq = self.next_seq(g);
+        self.samples[g as usize].push_read(time, line, seq);
+    }
+
+    /// The reading order of the next record, of group `g`, its label added
+    /// to the digests.
+    fn next_seq(&mut self, g: u32) -> u32 {
         let label = self.labels[g as usize];
         self.file_keys = mix(self.file_keys, label);
         self.section_keys = mix(self.section_keys, label);
-        let sample = Sample {
-            time_us,
-            line,
-            seq: self.pushed as u32,
-        };
+        let seq = self.pushed as u32;
         self.pushed += 1;
-        let v = &mut self.samples[g as usize];
-        // Grow by a quarter, not double: a sweep of many repeats is mostly
-        // these vectors, and doubling leaves a third of them empty; and
-        // start at one, since a sweep of distinct cells has one sample each.
-        if v.len() == v.capacity() {
-            let more = match v.len() {
-                0 => 1,
-                // Then 4, 8, 12, ...: a repeated cell's sizes as before.
-                1 => 3,
-                n => (n / 4).max(4),
-            };
-            v.reserve_exact(more);
-        }
-        v.push(sample);
+        seq
     }
 
     /// Records pushed so far.
@@ -425,7 +455,7 @@ impl FoldBuilder {
 
     /// Records pushed and not dropped.
     pub fn kept(&self) -> usize {
-        self.samples.iter().map(Vec::len).sum()
+        self.samples.iter().map(Samples::len).sum()
     }
 
     /// Ends a run section: the records pushed since the last one, and the
@@ -447,7 +477,7 @@ impl FoldBuilder {
     pub(crate) fn line_of(&self, seq: usize) -> Option<u32> {
         self.samples
             .iter()
-            .flatten()
+            .flat_map(Samples::iter)
             .find(|s| s.seq as usize == seq)
             .map(|s| s.line)
     }
@@ -459,13 +489,19 @@ impl FoldBuilder {
         }
         let mut ranges = ranges.to_vec();
         ranges.sort_by_key(|r| r.start);
+        let kept = |seq: u32| {
+            let seq = seq as usize;
+            // The ranges are sorted: the last starting at or before seq.
+            let i = ranges.partition_point(|r| r.start <= seq);
+            i == 0 || !ranges[i - 1].contains(&seq)
+        };
+        // Only the groups that lose a sample are made again (their orders
+        // looked at, not their times).
         for v in &mut self.samples {
-            v.retain(|s| {
-                let seq = s.seq as usize;
-                // The ranges are sorted: the last starting at or before seq.
-                let i = ranges.partition_point(|r| r.start <= seq);
-                i == 0 || !ranges[i - 1].contains(&seq)
-            });
+            if v.seqs().all(kept) {
+                continue;
+            }
+            v.retain(|s| kept(s.seq));
         }
     }
 

@@ -572,7 +572,6 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     if let Some(m) = &opts.manifest {
         ds.notes.extend(m.unused_rows(&files));
     }
-    ds.folded.sort_samples();
     flag_outliers_folded(&mut ds.folded, &mut ds.anomalies);
     Ok(ds)
 }
@@ -1062,18 +1061,26 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             by_size.push(&rest[..n]);
             rest = &rest[n..];
         }
-        let times = |gs: &[usize]| -> Vec<f64> {
-            gs.iter()
-                .flat_map(|&gi| groups[gi].samples.iter().map(|s| s.time_us))
-                .collect()
-        };
+        // Each size's times sorted once (unstable is the same order: equal
+        // is equal bits); a median of two neighbours then merges two runs.
+        let sorted: Vec<Vec<f64>> = by_size
+            .iter()
+            .map(|gs| {
+                let mut v: Vec<f64> = gs
+                    .iter()
+                    .flat_map(|&gi| groups[gi].samples.times())
+                    .collect();
+                v.sort_unstable_by(f64::total_cmp);
+                v
+            })
+            .collect();
         for (j, here) in by_size.iter().enumerate() {
             let mut neigh: Vec<f64> = Vec::new();
             if j > 0 {
-                neigh.extend(times(by_size[j - 1]));
+                neigh.extend(&sorted[j - 1]);
             }
             if j + 1 < by_size.len() {
-                neigh.extend(times(by_size[j + 1]));
+                neigh.extend(&sorted[j + 1]);
             }
             let Some(nmed) = crate::stats::median(&mut neigh) else {
                 continue;
@@ -1112,10 +1119,10 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
     if off.is_empty() {
         return;
     }
-    off.sort_unstable_by_key(|o| f.groups[o.group].samples[o.sample].seq);
+    off.sort_unstable_by_key(|o| f.groups[o.group].samples.get(o.sample).seq);
     for o in &off {
         let g = &f.groups[o.group];
-        let s = &g.samples[o.sample];
+        let s = g.samples.get(o.sample);
         anomalies.push(Anomaly {
             file: (*g.key.file).clone(),
             line: s.line,
@@ -1158,14 +1165,14 @@ pub fn flag_outliers_folded(f: &mut fold::Folded, anomalies: &mut Vec<Anomaly>) 
             None => {
                 f.groups.push(fold::Group {
                     key: key.clone(),
-                    samples: Vec::new(),
+                    samples: Default::default(),
                 });
                 twins.insert(key, f.groups.len() - 1);
                 f.groups.len() - 1
             }
         };
         f.groups[at].samples.extend(taken);
-        f.groups[at].samples.sort_unstable_by_key(|s| s.seq);
+        f.groups[at].samples.sort_by_seq();
     }
     f.groups.retain(|g| !g.samples.is_empty());
 }

@@ -215,10 +215,10 @@ pub fn select_setup_folded(
         let Some(s) = g.first() else { continue };
         let e = first
             .entry(Setup::of(g))
-            .or_insert((0, s.seq, g.source(s).to_string()));
+            .or_insert((0, s.seq, g.source(&s).to_string()));
         e.0 += g.samples.len();
         if s.seq < e.1 {
-            (e.1, e.2) = (s.seq, g.source(s).to_string());
+            (e.1, e.2) = (s.seq, g.source(&s).to_string());
         }
     }
     let groups: BTreeMap<Setup, (usize, String)> = first

@@ -22,7 +22,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use sha2::{Digest as _, Sha256};
 
-use super::fold::MixHasher;
+use super::fold::{MixHasher, Time};
 use super::knobs;
 use super::repeats::SeenRows;
 use super::run::{Labeller, Shown, ShownKnobs};
@@ -426,7 +426,8 @@ struct Row {
     kind: RowKind,
     hash: u64,
     nbytes: u64,
-    time_us: f64,
+    /// Read (its decimal found) on the parsing thread.
+    time: Time,
 }
 
 /// What a chunk's rows refer to.
@@ -506,7 +507,7 @@ fn parse_record(
         kind: RowKind::Header,
         hash: 0,
         nbytes: 0,
-        time_us: 0.0,
+        time: Time::read(0.0),
     };
     if header.is_header(fields) {
         return Some(row);
@@ -519,7 +520,7 @@ fn parse_record(
                 in_place: d.in_place,
             };
             row.nbytes = d.nbytes;
-            row.time_us = d.time_us;
+            row.time = Time::read(d.time_us);
         }
         Err(msg) => {
             refs.bad.push(msg);
@@ -914,7 +915,7 @@ impl Sink {
             row.nbytes,
             in_place,
             labelled.flags,
-            row.time_us,
+            row.time,
             line,
         );
         Ok(())
