@@ -183,9 +183,10 @@ fn world_from_real_sweep(csv: &Path, dir: &Path) -> PathBuf {
         col("channels"),
         col("cost_metric"),
     );
-    // (nodes, ranks, bytes) -> setting -> times.
+    // (nodes, ranks, bytes) -> (algorithm, protocol, channels) -> times.
     type Point = (u32, u32, u64);
-    let mut times: BTreeMap<Point, BTreeMap<(String, String, i64), Vec<f64>>> = BTreeMap::new();
+    type Setting = (String, String, i64);
+    let mut times: BTreeMap<Point, BTreeMap<Setting, Vec<f64>>> = BTreeMap::new();
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
         times
