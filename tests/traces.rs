@@ -133,6 +133,32 @@ fn decision(table: &Path, nodes: u32, bytes: u64) -> String {
     )
 }
 
+/// Adds a `nccl_version` column saying `v` to a tuner-CSV sweep.
+fn with_nccl_version(sweep: &Path, v: &str) {
+    let text = std::fs::read_to_string(sweep).unwrap();
+    let mut lines = text.lines();
+    let mut out = format!("{},nccl_version\n", lines.next().unwrap());
+    for l in lines {
+        out.push_str(&format!("{l},{v}\n"));
+    }
+    std::fs::write(sweep, out).unwrap();
+}
+
+/// Runs `dyncc compile ARGS -o OUT`, which must refuse its input: exit 2,
+/// nothing written; returns stderr.
+fn compile_refused(args: &[&Path], out: &Path) -> String {
+    let o = dyncc()
+        .arg("compile")
+        .args(args)
+        .arg("-o")
+        .arg(out)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "bad input exits 2");
+    assert!(!out.exists());
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
 const RING_SIMPLE: (Algo, Proto) = (Algo::Ring, Proto::Simple);
 const TREE_SIMPLE: (Algo, Proto) = (Algo::Tree, Proto::Simple);
 
@@ -319,20 +345,11 @@ fn only_trace_files_is_an_error_that_says_to_give_the_sweep() {
         &[comm(1, 4, 0)],
         &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
     );
-    let o = dyncc()
-        .arg("compile")
-        .arg(&traces)
-        .arg("-o")
-        .arg(d.path().join("t.tbl"))
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "bad input exits 2");
-    let e = String::from_utf8_lossy(&o.stderr);
+    let e = compile_refused(&[&traces], &d.path().join("t.tbl"));
     assert!(
         e.contains("only trace files") && e.contains("SWEEP_DIR TRACE_DIR"),
         "{e}"
     );
-    assert!(!d.path().join("t.tbl").exists());
 }
 
 #[test]
@@ -352,22 +369,11 @@ fn a_damaged_trace_file_is_named_and_nothing_is_written() {
     let n = bytes.len();
     bytes[n - 3] ^= 0xff;
     std::fs::write(&f, bytes).unwrap();
-    let out = d.path().join("t.tbl");
-    let o = dyncc()
-        .arg("compile")
-        .arg(&s)
-        .arg(&traces)
-        .arg("-o")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "bad input exits 2");
-    let e = String::from_utf8_lossy(&o.stderr);
+    let e = compile_refused(&[&s, &traces], &d.path().join("t.tbl"));
     assert!(
         e.contains("a.trace") && e.contains("not a valid dyncc trace"),
         "{e}"
     );
-    assert!(!out.exists());
 }
 
 #[test]
@@ -375,13 +381,7 @@ fn a_sweep_of_a_newer_nccl_keeps_the_points_it_measured() {
     let d = tempfile::tempdir().unwrap();
     let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
     // The sweep ran NCCL 2.30.7 (a column of the tuner CSV).
-    let text = std::fs::read_to_string(&s).unwrap();
-    let mut lines = text.lines();
-    let mut out = format!("{},nccl_version\n", lines.next().unwrap());
-    for l in lines {
-        out.push_str(&format!("{l},2.30.7\n"));
-    }
-    std::fs::write(&s, out).unwrap();
+    with_nccl_version(&s, "2.30.7");
     // Jobs on NCCL 2.28.0 at 2 nodes (a point the sweep measured) saw
     // Tree/Simple win; at 4 nodes (not swept) too.
     let traces = d.path().join("traces");
@@ -516,23 +516,12 @@ fn a_trace_file_damaged_at_its_start_is_named_and_nothing_is_written() {
         &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
     );
     std::fs::write(traces.join("b.trace"), b"").unwrap();
-    let out = d.path().join("t.tbl");
-    for args in [vec![&traces], vec![&traces.join("b.trace")]] {
-        let o = dyncc()
-            .arg("compile")
-            .arg(&s)
-            .args(args)
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(2), "bad input exits 2");
-        let e = String::from_utf8_lossy(&o.stderr);
+    for t in [traces.clone(), traces.join("b.trace")] {
+        let e = compile_refused(&[&s, &t], &d.path().join("t.tbl"));
         assert!(
             e.contains("b.trace") && e.contains("not a valid dyncc trace"),
             "{e}"
         );
-        assert!(!out.exists());
     }
 }
 
@@ -542,13 +531,7 @@ fn a_trace_file_damaged_at_its_start_is_named_and_nothing_is_written() {
 fn a_point_older_than_both_a_newer_trace_and_the_sweep_is_counted_once() {
     let d = tempfile::tempdir().unwrap();
     let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
-    let text = std::fs::read_to_string(&s).unwrap();
-    let mut lines = text.lines();
-    let mut out = format!("{},nccl_version\n", lines.next().unwrap());
-    for l in lines {
-        out.push_str(&format!("{l},2.30.7\n"));
-    }
-    std::fs::write(&s, out).unwrap();
+    with_nccl_version(&s, "2.30.7");
     let traces = d.path().join("traces");
     let recs = [
         rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
