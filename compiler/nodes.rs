@@ -172,19 +172,18 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
         })
     };
     let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
-    // Sizes only other node counts' traces measured are not this count's.
-    let own: Vec<usize> = (0..grid.sizes.len())
-        .filter(|&si| !grid.foreign(ni, si))
-        .collect();
-    // Exact size, or the measured sizes on either side.
-    let hi = own.partition_point(|&si| lsz(si) < ls - 1e-9);
-    if hi < own.len() && (lsz(own[hi]) - ls).abs() < 1e-9 {
-        return point(own[hi]);
+    // Exact size, or the measured sizes on either side; sizes only other
+    // node counts' traces measured are not this count's (passed over, with
+    // no list built: this runs for every reading).
+    let own = |si: &usize| !grid.foreign(ni, *si);
+    let hi = grid
+        .sizes
+        .partition_point(|&s| (s.max(1) as f64).log2() < ls - 1e-9);
+    let hi_si = (hi..grid.sizes.len()).find(own)?;
+    if (lsz(hi_si) - ls).abs() < 1e-9 {
+        return point(hi_si);
     }
-    if hi == 0 || hi >= own.len() {
-        return None;
-    }
-    let (lo_si, hi_si) = (own[hi - 1], own[hi]);
+    let lo_si = (0..hi).rev().find(own)?;
     let (a, b) = (point(lo_si)?, point(hi_si)?);
     let w = (ls - lsz(lo_si)) / (lsz(hi_si) - lsz(lo_si));
     Some(GainPoint::blend(a, b, w))

@@ -133,6 +133,18 @@ fn decision(table: &Path, nodes: u32, bytes: u64) -> String {
     )
 }
 
+/// `DIR/a.trace`: a job at 4 nodes that ran NCCL's own Ring/Simple at
+/// 1 MiB only (one side: nothing to compare).
+fn nccl_only_trace(dir: &Path) {
+    write_trace(
+        dir,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
+    );
+}
+
 /// Adds a `nccl_version` column saying `v` to a tuner-CSV sweep.
 fn with_nccl_version(sweep: &Path, v: &str) {
     let text = std::fs::read_to_string(sweep).unwrap();
@@ -314,13 +326,7 @@ fn traces_with_nothing_to_compare_leave_the_table_as_it_was() {
     });
     let traces = d.path().join("traces");
     // Only NCCL's choice ran at 4 nodes (no exploration): one side.
-    write_trace(
-        &traces,
-        "a.trace",
-        23007,
-        &[comm(1, 4, 0)],
-        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
-    );
+    nccl_only_trace(&traces);
     let (a, b) = (d.path().join("a.tbl"), d.path().join("b.tbl"));
     compile_json(&[&s], &a);
     let r = compile_json(&[&s, &traces], &b);
@@ -338,13 +344,7 @@ fn traces_with_nothing_to_compare_leave_the_table_as_it_was() {
 fn only_trace_files_is_an_error_that_says_to_give_the_sweep() {
     let d = tempfile::tempdir().unwrap();
     let traces = d.path().join("traces");
-    write_trace(
-        &traces,
-        "a.trace",
-        23007,
-        &[comm(1, 4, 0)],
-        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
-    );
+    nccl_only_trace(&traces);
     let e = compile_refused(&[&traces], &d.path().join("t.tbl"));
     assert!(
         e.contains("only trace files") && e.contains("SWEEP_DIR TRACE_DIR"),
@@ -357,13 +357,7 @@ fn a_damaged_trace_file_is_named_and_nothing_is_written() {
     let d = tempfile::tempdir().unwrap();
     let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
     let traces = d.path().join("traces");
-    write_trace(
-        &traces,
-        "a.trace",
-        23007,
-        &[comm(1, 4, 0)],
-        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
-    );
+    nccl_only_trace(&traces);
     let f = traces.join("a.trace");
     let mut bytes = std::fs::read(&f).unwrap();
     let n = bytes.len();
@@ -508,13 +502,7 @@ fn a_trace_file_damaged_at_its_start_is_named_and_nothing_is_written() {
     let d = tempfile::tempdir().unwrap();
     let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
     let traces = d.path().join("traces");
-    write_trace(
-        &traces,
-        "a.trace",
-        23007,
-        &[comm(1, 4, 0)],
-        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 500, 1000.0)],
-    );
+    nccl_only_trace(&traces);
     std::fs::write(traces.join("b.trace"), b"").unwrap();
     for t in [traces.clone(), traces.join("b.trace")] {
         let e = compile_refused(&[&s, &t], &d.path().join("t.tbl"));

@@ -206,9 +206,9 @@ fn summarise(ds: &Dataset) -> Summary {
 }
 
 pub fn run(mut args: InspectArgs) -> anyhow::Result<i32> {
-    let found = traces::split(&mut args.paths);
-    if !found.files.is_empty() {
-        let bad = traces::print(&found.files, args.json);
+    let found = crate::ingest::traces::split(&mut args.paths);
+    if !found.is_empty() {
+        let bad = traces::print(&found, args.json);
         if args.paths.is_empty() {
             return Ok(if bad { 2 } else { 0 });
         }
@@ -474,20 +474,6 @@ mod traces {
     use std::path::{Path, PathBuf};
 
     use dyncc_tables::Trace;
-
-    /// What [`split`] found.
-    pub struct Found {
-        /// Trace files to summarise.
-        pub files: Vec<PathBuf>,
-    }
-
-    /// Takes the trace files out of `paths` (the one rule, in
-    /// [`crate::ingest::traces::split`]).
-    pub fn split(paths: &mut Vec<PathBuf>) -> Found {
-        Found {
-            files: crate::ingest::traces::split(paths),
-        }
-    }
 
     /// Prints a summary per file (JSON lines with `json`); true when a
     /// file was not a valid trace (said on stderr with what to do).

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use dyncc_tables::trace::Source as Who;
-use dyncc_tables::{bucket_lower_bound, size_bucket, Algo, Coll, Proto, Trace, TraceRecord};
+use dyncc_tables::{
+    bucket_lower_bound, bucket_upper_bound, size_bucket, Algo, Coll, Proto, Trace, TraceRecord,
+};
 use serde::Serialize;
 
 use crate::record::{Cell, CellKey, Collective, Config, Source, State, TimeBase};
@@ -155,6 +157,16 @@ impl Side {
 
     pub fn mean_ln(&self) -> f64 {
         self.sum_ln / self.count.max(1) as f64
+    }
+
+    /// Variance of the mean of ln(time): the sample variance over the
+    /// count; infinite with fewer than two collectives (no spread known).
+    pub fn var_of_mean(&self) -> f64 {
+        if self.count < 2 {
+            return f64::INFINITY;
+        }
+        let n = self.count as f64;
+        self.ss() / (n - 1.0) / n
     }
 
     /// Sum of squared deviations from the mean (for pooled variances).
@@ -367,7 +379,11 @@ impl SweepView {
         let b = size_bucket(n_bytes);
         self.sizes
             .get(&coll)
-            .and_then(|s| s.iter().copied().find(|&x| size_bucket(x) == b))
+            .and_then(|s| {
+                s.range(bucket_lower_bound(b)..=bucket_upper_bound(b))
+                    .next()
+            })
+            .copied()
             .unwrap_or_else(|| bucket_lower_bound(b))
     }
 

@@ -275,26 +275,33 @@ impl Explorer {
                     *g = gate;
                 }
             }
-            let neighbours = [below.0, above.0];
-            for b in 0..NUM_BUCKETS {
-                let rule = own.as_ref().and_then(|o| o.rule_for_bucket(b as u8));
-                // What each side's neighbour forces here, as a probe word.
-                let lent = |i: usize| -> u32 {
-                    match neighbours[i]
-                        .iter()
-                        .filter_map(|n| n.rule_for_bucket(b as u8))
-                        .map(|(_, r)| r.decision)
-                        .find(|d| d.is_forced())
-                    {
-                        Some(
-                            d @ Decision::Force {
-                                channels: ..=MAX_CHANNELS,
-                                ..
-                            },
-                        ) => HAS_PROBE | if i == 1 { ABOVE } else { 0 } | d.to_packed(),
-                        _ => NO_PROBE,
+            // Per side and bucket, the probe word the nearest context
+            // forcing a setting there lends: each neighbour's rules once,
+            // nearest first, filling the buckets still empty.
+            let mut lent = [[NO_PROBE; NUM_BUCKETS]; 2];
+            for (i, side) in [&below.0, &above.0].into_iter().enumerate() {
+                let flag = if i == 1 { ABOVE } else { 0 };
+                for n in side {
+                    let mut first = 0usize;
+                    for r in n.rules() {
+                        let last = usize::from(r.last_bucket);
+                        if let d @ Decision::Force {
+                            channels: ..=MAX_CHANNELS,
+                            ..
+                        } = r.decision
+                        {
+                            for w in lent[i].iter_mut().take(last + 1).skip(first) {
+                                if *w == NO_PROBE {
+                                    *w = HAS_PROBE | flag | d.to_packed();
+                                }
+                            }
+                        }
+                        first = last + 1;
                     }
-                };
+                }
+            }
+            for (b, (&lent_below, &lent_above)) in lent[0].iter().zip(&lent[1]).enumerate() {
+                let rule = own.as_ref().and_then(|o| o.rule_for_bucket(b as u8));
                 let (probe, other) = match rule {
                     Some((_, r)) if r.basis == Basis::Measured => (NO_PROBE, NO_PROBE),
                     Some((_, r)) if r.decision.is_forced() => {
@@ -306,7 +313,7 @@ impl Explorer {
                         }
                     }
                     // Default, unconfirmed, or no context at all.
-                    _ => match (lent(0), lent(1)) {
+                    _ => match (lent_below, lent_above) {
                         (NO_PROBE, NO_PROBE) => (NO_PROBE, NO_PROBE),
                         (x, NO_PROBE) | (NO_PROBE, x) => {
                             e.counts.neighbour += 1;

@@ -16,17 +16,6 @@ use crate::ingest::traces::{self, Setting, Shape, Side};
 /// "worse"; nearer, the shape "agrees".
 const NOISE_SE: f64 = 2.0;
 
-/// Variance of the mean of ln(time) of one side: the sample variance over
-/// the count; infinite with fewer than two collectives (no spread known).
-fn var_of_mean(s: &Side) -> f64 {
-    if s.count < 2 {
-        return f64::INFINITY;
-    }
-    let n = s.count as f64;
-    let var = ((s.sum_ln2 - n * s.mean_ln().powi(2)) / (n - 1.0)).max(0.0);
-    var / n
-}
-
 /// One shape's share of a pooled figure: the log of t(table) / t(NCCL's
 /// choice), its variance, and the calls the job made there (the weight).
 #[derive(Clone, Copy)]
@@ -274,7 +263,7 @@ pub fn score(
                 continue;
             }
             let ln = mine.mean_ln() - nccl.mean_ln();
-            let var = var_of_mean(&mine) + var_of_mean(&nccl);
+            let var = mine.var_of_mean() + nccl.var_of_mean();
             let se = var.is_finite().then(|| var.sqrt());
             let verdict = match se {
                 Some(se) if ln < -NOISE_SE * se => "better",
