@@ -38,6 +38,20 @@ pub struct ProfContext {
 /// The events dyncc asks for when tracing.
 const TRACE_MASK: c_int = (PROFILE_COLL | PROFILE_KERNEL_CH) as c_int;
 
+/// `ncclProfileGroup`: a launched plan (its collectives' parent on 2.27).
+const PROFILE_GROUP: u64 = 1 << 0;
+
+/// What a recording rank's Group event gets on profiler v4 (NCCL 2.27):
+/// 2.27 starts (and stops) a plan's Coll events only under a non-NULL
+/// Group handle (`ncclProfilerStartTaskEvents`, `if
+/// (plan->groupEventHandle)`; 2.28 dropped the condition; see
+/// runtime/README.md, "Traces"). A constant, so nothing is allocated or
+/// freed, and not a pool handle (bit 2 set: [`Handle::from_ptr`] refuses
+/// it), so NCCL's `stopEvent` on it, and a KernelCh naming it as parent,
+/// change nothing.
+const GROUP_HANDLE: usize = 0b100;
+const _: () = assert!(GROUP_HANDLE & 0b1110 != 0b1000);
+
 /// One WARN per process for "tracing asked for, NCCL too old".
 static WARNED_OLD: AtomicBool = AtomicBool::new(false);
 /// One WARN per process for an unusable DYNCC_TRACE directory.
@@ -293,6 +307,7 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
 }
 
 /// Shared `startEvent` body: `type_` and the descriptor's common part.
+/// `group`: a recording rank's Group events get [`GROUP_HANDLE`] (v4).
 ///
 /// # Safety
 /// `ctx` is NULL or a live `ProfContext`; `u` is the descriptor's union,
@@ -303,12 +318,18 @@ unsafe fn start(
     type_: u64,
     parent: *mut c_void,
     u: *const ncclProfilerDescrUnion,
+    group: bool,
 ) {
     if handle.is_null() {
         return;
     }
     let mut h = core::ptr::null_mut();
-    if type_ == PROFILE_COLL && !ctx.is_null() {
+    if type_ == PROFILE_GROUP && group && !ctx.is_null() {
+        // SAFETY: a non-NULL ctx is the ProfContext init made.
+        if unsafe { &*ctx.cast::<ProfContext>() }.recording.is_some() {
+            h = GROUP_HANDLE as *mut c_void;
+        }
+    } else if type_ == PROFILE_COLL && !ctx.is_null() {
         // SAFETY: a non-NULL ctx is the ProfContext init made.
         let c = unsafe { &*ctx.cast::<ProfContext>() };
         if let Some(comm) = c.recording {
@@ -368,7 +389,7 @@ unsafe extern "C" fn start_v4(
         // SAFETY: NCCL's descriptor, valid for the call.
         let d = unsafe { &*d };
         // SAFETY: ctx/handle from NCCL; the union matches the type.
-        unsafe { start(ctx, handle, d.type_ as u64, d.parentObj, &d.u) };
+        unsafe { start(ctx, handle, d.type_ as u64, d.parentObj, &d.u, true) };
     });
     NCCL_SUCCESS
 }
@@ -385,7 +406,7 @@ unsafe extern "C" fn start_v5(
         // SAFETY: NCCL's descriptor, valid for the call.
         let d = unsafe { &*d };
         // SAFETY: ctx/handle from NCCL; the union matches the type.
-        unsafe { start(ctx, handle, d.type_, d.parentObj, &d.u) };
+        unsafe { start(ctx, handle, d.type_, d.parentObj, &d.u, false) };
     });
     NCCL_SUCCESS
 }
@@ -565,3 +586,74 @@ pub static ncclProfiler_v6: ncclProfiler_v5_t = ncclProfiler_t {
     recordEventState: Some(record_event_state),
     finalize: Some(finalize),
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The v4 Group handle is only ever compared with NULL and handed back
+    /// by NCCL: stopping it, recording a state on it or naming it as a
+    /// channel's parent touches nothing.
+    #[test]
+    fn the_v4_group_handle_is_inert() {
+        let g = GROUP_HANDLE as *mut c_void;
+        assert_eq!(Handle::from_ptr(g), None);
+        // SAFETY: a plain C struct of integers: all zero bytes are valid.
+        let mut args: ncclProfilerEventStateArgs = unsafe { core::mem::zeroed() };
+        // SAFETY: the handle is opaque to the callbacks; args is valid.
+        unsafe {
+            assert_eq!(stop_event(g), NCCL_SUCCESS);
+            assert_eq!(
+                record_event_state(g, KERNEL_CH_STOP, &mut args),
+                NCCL_SUCCESS
+            );
+        }
+        // A rank that does not record gets NULL: no Coll events on 2.27.
+        let mut ctx = ProfContext {
+            recording: None,
+            comm_id: None,
+            n_ranks: 2,
+        };
+        let mut h = core::ptr::dangling_mut::<c_void>();
+        // SAFETY: a C union of integers and pointers: zero bytes are valid.
+        let u: ncclProfilerDescrUnion = unsafe { core::mem::zeroed() };
+        // SAFETY: ctx is a live ProfContext; u is a zeroed union.
+        unsafe {
+            start(
+                (&mut ctx as *mut ProfContext).cast(),
+                &mut h,
+                PROFILE_GROUP,
+                core::ptr::null_mut(),
+                &u,
+                true,
+            )
+        };
+        assert!(h.is_null());
+        ctx.recording = Some(0);
+        // SAFETY: as above.
+        unsafe {
+            start(
+                (&mut ctx as *mut ProfContext).cast(),
+                &mut h,
+                PROFILE_GROUP,
+                core::ptr::null_mut(),
+                &u,
+                true,
+            )
+        };
+        assert_eq!(h, g);
+        // Profiler v5/v6 (2.28+) need no Group handle: NULL.
+        // SAFETY: as above.
+        unsafe {
+            start(
+                (&mut ctx as *mut ProfContext).cast(),
+                &mut h,
+                PROFILE_GROUP,
+                core::ptr::null_mut(),
+                &u,
+                false,
+            )
+        };
+        assert!(h.is_null());
+    }
+}

@@ -13,7 +13,15 @@
 enum {
   PROFILE_GROUP = 1 << 0,
   PROFILE_COLL = 1 << 1,
+  PROFILE_P2P = 1 << 2,
+  PROFILE_PROXY_OP = 1 << 3,
+  PROFILE_PROXY_STEP = 1 << 4,
   PROFILE_KERNEL_CH = 1 << 6,
+  PROFILE_NET_PLUGIN = 1 << 7,
+  PROFILE_GROUP_API = 1 << 8,     /* 2.28+ */
+  PROFILE_COLL_API = 1 << 9,      /* 2.28+ */
+  PROFILE_P2P_API = 1 << 10,      /* 2.28+ */
+  PROFILE_KERNEL_LAUNCH = 1 << 11 /* 2.28+ */
 };
 enum { PROFILER_KERNEL_CH_STOP = 22 };
 

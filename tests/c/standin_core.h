@@ -7,8 +7,8 @@
  *  - per rank, profiler init then tuner init (as NCCL's init does);
  *  - per rank a host thread (the program's own loop) that, per
  *    collective, calls getCollInfo, picks what runs from the cost table as
- *    NCCL does (core_nccl_pick) and launches it (core_launch: Group start,
- *    Coll start, Coll stop, Group stop);
+ *    NCCL does (core_nccl_pick) and launches it with the profiler events
+ *    of the release its ABI stands for (core_launch);
  *  - per rank a proxy thread that later sends each channel's KernelCh
  *    start, recordEventState(KernelChStop) and stop, long after the Coll
  *    event was stopped, with timestamps spanning the collective's GPU time.
@@ -72,6 +72,7 @@ static int hold_kernels;
 
 typedef struct {
   void *coll; /* the Coll event's handle (maybe NULL) */
+  int mask;   /* NCCL's event mask when the collective was called */
   int nch;
   uint64_t base, t;
 } kernel_work;
@@ -124,12 +125,25 @@ static void core_unload(void) {
   dlclose(lib);
 }
 
+/* Which events NCCL starts, from src/plugin/profiler.cc (runtime/README.md,
+ * "Traces", cites file:line per tag): a Group event when the task's mask
+ * has any of GROUP_ENABLE (ncclProfilerStartGroupEvent), a Coll event when
+ * it has any of COLL_ENABLE (ncclProfilerStartTaskEvents; on 2.27 only
+ * under a non-NULL Group handle, `if (plan->groupEventHandle)`), a KernelCh
+ * event when it has KernelCh (ncclProfilerStartKernelChEvent); from 2.28 a
+ * GroupApi and a CollApi event around the API call besides
+ * (ncclProfilerStartGroupApiEvent, ncclProfilerStartCollApiEvent). */
+#define GROUP_ENABLE                                                                                 \
+  (PROFILE_GROUP | PROFILE_COLL | PROFILE_P2P | PROFILE_PROXY_OP | PROFILE_PROXY_STEP | PROFILE_KERNEL_CH | \
+   PROFILE_NET_PLUGIN)
+#define COLL_ENABLE (PROFILE_COLL | PROFILE_PROXY_OP | PROFILE_PROXY_STEP | PROFILE_KERNEL_CH | PROFILE_NET_PLUGIN)
+#define GROUP_API_ENABLE (PROFILE_GROUP_API | PROFILE_P2P_API | PROFILE_COLL_API | PROFILE_KERNEL_LAUNCH | GROUP_ENABLE)
+#define COLL_API_ENABLE (PROFILE_COLL_API | COLL_ENABLE)
+
+/* The plugin's startEvent for an event NCCL decided to start (callers
+ * check NCCL's conditions). */
 static void *start_event(void *ctx, uint64_t type, void *parent, const prof_descr_union_t *u, int rank) {
   void *h = NULL;
-  /* NCCL creates Group and Coll events when any of Coll or KernelCh is
-   * asked for, and KernelCh events only when KernelCh is. */
-  if (!(event_mask & (PROFILE_COLL | PROFILE_KERNEL_CH))) return NULL;
-  if (type == PROFILE_KERNEL_CH && !(event_mask & PROFILE_KERNEL_CH)) return NULL;
   if (abi >= 5) {
     prof_descr_v5_t d;
     memset(&d, 0, sizeof d);
@@ -178,7 +192,7 @@ static void *proxy_thread(void *arg) {
       memset(&u, 0, sizeof u);
       u.kernelCh.channelId = (uint8_t)c;
       u.kernelCh.pTimer = w.base + 50u * (uint64_t)c;
-      hs[c] = start_event(r->pctx, PROFILE_KERNEL_CH, w.coll, &u, r->rank);
+      hs[c] = w.mask & PROFILE_KERNEL_CH ? start_event(r->pctx, PROFILE_KERNEL_CH, w.coll, &u, r->rank) : NULL;
     }
     for (int c = w.nch - 1; c >= 0; c--) {
       if (!hs[c]) continue;
@@ -238,12 +252,26 @@ static nccl_pick_t core_nccl_pick(float cost[7][3]) {
   return k;
 }
 
-/* The plan launch on the host thread of rank r: Group start, Coll start
- * and stop (saying `event_channels`), Group stop; then hands the proxy
- * thread `kernel_channels` channels spanning t ns of GPU time. */
+/* One collective call on the host thread of rank r, with the profiler
+ * events of the release the ABI stands for (abi 4: NCCL 2.27; 5 and 6:
+ * 2.28 to 2.30), in NCCL's order: on 2.28+ the GroupApi start and the
+ * CollApi start and stop of the API call (collTaskAppend); then the plan
+ * launch (hostStreamPlanTask): Group start, Coll start (2.27: only under a
+ * non-NULL Group handle) saying `event_channels`, Coll stop, Group stop; on
+ * 2.28+ the GroupApi stop (ncclGroupEnd). The proxy thread is then handed
+ * `kernel_channels` channels spanning t ns of GPU time. */
 static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int proto, int event_channels,
                         int kernel_channels, uint64_t t) {
-  void *g = start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank);
+  /* NCCL reads its mask once per call (2.27: into the task; 2.28+: at the
+   * GroupApi start, into the API state the task copies). */
+  int mask = __atomic_load_n(&event_mask, __ATOMIC_RELAXED);
+  void *gapi = NULL, *capi = NULL;
+  if (abi >= 5) {
+    if (mask & GROUP_API_ENABLE) gapi = start_event(r->pctx, PROFILE_GROUP_API, NULL, NULL, r->rank);
+    if (mask & COLL_API_ENABLE) capi = start_event(r->pctx, PROFILE_COLL_API, gapi, NULL, r->rank);
+    if (capi) stop_fn()(capi);
+  }
+  void *g = mask & GROUP_ENABLE ? start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank) : NULL;
   prof_descr_union_t u;
   memset(&u, 0, sizeof u);
   u.coll.seqNumber = r->seq[coll]++;
@@ -260,14 +288,19 @@ static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int pro
   u.coll.nWarps = 16;
   u.coll.algo = ALGOS[algo];
   u.coll.proto = PROTOS[proto];
-  u.coll.parentGroup = g;
-  void *h = start_event(r->pctx, PROFILE_COLL, NULL, &u, r->rank);
+  void *h = NULL;
+  if ((mask & COLL_ENABLE) && (abi >= 5 || g)) {
+    /* 2.28+: the parent is the CollApi event, the Group is a member. */
+    if (abi >= 5) u.coll.parentGroup = g;
+    h = start_event(r->pctx, PROFILE_COLL, abi >= 5 ? capi : g, &u, r->rank);
+  }
   if (h) stop_fn()(h);
   if (g) stop_fn()(g);
+  if (gapi) stop_fn()(gapi);
   if (kernel_channels > MAX_KERNEL_CHANNELS) kernel_channels = MAX_KERNEL_CHANNELS;
   pthread_mutex_lock(&r->m);
   while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
-  r->q[r->tail % QLEN] = (kernel_work){h, kernel_channels, r->clock, t};
+  r->q[r->tail % QLEN] = (kernel_work){h, mask, kernel_channels, r->clock, t};
   r->tail++;
   pthread_cond_broadcast(&r->c);
   pthread_mutex_unlock(&r->m);
