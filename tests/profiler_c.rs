@@ -570,6 +570,171 @@ fn a_forced_channel_count_nccl_did_not_honour_is_not_the_tables() {
     check_trace(&s, &out, 6, false);
 }
 
+/// The stand-in's lines starting with "WARN".
+fn warns(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with("WARN")).collect()
+}
+
+/// The one trace file, read.
+fn only_trace(s: &Standin) -> Vec<u8> {
+    let files = s.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    std::fs::read(&files[0]).unwrap()
+}
+
+/// A job that creates and destroys 100 communicators one after another
+/// records all of them: a finalized communicator frees its place, and its
+/// records stay in the file. Failed before: a process recorded 64
+/// communicators in its lifetime, and the other 36 lost their collectives
+/// with a WARN each saying 64 were "already" recorded.
+#[test]
+fn finalized_communicators_free_their_place_and_keep_their_records() {
+    let s = Standin::new();
+    let out = s.run(&["6", "10", "seqcomms"], Some(&s.traces));
+    assert_eq!(warns(&out), Vec::<&str>::new());
+    let bytes = only_trace(&s);
+    let t = Trace::from_bytes(&bytes).unwrap();
+    let ids: std::collections::BTreeSet<u64> = t.comms().map(|c| c.comm_id).collect();
+    let want: std::collections::BTreeSet<u64> =
+        (0..100).map(|k| 0xC0FFEE0011223344u64 + k).collect();
+    assert_eq!(ids, want);
+    let mut per_comm = [0u64; 100];
+    for r in t.records() {
+        per_comm[r.comm as usize] += r.count;
+    }
+    assert!(per_comm.iter().all(|&n| n == 10), "{per_comm:?}");
+    assert_eq!(
+        per_comm.iter().sum::<u64>(),
+        out.matches("\nfed ").count() as u64
+    );
+    assert_eq!(t.head().dropped_table_full, 0);
+}
+
+/// More communicators recording at once than a process can hold: one WARN
+/// when the first is refused, and one with their number when the last
+/// recording one is finalized. Failed before: 36 WARNs for 100 at once
+/// (1,000 inits printed 936).
+#[test]
+fn refused_communicators_are_said_once_with_their_count() {
+    let s = Standin::new();
+    let out = s.run(&["6", "4", "livecomms"], Some(&s.traces));
+    let w = warns(&out);
+    assert_eq!(w.len(), 2, "{w:#?}");
+    assert!(
+        w[0].contains("not tracing communicator") && w[0].contains("at once"),
+        "{}",
+        w[0]
+    );
+    assert!(
+        w[1].contains("36 communicators of this process were not traced"),
+        "{}",
+        w[1]
+    );
+    let t_bytes = only_trace(&s);
+    let t = Trace::from_bytes(&t_bytes).unwrap();
+    assert_eq!(t.comms().count(), 64);
+    assert_eq!(t.records().map(|r| r.count).sum::<u64>(), 64 * 4);
+}
+
+/// `DYNCC_TRACE=traces` names the directory it names when the
+/// communicator starts: a job that changes its working directory before
+/// finalizing still writes there. Failed before: the file went to
+/// `traces` below the new working directory.
+#[test]
+fn a_relative_trace_dir_is_resolved_when_the_communicator_starts() {
+    let s = Standin::new();
+    let elsewhere = s.dir.path().join("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("traces")).unwrap();
+    let args = ["6", "50", "chdir"];
+    let out = s
+        .command(&[], &args, Some(Path::new("traces")))
+        .current_dir(s.dir.path())
+        .env("STANDIN_CHDIR", &elsewhere)
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    assert_eq!(warns(&out), Vec::<&str>::new());
+    assert_eq!(
+        std::fs::read_dir(elsewhere.join("traces")).unwrap().count(),
+        0,
+        "nothing below the new working directory"
+    );
+    check_trace(&s, &out, 6, false);
+}
+
+/// The init line is how ranks are checked to load one table (its
+/// digest); NCCL cuts log lines at about 1 KB. A long `DYNCC_TABLE` path
+/// is shortened (its tail kept, after "..."), never the facts after it.
+/// Failed before: the line was cut inside the path, digest and all.
+#[test]
+fn a_long_table_path_keeps_the_digest_in_the_init_line() {
+    let s = Standin::new();
+    let mut deep = s.dir.path().to_path_buf();
+    for i in 0..6 {
+        deep.push(format!("{i}{}", "d".repeat(200)));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    let table = deep.join("cluster.tbl");
+    std::fs::copy(&s.table, &table).unwrap();
+    assert!(table.as_os_str().len() > 1200);
+    let args = ["6", "10", "finalize"];
+    let out = s
+        .command(&[], &args, None)
+        .env("DYNCC_TABLE", &table)
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    let digest = dyncc_tables::digest(&std::fs::read(&table).unwrap());
+    let lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("INFO dyncc: table "))
+        .collect();
+    assert_eq!(lines.len(), 2, "one per rank: {out}");
+    for l in lines {
+        assert!(l.contains(&format!(" digest {digest:016x} ")), "{l}");
+        assert!(
+            l.contains("...") && l.contains("/cluster.tbl digest"),
+            "{l}"
+        );
+        assert!(l.contains("allreduce=#0"), "the facts after it: {l}");
+    }
+}
+
+/// Something at the temporary name (here a symbolic link to a file of
+/// the user's): the write fails, the WARN names the temporary (the path
+/// that failed) and the link and its target are left as they were.
+/// Failed before: the WARN named the final file, and the writer removed
+/// the link it had not created.
+#[test]
+fn a_link_at_the_temporary_name_is_named_and_left_alone() {
+    let s = Standin::new();
+    let victim = s.dir.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let args = ["6", "40", "tmplink"];
+    let out = s
+        .command(&[], &args, Some(&s.traces))
+        .env("STANDIN_LINK_TARGET", &victim)
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    let link = out
+        .lines()
+        .find_map(|l| l.strip_prefix("linked "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let w = warns(&out);
+    assert_eq!(w.len(), 1, "{out}");
+    assert!(
+        w[0].contains(&format!("cannot write trace file {link}: ")),
+        "{}",
+        w[0]
+    );
+    let meta = std::fs::symlink_metadata(link).unwrap();
+    assert!(meta.file_type().is_symlink(), "the link is left");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    // The first round's file is still there, whole.
+    Trace::from_bytes(&only_trace(&s)).unwrap();
+}
+
 /// NCCL's event mask is one int for the process: an init never lowers it
 /// (without DYNCC_TRACE, with profiler v3, on a rank that does not record)
 /// and a recording rank only adds its bits.

@@ -140,16 +140,51 @@ impl Logger {
     }
 }
 
+/// Longest a text from outside is shown, in bytes after escaping. NCCL
+/// cuts a log line at about 1 KB: a long path must not push the facts
+/// after it (the table's digest, which ranks compare) off the line.
+pub const SHOWN_CAP: usize = 256;
+
 /// Text from outside the plugin, shown with control characters escaped
 /// (`\n`, `\t`, `\r`, `\x1b`, ... and `\\` for a backslash), so one log
-/// call stays one readable line whatever a path or a table contains.
+/// call stays one readable line whatever a path or a table contains. Text
+/// that would take more than [`SHOWN_CAP`] bytes is shortened to `...`
+/// and its tail (a path's file name and nearest directories), whole
+/// characters and escapes only.
 pub struct Escaped<'a>(pub &'a str);
+
+/// Bytes `c` takes once escaped.
+fn shown_len(c: char) -> usize {
+    match c {
+        '\\' | '\n' | '\r' | '\t' => 2,
+        c if c.is_control() && (c as u32) < 0x100 => 4,
+        // \u{...}: 4 + hex digits
+        c if c.is_control() => 4 + (32 - (c as u32).leading_zeros()).div_ceil(4) as usize,
+        c => c.len_utf8(),
+    }
+}
 
 impl fmt::Display for Escaped<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut rest = self.0;
+        let total: usize = rest.chars().map(shown_len).sum();
+        if total > SHOWN_CAP {
+            // Drop whole characters from the front until the tail and
+            // the "..." fit.
+            let mut drop = total - (SHOWN_CAP - 3);
+            let mut start = rest.len();
+            for (i, c) in rest.char_indices() {
+                if drop == 0 {
+                    start = i;
+                    break;
+                }
+                drop = drop.saturating_sub(shown_len(c));
+            }
+            f.write_str("...")?;
+            rest = &rest[start..];
+        }
         // Runs of plain text are written whole; only the characters that
         // need it are written one by one.
-        let mut rest = self.0;
         while let Some(i) = rest.find(|c: char| c == '\\' || c.is_control()) {
             let (plain, tail) = rest.split_at(i);
             f.write_str(plain)?;
@@ -229,7 +264,9 @@ mod tests {
             let mut m = Msg::new();
             let mut whole = std::string::String::new();
             while whole.len() < MSG_CAP + 64 {
-                let len = (next() % 40) as usize;
+                // At most 24 chars of at most 8 escaped bytes: under
+                // SHOWN_CAP (shortening is tested on its own).
+                let len = (next() % 24) as usize;
                 let piece: std::string::String = (0..len)
                     .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
                     .collect();
@@ -247,6 +284,36 @@ mod tests {
                 }
                 assert_eq!(m.as_str(), &whole[..fit]);
             }
+        }
+    }
+
+    /// A text longer than [`SHOWN_CAP`] once escaped keeps its tail after
+    /// "...", whole characters and escapes, at most the cap; shorter ones
+    /// are shown whole.
+    #[test]
+    fn a_long_text_is_shown_as_its_tail() {
+        let show = |s: &str| {
+            let mut m = Msg::new();
+            write!(m, "{}", Escaped(s)).unwrap();
+            std::string::String::from(m.as_str())
+        };
+        let fits = "p".repeat(SHOWN_CAP);
+        assert_eq!(show(&fits), fits);
+        let path = std::format!("{}/table.tbl", "/dir".repeat(300));
+        let shown = show(&path);
+        assert!(shown.starts_with("...") && shown.ends_with("dir/dir/table.tbl"));
+        assert_eq!(shown.len(), SHOWN_CAP);
+        // Escapes and multi-byte characters are never split.
+        for unit in ["\n", "é", "😀", "\u{2028}", "\\", "\x1b"] {
+            let shown = show(&unit.repeat(400));
+            assert!(shown.len() <= SHOWN_CAP, "{unit:?}");
+            let tail = &shown[3..];
+            let one = show(unit);
+            assert!(
+                !tail.is_empty() && tail.len() % one.len() == 0,
+                "{unit:?}: {tail}"
+            );
+            assert_eq!(tail, one.repeat(tail.len() / one.len()));
         }
     }
 }

@@ -7,7 +7,9 @@
 //! timestamps) a communicator's rank 0 records what ran (see
 //! [`crate::trace`]) and its `init` adds `Coll` and `KernelCh` to the mask;
 //! NCCL's mask is process-wide, so the other ranks get the events too and
-//! return NULL handles. No `init` ever lowers the mask. v1-v3 have no GPU
+//! return NULL handles. No `init` ever lowers the mask. On v4 (NCCL 2.27,
+//! which starts Coll events only under a non-NULL Group handle) a
+//! recording rank's Group events get a constant handle. v1-v3 have no GPU
 //! timestamps: one WARN, no events. The event callbacks never allocate, lock, log or block; any
 //! failure at init is one WARN and a context that records nothing (the
 //! job goes on).
@@ -109,16 +111,11 @@ unsafe fn init_common(
     let want = ffi_guard(None, || {
         let dir = trace::configured()?;
         say_pending(log);
+        // A relative directory is the one it names now: the job may change
+        // its working directory before the file is written.
+        let dir = std::path::absolute(&dir).unwrap_or_else(|_| PathBuf::from(dir));
         Some(init_tracing(
-            PathBuf::from(dir),
-            comm_id,
-            comm_hash,
-            name,
-            n_nodes,
-            n_ranks,
-            rank,
-            log,
-            abi,
+            dir, comm_id, comm_hash, name, n_nodes, n_ranks, rank, log, abi,
         ))
     });
     if let Some(Some(c)) = want {
@@ -201,10 +198,16 @@ fn init_tracing(
                 Escaped(&dir.to_string_lossy())
             ));
         }
-        Err(why) => log.warn(format_args!(
-            "dyncc: not tracing communicator {:#018x}: {why}; the job goes on",
-            comm_id.unwrap_or(comm_hash)
+        // Said once per process; the rest are counted and said when the
+        // recording communicators are finalized (trace::retire).
+        Err(r) if r.first => log.warn(format_args!(
+            "dyncc: not tracing communicator {:#018x}: this process records {} communicators \
+             at once, the most it can (a finalized one frees its place); later ones are \
+             counted, not said each time; the job goes on",
+            comm_id.unwrap_or(comm_hash),
+            trace::MAX_COMMS
         )),
+        Err(_) => {}
     }
     Some(ctx)
 }
@@ -420,7 +423,7 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
         // finalizes it once, after its last event.
         let c = unsafe { Box::from_raw(ctx.cast::<ProfContext>()) };
         if let Some(comm) = c.recording {
-            trace::reclaim(comm);
+            trace::retire(comm);
             trace::flush(false);
         }
     });

@@ -31,11 +31,13 @@
 //!   announces, so no stop can be known to be the last one.
 //! - the bins ([`BINS`]): open addressing on one packed `u64` key,
 //!   claimed by CAS; count, sums of `ln(ns)` and its square (f64 bits,
-//!   CAS), min and max. Full: the collective is counted as dropped.
+//!   CAS), min and max. Full: the collective is counted as dropped. A
+//!   finalized communicator's bins are moved out ([`retire`]) and left as
+//!   tombstones that later keys take.
 //!
 //! A process-wide `Mutex` guards only the facts written at init and read
-//! by the writer (directory, host, job, communicators): never taken on an
-//! event.
+//! by the writer (directory, host, job, communicators, the records of
+//! finalized communicators): never taken on an event.
 
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::ffi::OsString;
@@ -45,7 +47,10 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
+use dyncc_tables::trace::{
+    encode, Source, TraceComm, TraceHead, TraceRecord, MAX_TRACE_LEN, MAX_TRACE_STR,
+    TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN,
+};
 use dyncc_tables::{Algo, Coll, Decision, Proto};
 
 use crate::log::{Escaped, Logger};
@@ -362,6 +367,9 @@ const BIN_EMPTY: Bin = Bin {
 };
 static BIN_TABLE: [Bin; BINS] = [BIN_EMPTY; BINS];
 
+/// Bit 63 of every bin key (and of no [`TOMBSTONE`]).
+const KEY_VALID: u64 = 1 << 63;
+
 /// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56,
 /// algo 51-53, proto 49-50, channels 42-48, source 40-41, nBytes 0-39.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,7 +387,7 @@ impl Key {
         source: Source,
     ) -> Option<Key> {
         (n_bytes <= MAX_KEY_BYTES && (comm as usize) < MAX_COMMS).then(|| {
-            Key(1 << 63
+            Key(KEY_VALID
                 | (comm as u64) << 57
                 | (coll as u64) << 54
                 | (algo as u64) << 51
@@ -436,36 +444,67 @@ static UNTIMED: AtomicU64 = AtomicU64::new(0);
 /// something is new").
 static CHANGES: AtomicU64 = AtomicU64::new(0);
 
+/// A bin whose communicator finalized and whose record was moved out
+/// ([`retire`]): not a key (bit 63 clear), passed over by lookups and
+/// taken again by a new key.
+const TOMBSTONE: u64 = 1;
+/// Claims a lookup retries when other threads took its free bin first.
+const CLAIM_TRIES: usize = 4;
+
 /// Adds one collective of `ns` GPU nanoseconds to its bin.
+///
+/// The key's bin, else the first tombstone or empty bin of its probe run
+/// (searched to the first empty bin, so a key is not claimed twice while
+/// it is further on); a key claimed twice all the same (a retire racing a
+/// claim) is merged by the writer.
 pub fn aggregate(key: Key, ns: u64) {
     CHANGES.fetch_add(1, Ordering::Relaxed);
     let ns = ns.max(1);
     // Fibonacci hashing of the key.
     let start = (key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize;
-    for p in 0..PROBES {
-        let b = &BIN_TABLE[(start + p) % BINS];
-        let k = b.key.load(Ordering::Acquire);
-        let mine = k == key.0
-            || (k == 0
-                && match b
-                    .key
-                    .compare_exchange(0, key.0, Ordering::AcqRel, Ordering::Acquire)
-                {
-                    Ok(_) => true,
-                    Err(now) => now == key.0,
-                });
-        if mine {
-            let l = (ns as f64).ln();
-            add_f64(&b.sum_ln, l);
-            add_f64(&b.sum_ln2, l * l);
-            b.min_inv.fetch_max(u64::MAX - ns, Ordering::Relaxed);
-            b.max.fetch_max(ns, Ordering::Relaxed);
-            // Last, so a reader that sees the count sees the rest (Release).
-            b.count.fetch_add(1, Ordering::Release);
-            return;
+    for _ in 0..CLAIM_TRIES {
+        let mut free = None;
+        for p in 0..PROBES {
+            let i = (start + p) % BINS;
+            let k = BIN_TABLE[i].key.load(Ordering::Acquire);
+            if k == key.0 {
+                add_to(&BIN_TABLE[i], ns);
+                return;
+            }
+            if k == TOMBSTONE || k == 0 {
+                free = free.or(Some((i, k)));
+            }
+            if k == 0 {
+                break;
+            }
+        }
+        let Some((i, was)) = free else { break };
+        match BIN_TABLE[i]
+            .key
+            .compare_exchange(was, key.0, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                add_to(&BIN_TABLE[i], ns);
+                return;
+            }
+            Err(now) if now == key.0 => {
+                add_to(&BIN_TABLE[i], ns);
+                return;
+            }
+            Err(_) => {} // another key took it: look again
         }
     }
     DROPPED_TABLE_FULL.fetch_add(1, Ordering::Relaxed);
+}
+
+fn add_to(b: &Bin, ns: u64) {
+    let l = (ns as f64).ln();
+    add_f64(&b.sum_ln, l);
+    add_f64(&b.sum_ln2, l * l);
+    b.min_inv.fetch_max(u64::MAX - ns, Ordering::Relaxed);
+    b.max.fetch_max(ns, Ordering::Relaxed);
+    // Last, so a reader that sees the count sees the rest (Release).
+    b.count.fetch_add(1, Ordering::Release);
 }
 
 /// Counts a collective without usable timestamps.
@@ -787,7 +826,7 @@ pub fn reclaim(comm: u8) {
 // ---------------------------------------------------------------------
 // The process: facts for the header, and the writer.
 
-/// One communicator this process records.
+/// One communicator this process records (or recorded).
 struct CommInfo {
     comm_id: u64,
     n_nodes: u32,
@@ -795,6 +834,40 @@ struct CommInfo {
     rank: u32,
     name: String,
 }
+
+impl CommInfo {
+    /// Bytes its entry takes in a file.
+    fn file_len(&self) -> usize {
+        TRACE_COMM_LEN + self.name.len().min(MAX_TRACE_STR)
+    }
+
+    fn same_shape(&self, o: &CommInfo) -> bool {
+        (self.n_nodes, self.n_ranks, self.rank) == (o.n_nodes, o.n_ranks, o.rank)
+    }
+
+    fn file_entry(&self) -> TraceComm<'_> {
+        TraceComm {
+            comm_id: self.comm_id,
+            n_nodes: self.n_nodes.max(1).min(self.n_ranks.max(1)),
+            n_ranks: self.n_ranks.max(1),
+            rank: self.rank.min(self.n_ranks.max(1) - 1),
+            name: &self.name,
+        }
+    }
+}
+
+/// What finalized communicators may add to a file: with the live
+/// tables' most ([`BINS`] records, [`MAX_COMMS`] entries with the
+/// longest names) and the header, a file stays under the format's 1 MiB.
+const ARCHIVE_BUDGET: usize = 512 << 10;
+const _: () = assert!(
+    ARCHIVE_BUDGET
+        + BINS * TRACE_RECORD_LEN
+        + MAX_COMMS * (TRACE_COMM_LEN + MAX_TRACE_STR)
+        + TRACE_HEADER_LEN
+        + 2 * MAX_TRACE_STR
+        <= MAX_TRACE_LEN
+);
 
 struct Process {
     dir: Option<PathBuf>,
@@ -804,7 +877,19 @@ struct Process {
     abi: u8,
     table_digest: Option<u64>,
     log: Logger,
-    comms: Vec<CommInfo>,
+    /// The communicators recording now, by bin-key slot: a finalized one
+    /// frees its slot ([`retire`]).
+    live: [Option<CommInfo>; MAX_COMMS],
+    /// Finalized communicators, in the file before the live ones.
+    finished: Vec<CommInfo>,
+    /// Their records (`comm`: the index in `finished`).
+    archive: Vec<TraceRecord>,
+    /// Bytes `finished` and `archive` add to a file.
+    archive_bytes: usize,
+    /// Communicators not recorded because [`MAX_COMMS`] were recording at
+    /// once, and how many of them a WARN has counted.
+    refused: u64,
+    refused_said: u64,
     /// `CHANGES` when the file was last written; `None` before.
     written_at: Option<u64>,
     /// The process that recorded: a child forked after NCCL started
@@ -815,19 +900,120 @@ struct Process {
     nonce: u64,
 }
 
-static PROCESS: Mutex<Process> = Mutex::new(Process {
-    dir: None,
-    host: String::new(),
-    job: String::new(),
-    nccl_version: 0,
-    abi: 0,
-    table_digest: None,
-    log: Logger(None),
-    comms: Vec::new(),
-    written_at: None,
-    pid: 0,
-    nonce: 0,
-});
+impl Process {
+    const fn new() -> Process {
+        Process {
+            dir: None,
+            host: String::new(),
+            job: String::new(),
+            nccl_version: 0,
+            abi: 0,
+            table_digest: None,
+            log: Logger(None),
+            live: [const { None }; MAX_COMMS],
+            finished: Vec::new(),
+            archive: Vec::new(),
+            archive_bytes: 0,
+            refused: 0,
+            refused_said: 0,
+            written_at: None,
+            pid: 0,
+            nonce: 0,
+        }
+    }
+
+    /// Keeps a finalized communicator's records for every later file: as
+    /// an entry of its own while [`ARCHIVE_BUDGET`] allows; merged into a
+    /// finalized entry of the same id and shape (the compiler reads those
+    /// as one communicator anyway) or, past the budget, of the same
+    /// shape; records that fit nowhere are counted as dropped.
+    fn archive_comm(&mut self, info: CommInfo, recs: Vec<TraceRecord>) {
+        let same_id = self
+            .finished
+            .iter()
+            .position(|f| f.comm_id == info.comm_id && f.same_shape(&info));
+        let need = info.file_len() + recs.len() * TRACE_RECORD_LEN;
+        let target = match same_id {
+            Some(t) => Some(t),
+            None if self.archive_bytes + need <= ARCHIVE_BUDGET => {
+                self.archive_bytes += info.file_len();
+                self.finished.push(info);
+                Some(self.finished.len() - 1)
+            }
+            None => self.finished.iter().position(|f| f.same_shape(&info)),
+        };
+        let Some(t) = target else {
+            let lost = recs.iter().map(|r| r.count).sum::<u64>();
+            DROPPED_TABLE_FULL.fetch_add(lost, Ordering::Relaxed);
+            return;
+        };
+        let t = t as u16;
+        let mut at: std::collections::HashMap<[u64; 2], usize> = self
+            .archive
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.comm == t)
+            .map(|(i, r)| (record_key(r), i))
+            .collect();
+        for mut r in recs {
+            r.comm = t;
+            if let Some(&i) = at.get(&record_key(&r)) {
+                merge_record(&mut self.archive[i], &r);
+            } else if self.archive_bytes + TRACE_RECORD_LEN <= ARCHIVE_BUDGET {
+                at.insert(record_key(&r), self.archive.len());
+                self.archive.push(r);
+                self.archive_bytes += TRACE_RECORD_LEN;
+            } else {
+                DROPPED_TABLE_FULL.fetch_add(r.count, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Moves communicator slot `comm`'s records out of the bins (it sends no
+/// more events), leaving tombstones the next keys take.
+fn take_bins(comm: u8) -> Vec<TraceRecord> {
+    let mut recs = Vec::new();
+    for b in &BIN_TABLE {
+        let k = b.key.load(Ordering::Acquire);
+        if k & KEY_VALID == 0 || Key(k).comm() != comm {
+            continue;
+        }
+        recs.extend(Key(k).record(b));
+        // Zeroed before the key is freed (Release), so whoever claims the
+        // bin next (Acquire) starts from zero.
+        for a in [&b.count, &b.sum_ln, &b.sum_ln2, &b.min_inv, &b.max] {
+            a.store(0, Ordering::Relaxed);
+        }
+        b.key.store(TOMBSTONE, Ordering::Release);
+    }
+    recs
+}
+
+/// What tells two records of one communicator apart.
+fn record_key(r: &TraceRecord) -> [u64; 2] {
+    [
+        r.n_bytes,
+        (r.comm as u64) << 40
+            | (r.coll as u64) << 32
+            | (r.algo as u64) << 24
+            | (r.proto as u64) << 16
+            | (r.channels as u64) << 8
+            | r.source as u64,
+    ]
+}
+
+/// Adds `b`'s collectives to `a` (same communicator, collective, size,
+/// setting and source).
+fn merge_record(a: &mut TraceRecord, b: &TraceRecord) {
+    a.count = a.count.saturating_add(b.count);
+    a.sum_ln += b.sum_ln;
+    a.sum_ln2 += b.sum_ln2;
+    a.min_ns = a.min_ns.min(b.min_ns);
+    a.max_ns = a.max_ns.max(b.max_ns);
+}
+
+static PROCESS: Mutex<Process> = Mutex::new(Process::new());
 
 /// One WARN per process for a failed write, one for tracing off.
 static WARNED_WRITE: AtomicBool = AtomicBool::new(false);
@@ -870,13 +1056,24 @@ pub struct CommFacts<'a> {
     pub nccl_version: u32,
 }
 
-/// Registers a recording communicator (profiler init). Err(why) when the
-/// process already records [`MAX_COMMS`].
-pub fn register(dir: &Path, facts: CommFacts<'_>, log: Logger) -> Result<Recording, &'static str> {
+/// Why [`register`] refused a communicator.
+#[derive(Debug)]
+pub struct Refused {
+    /// The first refusal in this process (later ones are counted, and
+    /// said once with their number: see [`retire`]).
+    pub first: bool,
+}
+
+/// Registers a recording communicator (profiler init). Refused when
+/// [`MAX_COMMS`] are recording at once (a finalized one frees its slot).
+pub fn register(dir: &Path, facts: CommFacts<'_>, log: Logger) -> Result<Recording, Refused> {
     let mut p = lock();
-    if p.comms.len() >= MAX_COMMS {
-        return Err("this process already records 64 communicators");
-    }
+    let Some(slot) = p.live.iter().position(Option::is_none) else {
+        p.refused += 1;
+        return Err(Refused {
+            first: p.refused == 1,
+        });
+    };
     if p.dir.is_none() {
         p.pid = std::process::id();
         p.nonce = load_nonce();
@@ -889,16 +1086,41 @@ pub fn register(dir: &Path, facts: CommFacts<'_>, log: Logger) -> Result<Recordi
     if p.log.0.is_none() {
         p.log = log;
     }
-    p.comms.push(CommInfo {
+    p.live[slot] = Some(CommInfo {
         comm_id: facts.comm_id,
         n_nodes: facts.n_nodes,
         n_ranks: facts.n_ranks,
         rank: facts.rank,
         name: facts.name.to_owned(),
     });
-    Ok(Recording {
-        comm: (p.comms.len() - 1) as u8,
-    })
+    Ok(Recording { comm: slot as u8 })
+}
+
+/// A recording communicator's profiler finalized (NCCL sends it no more
+/// events): its collectives still in flight are counted as untimed
+/// ([`reclaim`]), its records move out of the bins into the process's
+/// archive (every later file still holds them) and its slot and bins are
+/// free for the next communicator. When the last recording communicator
+/// goes and some were refused since the last such WARN, one WARN says how
+/// many. Init and finalize only: takes the process lock, allocates.
+pub fn retire(comm: u8) {
+    reclaim(comm);
+    let mut p = lock();
+    let Some(info) = p.live.get_mut(comm as usize).and_then(Option::take) else {
+        return;
+    };
+    let recs = take_bins(comm);
+    p.archive_comm(info, recs);
+    if p.live.iter().all(Option::is_none) && p.refused > p.refused_said {
+        let n = p.refused - p.refused_said;
+        p.refused_said = p.refused;
+        p.log.warn(format_args!(
+            "dyncc: {n} communicator{} of this process {} not traced: {MAX_COMMS} were \
+             recording at the time (the most at once); the job went on",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "was" } else { "were" },
+        ));
+    }
 }
 
 fn hostname() -> String {
@@ -981,13 +1203,12 @@ pub fn flush(try_only: bool) {
     let (path, tmp) = file_names(&dir, &p.host, pid, p.nonce);
     match write_file(&p, &path, &tmp, pid) {
         Ok(()) => p.written_at = Some(changes),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+        Err((failed, e)) => {
             // Do not try again for every finalize: one WARN, and later
             // writes only when something new happened.
             p.written_at = Some(changes);
             if !WARNED_WRITE.swap(true, Ordering::Relaxed) {
-                let shown = path.to_string_lossy();
+                let shown = failed.to_string_lossy();
                 p.log.warn(format_args!(
                     "dyncc: cannot write trace file {}: {}; the job goes on without this \
                      process's trace (check that DYNCC_TRACE names a writable directory with \
@@ -1000,27 +1221,46 @@ pub fn flush(try_only: bool) {
     }
 }
 
-fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result<()> {
-    let comms: Vec<TraceComm<'_>> = p
-        .comms
-        .iter()
-        .map(|c| TraceComm {
-            comm_id: c.comm_id,
-            n_nodes: c.n_nodes.max(1).min(c.n_ranks.max(1)),
-            n_ranks: c.n_ranks.max(1),
-            rank: c.rank.min(c.n_ranks.max(1) - 1),
-            name: &c.name,
-        })
-        .collect();
-    let records: Vec<TraceRecord> = BIN_TABLE
-        .iter()
-        .filter_map(|b| {
-            let k = b.key.load(Ordering::Acquire);
-            (k != 0).then_some(())?;
-            Key(k).record(b)
-        })
-        .filter(|r| (r.comm as usize) < comms.len())
-        .collect();
+/// Writes the file: whole to `tmp` (created here, never an entry that
+/// was there), then renamed over `path`. On failure, the path that failed
+/// (`tmp` when it could not be created or written, `path` when the file
+/// could not be encoded or renamed) and why; a `tmp` this call created is
+/// removed, anything else left alone.
+fn write_file(
+    p: &Process,
+    path: &Path,
+    tmp: &Path,
+    pid: u32,
+) -> Result<(), (PathBuf, std::io::Error)> {
+    // Finalized communicators first, then the live ones by slot.
+    let mut comms: Vec<TraceComm<'_>> = p.finished.iter().map(CommInfo::file_entry).collect();
+    let mut index = [None; MAX_COMMS];
+    for (slot, c) in p.live.iter().enumerate() {
+        if let Some(c) = c {
+            index[slot] = Some(comms.len() as u16);
+            comms.push(c.file_entry());
+        }
+    }
+    let mut records = p.archive.clone();
+    // A key claimed twice (a retire racing a claim) is one record.
+    let mut seen: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+    for b in &BIN_TABLE {
+        let k = b.key.load(Ordering::Acquire);
+        if k & KEY_VALID == 0 {
+            continue;
+        }
+        let (Some(ci), Some(mut r)) = (index[Key(k).comm() as usize], Key(k).record(b)) else {
+            continue;
+        };
+        r.comm = ci;
+        match seen.get(&k) {
+            Some(&i) => merge_record(&mut records[i], &r),
+            None => {
+                seen.insert(k, records.len());
+                records.push(r);
+            }
+        }
+    }
     let head = TraceHead {
         profiler_abi: p.abi,
         table_digest: p.table_digest,
@@ -1032,7 +1272,8 @@ fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result
         dropped_pool_full: DROPPED_POOL_FULL.load(Ordering::Relaxed),
         untimed: UNTIMED.load(Ordering::Relaxed),
     };
-    let bytes = encode(&head, &comms, &records).map_err(std::io::Error::other)?;
+    let bytes = encode(&head, &comms, &records)
+        .map_err(|e| (path.to_path_buf(), std::io::Error::other(e)))?;
     // create_new (O_EXCL): a file, link or FIFO already at the temporary
     // name is an error, never opened (a FIFO would block the open, inside
     // ncclCommDestroy); O_NONBLOCK besides, for the same reason.
@@ -1041,8 +1282,14 @@ fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result
         .create_new(true)
         .mode(0o644)
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(tmp)?;
-    f.write_all(&bytes)?;
+        .open(tmp)
+        .map_err(|e| (tmp.to_path_buf(), e))?;
+    // From here the temporary is this call's own: removed on failure.
+    let undo = |at: &Path, e| {
+        let _ = std::fs::remove_file(tmp);
+        (at.to_path_buf(), e)
+    };
+    f.write_all(&bytes).map_err(|e| undo(tmp, e))?;
     drop(f);
     // Atomic on POSIX file systems: readers see the old file or the new,
     // whenever the process dies. No fsync: it would hold the process lock
@@ -1050,7 +1297,7 @@ fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result
     // takes, and it only guards against the machine crashing, after which
     // a lost or (on a file system that reorders rename before data) torn
     // trace is rejected by its checksum and the job's other files remain.
-    std::fs::rename(tmp, path)
+    std::fs::rename(tmp, path).map_err(|e| undo(path, e))
 }
 
 /// Whether `dir` is a directory this process can create files in.
@@ -1076,7 +1323,9 @@ extern "C" fn flush_at_exit() {
         flush(true);
         // At dlclose the statics are unmapped next: free what they own.
         if let Ok(mut p) = PROCESS.try_lock() {
-            p.comms = Vec::new();
+            p.live = [const { None }; MAX_COMMS];
+            p.finished = Vec::new();
+            p.archive = Vec::new();
             p.host = String::new();
             p.job = String::new();
             p.dir = None;
@@ -1363,18 +1612,14 @@ mod tests {
         let p = Process {
             dir: Some(d.path().to_path_buf()),
             host: "h".into(),
-            job: String::new(),
-            nccl_version: 0,
             abi: 6,
-            table_digest: None,
-            log: Logger(None),
-            comms: Vec::new(),
-            written_at: None,
             pid: 7,
             nonce: 0xabc,
+            ..Process::new()
         };
-        let e = write_file(&p, &path, &tmp, 7).unwrap_err();
+        let (at, e) = write_file(&p, &path, &tmp, 7).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists, "{e}");
+        assert_eq!(at, tmp, "the path that failed");
         assert!(!path.exists());
         assert!(tmp
             .file_name()
@@ -1382,5 +1627,120 @@ mod tests {
             .to_str()
             .unwrap()
             .ends_with("-7-0000000000000abc.trace.tmp"));
+    }
+
+    /// A finalized communicator's bins are moved out whole and become
+    /// tombstones: the same keys of the slot's next communicator start
+    /// from zero in one bin each (not merged with the old ones, not
+    /// claimed twice), and the table does not fill up with the dead.
+    #[test]
+    fn retired_bins_are_moved_out_and_taken_again() {
+        let key = |n| {
+            Key::new(
+                60,
+                Coll::AllReduce,
+                n,
+                Algo::Ring,
+                Proto::LL,
+                2,
+                Source::Nccl,
+            )
+            .unwrap()
+        };
+        let used = || {
+            BIN_TABLE
+                .iter()
+                .filter(|b| b.key.load(Ordering::Relaxed) != 0)
+                .count()
+        };
+        let before = used();
+        for round in 0..50u64 {
+            for n in 1..=20u64 {
+                for _ in 0..n {
+                    aggregate(key(n * 1000 + round % 2), 100 * n);
+                }
+            }
+            let mut recs = take_bins(60);
+            recs.sort_by_key(|r| r.n_bytes);
+            assert_eq!(recs.len(), 20, "round {round}");
+            for (i, r) in recs.iter().enumerate() {
+                let n = i as u64 + 1;
+                assert_eq!((r.count, r.min_ns, r.max_ns), (n, 100 * n, 100 * n));
+            }
+        }
+        // Two rounds' keys at most, whatever the other tests add.
+        assert!(used() <= before + 40 + 3 * 64, "{} -> {}", before, used());
+    }
+
+    fn info(id: u64, nodes: u32) -> CommInfo {
+        CommInfo {
+            comm_id: id,
+            n_nodes: nodes,
+            n_ranks: 8,
+            rank: 0,
+            name: "c".into(),
+        }
+    }
+
+    fn rec(n_bytes: u64, count: u64) -> TraceRecord {
+        TraceRecord {
+            comm: 0,
+            coll: Coll::AllReduce,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 4,
+            source: Source::Nccl,
+            n_bytes,
+            count,
+            sum_ln: count as f64 * 15f64.ln(),
+            sum_ln2: count as f64 * 15f64.ln().powi(2),
+            min_ns: 10,
+            max_ns: 20,
+        }
+    }
+
+    /// Finalized communicators keep an entry of their own while the
+    /// budget allows; one with the id and shape of a finalized entry is
+    /// merged into it; past the budget a communicator merges into one of
+    /// its shape, and with none its collectives are counted as dropped.
+    /// Nothing is lost silently and the file stays under 1 MiB.
+    #[test]
+    fn finalized_communicators_are_kept_within_the_budget() {
+        let mut p = Process::new();
+        p.archive_comm(info(1, 1), vec![rec(64, 3), rec(128, 1)]);
+        p.archive_comm(info(2, 1), vec![rec(64, 2)]);
+        p.archive_comm(info(1, 1), vec![rec(64, 5), rec(256, 1)]);
+        assert_eq!(p.finished.len(), 2);
+        let of = |p: &Process, c: u16, n: u64| {
+            p.archive
+                .iter()
+                .find(|r| r.comm == c && r.n_bytes == n)
+                .map(|r| r.count)
+        };
+        assert_eq!(of(&p, 0, 64), Some(8));
+        assert_eq!(of(&p, 0, 256), Some(1));
+        assert_eq!(of(&p, 1, 64), Some(2));
+        // Fill the budget with 2-node communicators of many records.
+        let big: Vec<TraceRecord> = (0..1000).map(|i| rec(i * 8 + 8, 1)).collect();
+        let mut id = 100;
+        while p.archive_bytes + 1000 * TRACE_RECORD_LEN + 64 <= ARCHIVE_BUDGET {
+            p.archive_comm(info(id, 2), big.clone());
+            id += 1;
+        }
+        let entries = p.finished.len();
+        p.archive_comm(info(id, 2), big.clone());
+        assert_eq!(p.finished.len(), entries, "merged by shape");
+        let dropped = DROPPED_TABLE_FULL.load(Ordering::Relaxed);
+        p.archive_comm(info(id + 1, 64), big.clone());
+        assert_eq!(p.finished.len(), entries, "no 64-node entry to merge into");
+        assert!(DROPPED_TABLE_FULL.load(Ordering::Relaxed) >= dropped + 1000);
+        assert!(p.archive_bytes <= ARCHIVE_BUDGET);
+        let comms: Vec<_> = p.finished.iter().map(CommInfo::file_entry).collect();
+        let head = TraceHead {
+            profiler_abi: 6,
+            ..TraceHead::default()
+        };
+        let bytes = encode(&head, &comms, &p.archive).unwrap();
+        assert!(bytes.len() <= MAX_TRACE_LEN);
     }
 }

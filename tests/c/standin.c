@@ -25,6 +25,16 @@
  *                     events back until QLEN collectives were launched
  *         ownchannels as finalize, but NCCL runs 4 channels whatever the tuner
  *                     asked (a forced channel count not honoured)
+ *         seqcomms    STANDIN_COMMS (default 100) communicators (ids COMM_ID + k)
+ *                     one after another: init, CALLS collectives, finalize
+ *         livecomms   as seqcomms, but every communicator stays alive until all
+ *                     ran; then all are finalized, in order
+ *         chdir       as finalize, but the process changes its working directory
+ *                     to STANDIN_CHDIR before finalizing (a relative DYNCC_TRACE)
+ *         tmplink     as finalize (its trace file written), then a symbolic link
+ *                     to STANDIN_LINK_TARGET is made at the file's temporary name
+ *                     and a second round (new sizes) is run and finalized: its
+ *                     write must fail, naming the temporary, and leave the link
  * DYNCC_TEST_INITIAL_MASK: NCCL's process-wide event mask before the first
  * init (default 0); every init is handed that one int.
  * With STANDIN_AGGREGATE set, every 7th call is two AllReduce tasks NCCL
@@ -37,6 +47,7 @@
  * "INFO ..."). */
 #include "standin_core.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,8 +115,9 @@ static void *host_thread(void *arg) {
   return NULL;
 }
 
-static void run_round(int finalize) {
-  static rank_state ranks[NRANKS];
+/* Runs `ranks` (NRANKS of them) of `comm` through CALLS collectives;
+ * finalizes them if `finalize`. */
+static void run_comm(rank_state *ranks, int finalize) {
   for (int i = 0; i < NRANKS; i++) {
     rank_state *r = &ranks[i];
     memset(r, 0, sizeof *r);
@@ -120,6 +132,47 @@ static void run_round(int finalize) {
     exit(2);
   }
   core_finalize_ranks(ranks, NRANKS);
+}
+
+static void run_round(int finalize) {
+  static rank_state ranks[NRANKS];
+  run_comm(ranks, finalize);
+}
+
+/* seqcomms and livecomms: n communicators, one after another. */
+static void run_comms(int n, int live) {
+  rank_state *all = calloc((size_t)n * NRANKS, sizeof(rank_state));
+  if (!all) {
+    fprintf(stderr, "standin: out of memory\n");
+    exit(2);
+  }
+  for (int k = 0; k < n; k++) {
+    comm.id = COMM_ID + (uint64_t)k;
+    run_comm(&all[k * NRANKS], !live);
+  }
+  for (int k = 0; live && k < n; k++) core_finalize_ranks(&all[k * NRANKS], NRANKS);
+  free(all);
+}
+
+/* tmplink: a symbolic link at the temporary name of the one trace file
+ * in DYNCC_TRACE (".NAME.tmp"). */
+static void link_tmp(void) {
+  const char *dir = getenv("DYNCC_TRACE");
+  const char *target = getenv("STANDIN_LINK_TARGET");
+  DIR *d = dir && target ? opendir(dir) : NULL;
+  struct dirent *e;
+  while (d && (e = readdir(d))) {
+    size_t len = strlen(e->d_name);
+    if (e->d_name[0] == '.' || len < 6 || strcmp(e->d_name + len - 6, ".trace") != 0) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.%s.tmp", dir, e->d_name);
+    if (symlink(target, path) != 0) break;
+    printf("linked %s\n", path);
+    closedir(d);
+    return;
+  }
+  fprintf(stderr, "standin: no trace file to link beside in %s\n", dir ? dir : "(unset)");
+  exit(2);
 }
 
 int main(int argc, char **argv) {
@@ -137,6 +190,32 @@ int main(int argc, char **argv) {
       run_round(1);
       printf("round %d\n", round_no);
     }
+  }
+  if (strcmp(mode, "seqcomms") == 0 || strcmp(mode, "livecomms") == 0) {
+    const char *n = getenv("STANDIN_COMMS");
+    run_comms(n ? atoi(n) : 100, mode[0] == 'l');
+    core_unload();
+    return 0;
+  }
+  if (strcmp(mode, "chdir") == 0) {
+    static rank_state ranks[NRANKS];
+    run_comm(ranks, 0);
+    const char *to = getenv("STANDIN_CHDIR");
+    if (!to || chdir(to) != 0) {
+      perror("standin: chdir STANDIN_CHDIR");
+      exit(2);
+    }
+    core_finalize_ranks(ranks, NRANKS);
+    core_unload();
+    return 0;
+  }
+  if (strcmp(mode, "tmplink") == 0) {
+    run_round(1);
+    link_tmp();
+    round_no = 1;
+    run_round(1);
+    core_unload();
+    return 0;
   }
   lose_dir = strcmp(mode, "lostdir") == 0;
   hold_kernels = strcmp(mode, "nchan0") == 0;
