@@ -778,6 +778,28 @@ fn the_standin_is_clean_under_valgrind() {
         .unwrap();
     let stdout = stdout_of(&out, &args);
     check_trace(&s, &stdout, 6, false);
+    // Communicators that come and go (slots reused, records archived,
+    // the archive freed when the library is unloaded).
+    std::fs::remove_file(&s.trace_files()[0]).unwrap();
+    let args = ["6", "5", "seqcomms"];
+    let out = s
+        .command(
+            &[
+                "valgrind",
+                "--error-exitcode=99",
+                "--leak-check=full",
+                "--errors-for-leak-kinds=definite,indirect,possible",
+                "--quiet",
+            ],
+            &args,
+            Some(&s.traces),
+        )
+        .env("STANDIN_COMMS", "70")
+        .output()
+        .unwrap();
+    stdout_of(&out, &args);
+    let t_bytes = only_trace(&s);
+    assert_eq!(Trace::from_bytes(&t_bytes).unwrap().comms().count(), 70);
 }
 
 /// `make install` puts the library under both names NCCL looks for, the

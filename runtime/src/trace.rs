@@ -1343,6 +1343,8 @@ mod tests {
 
     /// The pool is process-wide: tests that fill or count it take turns.
     static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    /// So are the bins: tests that count them or add many take turns.
+    static BIN_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     const FORCE: Decision = Decision::Force {
         algo: Algo::Tree,
@@ -1635,6 +1637,7 @@ mod tests {
     /// claimed twice), and the table does not fill up with the dead.
     #[test]
     fn retired_bins_are_moved_out_and_taken_again() {
+        let _bins = BIN_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let key = |n| {
             Key::new(
                 60,
@@ -1742,5 +1745,63 @@ mod tests {
         };
         let bytes = encode(&head, &comms, &p.archive).unwrap();
         assert!(bytes.len() <= MAX_TRACE_LEN);
+    }
+
+    /// One communicator finalizing (its bins moved out, tombstones left)
+    /// while another records on two threads: the other loses and gains
+    /// nothing (a key claimed twice in the race is merged, as the writer
+    /// does), and each retire moves out exactly what was added.
+    #[test]
+    fn retiring_one_communicator_while_another_records_loses_nothing() {
+        let _bins = BIN_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let key = |comm, n| {
+            Key::new(
+                comm,
+                Coll::Broadcast,
+                n,
+                Algo::Tree,
+                Proto::LL128,
+                8,
+                Source::Table,
+            )
+            .unwrap()
+        };
+        const PER_THREAD: u64 = 30_000;
+        const KEYS: u64 = 300;
+        let writers: Vec<_> = (0..2)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for i in 0..PER_THREAD {
+                        aggregate(key(57, 64 * (i % KEYS + 1)), 1000);
+                    }
+                })
+            })
+            .collect();
+        let retirer = std::thread::spawn(move || {
+            for round in 0..100u64 {
+                for n in 0..KEYS {
+                    aggregate(key(56, 8 * (n + round % 3 + 1)), 7);
+                }
+                let recs = take_bins(56);
+                assert_eq!(recs.iter().map(|r| r.count).sum::<u64>(), KEYS);
+            }
+        });
+        for w in writers {
+            w.join().unwrap();
+        }
+        retirer.join().unwrap();
+        let mut per_key: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        for b in &BIN_TABLE {
+            let k = b.key.load(Ordering::Acquire);
+            if k & KEY_VALID != 0 && Key(k).comm() == 57 {
+                *per_key.entry(k).or_default() += b.count.load(Ordering::Acquire);
+            }
+        }
+        assert_eq!(per_key.len() as u64, KEYS);
+        assert!(per_key.values().all(|&c| c == 2 * PER_THREAD / KEYS));
+        assert_eq!(
+            take_bins(57).iter().map(|r| r.count).sum::<u64>(),
+            2 * PER_THREAD
+        );
     }
 }
