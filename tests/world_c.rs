@@ -338,11 +338,14 @@ fn a_table_from_the_same_shape_beats_nccl_and_ranks_agree() {
     }
 }
 
-/// A table compiled from a sparse sweep (1, 2, 8 nodes) in a round at 4
-/// nodes with `DYNCC_EXPLORE=0.02`: ranks agree on every call (2 and 3
-/// ranks), the trace records explored calls, and exploration costs at
-/// most 1 % of the round's collective time against the same round (same
-/// noise seed) without it.
+/// A table compiled from a sparse sweep (1, 2, 8 nodes) in rounds at 4
+/// nodes with `DYNCC_EXPLORE=0.02`, one per job (each job its own
+/// commHash): ranks agree on every call (2 and 3 ranks); the trace records
+/// explored calls; a job explores a shape on every call there or none (the
+/// cells are drawn per communicator at init); and exploration's cost,
+/// against the same round (same noise seed) without it, averaged over the
+/// jobs, is within the budget F (what exploration promises: the expected
+/// extra time, over communicators, at most F).
 #[test]
 fn exploring_at_a_skipped_node_count_agrees_records_and_stays_in_budget() {
     let dir = tempfile::tempdir().unwrap();
@@ -353,51 +356,70 @@ fn exploring_at_a_skipped_node_count_agrees_records_and_stays_in_budget() {
     compile(&counts, &table);
     let truth = sim.join("truth.csv");
     let calls = 500;
-    let base_env = [
-        ("WORLD_SEED", "7"),
-        ("WORLD_NCCL_VERSION", SIMULATED_NCCL),
-        ("DYNCC_TABLE", table.to_str().unwrap()),
-    ];
-    let plain = run_world(&truth, 4, PPN, calls, &base_env);
-    assert_eq!(plain.summary.disagreements, 0);
-    for ranks in ["2", "3"] {
-        let traces = dir.path().join(format!("traces-{ranks}"));
-        std::fs::create_dir(&traces).unwrap();
-        let mut env = base_env.to_vec();
-        env.extend([
-            ("WORLD_RANKS", ranks),
-            ("DYNCC_EXPLORE", "0.02"),
-            ("DYNCC_TRACE", traces.to_str().unwrap()),
-        ]);
-        let r = run_world(&truth, 4, PPN, calls, &env);
-        assert_eq!(r.summary.disagreements, 0, "{ranks} ranks: {}", r.stdout);
-        assert!(r.warns().is_empty(), "{}", r.stdout);
-        let files = trace_files(&traces);
-        assert_eq!(files.len(), 1, "{files:?}");
-        let bytes = std::fs::read(&files[0]).unwrap();
-        let t = Trace::from_bytes(&bytes).unwrap();
-        let mut explored_at = std::collections::BTreeMap::<u64, u64>::new();
-        for rec in t.records().filter(|rec| rec.source == Source::Explore) {
-            *explored_at.entry(rec.n_bytes).or_default() += rec.count;
+    let jobs = 8;
+    let (mut extra_sum, mut explored_jobs) = (0.0, 0);
+    for job in 0..jobs {
+        let job = job.to_string();
+        let base_env = [
+            ("WORLD_SEED", "7"),
+            ("WORLD_NCCL_VERSION", SIMULATED_NCCL),
+            ("DYNCC_TABLE", table.to_str().unwrap()),
+            ("WORLD_JOB", job.as_str()),
+        ];
+        let plain = run_world(&truth, 4, PPN, calls, &base_env);
+        assert_eq!(plain.summary.disagreements, 0);
+        for ranks in ["2", "3"] {
+            let traces = dir.path().join(format!("traces-{job}-{ranks}"));
+            std::fs::create_dir(&traces).unwrap();
+            let mut env = base_env.to_vec();
+            env.extend([
+                ("WORLD_RANKS", ranks),
+                ("DYNCC_EXPLORE", "0.02"),
+                ("DYNCC_TRACE", traces.to_str().unwrap()),
+            ]);
+            let r = run_world(&truth, 4, PPN, calls, &env);
+            assert_eq!(r.summary.disagreements, 0, "{ranks} ranks: {}", r.stdout);
+            assert!(r.warns().is_empty(), "{}", r.stdout);
+            let files = trace_files(&traces);
+            assert_eq!(files.len(), 1, "{files:?}");
+            let bytes = std::fs::read(&files[0]).unwrap();
+            let t = Trace::from_bytes(&bytes).unwrap();
+            let mut explored_at = std::collections::BTreeMap::<u64, u64>::new();
+            for rec in t.records().filter(|rec| rec.source == Source::Explore) {
+                *explored_at.entry(rec.n_bytes).or_default() += rec.count;
+            }
+            for (&n_bytes, &n) in &explored_at {
+                assert_eq!(
+                    n,
+                    u64::from(calls),
+                    "{n_bytes}: {n} of {calls} calls explored"
+                );
+            }
+            let extra = r.summary.ran_us / plain.summary.ran_us - 1.0;
+            eprintln!(
+                "job {job}, {ranks} ranks, DYNCC_EXPLORE=0.02: {} sizes explored, round {:.1} us vs {:.1} us without: {:+.3} %",
+                explored_at.len(),
+                r.summary.ran_us,
+                plain.summary.ran_us,
+                100.0 * extra
+            );
+            if ranks == "2" {
+                extra_sum += extra;
+                explored_jobs += usize::from(!explored_at.is_empty());
+            }
         }
-        assert!(!explored_at.is_empty(), "no explore records");
-        for (&n_bytes, &n) in &explored_at {
-            assert!(n <= 10, "{n_bytes}: {n} of {calls} calls explored");
-        }
-        let extra = r.summary.ran_us / plain.summary.ran_us - 1.0;
-        eprintln!(
-            "{ranks} ranks, DYNCC_EXPLORE=0.02: {} explored calls, round {:.1} us vs {:.1} us without: {:+.3} %",
-            explored_at.values().sum::<u64>(),
-            r.summary.ran_us,
-            plain.summary.ran_us,
-            100.0 * extra
-        );
-        assert!(
-            extra.abs() <= 0.01,
-            "exploration changed the round by {:+.3} %",
-            100.0 * extra
-        );
     }
+    assert!(explored_jobs > 0, "no job explored anything");
+    let mean = extra_sum / f64::from(jobs);
+    eprintln!(
+        "{explored_jobs} of {jobs} jobs explored; mean cost {:+.3} % of a round",
+        100.0 * mean
+    );
+    assert!(
+        mean <= 0.02,
+        "exploration cost {:+.3} % of a round on average",
+        100.0 * mean
+    );
 }
 
 /// The same WORLD_SEED draws the same GPU times (so rounds compare), and

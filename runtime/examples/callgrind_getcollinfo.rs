@@ -117,7 +117,7 @@ fn table_bytes() -> Vec<u8> {
 fn explore_share() -> Option<Share> {
     std::env::var("DYNCC_EXPLORE")
         .ok()
-        .and_then(|v| Share::parse(&v))
+        .and_then(|v| Share::parse(&v).ok())
 }
 
 /// `bytes`'s contexts with every rule interpolated (nothing confirmed).

@@ -1,92 +1,146 @@
-//! Exploration (`DYNCC_EXPLORE=F`): on at most a share F of the calls at a
-//! shape (communicator, collective, size bucket) whose answer the table
-//! could not confirm at this communicator's node count, run another
-//! setting, so traces measure it where jobs really run.
+//! Exploration (`DYNCC_EXPLORE=F`): where the table could not confirm its
+//! answer at this communicator's node count, some communicators run
+//! another setting at that (collective, size bucket) cell, so traces
+//! measure it where jobs really run.
 //!
-//! Two kinds of shape explore, both read from what the table already
-//! stores (each rule's decision, basis and gain; contexts' node ranges):
+//! # What may be tried (the candidates)
 //!
-//! * the rule forces a setting on a basis other than `measured`: the call
-//!   runs NCCL's own choice instead (nothing written), unless the rule's
-//!   predicted gain is above [`MAX_FORGONE_GAIN`];
+//! Read from what the table already stores (each rule's decision, basis
+//! and gain; contexts' node ranges and gates):
+//!
+//! * the rule forces a setting on a basis other than `measured`: NCCL's
+//!   own choice (nothing written), whatever the rule's predicted gain (a
+//!   confident guess is checked too; its large cost bound makes it rare);
 //! * the rule is NCCL's default on a basis other than `measured`, or no
-//!   context covers the communicator: the call runs what the collective's
-//!   nearest context by node count on either side forces at this size
-//!   (same ranks per node, same side of the one-node boundary, within a
-//!   factor [`NEIGHBOUR_FACTOR`] of its node range), if NCCL has not marked
-//!   it unavailable. Where the nearest context below and the nearest above
-//!   force different settings, picked turns alternate between them: the
-//!   two disagree exactly where a reading between them is least sure, and
-//!   only a measurement here tells which (if either) carries over.
+//!   context covers the communicator: what the collective's nearest
+//!   context by node count on either side forces at this size (same ranks
+//!   per node, same side of the one-node boundary, within a factor
+//!   [`NEIGHBOUR_FACTOR`] of its node range, not gated on `regBuff`).
+//!   Where the nearest forcing context below and the one above force
+//!   different settings, both are candidates: the two disagree exactly
+//!   where a reading between them is least sure.
 //!
-//! A measured rule never explores. The schedule is a per-(communicator
-//! context, collective, bucket) phase accumulator started from a hash of
-//! the shape: call k at the shape is picked iff
-//! `floor((k+1)F + h) > floor(kF + h)` (F rounded down to 32 bits), and a
-//! picked call explores if the probe applies to it (the table's answer is
-//! the kind the probe replaces, and the call is in the explored setting's
-//! call state), else that turn is skipped. So every rank of a communicator
-//! makes the same choice on every call (no clock, no randomness, nothing
-//! shared between ranks' contexts), and over any n calls at a shape at
-//! most `ceil(nF)` explore.
+//! A measured rule never explores, and neither does a collective whose
+//! own context is gated on `regBuff` (see "Rank consistency").
+//!
+//! # Who tries it (the selection)
+//!
+//! Per communicator, fixed at init: a 64-bit key (see [`key`]), and per
+//! cell a hash of (key, collective, bucket). The cell is explored by this
+//! communicator iff the hash's low 32 bits fall below `p x 2^32` with
+//! `p = min(1, F / c)`, `c` the candidate's cost bound; of two candidates,
+//! one hash bit picks which. An explored cell runs its probe on *every*
+//! call of this communicator at that cell (still skipping a setting NCCL
+//! marked unavailable, -1.0 cost, and only in the call state the setting
+//! was measured in); other cells never explore. Different communicators
+//! (jobs) draw different cells and candidates; each new table draws anew.
+//!
+//! # Budget
+//!
+//! `c` bounds the relative extra time of one explored call over the
+//! table's answer: for NCCL's choice at an unconfirmed forced rule,
+//! `max(gain - 1, MIN_COST)` (the table predicts the forced setting wins
+//! by `gain`, so NCCL's choice costs about `gain - 1` more; never assumed
+//! below [`MIN_COST`], since the prediction itself is unconfirmed); for a
+//! neighbour's setting the table stores no estimate, so an assumed bound
+//! [`NEIGHBOUR_COST`] (25 %, the loss the old per-call cap allowed). So at
+//! every cell the expected extra time, over the communicators that reach
+//! it, is `p x c <= F` of that cell's time, and over a job's collectives
+//! at most F in expectation. A cell whose `c` is large is explored by few
+//! communicators (a forced rule predicted to win 3x: `p = F / 2`).
+//!
+//! # Rank consistency
+//!
+//! What a call runs is a pure function of the key, the table, the
+//! communicator's shape and the call's collective, size and `numPipeOps`:
+//! nothing counts calls, reads a clock or differs per process. So every
+//! rank of a communicator makes the same choice on every call, whatever
+//! each rank's sequence of calls (an extra `getCollInfo` from
+//! `ncclGroupSimulateEnd` on one rank, a context created late). NCCL
+//! computes `regBuff` from the calling rank's own buffer registrations
+//! (runtime/README.md cites the source), so it can differ between ranks of
+//! one collective: exploration never depends on it (no candidate from a
+//! `regBuff`-gated context, no exploration under a `regBuff`-gated own
+//! context). `numPipeOps` is the group's collective count per channel,
+//! the same on every rank, and gates as the table does.
 
-use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use dyncc_tables::{
     pipe_ops_allowed, Basis, Coll, Decision, RegBuff, Specialised, Table, MAX_CHANNELS,
     NUM_BUCKETS, NUM_COLLS,
 };
 
-/// The largest share of calls exploration may take.
+/// The largest share F exploration may take.
 pub const MAX_SHARE: f64 = 0.1;
 
-/// Largest predicted gain of an unconfirmed forced rule for which a call
-/// still runs NCCL's own choice. A rule's gain is the table's estimate of
-/// `t_nccl / t_forced`, so an explored call expects to cost at most 25 %
-/// more than the table's answer and a whole job at most `F x 25 %` (0.5 %
-/// at the F = 0.02, half its 1 % budget, leaving room for the
-/// estimate itself being off; 2.5 % at the cap F = 0.1). Rules predicted
-/// to win by more are left alone: a measurement there is worth less than
-/// its cost.
-pub const MAX_FORGONE_GAIN: f32 = 1.25;
+/// The smallest cost bound assumed for a probe of NCCL's choice: the
+/// rule's gain is a prediction the table could not confirm, so a gain
+/// near 1 is not taken to mean the probe is free. At F >= 5 % every
+/// communicator explores such a cell.
+pub const MIN_COST: f64 = 0.05;
+
+/// The cost bound assumed for a neighbour's setting at an unconfirmed
+/// default rule: the table stores no estimate of that setting's loss at
+/// this node count, so a conservative 25 % (the loss the earlier per-call
+/// cap on forgone gains allowed).
+pub const NEIGHBOUR_COST: f64 = 0.25;
 
 /// How far (as a factor of node counts) a neighbouring context's forced
-/// setting may be carried to a communicator it does not cover. The table
-/// stores no estimate of that setting's loss at this node count, so the
-/// bound is on distance, and it is the compiler's own: `dyncc compile`
-/// forces a setting on every call up to `--node-reach` (default 8x) beyond
-/// the counts that measured it, so exploration tries one on at most a
-/// share F of the calls within the same reach; never across the one-node
-/// boundary. (It was 2x: in the loop tests, 8x found the gain at counts
-/// 2x-8x from anything forced, at no measurable extra cost.)
+/// setting may be carried to a communicator it does not cover: the
+/// compiler's own `--node-reach` (default 8x), so exploration tries a
+/// setting on some communicators within the reach the compiler forces
+/// settings on every call; never across the one-node boundary.
 pub const NEIGHBOUR_FACTOR: u64 = 8;
 
-/// `DYNCC_EXPLORE`: the share F as a 32-bit fixed-point step.
+/// `2^32`: the resolution of a cell's draw (its hash's low 32 bits).
+const DRAW: f64 = 4_294_967_296.0;
+
+/// `DYNCC_EXPLORE`: the share F.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Share {
-    /// `floor(F x 2^32)`: the phase advance per call (rounded down, so the
-    /// share explored is never above F).
-    step: u32,
-    /// F in parts per million, for messages.
-    ppm: u32,
+    /// F's bits (`f64::to_bits`), so the type stays `Eq`.
+    bits: u64,
+}
+
+/// Why a `DYNCC_EXPLORE` value is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadShare {
+    /// Not a number, or not in `(0, MAX_SHARE]`.
+    OutOfRange,
+    /// Positive but below [`Share::MIN`]: no cell could ever be drawn.
+    TooSmall,
 }
 
 impl Share {
-    /// Parses `DYNCC_EXPLORE`: a number with 0 < F <= [`MAX_SHARE`].
-    pub fn parse(v: &str) -> Option<Share> {
-        let f: f64 = v.trim().parse().ok()?;
+    /// The smallest F that can explore anything: `2^-32`, one step of a
+    /// cell's 32-bit draw. Below it `F x 2^32 < 1`, so even the cheapest
+    /// probe (`p = F / MIN_COST`, 20x F) is drawn with probability under
+    /// `2^-27`: never, for any fleet of jobs.
+    pub const MIN: f64 = 1.0 / DRAW;
+
+    /// Parses `DYNCC_EXPLORE`: a number with `Share::MIN <= F <=
+    /// MAX_SHARE`.
+    pub fn parse(v: &str) -> Result<Share, BadShare> {
+        let f: f64 = v.trim().parse().map_err(|_| BadShare::OutOfRange)?;
         if !(f > 0.0 && f <= MAX_SHARE) {
-            return None;
+            return Err(BadShare::OutOfRange);
         }
-        Some(Share {
-            step: (f * 4_294_967_296.0) as u32,
-            ppm: (f * 1e6).round() as u32,
-        })
+        if f < Share::MIN {
+            return Err(BadShare::TooSmall);
+        }
+        Ok(Share { bits: f.to_bits() })
     }
 
     /// F as a fraction.
     pub fn fraction(self) -> f64 {
-        f64::from(self.ppm) / 1e6
+        f64::from_bits(self.bits)
+    }
+
+    /// The chance a communicator explores a cell whose probe costs at
+    /// most `cost` (relative): `min(1, F / cost)`.
+    pub fn chance(self, cost: f64) -> f64 {
+        (self.fraction() / cost).min(1.0)
     }
 }
 
@@ -103,10 +157,37 @@ pub(crate) fn first_warning() -> bool {
     !WARNED.swap(true, Ordering::Relaxed)
 }
 
+/// The communicator's exploration key: the table's digest mixed with
+/// NCCL's communicator id (`commHash`, tuner v5/v6: the same on every
+/// rank, different per communicator), or without one (tuner v3/v4) with
+/// its shape (nRanks, nNodes), so every communicator of that shape
+/// explores alike under one table (still the same on every rank).
+pub fn key(digest: u64, comm_id: Option<u64>, n_ranks: u64, n_nodes: u64) -> u64 {
+    let who = match comm_id {
+        Some(id) => mix(id ^ 0x636F_6D6D_4861_7368), // "commHash"
+        None => mix(mix(n_ranks ^ 0x7368_6170_6552_616E).wrapping_add(n_nodes)), // "shapeRan"
+    };
+    mix(digest ^ who)
+}
+
+/// splitmix64's finaliser: a bijection whose every output bit depends on
+/// every input bit.
+const fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A cell's draw: low 32 bits decide whether, bit 32 which candidate.
+fn draw(key: u64, coll: usize, bucket: usize) -> u64 {
+    mix(key ^ mix(((coll as u64) << 8 | bucket as u64) + 1))
+}
+
 /// What a call at one (collective, bucket) may explore.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Probe {
-    /// Nothing: confirmed, or no candidate.
+    /// Nothing: confirmed, no candidate, or not drawn.
     None,
     /// The table forces an unconfirmed setting: run NCCL's own choice.
     Nccl,
@@ -115,69 +196,39 @@ pub enum Probe {
     Setting(Decision),
 }
 
-/// The gates of the context a [`Probe::Setting`] came from: it was
-/// measured in that call state only.
-#[derive(Clone, Copy, Debug)]
-struct Gate {
-    max_pipe_ops: u32,
-    reg_buff: RegBuff,
+/// What one cell may try: up to two candidates and their cost bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidates {
+    /// The candidates ([`Probe::None`] where fewer than two).
+    pub probes: [Probe; 2],
+    /// Per candidate, the `numPipeOps` gate of the context it came from
+    /// (0: any), for a setting measured only in that call state.
+    pub max_pipe_ops: [u32; 2],
+    /// The cost bound of a probe here (relative extra time of one call).
+    pub cost: f64,
 }
 
-/// `Cell::probe` of a cell that never explores.
-const NO_PROBE: u32 = 0;
-/// Set in `Cell::probe` of a cell that explores; the low 24 bits are the
-/// packed decision to run (`Decision::Default`: NCCL's own choice).
-const HAS_PROBE: u32 = 1 << 31;
-/// Set in a probe word whose setting came from the neighbour above (its
-/// gate is `Explorer::gates[coll][1]`; else `[0]`, the one below).
-const ABOVE: u32 = 1 << 30;
+const NO_CANDIDATES: Candidates = Candidates {
+    probes: [Probe::None; 2],
+    max_pipe_ops: [0; 2],
+    cost: 0.0,
+};
 
-/// One (collective, bucket): what it explores and its schedule, side by
-/// side so a call touches one cache line.
-struct Cell {
-    /// [`NO_PROBE`], or [`HAS_PROBE`] with a packed decision.
-    probe: u32,
-    /// A call explores when adding `step` to this wraps. Plain load and
-    /// store: NCCL calls a communicator's tuner from one thread at a time,
-    /// and an atomic add would cost more than the rest of getCollInfo.
-    phase: AtomicU32,
-    /// A second setting, picked on odd turns ([`NO_PROBE`]: none).
-    other: u32,
-    /// Turns picked so far (plain load and store, as `phase`).
-    turns: AtomicU32,
+impl Candidates {
+    /// How many candidates (0, 1 or 2).
+    pub fn len(&self) -> usize {
+        self.probes.iter().filter(|p| **p != Probe::None).count()
+    }
+
+    /// True when the cell cannot explore.
+    pub fn is_empty(&self) -> bool {
+        self.probes[0] == Probe::None
+    }
 }
 
-/// One communicator context's exploration plan and schedule. Built at
-/// init (about 20 KiB, boxed); read with plain loads and stores.
-pub struct Explorer {
-    step: u32,
-    cells: [[Cell; NUM_BUCKETS]; NUM_COLLS],
-    /// Per collective, the gates of the neighbour below and above.
-    gates: [[Gate; 2]; NUM_COLLS],
-    /// How many (collective, bucket) cells can explore, for the init line.
-    pub counts: Counts,
-}
-
-/// How many cells of each kind, for the init line.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Cells that run NCCL's choice instead of an unconfirmed forced one.
-    pub nccl: u32,
-    /// Cells that run a neighbouring context's setting.
-    pub neighbour: u32,
-}
-
-/// A shape's starting phase: a hash of the communicator's shape, the
-/// collective and the bucket (splitmix64's finaliser), so shapes do not
-/// all explore on the same call. Every rank computes the same.
-fn start_phase(n_ranks: u64, n_nodes: u64, coll: usize, bucket: usize) -> u32 {
-    let mut z = n_ranks
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(n_nodes << 32)
-        .wrapping_add((coll as u64) << 8 | bucket as u64);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    (z ^ (z >> 31)) as u32
+/// Every cell's candidates for one communicator, built at init.
+pub struct Plan {
+    cells: Box<[[Candidates; NUM_BUCKETS]; NUM_COLLS]>,
 }
 
 /// Which side of a communicator of `n_nodes` nodes a context over `nodes`
@@ -202,47 +253,30 @@ fn neighbour_distance(nodes: (u32, u32), n_nodes: u64) -> Option<u64> {
     Some(lo.saturating_sub(n_nodes) + n_nodes.saturating_sub(hi))
 }
 
-impl Explorer {
-    /// The plan for a communicator of `n_ranks` on `n_nodes` whose
-    /// decisions are `spec` (from `table`); `None` when nothing can explore.
-    pub fn build(
-        table: &Table<'_>,
-        spec: &Specialised,
-        n_ranks: u64,
-        n_nodes: u64,
-        share: Share,
-    ) -> Option<Box<Explorer>> {
-        let mut e = Box::new(Explorer {
-            step: share.step,
-            cells: [const {
-                [const {
-                    Cell {
-                        probe: NO_PROBE,
-                        phase: AtomicU32::new(0),
-                        other: NO_PROBE,
-                        turns: AtomicU32::new(0),
-                    }
-                }; NUM_BUCKETS]
-            }; NUM_COLLS],
-            gates: [[Gate {
-                max_pipe_ops: 0,
-                reg_buff: RegBuff::Any,
-            }; 2]; NUM_COLLS],
-            counts: Counts::default(),
-        });
+impl Plan {
+    /// The candidates for a communicator of `n_ranks` on `n_nodes` whose
+    /// decisions are `spec` (from `table`).
+    pub fn build(table: &Table<'_>, spec: &Specialised, n_ranks: u64, n_nodes: u64) -> Plan {
+        let mut cells = Box::new([[NO_CANDIDATES; NUM_BUCKETS]; NUM_COLLS]);
+        let ranks_per_node = n_ranks.checked_div(n_nodes).unwrap_or(n_ranks);
         for coll in Coll::ALL {
             let c = coll as usize;
             let own = spec.context(coll).and_then(|i| table.context(i));
-            let ranks_per_node = n_ranks.checked_div(n_nodes).unwrap_or(n_ranks);
-            // The nearest other context of this collective on each side,
-            // same ranks per node (another ppn is another regime); ties go
-            // to file order.
+            // A regBuff-gated context answers per rank (regBuff is each
+            // rank's own registration): exploring under it could split
+            // ranks, so that collective does not explore.
+            if own
+                .as_ref()
+                .is_some_and(|o| o.spec().reg_buff != RegBuff::Any)
+            {
+                continue;
+            }
             // The other contexts of this collective on one side within
-            // reach, same ranks per node (another ppn is another regime)
-            // and the same call state as the nearest, nearest first (ties
-            // in file order): per bucket the first that forces a setting
-            // there lends it (the nearest often only read its choice off
-            // the same counts and left NCCL alone).
+            // reach, same ranks per node (another ppn is another regime),
+            // never gated on regBuff, and the same numPipeOps gate as the
+            // nearest, nearest first (ties in file order): per bucket the
+            // first that forces a setting there lends it (the nearest often
+            // only read its choice off the same counts and left NCCL alone).
             let side_of = |want: usize| {
                 let mut v: Vec<_> = table
                     .contexts()
@@ -250,6 +284,7 @@ impl Explorer {
                     .filter(|v| {
                         let s = v.spec();
                         s.coll == coll
+                            && s.reg_buff == RegBuff::Any
                             && u64::from(s.ppn.0) <= ranks_per_node
                             && ranks_per_node <= u64::from(s.ppn.1)
                             && side(s.nodes, n_nodes) == want
@@ -257,30 +292,20 @@ impl Explorer {
                     .filter_map(|v| neighbour_distance(v.spec().nodes, n_nodes).map(|d| (d, v)))
                     .collect();
                 v.sort_by_key(|(d, v)| (*d, v.index()));
-                let gate = v.first().map(|(_, n)| Gate {
-                    max_pipe_ops: n.spec().max_pipe_ops,
-                    reg_buff: n.spec().reg_buff,
-                });
-                let same = |n: &dyncc_tables::ContextView<'_>| {
-                    gate.is_some_and(|g| {
-                        g.max_pipe_ops == n.spec().max_pipe_ops && g.reg_buff == n.spec().reg_buff
-                    })
-                };
-                let v: Vec<_> = v.into_iter().map(|(_, n)| n).filter(|n| same(n)).collect();
-                (v, gate)
+                let gate = v.first().map(|(_, n)| n.spec().max_pipe_ops);
+                let v: Vec<_> = v
+                    .into_iter()
+                    .map(|(_, n)| n)
+                    .filter(|n| gate == Some(n.spec().max_pipe_ops))
+                    .collect();
+                (v, gate.unwrap_or(0))
             };
-            let (below, above) = (side_of(0), side_of(1));
-            for (g, side) in e.gates[c].iter_mut().zip([&below, &above]) {
-                if let Some(gate) = side.1 {
-                    *g = gate;
-                }
-            }
-            // Per side and bucket, the probe word the nearest context
-            // forcing a setting there lends: each neighbour's rules once,
-            // nearest first, filling the buckets still empty.
-            let mut lent = [[NO_PROBE; NUM_BUCKETS]; 2];
-            for (i, side) in [&below.0, &above.0].into_iter().enumerate() {
-                let flag = if i == 1 { ABOVE } else { 0 };
+            let sides = [side_of(0), side_of(1)];
+            // Per side and bucket, the setting the nearest context forcing
+            // one there lends: each neighbour's rules once, nearest first,
+            // filling the buckets still empty.
+            let mut lent = [[None; NUM_BUCKETS]; 2];
+            for (i, (side, _)) in sides.iter().enumerate() {
                 for n in side {
                     let mut first = 0usize;
                     for r in n.rules() {
@@ -291,150 +316,164 @@ impl Explorer {
                         } = r.decision
                         {
                             for w in lent[i].iter_mut().take(last + 1).skip(first) {
-                                if *w == NO_PROBE {
-                                    *w = HAS_PROBE | flag | d.to_packed();
-                                }
+                                w.get_or_insert(d);
                             }
                         }
                         first = last + 1;
                     }
                 }
             }
-            for (b, (&lent_below, &lent_above)) in lent[0].iter().zip(&lent[1]).enumerate() {
+            let gates = [sides[0].1, sides[1].1];
+            for (b, cell) in cells[c].iter_mut().enumerate() {
                 let rule = own.as_ref().and_then(|o| o.rule_for_bucket(b as u8));
-                let (probe, other) = match rule {
-                    Some((_, r)) if r.basis == Basis::Measured => (NO_PROBE, NO_PROBE),
-                    Some((_, r)) if r.decision.is_forced() => {
-                        if r.gain <= MAX_FORGONE_GAIN {
-                            e.counts.nccl += 1;
-                            (HAS_PROBE | Decision::Default.to_packed(), NO_PROBE)
-                        } else {
-                            (NO_PROBE, NO_PROBE)
+                *cell = match rule {
+                    Some((_, r)) if r.basis == Basis::Measured => NO_CANDIDATES,
+                    Some((_, r)) if r.decision.is_forced() => Candidates {
+                        probes: [Probe::Nccl, Probe::None],
+                        max_pipe_ops: [0; 2],
+                        cost: (f64::from(r.gain) - 1.0).max(MIN_COST),
+                    },
+                    // Default, unconfirmed, or no context at all.
+                    _ => {
+                        let (below, above) = (lent[0][b], lent[1][b]);
+                        let one = |d: Decision, side: usize| Candidates {
+                            probes: [Probe::Setting(d), Probe::None],
+                            max_pipe_ops: [gates[side], 0],
+                            cost: NEIGHBOUR_COST,
+                        };
+                        match (below, above) {
+                            (None, None) => NO_CANDIDATES,
+                            (Some(x), None) => one(x, 0),
+                            (None, Some(y)) => one(y, 1),
+                            // The same setting on both sides: one candidate.
+                            (Some(x), Some(y)) if x == y => one(x, 0),
+                            (Some(x), Some(y)) => Candidates {
+                                probes: [Probe::Setting(x), Probe::Setting(y)],
+                                max_pipe_ops: gates,
+                                cost: NEIGHBOUR_COST,
+                            },
                         }
                     }
-                    // Default, unconfirmed, or no context at all.
-                    _ => match (lent_below, lent_above) {
-                        (NO_PROBE, NO_PROBE) => (NO_PROBE, NO_PROBE),
-                        (x, NO_PROBE) | (NO_PROBE, x) => {
-                            e.counts.neighbour += 1;
-                            (x, NO_PROBE)
-                        }
-                        // The same setting on both sides: one probe.
-                        (x, y) if x & !ABOVE == y & !ABOVE => {
-                            e.counts.neighbour += 1;
-                            (x, NO_PROBE)
-                        }
-                        (x, y) => {
-                            e.counts.neighbour += 1;
-                            (x, y)
-                        }
-                    },
-                };
-                e.cells[c][b] = Cell {
-                    probe,
-                    phase: AtomicU32::new(start_phase(n_ranks, n_nodes, c, b)),
-                    other,
-                    turns: AtomicU32::new(0),
                 };
             }
         }
-        (e.counts != Counts::default()).then_some(e)
+        Plan { cells }
     }
 
-    /// What a call at one cell explores (for tests and messages): on even
-    /// turns, and on odd ones when it has one setting.
+    /// One cell's candidates.
+    pub fn cell(&self, coll: Coll, bucket: u8) -> Candidates {
+        self.cells[coll as usize][bucket as usize]
+    }
+}
+
+/// One cell's precomputed answer: what every call there explores.
+#[derive(Clone, Copy)]
+struct Cell {
+    probe: Probe,
+    /// The drawn setting's `numPipeOps` gate (0: any).
+    max_pipe_ops: u32,
+}
+
+const NO_CELL: Cell = Cell {
+    probe: Probe::None,
+    max_pipe_ops: 0,
+};
+
+/// How many cells of each kind, for the init line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Cells that could run NCCL's choice instead of an unconfirmed forced
+    /// one (candidates), and how many this communicator does (drawn).
+    pub nccl: (u32, u32),
+    /// Cells that could run a neighbouring context's setting, and how
+    /// many this communicator does.
+    pub neighbour: (u32, u32),
+}
+
+impl Counts {
+    /// Cells that can explore at all.
+    pub fn candidates(&self) -> u32 {
+        self.nccl.0 + self.neighbour.0
+    }
+
+    /// Cells this communicator explores.
+    pub fn drawn(&self) -> u32 {
+        self.nccl.1 + self.neighbour.1
+    }
+}
+
+/// One communicator's exploration: per (collective, bucket), what every
+/// call there runs, drawn once at init. About 10 KiB, boxed; read-only
+/// after init (no atomics, nothing per call to update).
+pub struct Explorer {
+    cells: [[Cell; NUM_BUCKETS]; NUM_COLLS],
+}
+
+impl Explorer {
+    /// Draws, from `plan`, the cells a communicator with exploration key
+    /// `key` explores at share `share`: the counts, and the explorer when
+    /// it explores any cell (`None`: its calls run the table's answers).
+    pub fn draw(plan: &Plan, share: Share, key: u64) -> (Counts, Option<Box<Explorer>>) {
+        let mut e = Box::new(Explorer {
+            cells: [[NO_CELL; NUM_BUCKETS]; NUM_COLLS],
+        });
+        let mut counts = Counts::default();
+        for (c, (row, out)) in plan.cells.iter().zip(e.cells.iter_mut()).enumerate() {
+            for (b, (cand, cell)) in row.iter().zip(out.iter_mut()).enumerate() {
+                if cand.is_empty() {
+                    continue;
+                }
+                let kind = if cand.probes[0] == Probe::Nccl {
+                    &mut counts.nccl
+                } else {
+                    &mut counts.neighbour
+                };
+                kind.0 += 1;
+                let h = draw(key, c, b);
+                // p x 2^32, at most 2^32 (p = 1: every value is below).
+                let threshold = (share.chance(cand.cost) * DRAW) as u64;
+                if h & 0xFFFF_FFFF >= threshold {
+                    continue;
+                }
+                let i = usize::from(cand.len() == 2 && h >> 32 & 1 == 1);
+                *cell = Cell {
+                    probe: cand.probes[i],
+                    max_pipe_ops: cand.max_pipe_ops[i],
+                };
+                kind.1 += 1;
+            }
+        }
+        (counts, (counts.drawn() > 0).then_some(e))
+    }
+
+    /// What this communicator explores at one cell (for tests and
+    /// messages).
     pub fn plan(&self, coll: Coll, bucket: u8) -> Probe {
-        decode(self.cells[coll as usize][bucket as usize].probe)
+        self.cells[coll as usize][bucket as usize].probe
     }
 
-    /// The second setting a cell alternates with, if any.
-    pub fn plan_other(&self, coll: Coll, bucket: u8) -> Probe {
-        decode(self.cells[coll as usize][bucket as usize].other)
-    }
-
-    /// What this call explores, given the table's decision `d` for it.
-    /// Every call at a cell that can explore advances its schedule; the
-    /// call the schedule picks explores only if it is one the cell's
-    /// probe applies to (else that turn is skipped). Hot path: a load and
-    /// a branch, then for an exploring cell a load, an add and a store; no
-    /// allocation, lock, log or panic.
+    /// What this call runs instead of the table's decision `d`, if
+    /// anything: the cell's drawn probe, when it applies to the call (NCCL's
+    /// choice only where the table forces; a setting only where the table
+    /// leaves NCCL alone and the call is in the setting's call state).
+    /// Hot path: two loads and a few compares; no allocation, lock, store,
+    /// log or panic.
     #[inline]
-    pub fn probe(
-        &self,
-        coll_type: u32,
-        bucket: u8,
-        num_pipe_ops: i32,
-        reg_buff: i32,
-        d: Decision,
-    ) -> Probe {
+    pub fn probe(&self, coll_type: u32, bucket: u8, num_pipe_ops: i32, d: Decision) -> Probe {
         let Some(row) = self.cells.get(coll_type as usize) else {
             return Probe::None;
         };
         // A u8 bucket indexes a 256-entry row: no bounds check.
         let cell = &row[bucket as usize];
-        if cell.probe == NO_PROBE {
-            return Probe::None;
-        }
-        let now = cell.phase.load(Ordering::Relaxed);
-        let next = now.wrapping_add(self.step);
-        cell.phase.store(next, Ordering::Relaxed);
-        if next >= now {
-            return Probe::None;
-        }
-        self.picked(cell, coll_type, num_pipe_ops, reg_buff, d)
-    }
-
-    /// The turn the schedule picked (at most a share F of the calls).
-    #[cold]
-    #[inline(never)]
-    fn picked(
-        &self,
-        cell: &Cell,
-        coll_type: u32,
-        num_pipe_ops: i32,
-        reg_buff: i32,
-        d: Decision,
-    ) -> Probe {
-        // Two settings: alternate turns between them.
-        let turn = cell.turns.load(Ordering::Relaxed);
-        cell.turns.store(turn.wrapping_add(1), Ordering::Relaxed);
-        let probe = if cell.other != NO_PROBE && turn % 2 == 1 {
-            cell.other
-        } else {
-            cell.probe
-        };
-        let gate = self
-            .gates
-            .get(coll_type as usize)
-            .map(|g| g[usize::from(probe & ABOVE != 0)]);
-        match decode(probe) {
-            // Only when the table's forced answer applies to this call.
+        match cell.probe {
             Probe::Nccl if d.is_forced() => Probe::Nccl,
-            // Only when the table leaves the call to NCCL and the call is
-            // in the state the setting was measured in.
-            Probe::Setting(s) if !d.is_forced() => match gate {
-                Some(g)
-                    if pipe_ops_allowed(g.max_pipe_ops, num_pipe_ops)
-                        && g.reg_buff.allows(reg_buff) =>
-                {
-                    Probe::Setting(s)
-                }
-                _ => Probe::None,
-            },
+            Probe::Setting(s)
+                if !d.is_forced() && pipe_ops_allowed(cell.max_pipe_ops, num_pipe_ops) =>
+            {
+                Probe::Setting(s)
+            }
             _ => Probe::None,
         }
-    }
-}
-
-/// A cell's probe word as a [`Probe`].
-fn decode(probe: u32) -> Probe {
-    if probe & HAS_PROBE == 0 {
-        return Probe::None;
-    }
-    match Decision::from_packed(probe & !(HAS_PROBE | ABOVE)) {
-        Some(Decision::Default) => Probe::Nccl,
-        Some(d) => Probe::Setting(d),
-        None => Probe::None,
     }
 }
 
@@ -445,11 +484,25 @@ mod tests {
 
     #[test]
     fn share_parses_only_within_bounds() {
-        assert_eq!(Share::parse("0.05").map(|s| s.ppm), Some(50_000));
-        assert_eq!(Share::parse(" 0.1 ").map(|s| s.ppm), Some(100_000));
+        assert_eq!(Share::parse("0.05").map(Share::fraction), Ok(0.05));
+        assert_eq!(Share::parse(" 0.1 ").map(Share::fraction), Ok(0.1));
         for bad in ["0", "-0.01", "0.11", "1", "nan", "inf", "", "five"] {
-            assert_eq!(Share::parse(bad), None, "{bad}");
+            assert_eq!(Share::parse(bad), Err(BadShare::OutOfRange), "{bad}");
         }
+    }
+
+    /// A share below one step of the 32-bit draw could never explore: it
+    /// is refused as too small (it was taken, and printed as "at most 0").
+    #[test]
+    fn a_share_too_small_to_explore_is_refused() {
+        for tiny in ["1e-10", "2e-10", "1e-300", "5e-324"] {
+            assert_eq!(Share::parse(tiny), Err(BadShare::TooSmall), "{tiny}");
+        }
+        assert!(Share::parse("2.4e-10").is_ok());
+        assert_eq!(
+            Share::parse(&Share::MIN.to_string()).map(Share::fraction),
+            Ok(Share::MIN)
+        );
     }
 
     /// Unset or empty: off, silently; in range: on; else off with the
@@ -464,8 +517,9 @@ mod tests {
         };
         assert_eq!(cfg(None), (None, None));
         assert_eq!(cfg(Some("")), (None, None));
-        assert_eq!(cfg(Some("0.02")), (Share::parse("0.02"), None));
+        assert_eq!(cfg(Some("0.02")), (Share::parse("0.02").ok(), None));
         assert_eq!(cfg(Some("0.2")), (None, Some("0.2".to_string())));
+        assert_eq!(cfg(Some("1e-10")), (None, Some("1e-10".to_string())));
     }
 
     fn force(algo: Algo, proto: Proto) -> Decision {
@@ -476,18 +530,28 @@ mod tests {
         }
     }
 
-    fn ctx(nodes: (u32, u32), rules: &[Rule], b: &mut TableBuilder) {
+    fn ctx_gated(
+        nodes: (u32, u32),
+        reg_buff: RegBuff,
+        max_pipe_ops: u32,
+        rules: &[Rule],
+        b: &mut TableBuilder,
+    ) {
         b.context(
             ContextSpec {
                 coll: Coll::AllReduce,
                 nodes,
                 ppn: (8, 8),
-                max_pipe_ops: 0,
-                reg_buff: RegBuff::Any,
+                max_pipe_ops,
+                reg_buff,
             },
             rules,
         )
         .unwrap();
+    }
+
+    fn ctx(nodes: (u32, u32), rules: &[Rule], b: &mut TableBuilder) {
+        ctx_gated(nodes, RegBuff::Any, 0, rules, b);
     }
 
     fn rule(last: u8, decision: Decision, basis: Basis, gain: f32) -> Rule {
@@ -526,79 +590,79 @@ mod tests {
         b.build().unwrap()
     }
 
-    fn plan(bytes: &[u8], nodes: u64) -> Option<Box<Explorer>> {
+    fn plan(bytes: &[u8], nodes: u64) -> Plan {
         let t = Table::from_bytes(bytes).unwrap();
         let spec = t.specialise(nodes * 8, nodes);
-        Explorer::build(&t, &spec, nodes * 8, nodes, Share::parse("0.1").unwrap())
+        Plan::build(&t, &spec, nodes * 8, nodes)
+    }
+
+    fn nothing(p: &Plan) -> bool {
+        Coll::ALL
+            .iter()
+            .all(|&c| (0..=255u8).all(|b| p.cell(c, b).is_empty()))
     }
 
     #[test]
-    fn each_cell_explores_what_the_table_could_not_confirm() {
+    fn each_cell_may_try_what_the_table_could_not_confirm() {
         let bytes = table();
         // Measured at 4 nodes: nothing, anywhere.
-        assert!(plan(&bytes, 4).is_none());
-        let e = plan(&bytes, 6).unwrap();
-        assert_eq!(e.plan(Coll::AllReduce, 10), Probe::Nccl);
-        // Predicted to win by 50 %: above the loss bound, left alone.
-        assert_eq!(e.plan(Coll::AllReduce, 15), Probe::None);
-        // Unconfirmed default: the 4-node context's setting at that size,
-        // or nothing where it too leaves NCCL alone.
-        assert_eq!(
-            e.plan(Coll::AllReduce, 25),
-            Probe::Setting(force(Algo::Ring, Proto::LL128))
-        );
-        assert_eq!(e.plan(Coll::AllReduce, 40), Probe::None);
+        assert!(nothing(&plan(&bytes, 4)));
+        let p = plan(&bytes, 6);
+        let c = p.cell(Coll::AllReduce, 10);
+        assert_eq!(c.probes, [Probe::Nccl, Probe::None]);
+        assert!((c.cost - 0.1).abs() < 1e-6, "{c:?}");
+        // Predicted to win by 50 %: tried too (no cap), cost bound 0.5.
+        let c = p.cell(Coll::AllReduce, 15);
+        assert_eq!(c.probes[0], Probe::Nccl);
+        assert!((c.cost - 0.5).abs() < 1e-6, "{c:?}");
+        // Unconfirmed default: the 4-node context's setting at that size
+        // at the assumed bound, or nothing where it too leaves NCCL alone.
+        let c = p.cell(Coll::AllReduce, 25);
+        assert_eq!(c.probes[0], Probe::Setting(force(Algo::Ring, Proto::LL128)));
+        assert_eq!(c.cost, NEIGHBOUR_COST);
+        assert!(p.cell(Coll::AllReduce, 40).is_empty());
         // 9 nodes: no context covers it; 5-7 is nearest (within 8x), and
         // where it forces nothing the 4-node context does.
-        let e = plan(&bytes, 9).unwrap();
+        let p = plan(&bytes, 9);
         assert_eq!(
-            e.plan(Coll::AllReduce, 5),
+            p.cell(Coll::AllReduce, 5).probes[0],
             Probe::Setting(force(Algo::Tree, Proto::LL))
         );
         assert_eq!(
-            e.plan(Coll::AllReduce, 25),
+            p.cell(Coll::AllReduce, 25).probes[0],
             Probe::Setting(force(Algo::Ring, Proto::LL128))
         );
-        assert_eq!(e.plan(Coll::AllReduce, 40), Probe::None);
+        assert!(p.cell(Coll::AllReduce, 40).is_empty());
         // 57 nodes: more than 8x the nearest context's 7: nothing.
-        assert!(plan(&bytes, 56).is_some());
-        assert!(plan(&bytes, 57).is_none());
+        assert!(!nothing(&plan(&bytes, 56)));
+        assert!(nothing(&plan(&bytes, 57)));
         // One node never borrows a multi-node setting.
-        assert!(plan(&bytes, 1).is_none());
-    }
-
-    /// Over any window of n calls at a shape at most ceil(nF) explore, and
-    /// over long runs the share is at most F.
-    #[test]
-    fn the_explored_share_stays_within_f() {
-        let bytes = table();
-        let e = plan(&bytes, 6).unwrap();
-        let ll = force(Algo::Tree, Proto::LL);
-        let b = 10;
-        let hits: Vec<bool> = (0..10_000)
-            .map(|_| e.probe(Coll::AllReduce as u32, b, 1, 0, ll) == Probe::Nccl)
-            .collect();
-        let total = hits.iter().filter(|h| **h).count();
-        assert!((999..=1000).contains(&total), "{total}");
-        for w in hits.windows(25) {
-            assert!(w.iter().filter(|h| **h).count() <= 3);
-        }
-        // A call the rule does not force (its gate failed) never explores.
-        for _ in 0..100 {
-            assert_eq!(
-                e.probe(Coll::AllReduce as u32, b, 1, 0, Decision::Default),
-                Probe::None
-            );
-        }
+        assert!(nothing(&plan(&bytes, 1)));
+        // A forced gain at or below 1 is still assumed to cost MIN_COST.
+        let mut b = TableBuilder::new();
+        ctx(
+            (5, 7),
+            &[rule(
+                255,
+                force(Algo::Ring, Proto::LL),
+                Basis::Extrapolated,
+                1.0,
+            )],
+            &mut b,
+        );
+        assert_eq!(
+            plan(&b.build().unwrap(), 6).cell(Coll::AllReduce, 3).cost,
+            MIN_COST
+        );
     }
 
     /// Between a context forcing Tree/LL (2 nodes) and one forcing
     /// Ring/LL128 (8 nodes), with an unmeasured 3-node context that left
     /// NCCL alone in between: a 4-node communicator (no context of its
-    /// own) tries both, alternating, skipping the nearer context that
-    /// forces nothing at that size.
+    /// own) may try either, skipping the nearer context that forces
+    /// nothing at that size.
     #[test]
-    fn the_nearest_forcing_context_on_each_side_lends_and_turns_alternate() {
+    fn the_nearest_forcing_context_on_each_side_is_a_candidate() {
         let (ll, ll128) = (
             force(Algo::Tree, Proto::LL),
             force(Algo::Ring, Proto::LL128),
@@ -612,21 +676,172 @@ mod tests {
         );
         ctx((8, 8), &[rule(255, ll128, Basis::Measured, 1.2)], &mut b);
         let bytes = b.build().unwrap();
-        let e = plan(&bytes, 4).unwrap();
-        assert_eq!(e.plan(Coll::AllReduce, 20), Probe::Setting(ll));
-        assert_eq!(e.plan_other(Coll::AllReduce, 20), Probe::Setting(ll128));
-        let picked: Vec<Probe> = (0..100)
-            .map(|_| e.probe(Coll::AllReduce as u32, 20, 1, 0, Decision::Default))
-            .filter(|p| *p != Probe::None)
-            .collect();
-        assert_eq!(picked.len(), 10);
-        for (i, p) in picked.iter().enumerate() {
-            let want = if i % 2 == 0 { ll } else { ll128 };
-            assert_eq!(*p, Probe::Setting(want), "turn {i}");
-        }
+        let c = plan(&bytes, 4).cell(Coll::AllReduce, 20);
+        assert_eq!(c.probes, [Probe::Setting(ll), Probe::Setting(ll128)]);
         // 9 nodes: every context is below; the nearest forcing one (8).
-        let e = plan(&bytes, 9).unwrap();
-        assert_eq!(e.plan(Coll::AllReduce, 20), Probe::Setting(ll128));
-        assert_eq!(e.plan_other(Coll::AllReduce, 20), Probe::None);
+        let c = plan(&bytes, 9).cell(Coll::AllReduce, 20);
+        assert_eq!(c.probes, [Probe::Setting(ll128), Probe::None]);
+    }
+
+    fn share(f: &str) -> Share {
+        Share::parse(f).unwrap()
+    }
+
+    /// Over many communicators (keys), the share drawing a cell is
+    /// `min(1, F / cost)`; of two candidates each is drawn about half the
+    /// time; and the expected extra time per cell, `P(drawn) x cost`, is
+    /// at most F at every cell.
+    #[test]
+    fn the_draw_over_communicators_matches_the_budget() {
+        let (ll, ll128) = (
+            force(Algo::Tree, Proto::LL),
+            force(Algo::Ring, Proto::LL128),
+        );
+        let mut b = TableBuilder::new();
+        ctx((2, 2), &[rule(255, ll, Basis::Measured, 1.2)], &mut b);
+        ctx((8, 8), &[rule(255, ll128, Basis::Measured, 1.2)], &mut b);
+        let two_sides = plan(&b.build().unwrap(), 4);
+        let one_ctx = plan(&table(), 6);
+        let f = share("0.02");
+        let n = 20_000u64;
+        // (plan, bucket, cost, chance)
+        let cases: [(&Plan, u8, f64, f64); 4] = [
+            (&one_ctx, 5, 0.1, 0.2),
+            (&one_ctx, 15, 0.5, 0.04),
+            (&one_ctx, 25, 0.25, 0.08),
+            (&two_sides, 25, 0.25, 0.08),
+        ];
+        for (p, bucket, cost, chance) in cases {
+            assert!((p.cell(Coll::AllReduce, bucket).cost - cost).abs() < 1e-6);
+            let (mut drawn, mut first) = (0u64, 0u64);
+            for k in 0..n {
+                let (_, e) = Explorer::draw(p, f, mix(k));
+                let probe = e.map_or(Probe::None, |e| e.plan(Coll::AllReduce, bucket));
+                if probe != Probe::None {
+                    drawn += 1;
+                    first += u64::from(probe == p.cell(Coll::AllReduce, bucket).probes[0]);
+                }
+            }
+            let got = drawn as f64 / n as f64;
+            // 5 standard deviations of a binomial share.
+            let tol = 5.0 * (chance * (1.0 - chance) / n as f64).sqrt();
+            assert!(
+                (got - chance).abs() < tol,
+                "bucket {bucket}: {got} vs {chance}"
+            );
+            assert!(got * cost < f.fraction() + tol * cost, "{got} x {cost}");
+            if p.cell(Coll::AllReduce, bucket).len() == 2 {
+                let half = first as f64 / drawn as f64;
+                assert!((half - 0.5).abs() < 0.1, "{half}");
+            } else {
+                assert_eq!(first, drawn);
+            }
+        }
+        // F at or above a cell's cost: every communicator explores it.
+        for k in 0..100 {
+            let (_, e) = Explorer::draw(&one_ctx, share("0.1"), mix(k));
+            assert_eq!(e.unwrap().plan(Coll::AllReduce, 5), Probe::Nccl);
+        }
+    }
+
+    /// The same key draws the same cells (every rank of a communicator
+    /// computes it alike); other keys draw other cells and candidates.
+    #[test]
+    fn the_draw_is_a_function_of_the_key_alone() {
+        let p = plan(&table(), 6);
+        let f = share("0.1");
+        let cells = |k: u64| -> Vec<Probe> {
+            let (_, e) = Explorer::draw(&p, f, k);
+            (0..=255u8)
+                .map(|b| {
+                    e.as_ref()
+                        .map_or(Probe::None, |e| e.plan(Coll::AllReduce, b))
+                })
+                .collect()
+        };
+        let k = key(0x1234, Some(0xE491_0E00), 48, 6);
+        assert_eq!(cells(k), cells(k));
+        assert_eq!(k, key(0x1234, Some(0xE491_0E00), 48, 6));
+        // Another communicator, another table, and the shape key (tuner
+        // v3/v4) are other keys.
+        let others = [
+            key(0x1234, Some(0xE491_0E01), 48, 6),
+            key(0x1235, Some(0xE491_0E00), 48, 6),
+            key(0x1234, None, 48, 6),
+        ];
+        assert!(others.iter().all(|o| *o != k));
+        assert_ne!(key(0x1234, None, 48, 6), key(0x1234, None, 56, 7));
+        let distinct: std::collections::HashSet<Vec<Probe>> =
+            (0..50).map(|i| cells(key(7, Some(i), 48, 6))).collect();
+        assert!(distinct.len() > 10, "{}", distinct.len());
+    }
+
+    /// A drawn probe applies only to calls it replaces: NCCL's choice where
+    /// the table forces; a setting where it leaves NCCL alone and the call
+    /// is in the setting's numPipeOps state. regBuff plays no part.
+    #[test]
+    fn a_drawn_probe_applies_only_where_it_replaces_the_answer() {
+        let ll = force(Algo::Tree, Proto::LL);
+        let mut b = TableBuilder::new();
+        ctx_gated(
+            (4, 4),
+            RegBuff::Any,
+            1,
+            &[rule(255, ll, Basis::Measured, 1.2)],
+            &mut b,
+        );
+        ctx(
+            (5, 7),
+            &[
+                rule(10, ll, Basis::Interpolated, 1.01),
+                rule(255, Decision::Default, Basis::Interpolated, 1.0),
+            ],
+            &mut b,
+        );
+        let p = plan(&b.build().unwrap(), 6);
+        // At F = 0.1 the forced cell (cost bound 0.05) is always drawn, the
+        // default one (0.25) with chance 0.4: a key drawing both.
+        let e = (0..)
+            .map(|k| Explorer::draw(&p, share("0.1"), mix(k)).1)
+            .find_map(|e| e.filter(|e| e.plan(Coll::AllReduce, 40) != Probe::None))
+            .unwrap();
+        let ar = Coll::AllReduce as u32;
+        assert_eq!(e.plan(Coll::AllReduce, 5), Probe::Nccl);
+        assert_eq!(e.probe(ar, 5, 1, ll), Probe::Nccl);
+        assert_eq!(e.probe(ar, 5, 1, Decision::Default), Probe::None);
+        assert_eq!(e.probe(ar, 40, 1, Decision::Default), Probe::Setting(ll));
+        assert_eq!(e.probe(ar, 40, 1, ll), Probe::None);
+        // The lending context was measured with one pipelined op only.
+        assert_eq!(e.probe(ar, 40, 2, Decision::Default), Probe::None);
+        // Other collectives, and out-of-range ones, never.
+        assert_eq!(e.probe(Coll::AllGather as u32, 5, 1, ll), Probe::None);
+        assert_eq!(e.probe(99, 5, 1, ll), Probe::None);
+    }
+
+    /// regBuff is each rank's own: a collective whose context is gated on
+    /// it never explores, and a context gated on it never lends.
+    #[test]
+    fn nothing_explored_depends_on_reg_buff() {
+        let ll = force(Algo::Tree, Proto::LL);
+        let mut b = TableBuilder::new();
+        ctx_gated(
+            (4, 4),
+            RegBuff::Only1,
+            0,
+            &[rule(255, ll, Basis::Measured, 1.2)],
+            &mut b,
+        );
+        ctx_gated(
+            (5, 7),
+            RegBuff::Only1,
+            0,
+            &[rule(255, ll, Basis::Interpolated, 1.1)],
+            &mut b,
+        );
+        let bytes = b.build().unwrap();
+        // Own context gated: nothing at 6 nodes. No context at 9 nodes,
+        // and the gated neighbours lend nothing.
+        assert!(nothing(&plan(&bytes, 6)));
+        assert!(nothing(&plan(&bytes, 9)));
     }
 }

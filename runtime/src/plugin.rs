@@ -9,9 +9,11 @@
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
 //! point runs inside [`ffi_guard`] anyway.
 //!
-//! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets a share of at most F of
-//! the calls the table could not confirm run another setting, the same on
-//! every rank; unset, `getCollInfo` runs the same code as without it.
+//! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets some communicators run
+//! another setting where the table could not confirm its answer, drawn at
+//! init from what every rank sees alike, so every rank makes the same
+//! choice on every call; unset, `getCollInfo` runs the same code as
+//! without it.
 //!
 //! At init the running NCCL's version is compared with the versions the
 //! table was swept on (metadata `nccl_version`, see [`crate::nccl_version`]);
@@ -25,7 +27,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use dyncc_tables::{size_bucket, Coll, Decision, Machine, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
-use crate::explore::{self, Explorer, Probe, Share};
+use crate::explore::{self, BadShare, Counts, Explorer, Plan, Probe, Share};
 use crate::ffi::*;
 use crate::log::{Escaped, Logger, Msg};
 use crate::nccl_version::{self, VersionCheck};
@@ -119,11 +121,12 @@ pub struct Config {
     /// A `DYNCC_NCCL_MISMATCH` value that is none of those (then `warn`
     /// applies, and init says so in a WARN rather than guess silently).
     pub bad_nccl_mismatch: Option<String>,
-    /// `DYNCC_EXPLORE`: the share of unconfirmed calls to explore; `None`
-    /// when unset, empty or out of range.
+    /// `DYNCC_EXPLORE`: the exploration share F; `None` when unset, empty,
+    /// out of range or too small to explore anything.
     pub explore: Option<Share>,
-    /// A `DYNCC_EXPLORE` value outside `(0, 0.1]` (exploration is then
-    /// off, and init says so in one WARN per process).
+    /// A `DYNCC_EXPLORE` value outside `(0, 0.1]` or below
+    /// [`Share::MIN`] (exploration is then off, and init says why in one
+    /// WARN per process).
     pub bad_explore: Option<String>,
 }
 
@@ -167,8 +170,8 @@ impl Config {
             Some(v) => {
                 let v = v.to_string_lossy();
                 match Share::parse(&v) {
-                    Some(s) => (Some(s), None),
-                    None => (None, Some(v.into_owned())),
+                    Ok(s) => (Some(s), None),
+                    Err(_) => (None, Some(v.into_owned())),
                 }
             }
         };
@@ -267,12 +270,21 @@ fn init_inner(
         .as_deref()
         .filter(|_| explore::first_warning())
     {
-        log.warn(format_args!(
-            "dyncc: DYNCC_EXPLORE={} is not a share of calls in (0, {}]; exploration is off \
-             (the job goes on with the table's answers)",
-            Escaped(bad),
-            explore::MAX_SHARE
-        ));
+        match Share::parse(bad) {
+            Err(BadShare::TooSmall) => log.warn(format_args!(
+                "dyncc: DYNCC_EXPLORE={} is too small to explore anything (below {:e}, one step \
+                 of the 32-bit draw that picks what a communicator explores); exploration is off \
+                 (the job goes on with the table's answers)",
+                Escaped(bad),
+                Share::MIN
+            )),
+            _ => log.warn(format_args!(
+                "dyncc: DYNCC_EXPLORE={} is not a share in (0, {}]; exploration is off \
+                 (the job goes on with the table's answers)",
+                Escaped(bad),
+                explore::MAX_SHARE
+            )),
+        }
     }
     crate::profiler::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
@@ -318,10 +330,17 @@ fn init_inner(
         } else {
             table.specialise(n_ranks, n_nodes)
         };
-        let explorer = cfg
-            .explore
-            .filter(|_| !off)
-            .and_then(|share| Explorer::build(table, &spec, n_ranks, n_nodes, share));
+        // Drawn once per communicator from what every rank sees alike:
+        // the table, the communicator's id (v5/v6) or shape, its decisions.
+        let explored = cfg.explore.filter(|_| !off).map(|share| {
+            let plan = Plan::build(table, &spec, n_ranks, n_nodes);
+            let key = explore::key(digest, facts.comm_id, n_ranks, n_nodes);
+            Explorer::draw(&plan, share, key)
+        });
+        let (counts, explorer) = match explored {
+            Some((c, e)) => (Some(c), e),
+            None => (None, None),
+        };
         let mut line = Msg::new();
         let _ = describe(
             &mut line,
@@ -337,7 +356,7 @@ fn init_inner(
             &check,
             off,
         );
-        let _ = describe_explore(&mut line, cfg.explore, explorer.as_deref(), off);
+        let _ = describe_explore(&mut line, cfg.explore, counts, off);
         let mut warn = None;
         if fresh && check.is_mismatch() && cfg.nccl_mismatch != MismatchPolicy::Ignore {
             let mut w = Msg::new();
@@ -533,35 +552,38 @@ fn describe(
     Ok(())
 }
 
-/// The init line's exploration part: on (with its budget and bounds) or
-/// nothing to explore; silent when `DYNCC_EXPLORE` is unset.
+/// The init line's exploration part: what this communicator explores
+/// (drawn from how many cells could), or nothing to explore; silent when
+/// `DYNCC_EXPLORE` is unset.
 fn describe_explore(
     w: &mut Msg,
     share: Option<Share>,
-    explorer: Option<&Explorer>,
+    counts: Option<Counts>,
     off: bool,
 ) -> core::fmt::Result {
     let Some(share) = share else {
         return Ok(());
     };
-    match explorer {
+    match counts {
         _ if off => write!(w, "; exploration off (tuning is off)"),
-        None => write!(
+        Some(c) if c.candidates() > 0 => write!(
+            w,
+            "; exploration {share}: this communicator explores {} of {} unconfirmed cells \
+             on every call there, alike on every rank (NCCL's choice at {} of {} unmeasured \
+             forced, a neighbour's setting within {}x at {} of {}); drawn per cell with chance \
+             min(1, {share} / cost bound), so expected extra time <= {share}",
+            c.drawn(),
+            c.candidates(),
+            c.nccl.1,
+            c.nccl.0,
+            explore::NEIGHBOUR_FACTOR,
+            c.neighbour.1,
+            c.neighbour.0,
+        ),
+        _ => write!(
             w,
             "; exploration {share}: nothing to explore (every decision for this communicator \
              is measured, or no neighbouring context within {}x its node count)",
-            explore::NEIGHBOUR_FACTOR
-        ),
-        Some(e) => write!(
-            w,
-            "; exploration on: at most {share} of the calls at each unconfirmed shape \
-             ({} collective x size cells run NCCL's own choice instead of an unmeasured forced \
-             one predicted to gain <= {}x, so at most {:.2} % more time; {} run the nearest \
-             context's setting, within {}x its node count); measured decisions never explore",
-            e.counts.nccl,
-            explore::MAX_FORGONE_GAIN,
-            share.fraction() * f64::from(explore::MAX_FORGONE_GAIN - 1.0) * 100.0,
-            e.counts.neighbour,
             explore::NEIGHBOUR_FACTOR
         ),
     }
@@ -944,8 +966,8 @@ unsafe extern "C" fn get_coll_info_traced(
 }
 
 /// `getCollInfo` v3-v6 on an exploring communicator (`DYNCC_EXPLORE`),
-/// traced or not: the table's answer, or on a call the schedule picks the
-/// explored one, then recorded for the profiler when traced.
+/// traced or not: the table's answer, or at a cell this communicator drew
+/// the explored one, then recorded for the profiler when traced.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn get_coll_info_exploring(
@@ -971,7 +993,7 @@ unsafe extern "C" fn get_coll_info_exploring(
             .spec
             .decide_bucket(coll_type as u32, bucket, num_pipe_ops, reg_buff);
         let probe = match &ctx.explorer {
-            Some(e) => e.probe(coll_type as u32, bucket, num_pipe_ops, reg_buff, d),
+            Some(e) => e.probe(coll_type as u32, bucket, num_pipe_ops, d),
             None => Probe::None,
         };
         let (chosen, explored) = match probe {

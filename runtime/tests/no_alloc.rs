@@ -59,7 +59,7 @@ fn get_coll_info_allocates_nothing() {
 fn exploring_get_coll_info_allocates_nothing() {
     let bytes = unconfirmed(&harness_table::harness_table());
     let plain = calls_allocate_nothing(bytes.clone(), None);
-    let explored = calls_allocate_nothing(bytes, Share::parse("0.1"));
+    let explored = calls_allocate_nothing(bytes, Share::parse("0.1").ok());
     assert!(explored < plain, "{explored} forced cells of {plain}");
 }
 

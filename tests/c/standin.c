@@ -183,7 +183,9 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   calls = atoi(argv[2]);
   const char *mode = argv[3];
-  comm = (core_comm_t){"standin-comm", COMM_ID, 1, NRANKS, NRANKS};
+  /* STANDIN_COMM_ID: another commHash, as another job's communicator has. */
+  const char *id = getenv("STANDIN_COMM_ID");
+  comm = (core_comm_t){"standin-comm", id ? strtoull(id, NULL, 0) : COMM_ID, 1, NRANKS, NRANKS};
   core_load(atoi(argv[1]), "standin");
   if (strcmp(mode, "loop") == 0) {
     for (;; round_no++) {
