@@ -293,7 +293,15 @@ pub(crate) fn describe(
             }
         }
     }
+    // Forced regions of contexts gated on regBuff that the plugin leaves to
+    // NCCL: NCCL computes regBuff per rank, so no answer may depend on it
+    // (dyncc_tables::RegBuff::agreed). Stored, but not forced.
+    let mut split_by_reg_buff: Vec<Forced> = Vec::new();
     for c in contexts {
+        let gate = c
+            .state
+            .gates()
+            .map_or(dyncc_tables::RegBuff::Any, |g| g.reg_buff);
         // The rules the table stores for the context (split by basis, each
         // with its smallest bucket gain), with their first buckets: a
         // region's evidence is theirs, so it reads as `query` reads them.
@@ -322,7 +330,12 @@ pub(crate) fn describe(
                 channels,
             } = d
             {
-                r.forced.push(Forced {
+                let to = if gate.splits(d) {
+                    &mut split_by_reg_buff
+                } else {
+                    &mut r.forced
+                };
+                to.push(Forced {
                     collective: c.coll.name().into(),
                     nodes: c.nodes,
                     ppn: c.ppn,
@@ -341,6 +354,10 @@ pub(crate) fn describe(
         }
     }
     merge_node_ranges(&mut r.forced);
+    if !split_by_reg_buff.is_empty() {
+        merge_node_ranges(&mut split_by_reg_buff);
+        r.notes.push(reg_buff_note(&split_by_reg_buff));
+    }
     for (g, d) in grids.iter().zip(decided) {
         let coll = g.coll.name();
         for o in &d.off_trend {
@@ -435,6 +452,40 @@ pub(crate) fn describe(
             notes.ungated
         ));
     }
+}
+
+/// The note for forced regions a regBuff-gated table leaves to NCCL: how
+/// many, the first few, and why.
+fn reg_buff_note(split: &[Forced]) -> String {
+    const SHOWN: usize = 3;
+    let mut shown: Vec<String> = split
+        .iter()
+        .take(SHOWN)
+        .map(|f| {
+            format!(
+                "{} nodes {} ppn {} {}-{} {}/{}",
+                f.collective,
+                crate::audit::text::fmt_span(f.nodes.0, f.nodes.1),
+                crate::audit::text::fmt_span(f.ppn.0, f.ppn.1),
+                fmt_bytes(f.from_bytes),
+                fmt_bytes(f.to_bytes),
+                f.algorithm,
+                f.protocol
+            )
+        })
+        .collect();
+    if split.len() > SHOWN {
+        shown.push(format!("{} more", split.len() - SHOWN));
+    }
+    format!(
+        "{} forced region{} of calls with registered buffers (--setup regBuff=1) {} left to NCCL: NCCL computes \
+         regBuff per rank, so a decision for one regBuff value only could make ranks of one collective run \
+         different algorithms; the plugin applies only what every regBuff gets ({})",
+        split.len(),
+        if split.len() == 1 { "" } else { "s" },
+        if split.len() == 1 { "is" } else { "are" },
+        shown.join("; ")
+    )
 }
 
 /// Joins forced regions that differ only in adjacent node ranges, so a

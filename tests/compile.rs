@@ -745,7 +745,10 @@ fn sweep_with_registered_buffers(dir: &Path) -> PathBuf {
 /// registered and unregistered runs were pooled as repeats of one cell, and
 /// every table decided for any `regBuff`. It is now part of the cell key,
 /// the runs are kept apart like NCCL setups, and a table compiled from the
-/// registered runs is gated to registered buffers.
+/// registered runs is gated to registered buffers. NCCL computes regBuff
+/// per rank, so what that table would force for registered buffers only
+/// is left to NCCL on every call (ranks that registered differently would
+/// run different algorithms), and the report says so.
 #[test]
 fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
     use dyncc_tables::{Algo, Decision, Proto, Table};
@@ -786,9 +789,31 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
         )
     };
     let reg = dir.path().join("registered.tbl");
-    compile_with(&reg, "regBuff=1");
-    assert_eq!(lookup(&reg, 1), force(Algo::Ring, Proto::LL));
+    let report = compile_with(&reg, "regBuff=1");
+    let bytes = std::fs::read(&reg).unwrap();
+    let t = Table::from_bytes(&bytes).unwrap();
+    // Stored as compiled (gated Ring/LL below 64 KiB), answered as NCCL.
+    let c = t.find_context(dyncc_tables::Coll::AllReduce, 8, 1).unwrap();
+    assert_eq!(c.spec().reg_buff, dyncc_tables::RegBuff::Only1);
+    assert_eq!(
+        c.rule_for_size(4096).unwrap().1.decision,
+        force(Algo::Ring, Proto::LL)
+    );
+    assert_eq!(lookup(&reg, 1), Decision::Default);
     assert_eq!(lookup(&reg, 0), Decision::Default);
+    assert!(t.lookup(4, 8, 1, 4096, 1, 1).reg_buff_split);
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains(
+            "1 forced region of calls with registered buffers (--setup regBuff=1) is left to NCCL"
+        ) && notes.contains("allreduce nodes 1 ppn 8"),
+        "{notes}"
+    );
+    assert!(
+        report["forced"].as_array().is_some_and(|f| f.is_empty()),
+        "{}",
+        report["forced"]
+    );
     // The built plugin, as NCCL calls it (getCollInfo v6 with regBuff).
     let calls = dir.path().join("calls.csv");
     std::fs::write(&calls, "allreduce,4096,1,8,1,1\nallreduce,4096,1,8,1,0\n").unwrap();
@@ -797,9 +822,37 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
     assert_eq!(
         answers.iter().map(names).collect::<Vec<_>>(),
         [
-            ("ring".to_string(), "ll".to_string()),
+            ("default".to_string(), "default".to_string()),
             ("default".to_string(), "default".to_string())
         ]
+    );
+    // `query` gives the plugin's answer and says why.
+    let out = dyncc()
+        .args(["query"])
+        .arg(&reg)
+        .args([
+            "--coll",
+            "allreduce",
+            "--bytes",
+            "4096",
+            "--nodes",
+            "1",
+            "--ranks",
+            "8",
+            "--reg-buff",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let q = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{q}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        q.contains("NCCL computes regBuff per rank") && q.contains("forces ring/ll"),
+        "{q}"
     );
     // The unregistered runs decide as every table always has: for any call.
     let unreg = dir.path().join("unregistered.tbl");

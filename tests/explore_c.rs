@@ -351,6 +351,44 @@ fn ranks_with_different_call_sequences_never_disagree() {
     }
 }
 
+/// NCCL computes regBuff per rank (src/enqueue.cc:2145 at v2.30.7-1, from
+/// the rank's own registration cache; `NCCL_LOCAL_REGISTER` is per
+/// process): rank 0 registered its buffers (regBuff 1 on every call), rank
+/// 1 did not (0). At 4 nodes the table's ReduceScatter context is gated to
+/// `regBuff != 0` and forces Ring/LL: rank 0 ran Ring/LL and rank 1 NCCL's
+/// choice on every ReduceScatter call (a hang). Now that forced rule is
+/// left to NCCL on both ranks; ungated contexts answer as before. With
+/// exploration off and on.
+#[test]
+fn ranks_registered_differently_never_disagree_on_a_reg_buff_gated_table() {
+    let s = Stand::new();
+    for explore in [None, Some("0.1")] {
+        let r = s.run_as(4, 2520, explore, COMM_ID, "regbuff");
+        assert_eq!(r.disagreements, 0, "{explore:?}:\n{}", r.stdout);
+        // Rank 0's answers (regBuff 1) are the table's for every regBuff:
+        // ReduceScatter left to NCCL, AllReduce and AllGather forced.
+        assert_eq!(r.total_explored(), 0, "{explore:?}: {:?}", r.shapes);
+        let rs = r
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("call 3 "))
+            .count();
+        let rs_nccl = r
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("call 3 ") && l.ends_with(" -1 0"))
+            .count();
+        assert!(rs > 0 && rs == rs_nccl, "{rs} {rs_nccl}:\n{}", r.stdout);
+        assert!(
+            r.stdout
+                .lines()
+                .any(|l| l.starts_with("call 2 ") && !l.ends_with(" -1 0")),
+            "{}",
+            r.stdout
+        );
+    }
+}
+
 /// At 4 nodes every decision is measured: nothing explores.
 #[test]
 fn a_measured_confirmed_decision_never_explores() {

@@ -133,6 +133,7 @@ pub fn plane(table: &Table, p: &Patch, probe: Probe) -> Box<[Lookup; NUM_BUCKETS
             gain: 1.0,
             context: None,
             rule: None,
+            reg_buff_split: false,
         }; NUM_BUCKETS],
     );
     for b in 0..=255u8 {

@@ -128,7 +128,13 @@ pub fn context_title(c: &ContextJson) -> String {
         let _ = write!(s, "  only numPipeOps <= {}", c.max_pipe_ops);
     }
     if c.reg_buff != "any" {
-        let _ = write!(s, "  only regBuff={}", c.reg_buff);
+        // NCCL computes regBuff per rank: what the gate would force for one
+        // value only is left to NCCL (dyncc_tables::RegBuff::agreed).
+        let _ = write!(
+            s,
+            "  gated on regBuff={} (NCCL computes it per rank: forces nothing)",
+            c.reg_buff
+        );
     }
     s
 }
@@ -354,6 +360,12 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
                     .unwrap_or(Decision::Default);
                 let then = match d {
                     Decision::Default => format!("NCCL's choice ({})", r.basis),
+                    // What the plugin does: the gated rule is left to NCCL.
+                    d if c.spec().reg_buff.splits(d) => format!(
+                        "NCCL's choice (forces {} for regBuff={} only: left to NCCL so ranks agree)",
+                        fmt_decision(d),
+                        j.reg_buff
+                    ),
                     d => format!(
                         "{:<20} {:>8}  {}",
                         fmt_decision(d),

@@ -53,7 +53,9 @@ pub struct QueryArgs {
     /// numPipeOps NCCL passes (1 for a single operation).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub pipe_ops: i32,
-    /// regBuff NCCL passes (0 = buffer not registered).
+    /// regBuff NCCL passes (0 = buffer not registered). No answer depends on
+    /// it: NCCL computes it per rank, so what a table gated on it would
+    /// force for one value only is left to NCCL.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub reg_buff: i32,
     /// Sweep files or directories to show the nearest measured cells from.
@@ -286,20 +288,37 @@ pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyho
     let kept_everywhere = ctx.is_some_and(|c| c.rules().all(|r| r.decision == Decision::Default))
         && beyond.is_none()
         && l.basis == Some(dyncc_tables::Basis::Measured);
-    let why = match (&context, &rule) {
-        (Some(c), Some(_)) if kept_everywhere => format!(
+    // The rule a regBuff-gated context left to NCCL (`Lookup::reg_buff_split`).
+    let split = ctx
+        .filter(|_| l.reg_buff_split)
+        .and_then(|c| c.rule_for_size(call.bytes));
+    let why = match (&context, &rule, split) {
+        (Some(c), None, Some((i, r))) => {
+            format!(
+                "context #{} (nodes {}, ranks/node {}), rule {}: it forces {} for regBuff={} only, and NCCL computes \
+                 regBuff per rank (ranks of one collective can differ): left to NCCL whatever this call's regBuff, \
+                 so every rank agrees",
+                c.index,
+                fmt_span(c.nodes.0, c.nodes.1),
+                fmt_span(c.ppn.0, c.ppn.1),
+                i,
+                fmt_decision(r.decision),
+                c.reg_buff
+            )
+        }
+        (Some(c), Some(_), _) if kept_everywhere => format!(
             "context #{} (nodes {}, ranks/node {}): the sweep measured this shape and NCCL's default is kept \
              at every size (no setting beat it by the margin)",
             c.index,
             fmt_span(c.nodes.0, c.nodes.1),
             fmt_span(c.ppn.0, c.ppn.1),
         ),
-        (None, _) => format!(
+        (None, _, _) => format!(
             "no {} context covers {shape}: the table leaves NCCL alone for this communicator (a shape the sweep \
              did not measure, or one compiled without --extrapolate)",
             call.coll.name()
         ),
-        (Some(c), None) => format!(
+        (Some(c), None, _) => format!(
             "context #{} (nodes {}, ranks/node {}) matches, but it decides only for {}: this call (numPipeOps {}, \
              regBuff {}) is left to NCCL",
             c.index,
@@ -309,7 +328,7 @@ pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyho
             call.pipe_ops,
             call.reg_buff
         ),
-        (Some(c), Some(r)) => format!(
+        (Some(c), Some(r), _) => format!(
             "context #{} (nodes {}, ranks/node {}), rule {} (sizes {}): {}",
             c.index,
             fmt_span(c.nodes.0, c.nodes.1),
@@ -346,15 +365,10 @@ pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyho
     })
 }
 
+/// The gate that sent a call to NCCL: numPipeOps only, since no answer
+/// depends on regBuff (a regBuff gate's split rules are worded apart).
 fn gate_text(c: &ContextRef) -> String {
-    let mut v = Vec::new();
-    if c.max_pipe_ops > 0 {
-        v.push(format!("numPipeOps <= {}", c.max_pipe_ops));
-    }
-    if c.reg_buff != "any" {
-        v.push(format!("regBuff={}", c.reg_buff));
-    }
-    v.join(" and ")
+    format!("numPipeOps <= {}", c.max_pipe_ops)
 }
 
 /// The measured cells nearest to `call`: the closest communicator shape in

@@ -262,9 +262,11 @@ impl Plan {
         for coll in Coll::ALL {
             let c = coll as usize;
             let own = spec.context(coll).and_then(|i| table.context(i));
-            // A regBuff-gated context answers per rank (regBuff is each
-            // rank's own registration): exploring under it could split
-            // ranks, so that collective does not explore.
+            // A regBuff-gated context forces nothing (regBuff is each
+            // rank's own registration: the table crate leaves to NCCL what
+            // it would force for one value only, `RegBuff::agreed`); its
+            // rules were read off registered runs only, so this collective
+            // does not explore here either.
             if own
                 .as_ref()
                 .is_some_and(|o| o.spec().reg_buff != RegBuff::Any)

@@ -107,7 +107,7 @@ fn valid_table_forces_the_tables_decisions() {
     assert_eq!(call_v6(ctx, 1, 1 << 20, 1, 0), (None, 0)); // reduce: no context
     assert_eq!(call_v6(ctx, 3, 1 << 20, 1, 0), (Some((4, 2)), 8)); // NVLS/Simple x8
     assert_eq!(call_v6(ctx, 3, 1 << 20, 2, 0), (None, 0)); // numPipeOps 2
-    assert_eq!(call_v6(ctx, 3, 1 << 20, 1, 1), (None, 0)); // regBuff 1
+    assert_eq!(call_v6(ctx, 3, 1 << 20, 1, 1), (Some((4, 2)), 8)); // regBuff: no say
     assert_eq!(call_v6(ctx, -1, 1 << 20, 1, 0), (None, 0));
     assert_eq!(call_v6(ctx, 9, 1 << 20, 1, 0), (None, 0));
     finalize(ctx);

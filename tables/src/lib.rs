@@ -30,7 +30,10 @@
 //! renamed): `Error::BadMeta`, `BadTree` and `BadRule` carry indices and a
 //! `what`; `Error::MissingSection` and `Error::BadHeader` exist;
 //! `Lookup::rule` is the index within the context; `RegBuff::Only1` means
-//! `regBuff != 0`; `numPipeOps` is allowed when `max_pipe_ops == 0` or
+//! `regBuff != 0`, but no answer depends on `regBuff` (NCCL computes it per
+//! rank): a gated context's rules that would answer regBuff 0 and 1
+//! differently give Default (`RegBuff::agreed`, `Lookup::reg_buff_split`);
+//! `numPipeOps` is allowed when `max_pipe_ops == 0` or
 //! `numPipeOps <= max_pipe_ops` (signed compare); `rules_from_buckets`
 //! takes the minimum gain of a merged run. `Specialised` stores `Decision`s
 //! (not packed u32) so `decide` does no decoding. `Table::digest` (XXH3-64

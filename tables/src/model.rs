@@ -174,6 +174,43 @@ impl RegBuff {
             RegBuff::Only1 => reg_buff != 0,
         }
     }
+
+    /// Whether a context with this gate, whose rule says `d` at some size
+    /// (its `numPipeOps` gate passed), would answer `regBuff` 0 and 1
+    /// differently. NCCL computes `regBuff` per rank (src/enqueue.cc:2145 at
+    /// v2.30.7-1, from the rank's own registration cache and its own
+    /// `NCCL_LOCAL_REGISTER`), so ranks of one collective can pass different
+    /// values: where this is true, answering by `regBuff` could make them run
+    /// different algorithms, a hang.
+    #[inline]
+    pub fn splits(self, d: Decision) -> bool {
+        self.answer(d, 0) != self.answer(d, 1)
+    }
+
+    /// What a call gets from a context with this gate whose rule says `d`
+    /// (its `numPipeOps` gate passed), whatever the calling rank's
+    /// `regBuff`: the common answer where regBuff 0 and 1 agree, else
+    /// Default (NCCL alone, which every rank gives). So no answer depends on
+    /// `regBuff`; a gated context keeps only what it would decide for every
+    /// value (with first-match-no-fall-through, its Default rules).
+    #[inline]
+    pub fn agreed(self, d: Decision) -> Decision {
+        if self.splits(d) {
+            Decision::Default
+        } else {
+            self.answer(d, 0)
+        }
+    }
+
+    /// The answer for one `regBuff` value, as the gate alone would give it.
+    #[inline]
+    fn answer(self, d: Decision, reg_buff: i32) -> Decision {
+        if self.allows(reg_buff) {
+            d
+        } else {
+            Decision::Default
+        }
+    }
 }
 
 /// Whether NCCL's `numPipeOps` is one a context with this `max_pipe_ops`
@@ -530,5 +567,27 @@ mod tests {
         assert!(!pipe_ops_allowed(1, 2));
         assert!(RegBuff::Only0.allows(0) && !RegBuff::Only0.allows(1));
         assert!(RegBuff::Only1.allows(1) && !RegBuff::Only1.allows(0));
+    }
+
+    /// NCCL computes `regBuff` per rank: a gate on it split ranks of one
+    /// collective wherever its rule forced a setting (one rank forced, the
+    /// other got NCCL's choice). The agreed answer is the same for both.
+    #[test]
+    fn a_reg_buff_gate_agrees_only_on_what_every_value_gets() {
+        let ll = Decision::Force {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 0,
+        };
+        for d in [ll, Decision::Default] {
+            assert!(!RegBuff::Any.splits(d));
+            assert_eq!(RegBuff::Any.agreed(d), d);
+        }
+        for gate in [RegBuff::Only0, RegBuff::Only1] {
+            assert!(gate.splits(ll), "{gate:?}");
+            assert_eq!(gate.agreed(ll), Decision::Default, "{gate:?}");
+            assert!(!gate.splits(Decision::Default), "{gate:?}");
+            assert_eq!(gate.agreed(Decision::Default), Decision::Default);
+        }
     }
 }

@@ -2,9 +2,15 @@
 //! (collective, size bucket), built once at `init` by
 //! [`crate::Table::specialise`], answered on the hot path by
 //! [`Specialised::decide`] with one bounds check and one array index.
+//!
+//! `regBuff` is resolved here, once: NCCL computes it per rank, so a
+//! context gated on it keeps only the decisions it would give for every
+//! value ([`RegBuff::agreed`]); the hot path never reads it.
 
 use crate::bucket::{size_bucket, NUM_BUCKETS};
-use crate::model::{pipe_ops_allowed, ContextSpec, Decision, RegBuff, Rule};
+#[cfg(doc)]
+use crate::model::RegBuff;
+use crate::model::{pipe_ops_allowed, ContextSpec, Decision, Rule};
 use crate::nccl::{Coll, NUM_COLLS};
 
 /// Dense decisions for one communicator. Fixed size (about 4 KiB), no heap.
@@ -12,7 +18,6 @@ use crate::nccl::{Coll, NUM_COLLS};
 pub struct Specialised {
     dense: [[Decision; NUM_BUCKETS]; NUM_COLLS],
     max_pipe_ops: [u32; NUM_COLLS],
-    reg_buff: [RegBuff; NUM_COLLS],
     context: [Option<u32>; NUM_COLLS],
 }
 
@@ -28,14 +33,15 @@ impl Specialised {
         Specialised {
             dense: [[Decision::Default; NUM_BUCKETS]; NUM_COLLS],
             max_pipe_ops: [0; NUM_COLLS],
-            reg_buff: [RegBuff::Any; NUM_COLLS],
             context: [None; NUM_COLLS],
         }
     }
 
     /// Gives `coll` the decisions of `rules` (sorted runs ending at bucket
-    /// 255, as validated) from `context`. Writes the row in place: building
-    /// a row on the stack and copying it in cost more than the fill.
+    /// 255, as validated) from `context`, each as every rank agrees on it
+    /// whatever its `regBuff` ([`RegBuff::agreed`]). Writes the row in
+    /// place: building a row on the stack and copying it in cost more than
+    /// the fill.
     pub(crate) fn set(
         &mut self,
         coll: Coll,
@@ -44,40 +50,40 @@ impl Specialised {
         spec: ContextSpec,
     ) {
         let c = coll as usize;
-        if let (Some(row), Some(m), Some(r), Some(x)) = (
+        if let (Some(row), Some(m), Some(x)) = (
             self.dense.get_mut(c),
             self.max_pipe_ops.get_mut(c),
-            self.reg_buff.get_mut(c),
             self.context.get_mut(c),
         ) {
             let mut first = 0usize;
             for rule in rules {
                 let last = rule.last_bucket as usize;
                 if let Some(cells) = row.get_mut(first..=last) {
-                    cells.fill(rule.decision);
+                    cells.fill(spec.reg_buff.agreed(rule.decision));
                 }
                 first = last + 1;
             }
             *m = spec.max_pipe_ops;
-            *r = spec.reg_buff;
             *x = Some(context);
         }
     }
 
     /// The decision for one `getCollInfo` call. Hot path: no allocation,
     /// no panic, no loop; equal to `Table::lookup(..).decision` for the
-    /// communicator this was specialised for.
+    /// communicator this was specialised for. Takes `getCollInfo`'s
+    /// `regBuff` and ignores it: NCCL computes it per rank, and the answer
+    /// never depends on it (resolved when specialised).
     #[inline]
     pub fn decide(
         &self,
         coll_type: u32,
         n_bytes: u64,
         num_pipe_ops: i32,
-        reg_buff: i32,
+        _reg_buff: i32,
     ) -> Decision {
-        // The bucket is computed only once the gates let the call through
+        // The bucket is computed only once the gate lets the call through
         // (measured: computing it first costs the plain path 3 instructions).
-        match self.row(coll_type, num_pipe_ops, reg_buff) {
+        match self.row(coll_type, num_pipe_ops) {
             // A u8 bucket indexes a 256-entry row: no bounds check is emitted.
             Some(row) => row[size_bucket(n_bytes) as usize],
             None => Decision::Default,
@@ -86,38 +92,30 @@ impl Specialised {
 
     /// [`Specialised::decide`] for a size already bucketed (the plugin's
     /// exploring path needs the bucket too, and computes it once).
+    /// `regBuff` is ignored, as there.
     #[inline]
     pub fn decide_bucket(
         &self,
         coll_type: u32,
         bucket: u8,
         num_pipe_ops: i32,
-        reg_buff: i32,
+        _reg_buff: i32,
     ) -> Decision {
-        match self.row(coll_type, num_pipe_ops, reg_buff) {
+        match self.row(coll_type, num_pipe_ops) {
             Some(row) => row[bucket as usize],
             None => Decision::Default,
         }
     }
 
     /// The decisions of `coll_type` by size bucket, when its context's
-    /// gates let a call with this state through.
+    /// `numPipeOps` gate lets the call through (the same on every rank).
     #[inline(always)]
-    fn row(
-        &self,
-        coll_type: u32,
-        num_pipe_ops: i32,
-        reg_buff: i32,
-    ) -> Option<&[Decision; NUM_BUCKETS]> {
+    fn row(&self, coll_type: u32, num_pipe_ops: i32) -> Option<&[Decision; NUM_BUCKETS]> {
         let c = coll_type as usize;
-        let (Some(row), Some(&max_pipe_ops), Some(&rb)) = (
-            self.dense.get(c),
-            self.max_pipe_ops.get(c),
-            self.reg_buff.get(c),
-        ) else {
+        let (Some(row), Some(&max_pipe_ops)) = (self.dense.get(c), self.max_pipe_ops.get(c)) else {
             return None;
         };
-        (pipe_ops_allowed(max_pipe_ops, num_pipe_ops) && rb.allows(reg_buff)).then_some(row)
+        pipe_ops_allowed(max_pipe_ops, num_pipe_ops).then_some(row)
     }
 
     /// Index of the context chosen for `coll`, if one matched.
@@ -128,5 +126,87 @@ impl Specialised {
     /// True when no collective has a context (every call gets Default).
     pub fn is_empty(&self) -> bool {
         self.context.iter().all(Option::is_none)
+    }
+}
+
+#[cfg(all(test, feature = "build"))]
+mod tests {
+    use crate::*;
+
+    /// A table compiled with `--setup regBuff=1` gates its contexts to
+    /// `regBuff != 0`; NCCL computes `regBuff` per rank, so a rank that
+    /// registered its buffers forced Tree/LL where one that did not got
+    /// NCCL's choice: a hang. Now every rank gets the same answer whatever
+    /// its `regBuff`: NCCL's where the gated context forced, the common
+    /// answer where it did not, and ungated contexts are untouched.
+    #[test]
+    fn reg_buff_gated_contexts_answer_every_reg_buff_alike() {
+        let ll = Decision::Force {
+            algo: Algo::Tree,
+            proto: Proto::LL,
+            channels: 0,
+        };
+        let rules = [
+            Rule {
+                last_bucket: size_bucket(65536),
+                decision: ll,
+                basis: Basis::Measured,
+                gain: 1.3,
+            },
+            Rule {
+                last_bucket: 255,
+                decision: Decision::Default,
+                basis: Basis::Measured,
+                gain: 1.0,
+            },
+        ];
+        let spec = |coll, reg_buff| ContextSpec {
+            coll,
+            nodes: (1, 1),
+            ppn: (8, 8),
+            max_pipe_ops: 2,
+            reg_buff,
+        };
+        let mut b = TableBuilder::new();
+        b.context(spec(Coll::AllReduce, RegBuff::Only1), &rules)
+            .unwrap();
+        b.context(spec(Coll::AllGather, RegBuff::Only0), &rules)
+            .unwrap();
+        b.context(spec(Coll::Broadcast, RegBuff::Any), &rules)
+            .unwrap();
+        let bytes = b.build().unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let s = t.specialise(8, 1);
+        for reg in [0, 1, -1, 7] {
+            for coll in [Coll::AllReduce, Coll::AllGather] {
+                let c = coll as u32;
+                // Forced for one regBuff only: left to NCCL for every one.
+                assert_eq!(s.decide(c, 4096, 1, reg), Decision::Default);
+                assert_eq!(
+                    s.decide_bucket(c, size_bucket(4096), 1, reg),
+                    Decision::Default
+                );
+                let l = t.lookup(c, 8, 1, 4096, 1, reg);
+                assert_eq!(
+                    (l.decision, l.rule, l.basis, l.reg_buff_split),
+                    (Decision::Default, None, None, true),
+                    "{coll:?} regBuff {reg}"
+                );
+                // Default for every regBuff already: the rule applies.
+                let l = t.lookup(c, 8, 1, 1 << 20, 1, reg);
+                assert_eq!(
+                    (l.decision, l.rule, l.basis, l.reg_buff_split),
+                    (Decision::Default, Some(1), Some(Basis::Measured), false)
+                );
+                // The numPipeOps gate is the same on every rank: it stays.
+                let l = t.lookup(c, 8, 1, 4096, 3, reg);
+                assert_eq!((l.decision, l.reg_buff_split), (Decision::Default, false));
+            }
+            let c = Coll::Broadcast as u32;
+            assert_eq!(s.decide(c, 4096, 1, reg), ll);
+            assert_eq!(s.decide(c, 4096, 3, reg), Decision::Default);
+            let l = t.lookup(c, 8, 1, 4096, 1, reg);
+            assert_eq!((l.decision, l.rule, l.reg_buff_split), (ll, Some(0), false));
+        }
     }
 }

@@ -54,6 +54,12 @@ pub struct Lookup {
     pub context: Option<u32>,
     /// Index of the rule used, within its context.
     pub rule: Option<u32>,
+    /// True when the matching context is gated on `regBuff` and its rule
+    /// at this size would answer regBuff 0 and 1 differently
+    /// ([`RegBuff::splits`]): NCCL computes `regBuff` per rank, so the call
+    /// is left to NCCL (`decision` Default, `rule` None) whatever this
+    /// call's `regBuff`, and every rank agrees.
+    pub reg_buff_split: bool,
 }
 
 impl Lookup {
@@ -64,6 +70,7 @@ impl Lookup {
             gain: 1.0,
             context,
             rule: None,
+            reg_buff_split: false,
         }
     }
 }
@@ -563,7 +570,11 @@ impl<'a> Table<'a> {
     }
 
     /// What to tell NCCL for one call, with provenance. Same arguments as
-    /// the tuner's `getCollInfo` (`coll_type` is `ncclFunc_t`).
+    /// the tuner's `getCollInfo` (`coll_type` is `ncclFunc_t`); `regBuff`
+    /// is taken and ignored: NCCL computes it per rank, so no answer may
+    /// depend on it. A context gated on it keeps only what it decides for
+    /// every value ([`RegBuff::agreed`]; [`Lookup::reg_buff_split`] marks
+    /// the calls that leaves to NCCL).
     pub fn lookup(
         &self,
         coll_type: u32,
@@ -571,7 +582,7 @@ impl<'a> Table<'a> {
         n_nodes: u64,
         n_bytes: u64,
         num_pipe_ops: i32,
-        reg_buff: i32,
+        _reg_buff: i32,
     ) -> Lookup {
         let Some(coll) = Coll::from_nccl(coll_type) else {
             return Lookup::default_with(None);
@@ -580,16 +591,22 @@ impl<'a> Table<'a> {
             return Lookup::default_with(None);
         };
         let spec = ctx.spec();
-        if !pipe_ops_allowed(spec.max_pipe_ops, num_pipe_ops) || !spec.reg_buff.allows(reg_buff) {
+        if !pipe_ops_allowed(spec.max_pipe_ops, num_pipe_ops) {
             return Lookup::default_with(Some(ctx.index));
         }
         match ctx.rule_for_size(n_bytes) {
+            Some((_, r)) if spec.reg_buff.splits(r.decision) => Lookup {
+                reg_buff_split: true,
+                ..Lookup::default_with(Some(ctx.index))
+            },
+            // Not split: `agreed` is the rule's own decision.
             Some((i, r)) => Lookup {
                 decision: r.decision,
                 basis: Some(r.basis),
                 gain: r.gain,
                 context: Some(ctx.index),
                 rule: Some(i),
+                reg_buff_split: false,
             },
             None => Lookup::default_with(Some(ctx.index)),
         }

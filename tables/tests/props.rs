@@ -176,7 +176,10 @@ fn bucket(n: u64) -> u8 {
     (4 * l as u64 + ((n >> (l - 2)) & 3)) as u8
 }
 
-/// (decision, context, rule index, basis, gain) per the spec's semantics.
+/// (decision, context, rule index, basis, gain) per the spec's semantics:
+/// the first matching context, its gates (no fall-through), the rule of the
+/// size bucket; and where its answers for `regBuff` 0 and 1 would differ,
+/// Default for every `regBuff` (NCCL computes it per rank).
 fn expected(
     s: &Spec,
     coll: u32,
@@ -184,8 +187,7 @@ fn expected(
     nodes: u64,
     n: u64,
     pipe: i32,
-    reg: i32,
-) -> (Decision, Option<u32>, Option<u32>, Option<Basis>, f32) {
+) -> (Decision, Option<u32>, Option<u32>, Option<Basis>, f32, bool) {
     let hit = s.contexts.iter().enumerate().find(|(_, (c, _))| {
         c.coll as u32 == coll
             && u64::from(c.nodes.0) <= nodes
@@ -194,16 +196,11 @@ fn expected(
             && u128::from(ranks) <= u128::from(c.ppn.1) * u128::from(nodes)
     });
     let Some((i, (c, rules))) = hit else {
-        return (Decision::Default, None, None, None, 1.0);
+        return (Decision::Default, None, None, None, 1.0, false);
     };
     let pipe_ok = c.max_pipe_ops == 0 || i64::from(pipe) <= i64::from(c.max_pipe_ops);
-    let reg_ok = match c.reg_buff {
-        RegBuff::Any => true,
-        RegBuff::Only0 => reg == 0,
-        RegBuff::Only1 => reg != 0,
-    };
-    if !pipe_ok || !reg_ok {
-        return (Decision::Default, Some(i as u32), None, None, 1.0);
+    if !pipe_ok {
+        return (Decision::Default, Some(i as u32), None, None, 1.0, false);
     }
     let b = bucket(n);
     let (j, r) = rules
@@ -211,12 +208,29 @@ fn expected(
         .enumerate()
         .find(|(_, r)| r.last_bucket >= b)
         .unwrap();
+    // The answer a rank with this regBuff would get by the gate alone.
+    let gated = |reg: i32| {
+        let reg_ok = match c.reg_buff {
+            RegBuff::Any => true,
+            RegBuff::Only0 => reg == 0,
+            RegBuff::Only1 => reg != 0,
+        };
+        if reg_ok {
+            r.decision
+        } else {
+            Decision::Default
+        }
+    };
+    if gated(0) != gated(1) {
+        return (Decision::Default, Some(i as u32), None, None, 1.0, true);
+    }
     (
         r.decision,
         Some(i as u32),
         Some(j as u32),
         Some(r.basis),
         r.gain,
+        false,
     )
 }
 
@@ -268,12 +282,15 @@ proptest! {
         let t = Table::from_bytes(&bytes).expect("builder output must pass from_bytes");
         prop_assert_eq!(t.context_count() as usize, s.contexts.len());
         for (coll, ranks, nodes, n, pipe, reg) in queries {
-            let (d, ctx, rule, basis, gain) = expected(&s, coll, ranks, nodes, n, pipe, reg);
+            let (d, ctx, rule, basis, gain, split) = expected(&s, coll, ranks, nodes, n, pipe);
             let l = t.lookup(coll, ranks, nodes, n, pipe, reg);
-            prop_assert_eq!((l.decision, l.context, l.rule, l.basis), (d, ctx, rule, basis));
+            prop_assert_eq!((l.decision, l.context, l.rule, l.basis, l.reg_buff_split), (d, ctx, rule, basis, split));
             prop_assert_eq!(l.gain.to_bits(), gain.to_bits());
+            // Nothing depends on regBuff: ranks may pass different ones.
+            prop_assert_eq!(l, t.lookup(coll, ranks, nodes, n, pipe, 1 - reg));
             let sp = t.specialise(ranks, nodes);
             prop_assert_eq!(sp.decide(coll, n, pipe, reg), l.decision);
+            prop_assert_eq!(sp.decide(coll, n, pipe, 1 - reg), l.decision);
         }
         for (i, c) in t.contexts().enumerate() {
             prop_assert_eq!(c.spec(), s.contexts[i].0);

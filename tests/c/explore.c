@@ -20,6 +20,9 @@
  *                   differs per rank (NCCL computes it from each rank's own
  *                   registrations), and rank 1 makes extra calls with other
  *                   numPipeOps and regBuff every 100 calls
+ *   regbuff         rank 0 registered its buffers and rank 1 did not
+ *                   (NCCL_LOCAL_REGISTER differs per process): regBuff 1 on
+ *                   every call of rank 0, 0 on every call of rank 1
  * Prints, for rank 0, "call COLL NBYTES CELL CH" per common call (CELL: the
  * cost cell the plugin set to 0 as algo*3+proto, or -1; CH: the channel
  * count written, 0 if none), then "disagreements N" (common calls where
@@ -69,7 +72,10 @@ static int is(const char *s) { return strcmp(scenario, s) == 0; }
 /* numPipeOps of common call i: the same on every rank. */
 static int pipe_ops_of(int i) { return is("state") ? 1 + (i / 42) % 3 : 1; }
 /* regBuff of common call i on rank r: each rank's own. */
-static int reg_buff_of(int r, int i) { return is("state") && r == 0 ? (i / 3) % 2 : 0; }
+static int reg_buff_of(int r, int i) {
+  if (is("regbuff")) return r == 0;
+  return is("state") && r == 0 ? (i / 3) % 2 : 0;
+}
 
 static void fresh(outcome *o) {
   for (int a = 0; a < 7; a++)
@@ -116,7 +122,8 @@ int main(int argc, char **argv) {
   calls = atoi(argv[2]);
   unsigned long long comm_id = argc > 3 ? strtoull(argv[3], NULL, 0) : 0xE4910E0011223344ULL;
   if (argc > 4) scenario = argv[4];
-  if (!is("same") && !is("extra-one") && !is("extra-per-size") && !is("late") && !is("state")) {
+  if (!is("same") && !is("extra-one") && !is("extra-per-size") && !is("late") && !is("state") &&
+      !is("regbuff")) {
     fprintf(stderr, "explore: unknown scenario %s\n", scenario);
     return 2;
   }

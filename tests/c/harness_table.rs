@@ -138,9 +138,11 @@ fn harness_decisions(mut b: TableBuilder) -> Vec<u8> {
         &all(force(Algo::CollNetDirect, Proto::Simple, 2)),
     )
     .unwrap();
+    // Gated on numPipeOps (the same on every rank); not on regBuff, which
+    // NCCL computes per rank: a gate on it forces nothing (tables'
+    // `RegBuff::agreed`), tested in tests/explore_c.rs.
     let rs = ContextSpec {
         max_pipe_ops: 1,
-        reg_buff: RegBuff::Only0,
         ..spec(Coll::ReduceScatter, (1, 4))
     };
     b.context(rs, &all(force(Algo::Nvls, Proto::Simple, 8)))
