@@ -103,8 +103,9 @@ pub unsafe extern "C" fn dyncc_table_open(
 /// Looks up the decision for one collective call, exactly as the plugin
 /// makes it: `coll` is NCCL's `ncclFunc_t`, `nRanks`/`nNodes` the
 /// communicator's shape, `nBytes`/`numPipeOps`/`regBuff` as NCCL passes
-/// them. On success writes `*algo` and `*proto` (NCCL numbering, or -1 and
-/// -1 for "leave NCCL alone") and `*nChannels` (0 = NCCL's choice).
+/// them (no answer depends on `regBuff`: NCCL computes it per rank). On
+/// success writes `*algo` and `*proto` (NCCL numbering, or -1 and -1 for
+/// "leave NCCL alone") and `*nChannels` (0 = NCCL's choice).
 ///
 /// # Safety
 /// `table` must be NULL or a live table from `dyncc_table_open`; the
