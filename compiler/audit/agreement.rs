@@ -305,9 +305,14 @@ pub fn agreements(bytes: &[u8]) -> BTreeMap<&'static str, Agreement> {
     let Ok(table) = Table::from_bytes(bytes) else {
         return BTreeMap::new();
     };
-    Coll::ALL
-        .iter()
+    // One collective a task (a compile's report waits for them).
+    use rayon::prelude::*;
+    let audits: Vec<TreeAudit> = Coll::ALL
+        .par_iter()
         .filter_map(|c| audit_tree(&table, *c))
+        .collect();
+    audits
+        .into_iter()
         .map(|t| (t.agreement.collective, t.agreement))
         .collect()
 }
