@@ -7,6 +7,7 @@
 //!     cargo bench --bench compile
 
 #[path = "support/gen_sweep.rs"]
+#[allow(dead_code)] // the spread shape is `scale`'s
 mod gen_sweep;
 
 use std::path::PathBuf;

@@ -3,11 +3,14 @@
 //! read and compiled in a child process as `dyncc compile` does, three
 //! times; printed per size: wall time (best and median), the child's peak
 //! resident memory, and cells per second. Then `eval --cv all` of the
-//! 100,000-cell sweep the same way. Not divan: peak memory is a whole
+//! 100,000-cell sweep the same way, and the 1,000,350 distinct cells of
+//! `gen_sweep::write_spread_sweep` (90 node counts in 5 grids: few grids,
+//! many node counts each; issue 28). Not divan: peak memory is a whole
 //! process's, so each run is its own process.
 //!
 //!     cargo bench --bench scale            # every size
 //!     cargo bench --bench scale -- 100000  # one size
+//!     cargo bench --bench scale -- spread  # the spread shape only
 //!
 //! The sweeps are written once to the temp directory and kept.
 
@@ -35,8 +38,10 @@ fn main() {
             return;
         }
     }
+    let spread_only = args.iter().any(|a| a == "spread");
     let sizes: Vec<usize> = match args.iter().find_map(|a| a.parse().ok()) {
         Some(n) => vec![n],
+        None if spread_only => Vec::new(),
         None => SIZES.to_vec(),
     };
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -56,6 +61,13 @@ fn main() {
     if sizes.contains(&100_000) {
         let runs = measure("--child-cv", &sweep(100_000));
         print_row("cv all 100k", 100_000, &runs);
+    }
+    if spread_only || sizes.len() == SIZES.len() {
+        let path = gen_sweep::generated("dyncc-bench-spread-90-nodes.csv", |f| {
+            gen_sweep::write_spread_sweep(f)
+        });
+        let runs = measure("--child-compile", &path);
+        print_row("1M spread", 1_000_350, &runs);
     }
     println!("(load average after: {})", load());
 }

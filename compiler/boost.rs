@@ -99,8 +99,10 @@ struct Bins {
     cuts: Vec<Vec<f64>>,
     /// Per feature, the first slot of its bins in a histogram.
     offset: Vec<usize>,
-    /// Per row, per feature: its bin.
-    bin: Vec<Vec<u16>>,
+    /// Per row, per feature: its bin (row `i`'s at `i * features ..`), in
+    /// one flat array: the histograms read it row after row, the hot loop
+    /// of boosting.
+    bin: Vec<u8>,
     slots: usize,
 }
 
@@ -129,12 +131,12 @@ impl Bins {
             offset.push(slots);
             slots += c.len() + 1;
         }
+        // At most MAX_BINS (256) bins a feature: a bin is a byte.
         let bin = x
             .iter()
-            .map(|r| {
-                (0..F)
-                    .map(|j| cuts[j].partition_point(|&t| t <= r[j]) as u16)
-                    .collect()
+            .flat_map(|r| {
+                let cuts = &cuts;
+                (0..F).map(move |j| cuts[j].partition_point(|&t| t <= r[j]) as u8)
             })
             .collect();
         Bins {
@@ -147,6 +149,12 @@ impl Bins {
 
     fn features(&self) -> usize {
         self.cuts.len()
+    }
+
+    /// Row `i`'s bins, one per feature.
+    fn row(&self, i: usize) -> &[u8] {
+        let f = self.features();
+        &self.bin[i * f..(i + 1) * f]
     }
 }
 
@@ -211,11 +219,12 @@ impl<'a> Booster<'a> {
 
     fn histogram(&self, rows: &[u32]) -> Vec<Sums> {
         let mut h = vec![Sums::default(); self.bins.slots];
+        let offset = &self.bins.offset;
         for &i in rows {
             let i = i as usize;
             let (g, w) = (self.grad[i], self.w[i]);
-            for (j, &b) in self.bins.bin[i].iter().enumerate() {
-                let s = &mut h[self.bins.offset[j] + b as usize];
+            for (&o, &b) in offset.iter().zip(self.bins.row(i)) {
+                let s = &mut h[o + b as usize];
                 s.g += g;
                 s.h += w;
             }
@@ -253,13 +262,18 @@ impl<'a> Booster<'a> {
             nodes[slot] = Node::Leaf(v);
             return;
         };
-        // Partition in place: rows below the split first.
+        // Partition in place: rows below the split first. Without a branch
+        // (which way a row goes is a coin toss to the processor): the swap
+        // of rows i and k when row i is below, else both written back as
+        // they were, which is the same order as swapping only then.
+        let (f, bins) = (self.bins.features(), &self.bins.bin);
         let mut k = 0;
         for i in 0..rows.len() {
-            if self.bins.bin[rows[i] as usize][feature] < bin {
-                rows.swap(i, k);
-                k += 1;
-            }
+            let (r, t) = (rows[i], rows[k]);
+            let below = u16::from(bins[r as usize * f + feature]) < bin;
+            rows[i] = if below { t } else { r };
+            rows[k] = if below { r } else { t };
+            k += usize::from(below);
         }
         let (left, right) = rows.split_at_mut(k);
         // The smaller child's histogram is built, the larger's is the

@@ -27,6 +27,7 @@ pub mod plan;
 pub mod progress;
 pub mod record;
 pub mod report;
+pub mod reruns;
 pub mod simulate;
 pub mod stats;
 pub mod tree;

@@ -32,6 +32,7 @@ use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
 use crate::record::{Cell, CellKey};
 use crate::report::{describe, Inputs, Platform, Report, TableInfo};
+use crate::reruns::Disagreeing;
 
 /// Deepest distilled tree; deeper ones stop being readable.
 const MAX_TREE_DEPTH: usize = 8;
@@ -549,17 +550,53 @@ pub fn sweep_noise(f: &Folded) -> f64 {
     sigma_of(&mut rep, &mut rough)
 }
 
-/// Compares repeats of each cell across files: when two runs of the same
-/// collective, shape, size and setting on the same platform disagree by
-/// more than the sweep's own noise allows ([`REPEAT_SD`], [`sweep_noise`]),
-/// the median would silently blend a broken run into the decision. Strict:
-/// an error naming both places. Lenient: the cell's records are dropped
-/// and listed as skipped, so no decision is built on them.
+/// Compares repeats of each cell, inside each file ([`crate::reruns`]) and
+/// across files: when two runs of the same collective, shape, size and
+/// setting on the same platform disagree by more than the sweep's own noise
+/// allows ([`REPEAT_SD`], [`sweep_noise`]), the median would silently blend
+/// a broken run into the decision. Strict: an error naming both places.
+/// Lenient: the cell's records are dropped and listed as skipped, so no
+/// decision is built on them.
 fn check_repeats(
     f: &mut Folded,
     skipped: &mut Vec<ingest::Skip>,
     lenient: bool,
 ) -> anyhow::Result<()> {
+    // Inside files first: a broken rerun in one file would also raise the
+    // noise the comparison across files allows (its repeats measure it).
+    let found = crate::reruns::in_file(f);
+    if lenient {
+        found.keep_out(f, skipped);
+    } else {
+        refuse(&found.bad, "keep out the run off the others")?;
+    }
+    let bad = across_files(f);
+    if !lenient {
+        refuse(&bad, "drop the cell")?;
+    }
+    keep_out(bad, f, skipped);
+    Ok(())
+}
+
+/// Fails naming the first cell whose repeats disagree, if any; `lenient`
+/// says what `--lenient` would do instead.
+fn refuse(bad: &[Disagreeing], lenient: &str) -> anyhow::Result<()> {
+    let Some(first) = bad.first() else {
+        return Ok(());
+    };
+    bail!(
+        "{}{}; remove the bad run, or pass --lenient to {lenient}",
+        first.what,
+        if bad.len() > 1 {
+            format!(" (and {} more such cells)", bad.len() - 1)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The cells whose repeats from different files disagree, one each.
+fn across_files(f: &Folded) -> Vec<Disagreeing> {
     use std::collections::HashMap;
     use std::path::Path;
     /// Repeats are measurements of one cell on one platform and GPU, in one
@@ -596,7 +633,7 @@ fn check_repeats(
     let mut files = f.groups.iter().map(|g| g.key.file.as_path());
     if let Some(first) = files.next() {
         if files.all(|p| p == first) {
-            return Ok(());
+            return Vec::new();
         }
     }
     let sigma = sweep_noise(f);
@@ -697,20 +734,22 @@ fn check_repeats(
         *pairs.entry(b.pair.clone()).or_default() += 1;
     }
     bad.retain(|b| pairs[&b.pair] >= REPEAT_MIN_CELLS);
-    if bad.is_empty() {
-        return Ok(());
-    }
     bad.sort_by(|a, b| a.what.cmp(&b.what));
-    if !lenient {
-        bail!(
-            "{}{}; remove the bad run, or pass --lenient to drop the cell",
-            bad[0].what,
-            if bad.len() > 1 {
-                format!(" (and {} more such cells)", bad.len() - 1)
-            } else {
-                String::new()
-            }
-        );
+    bad.into_iter()
+        .map(|b| Disagreeing {
+            key: b.key,
+            platform: b.platform,
+            what: b.what,
+        })
+        .collect()
+}
+
+/// Drops the cells whose repeats from different files disagree (every
+/// file's measurements of them: which run is right is unknown) and lists
+/// each as skipped.
+fn keep_out(bad: Vec<Disagreeing>, f: &mut Folded, skipped: &mut Vec<ingest::Skip>) {
+    if bad.is_empty() {
+        return;
     }
     let drop: BTreeSet<(CellKey, Option<String>)> =
         bad.iter().map(|b| (b.key, b.platform.clone())).collect();
@@ -733,7 +772,6 @@ fn check_repeats(
             reason: format!("{reason}; dropped the cell"),
         });
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -1385,3 +1385,92 @@ fn plot_and_export_refuse_to_write_over_their_table() {
     ok(&["plot", t, "-o", svg.to_str().unwrap()]);
     assert!(svg.exists());
 }
+
+/// `explain` on `datasets/sim`: at 8 GiB on one node (beyond the sweep's
+/// sizes) the allgather tree gives nvls/simple where the plugin leaves
+/// NCCL alone, and explain did not list it: disagreements were looked for
+/// only where the table decides. Every call where the tree and the plugin
+/// differ, beyond the sweep's sizes and node counts included, lies in a
+/// region explain lists.
+#[test]
+fn explain_lists_every_disagreement_with_the_plugin() {
+    let d = tempfile::tempdir().unwrap();
+    let tbl = d.path().join("sim.tbl");
+    let sim = crate::support::cli::root().join("datasets/sim");
+    ok(&[
+        "compile",
+        sim.to_str().unwrap(),
+        "-o",
+        tbl.to_str().unwrap(),
+    ]);
+    let t = tbl.to_str().unwrap();
+    let j: serde_json::Value = serde_json::from_str(&ok(&["explain", t, "--json"])).unwrap();
+    let image = std::fs::read(&tbl).unwrap();
+    let table = Table::from_bytes(&image).unwrap();
+    let regions = |coll: Coll| -> Vec<serde_json::Value> {
+        j["agreement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["collective"] == coll.name())
+            .map(|a| a["regions"].as_array().unwrap().clone())
+            .unwrap_or_default()
+    };
+    let covers = |r: &serde_json::Value, nodes: u64, ppn: u64, bytes: u64| {
+        let n = |k: &str| r[k].as_u64().unwrap();
+        // (`ppn` and `nodes_to` read as one shape where a listing lacks them.)
+        let nodes_to = r["nodes_to"].as_u64().unwrap_or(n("nodes"));
+        r["ppn"].as_u64().unwrap_or(n("ranks") / n("nodes")) == ppn
+            && (n("nodes")..=nodes_to).contains(&nodes)
+            && (n("from_bytes")..=n("to_bytes")).contains(&bytes)
+    };
+    // The issue's call.
+    let gib8 = 8u64 << 30;
+    let ag = regions(Coll::AllGather);
+    let r = ag
+        .iter()
+        .find(|r| covers(r, 1, 8, gib8))
+        .unwrap_or_else(|| panic!("8 GiB on one node is not listed: {ag:#?}"));
+    assert_eq!(r["plugin"], "NCCL's choice", "{r}");
+    assert_eq!(r["beyond"], "beyond the sweep's sizes", "{r}");
+    let text = ok(&["explain", t, "--coll", "allgather"]);
+    assert!(
+        text.lines().any(|l| l.contains("nodes 1 ")
+            && l.contains("5 GiB and up")
+            && l.contains("plugin: NCCL's choice")
+            && l.contains("beyond the sweep's sizes")),
+        "{text}"
+    );
+    // Every call, brute force: node counts 1-100 and far beyond, sizes at
+    // every power of two and between.
+    let mut probed = 0;
+    for coll in Coll::ALL {
+        let Some(tree) = table.tree(coll) else {
+            continue;
+        };
+        let regions = regions(coll);
+        let mut nodes: Vec<u64> = (1..=100).collect();
+        nodes.extend([127, 128, 129, 255, 256, 257, 1000, 4096, 100_000, 1 << 31]);
+        for &n in &nodes {
+            for k in 0..63u32 {
+                for bytes in [1u64 << k, (1u64 << k) + (1u64 << k) / 2] {
+                    let ranks = n * 8;
+                    let plugin = table.lookup(coll as u32, ranks, n, bytes, 1, 0).decision;
+                    let said = tree
+                        .eval(&tree_features(bytes, n, ranks))
+                        .map(|l| l.decision);
+                    probed += 1;
+                    if said == Some(plugin) {
+                        continue;
+                    }
+                    assert!(
+                        regions.iter().any(|r| covers(r, n, 8, bytes)),
+                        "{coll:?} at {n} nodes x 8, {bytes} bytes: plugin {plugin:?}, tree {said:?}, \
+                         and explain does not list it"
+                    );
+                }
+            }
+        }
+    }
+    assert!(probed > 50_000);
+}

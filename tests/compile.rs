@@ -180,7 +180,12 @@ fn explain_shows_what_the_plugin_does_where_its_tree_differs() {
         "the tree should reproduce most shapes: {ag}"
     );
     let regions = ag["regions"].as_array().unwrap();
-    assert_eq!(regions.is_empty(), disagree == 0);
+    // The figure counts the shapes the table decides; the regions are every
+    // disagreement, beyond the sweep included.
+    assert!(
+        disagree == 0 || regions.iter().any(|r| r["beyond"].is_null()),
+        "{ag}"
+    );
     // Every region explain lists says what the plugin does there: query
     // (the plugin's own lookup) agrees, and the tree says otherwise.
     for r in regions.iter().take(25) {

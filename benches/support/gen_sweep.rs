@@ -81,6 +81,41 @@ pub fn write_distinct_sweep(out: &mut impl Write, rows: usize) -> std::io::Resul
     Ok(n)
 }
 
+/// The node counts of [`write_spread_sweep`]: 90 of them from 1 to about
+/// 600, geometrically spread (every count up to 14, then sparser).
+pub fn spread_node_counts() -> Vec<u32> {
+    let mut v: Vec<u32> = Vec::with_capacity(90);
+    for i in 0..90 {
+        let g = 600f64.powf(i as f64 / 89.0).round() as u32;
+        let n = v.last().map_or(g.max(1), |&p| g.max(p + 1));
+        v.push(n);
+    }
+    v
+}
+
+/// Writes 1,000,350 rows, every one its own cell, spread over many node
+/// counts in few grids (issue 28): 5 collectives x 90 node counts
+/// ([`spread_node_counts`]) x 117 sizes (8 B to 4 GiB, 4 per octave) x 19
+/// settings (NCCL's default; Tree/Ring x LL/LL128/Simple x channels auto,
+/// 8, 32), 8 GPUs per node. Returns the rows written.
+pub fn write_spread_sweep(out: &mut impl Write) -> std::io::Result<usize> {
+    writeln!(out, "{HEADER}")?;
+    let mut n = 0usize;
+    let mut noise = Noise::default();
+    for nn in spread_node_counts() {
+        for c in COLLS {
+            for k in 0..=116u32 {
+                let b = (8.0 * 2f64.powf(k as f64 / 4.0)).round() as u64;
+                n += write_cell_with(out, &mut noise, c, b, nn, 8, usize::MAX, &SPREAD_CHANNELS)?;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// The channel counts of [`write_spread_sweep`] (-1: NCCL's own).
+const SPREAD_CHANNELS: [i32; 3] = [-1, 8, 32];
+
 const HEADER: &str = "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,pipeOps,regBuff,cost_metric,bandwidth_gbps,latency_us,platform";
 const CHANNELS: [i32; 6] = [-1, 2, 4, 8, 16, 32];
 
@@ -115,6 +150,21 @@ fn write_cell(
     ppn: u32,
     max: usize,
 ) -> std::io::Result<usize> {
+    write_cell_with(out, noise, c, b, nn, ppn, max, &CHANNELS)
+}
+
+/// [`write_cell`] over the channel counts `channels`.
+#[allow(clippy::too_many_arguments)]
+fn write_cell_with(
+    out: &mut impl Write,
+    noise: &mut Noise,
+    c: &str,
+    b: u64,
+    nn: u32,
+    ppn: u32,
+    max: usize,
+    channels: &[i32],
+) -> std::io::Result<usize> {
     let algos = [("default", 0.0), ("tree", 1.0), ("ring", 0.5)];
     let protos = [("ll", 0.4, 2.0), ("ll128", 0.9, 4.0), ("simple", 1.0, 8.0)];
     let ranks = nn * ppn;
@@ -124,7 +174,7 @@ fn write_cell(
             if a == "default" && p != "ll" {
                 continue;
             }
-            for ch in CHANNELS {
+            for &ch in channels {
                 if a == "default" && ch != -1 {
                     continue;
                 }

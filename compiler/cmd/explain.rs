@@ -255,6 +255,25 @@ pub fn tree_json(tree: &TreeView, audit: &TreeAudit) -> TreeJson {
     }
 }
 
+/// `nodes 33-44  ranks/node 8  5 GiB and up  plugin: NCCL's choice  (tree:
+/// nvls/simple; beyond the sweep's sizes)`: one region where the tree and
+/// the plugin disagree.
+pub fn region_text(r: &crate::audit::agreement::Disagreement) -> String {
+    let nodes = match (r.nodes, r.nodes_to) {
+        (a, b) if a == b => a.to_string(),
+        (a, u32::MAX) => format!("{a}+"),
+        (a, b) => format!("{a}-{b}"),
+    };
+    format!(
+        "nodes {nodes:<9} ranks/node {:<4} {:<28} plugin: {:<22} (tree: {}{})",
+        r.ppn,
+        fmt_sizes(r.from_bytes, r.to_bytes),
+        r.plugin,
+        r.tree,
+        r.beyond.map(|b| format!("; {b}")).unwrap_or_default()
+    )
+}
+
 /// The whole explanation as text.
 pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) -> String {
     let mut s = String::new();
@@ -286,30 +305,14 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
                 s,
                 "  (this tree gives the plugin's decision at {}{})",
                 ag.text(),
-                if ag.disagree > 0 {
-                    "; where it does not, the plugin does this:"
-                } else {
+                if ag.regions.is_empty() {
                     ""
+                } else {
+                    "; every place it does not, beyond the sweep included, and what the plugin does there:"
                 }
             );
-            const SHOWN: usize = 40;
-            for r in ag.regions.iter().take(SHOWN) {
-                let _ = writeln!(
-                    s,
-                    "    nodes {:<5} ranks {:<6} {:<28} plugin: {:<22} (tree: {})",
-                    r.nodes,
-                    r.ranks,
-                    fmt_sizes(r.from_bytes, r.to_bytes),
-                    r.plugin,
-                    r.tree
-                );
-            }
-            if ag.regions.len() > SHOWN {
-                let _ = writeln!(
-                    s,
-                    "    ... and {} more regions (--json lists them all; `dyncc query` answers any one call)",
-                    ag.regions.len() - SHOWN
-                );
+            for r in &ag.regions {
+                let _ = writeln!(s, "    {}", region_text(r));
             }
         }
     }

@@ -276,6 +276,11 @@ pub struct FoldBuilder {
     /// distinct cells).
     index: hashbrown::HashTable<u32>,
     hasher: std::collections::hash_map::RandomState,
+    /// Per group, the hash of its key ([`FoldBuilder::hash_of`], 32 bits
+    /// of it: 4 bytes a group): the index grows by rehashing every key it
+    /// holds, and a key (run, file, strings) is slow to hash (a sweep of a
+    /// million distinct cells hashed each key three times).
+    hashes: Vec<u32>,
     /// Groups by a reader's run id ([`FoldBuilder::push_run`]): a lookup
     /// that hashes a few integers, not a whole [`Run`].
     by_run: HashMap<RunGroup, u32, std::hash::BuildHasherDefault<MixHasher>>,
@@ -400,9 +405,16 @@ impl FoldBuilder {
     }
 
     /// The group of `key`, made when new.
+    /// The index's hash of a key, from the 32 bits of it kept per group
+    /// (keyed SipHash below: input files choose the keys).
+    fn hash_of(short: u32) -> u64 {
+        u64::from(short).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(short)
+    }
+
     fn group_of(&mut self, key: GroupKey) -> u32 {
         use std::hash::BuildHasher as _;
-        let hash = self.hasher.hash_one(&key);
+        let short = self.hasher.hash_one(&key) as u32;
+        let hash = Self::hash_of(short);
         let keys = &self.keys;
         if let Some(&g) = self.index.find(hash, |&g| keys[g as usize] == key) {
             return g;
@@ -415,9 +427,10 @@ impl FoldBuilder {
         let g = self.keys.len() as u32;
         self.labels.push(h.finish());
         self.keys.push(key);
-        let (keys, hasher) = (&self.keys, &self.hasher);
+        self.hashes.push(short);
+        let hashes = &self.hashes;
         self.index
-            .insert_unique(hash, g, |&g| hasher.hash_one(&keys[g as usize]));
+            .insert_unique(hash, g, |&g| Self::hash_of(hashes[g as usize]));
         self.samples.push(Samples::default());
         g
     }
