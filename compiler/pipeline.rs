@@ -104,7 +104,8 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
             .max()
             .unwrap_or(0);
         let view = ingest::traces::SweepView::of_cells(&cells, newest);
-        let (more, notes) = ingest::traces::cells(&ds.traces, &view);
+        let bar = ingest::traces::Bar::new(opts.decide.margin, opts.decide.z);
+        let (more, notes) = ingest::traces::cells(&ds.traces, &view, bar);
         cells.extend(more);
         notes
     });

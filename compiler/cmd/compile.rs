@@ -352,6 +352,25 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
         writeln!(w, "  drift: {d}")?;
     }
     const SHOWN: usize = 20;
+    // Evidence that fell short of the rule, and the sweep against the jobs.
+    for (what, list) in [
+        (
+            "short of evidence (decides nothing; README \"Learning from your jobs\" states the rule)",
+            &t.read.short_of_evidence,
+        ),
+        ("the sweep and the jobs disagree", &t.read.disagree_with_sweep),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        writeln!(w, "  {} setting(s) {what}:", list.len())?;
+        for f in list.iter().take(SHOWN) {
+            writeln!(w, "    {}", f.describe())?;
+        }
+        if list.len() > SHOWN {
+            writeln!(w, "    ... and {} more (--json lists them all)", list.len() - SHOWN)?;
+        }
+    }
     let shown: Vec<_> = t
         .points
         .iter()
@@ -362,9 +381,9 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             .point
             .settings
             .iter()
-            .map(|g| format!("{} {:+.1} %", g.config, (g.gain - 1.0) * 100.0))
+            .map(|g| g.describe())
             .collect::<Vec<_>>()
-            .join(", ");
+            .join("; ");
         writeln!(
             w,
             "  {:<10} {} {} nodes x {} ranks {}: ran {} -> {} (measured: {})",
