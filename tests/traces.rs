@@ -888,3 +888,194 @@ fn eval_traces_judges_one_call_as_too_little_evidence() {
     assert_eq!(v["compared"][0]["verdict"], "too little evidence", "{v:#}");
     assert_eq!(v["pooled"]["shapes"], 0, "{v:#}");
 }
+
+/// A trace whose record 1 claims sums of ln(time) that put its mean far
+/// above its own maximum (the checksum holds: it was written so). Issue
+/// 28: read, it made "+81548356.2 % (measured)", `inspect` print geomean
+/// `inf` and `eval --traces` pool a ratio of `inf`.
+fn mean_outside_min_max(dir: &Path) {
+    let mut bad = rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0);
+    bad.sum_ln = 1e6;
+    write_trace(
+        dir,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0), bad],
+    );
+}
+
+#[test]
+fn a_record_whose_mean_lies_outside_its_min_and_max_is_named_and_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    mean_outside_min_max(&traces);
+    let e = compile_refused(&[&s, &traces], &d.path().join("t.tbl"));
+    assert!(
+        e.contains("a.trace") && e.contains("record 1") && e.contains("within [min, max]"),
+        "{e}"
+    );
+    // inspect names it too, and exits 2.
+    let o = dyncc().arg("inspect").arg(&traces).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("record 1") && !String::from_utf8_lossy(&o.stdout).contains("inf"),
+        "{err}"
+    );
+    // eval --traces refuses it rather than pooling an infinite ratio.
+    let table = d.path().join("u.tbl");
+    compile_json(&[&s], &table);
+    let o = dyncc()
+        .arg("eval")
+        .arg(&table)
+        .arg("--traces")
+        .arg(&traces)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a.trace") && err.contains("record 1"), "{err}");
+}
+
+/// `--lenient` skips a damaged or inconsistent trace and reports it, as it
+/// does a sweep file; it stopped the whole compile (exit 2) before.
+#[test]
+fn lenient_skips_a_damaged_trace_and_reports_it() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    mean_outside_min_max(&traces.join("job1"));
+    nccl_only_trace(&traces.join("job2"));
+    let f = traces.join("job2").join("a.trace");
+    let mut bytes = std::fs::read(&f).unwrap();
+    let n = bytes.len();
+    bytes[n - 3] ^= 0xff;
+    std::fs::write(&f, bytes).unwrap();
+    write_trace(
+        &traces.join("job3"),
+        "b.trace",
+        23007,
+        &[comm(3, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let t = d.path().join("t.tbl");
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&traces)
+        .args(["--lenient", "--json", "-o"])
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let skipped = r["skipped"].to_string();
+    assert!(
+        skipped.contains("job1/a.trace") && skipped.contains("job2/a.trace"),
+        "{skipped}"
+    );
+    assert_eq!(r["traces"]["files"], 1, "{}", r["traces"]);
+    assert_eq!(decision(&t, 4, 1 << 20), "tree/simple");
+}
+
+/// A FIFO named `*.trace` in a trace directory is named, not passed over.
+#[test]
+fn a_fifo_named_like_a_trace_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    nccl_only_trace(&traces);
+    let fifo = traces.join("b.trace");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let e = compile_refused(&[&s, &traces], &d.path().join("t.tbl"));
+    assert!(
+        e.contains("b.trace") && e.contains("not a regular file"),
+        "{e}"
+    );
+    // eval --traces passed over it (and scored the rest).
+    let table = d.path().join("u.tbl");
+    compile_json(&[&s], &table);
+    let o = dyncc()
+        .arg("eval")
+        .arg(&table)
+        .arg("--traces")
+        .arg(&traces)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("b.trace") && err.contains("not a regular file"),
+        "{err}"
+    );
+}
+
+/// Issue 27: `traces/` holding one directory per job (as `DYNCC_TRACE=
+/// /shared/traces/$SLURM_JOB_ID` lays them out) read nothing and said
+/// nothing. Every trace below it is read, by compile, eval and inspect; a
+/// trace directory with nothing below it is said.
+#[test]
+fn a_directory_of_job_directories_is_read_whole() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    for (job, id) in [("1001", 1u64), ("1002", 2)] {
+        write_trace(
+            &traces.join(job),
+            "a.trace",
+            23007,
+            &[comm(id, 4, 0)],
+            &[
+                rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+                rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+            ],
+        );
+    }
+    let t = d.path().join("t.tbl");
+    let r = compile_json(&[&s, &traces], &t);
+    assert_eq!(r["traces"]["files"], 2, "{r}");
+    assert_eq!(decision(&t, 4, 1 << 20), "tree/simple");
+    let o = dyncc()
+        .arg("eval")
+        .arg(&t)
+        .arg("--traces")
+        .arg(&traces)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["files"], 2, "{v:#}");
+    let o = dyncc().arg("inspect").arg(&traces).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(text.matches("trace ").count(), 2, "{text}");
+    // A trace directory nobody wrote to.
+    let empty = d.path().join("empty");
+    std::fs::create_dir_all(empty.join("1003")).unwrap();
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&empty)
+        .arg("-o")
+        .arg(d.path().join("e.tbl"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("empty") && err.contains("nothing read from it"),
+        "{err}"
+    );
+}

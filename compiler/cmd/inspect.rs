@@ -488,7 +488,15 @@ mod traces {
                     continue;
                 }
             };
-            match Trace::from_bytes(&bytes) {
+            // Every record checked as compile checks it: a mean outside
+            // [min, max] would print as a time no collective took.
+            let t = Trace::from_bytes(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|t| {
+                    crate::ingest::traces::check_records(&t)?;
+                    Ok(t)
+                });
+            match t {
                 Ok(t) if json => println!("{}", to_json(f, &t)),
                 Ok(t) => print_human(f, &t),
                 Err(e) => {

@@ -17,13 +17,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use dyncc_tables::trace::Source as Who;
 use dyncc_tables::{
     bucket_lower_bound, bucket_upper_bound, size_bucket, Algo, Coll, Proto, Trace, TraceRecord,
 };
 use serde::Serialize;
 
+use crate::ingest::Skip;
 use crate::record::{Cell, CellKey, Collective, Config, Source, State, TimeBase};
 
 /// Whether `p` starts with the trace magic.
@@ -34,11 +34,18 @@ pub fn is_trace(p: &Path) -> bool {
         .is_ok_and(|()| magic == dyncc_tables::TRACE_MAGIC)
 }
 
+/// How deep below a named directory traces are looked for (a directory
+/// per job, per node, per day...; the walk is bounded).
+const MAX_DEPTH: usize = 8;
+
 /// Takes the trace files out of `paths`: a file named directly that starts
-/// with the trace magic or is named `*.trace`, and the `*.trace` files
-/// (damaged ones too, which [`read`] names) directly in a named
-/// directory (which stays in `paths` only if it holds anything else but
-/// traces and their temporaries). Sorted per directory.
+/// with the trace magic or is named `*.trace`, and every entry named
+/// `*.trace` below a named directory (one directory per job, or deeper, up
+/// to [`MAX_DEPTH`] levels; damaged ones and non-regular files too, which
+/// [`read`] names). A directory stays in `paths` only if it holds anything
+/// else below it but traces, their temporaries and directories (for the
+/// sweep reader), or nothing at all (which the sweep reader names). Sorted
+/// per directory.
 pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
     let mut files = Vec::new();
     paths.retain(|p| {
@@ -50,26 +57,65 @@ pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
             }
             return true;
         }
-        let Ok(rd) = std::fs::read_dir(p) else {
-            return true;
-        };
-        let mut other = false;
-        let mut here = Vec::new();
-        for e in rd.flatten() {
-            let q = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if q.is_file() && name.ends_with(".trace") {
-                here.push(q);
-            } else if !name.ends_with(".trace.tmp") {
-                other = true;
+        if !p.is_dir() {
+            // A FIFO or device named `*.trace` is named by `read`.
+            if p.extension().is_some_and(|e| e == "trace") {
+                files.push(p.clone());
+                return false;
             }
+            return true;
         }
-        here.sort();
+        let mut here = Vec::new();
+        let mut seen = BTreeSet::new();
+        let other = walk(p, 0, &mut here, &mut seen);
         let keep = other || here.is_empty();
         files.extend(here);
         keep
     });
     files
+}
+
+/// Whether nothing at all lies below `dir` but directories (no trace, no
+/// sweep file): said, since a trace directory the jobs never wrote to
+/// would otherwise add nothing without a word.
+pub fn holds_nothing(dir: &Path) -> bool {
+    let mut out = Vec::new();
+    dir.is_dir() && !walk(dir, 0, &mut out, &mut BTreeSet::new()) && out.is_empty()
+}
+
+/// Adds the `*.trace` entries below `dir` to `out`, sorted per directory;
+/// true when anything else but traces, their temporaries and directories
+/// lies below it. Each directory is walked once (`seen`, canonical paths:
+/// a symbolic link back up does not loop).
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathBuf>) -> bool {
+    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if depth > MAX_DEPTH || !seen.insert(canon) {
+        return false;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return true;
+    };
+    let mut entries: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    let mut other = false;
+    let mut subdirs = Vec::new();
+    for q in entries {
+        let name = q
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if q.is_dir() {
+            subdirs.push(q);
+        } else if name.ends_with(".trace") {
+            out.push(q);
+        } else if !name.ends_with(".trace.tmp") {
+            other = true;
+        }
+    }
+    for d in subdirs {
+        other |= walk(&d, depth + 1, out, seen);
+    }
+    other
 }
 
 /// One communicator a trace file recorded.
@@ -93,41 +139,137 @@ pub struct TraceFile {
     pub records: Vec<TraceRecord>,
 }
 
-/// Reads trace files through the bounded reader. Errors name the file and
-/// what to do.
-pub fn read(files: &[PathBuf]) -> anyhow::Result<Vec<TraceFile>> {
+/// Reads trace files through the bounded reader and checks every record
+/// ([`check_records`]). A file that fails is refused with an error that
+/// names it, the record and what was expected; with `lenient`, skipped and
+/// returned as a [`Skip`] instead (as sweep files are).
+pub fn read(files: &[PathBuf], lenient: bool) -> anyhow::Result<(Vec<TraceFile>, Vec<Skip>)> {
     // A file named twice (directly and through its directory) is read once.
     let mut seen = BTreeSet::new();
-    files
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for f in files
         .iter()
         .filter(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.to_path_buf())))
-        .map(|f| {
-            let bytes = crate::input::read(f, &crate::input::TRACE)?;
-            let t = Trace::from_bytes(&bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: not a valid dyncc trace file: {e}; leave it out (the plugin writes a \
-                     trace whole, so this one was damaged or is not a trace)",
-                    f.display()
-                )
-            })?;
-            Ok(TraceFile {
-                path: Arc::new(f.clone()),
-                nccl_version: t.head().nccl_version,
-                table_digest: t.head().table_digest,
-                comms: t
-                    .comms()
-                    .map(|c| Comm {
-                        comm_id: c.comm_id,
-                        n_nodes: c.n_nodes,
-                        n_ranks: c.n_ranks,
-                        rank: c.rank,
-                    })
-                    .collect(),
-                records: t.records().collect(),
+    {
+        match read_one(f) {
+            Ok(t) => out.push(t),
+            Err(e) if lenient => skipped.push(Skip {
+                file: f.clone(),
+                line: 0,
+                reason: format!("{e:#}"),
+            }),
+            Err(e) => {
+                return Err(e.context(
+                    "reading trace files (--lenient skips a damaged trace and reports it)",
+                ))
+            }
+        }
+    }
+    Ok((out, skipped))
+}
+
+/// One trace file, read and checked.
+fn read_one(f: &Path) -> anyhow::Result<TraceFile> {
+    let bytes = crate::input::read(f, &crate::input::TRACE)?;
+    let t = Trace::from_bytes(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a valid dyncc trace file: {e}; leave it out (the plugin writes a trace \
+             whole, so this one was damaged or is not a trace)",
+            f.display()
+        )
+    })?;
+    check_records(&t).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a valid dyncc trace file: {e}; leave it out (its checksum holds, so it \
+             was written so, not damaged in a copy)",
+            f.display()
+        )
+    })?;
+    Ok(TraceFile {
+        path: Arc::new(f.to_path_buf()),
+        nccl_version: t.head().nccl_version,
+        table_digest: t.head().table_digest,
+        comms: t
+            .comms()
+            .map(|c| Comm {
+                comm_id: c.comm_id,
+                n_nodes: c.n_nodes,
+                n_ranks: c.n_ranks,
+                rank: c.rank,
             })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()
-        .context("reading trace files")
+            .collect(),
+        records: t.records().collect(),
+    })
+}
+
+/// Most collectives one record may claim: 2^50 (a process making a
+/// collective every nanosecond for thirteen days); beyond, the sums of
+/// ln(time) lose the precision the mean and spread are read with.
+const MAX_COUNT: u64 = 1 << 50;
+
+/// Checks what the format's own validation cannot (it has no logarithm):
+/// per record, a count that fits ([`MAX_COUNT`], and the file's total),
+/// finite sums, the mean of ln(time) within [ln min, ln max], and a spread
+/// no wider than that range. Says which record and what was expected.
+pub fn check_records(t: &Trace<'_>) -> Result<(), String> {
+    let mut total = 0u64;
+    for (i, r) in t.records().enumerate() {
+        let what = |e: String| {
+            format!(
+                "record {i} ({} {} B, {}/{}/{}ch, chosen by {}, {} calls): {e}",
+                r.coll.name(),
+                r.n_bytes,
+                r.algo.name(),
+                r.proto.name(),
+                r.channels,
+                r.source.name(),
+                r.count
+            )
+        };
+        if r.count == 0 || r.count > MAX_COUNT {
+            return Err(what(format!("expected a count from 1 to {MAX_COUNT}")));
+        }
+        total = total
+            .checked_add(r.count)
+            .filter(|&n| n <= MAX_COUNT)
+            .ok_or_else(|| {
+                what(format!(
+                    "expected the file's counts to total at most {MAX_COUNT}"
+                ))
+            })?;
+        if !(r.sum_ln.is_finite() && r.sum_ln2.is_finite()) {
+            return Err(what("expected finite sums of ln(time)".into()));
+        }
+        let n = r.count as f64;
+        let mean = r.sum_ln / n;
+        // Minimum and maximum are whole nanoseconds: 1 ns either way.
+        let (lo, hi) = (
+            (r.min_ns as f64 - 1.0).max(0.5).ln(),
+            (r.max_ns as f64 + 1.0).ln(),
+        );
+        // Rounding of n additions of ln(ns) (about 20 each).
+        let tol = 1e-9 * (1.0 + mean.abs());
+        if !(lo - tol..=hi + tol).contains(&mean) {
+            return Err(what(format!(
+                "expected the geometric mean ({:.3} us from the sums) within [min, max] \
+                 ([{:.3}, {:.3}] us)",
+                mean.exp() / 1e3,
+                r.min_ns as f64 / 1e3,
+                r.max_ns as f64 / 1e3
+            )));
+        }
+        let var = r.sum_ln2 / n - mean * mean;
+        let vtol = 1e-9 * (1.0 + r.sum_ln2.abs() / n);
+        if var < -vtol || var > (hi - lo).powi(2) + vtol {
+            return Err(what(format!(
+                "expected a spread of ln(time) (variance {var:.3e}) from 0 to the square of \
+                 ln(max / min) ({:.3e})",
+                (hi - lo).powi(2)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Pooled log GPU times of one side of a comparison.

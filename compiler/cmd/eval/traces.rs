@@ -110,7 +110,8 @@ pub struct TraceScore {
 }
 
 /// The trace files among `paths` (files as given; directories: the trace
-/// files directly in them). A directory without any is an error.
+/// files below them, a directory per job or deeper). A directory without
+/// any is an error.
 fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
@@ -118,8 +119,9 @@ fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             let here = traces::split(&mut vec![p.clone()]);
             if here.is_empty() {
                 bail!(
-                    "{}: no *.trace files in this directory; give the directory DYNCC_TRACE \
-                     named (the plugin writes dyncc-HOST-PID-NONCE.trace there at exit)",
+                    "{}: no *.trace files in or below this directory; give the directory \
+                     DYNCC_TRACE named, or one above such directories (the plugin writes \
+                     dyncc-HOST-PID-NONCE.trace there at exit)",
                     p.display()
                 );
             }
@@ -180,11 +182,13 @@ fn pool<'a>(items: impl Iterator<Item = &'a LnRatio> + Clone) -> Pooled {
 }
 
 /// Scores `table` (read from `table_path`) on the trace files under
-/// `paths`. Errors name the file: unreadable, or not a valid trace.
+/// `paths`. Errors name the file: unreadable, or not a valid trace (with
+/// `lenient`, such a file is skipped and warned about).
 pub fn score(
     table_path: &Path,
     table: &Table<'_>,
     paths: &[PathBuf],
+    lenient: bool,
 ) -> anyhow::Result<TraceScore> {
     let files = trace_files(paths)?;
     let digest = table.digest();
@@ -194,7 +198,14 @@ pub fn score(
     // Per compared shape, and per shape the table leaves to NCCL.
     let mut ratios: Vec<LnRatio> = Vec::new();
     let mut defaults: Vec<LnRatio> = Vec::new();
-    let read = traces::read(&files)?;
+    let (read, skipped) = traces::read(&files, lenient)?;
+    for s in &skipped {
+        warnings.push(format!(
+            "skipped {} (--lenient): {}",
+            s.file.display(),
+            s.reason
+        ));
+    }
     for tf in &read {
         match tf.table_digest {
             Some(d) if d == digest => {}
