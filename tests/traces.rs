@@ -1079,3 +1079,43 @@ fn a_directory_of_job_directories_is_read_whole() {
         "{err}"
     );
 }
+
+/// A communicator of 3 nodes x 8 ranks (not a multiple) was dropped
+/// without a word; it is named now.
+#[test]
+fn a_point_whose_ranks_are_not_a_multiple_of_its_nodes_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    let odd = TraceComm {
+        n_ranks: 8,
+        ..comm(1, 3, 0)
+    };
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[odd],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let r = compile_json(&[&s, &traces], &d.path().join("t.tbl"));
+    let u = &r["traces"]["uneven"]["3 nodes x 8 ranks"];
+    assert_eq!(u[0], 1, "{}", r["traces"]);
+    assert!(u[1].as_str().unwrap().ends_with("a.trace"), "{u}");
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&traces)
+        .arg("-o")
+        .arg(d.path().join("u.tbl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("not used: 1 point(s) at 3 nodes x 8 ranks"),
+        "{text}"
+    );
+}

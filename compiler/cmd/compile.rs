@@ -369,6 +369,12 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
     for d in &t.read.drift {
         writeln!(w, "  drift: {d}")?;
     }
+    for (shape, (n, file)) in &t.read.uneven {
+        writeln!(
+            w,
+            "  not used: {n} point(s) at {shape} (ranks not a multiple of nodes; a table decides per ranks per node), e.g. {file}"
+        )?;
+    }
     const SHOWN: usize = 20;
     // Evidence that fell short of the rule, and the sweep against the jobs.
     for (what, list) in [

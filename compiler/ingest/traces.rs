@@ -989,6 +989,10 @@ pub struct TraceCounts {
     pub older_nccl_points: usize,
     /// Drift between NCCL versions, described.
     pub drift: Vec<String>,
+    /// Points of communicators whose ranks are not a multiple of their
+    /// nodes (not used: a table decides per ranks per node), per shape:
+    /// how many points, and a file that holds one.
+    pub uneven: BTreeMap<String, (usize, String)>,
     /// Settings measured whose evidence fell short of the rule (too few
     /// calls or communicators, or within the noise): they decide nothing.
     pub short_of_evidence: Vec<Finding>,
@@ -1112,6 +1116,15 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
         }
         let ppn = key.ranks / key.nodes.max(1);
         if key.nodes == 0 || key.ranks % key.nodes != 0 {
+            // The table decides per ranks per node: a communicator whose
+            // ranks do not divide evenly over its nodes has no place in
+            // it. Named, not dropped in silence.
+            let e = notes
+                .read
+                .uneven
+                .entry(format!("{} nodes x {} ranks", key.nodes, key.ranks))
+                .or_insert_with(|| (0, files[parts[0].file].path.display().to_string()));
+            e.0 += 1;
             continue;
         }
         let bar = if replaced { bar.swept() } else { bar };
