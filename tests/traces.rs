@@ -1119,3 +1119,96 @@ fn a_point_whose_ranks_are_not_a_multiple_of_its_nodes_is_named() {
         "{text}"
     );
 }
+
+/// Issue 28: traces carried no platform, so another cluster's traces were
+/// used silently and `--platform` did not filter them. A trace of another
+/// platform than the sweep's is refused, naming the file and the option
+/// that overrides it; under it, used and said; `--platform` leaves it out.
+#[test]
+fn a_trace_of_another_platform_is_refused_unless_told() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    let head = TraceHead {
+        profiler_abi: 6,
+        table_digest: Some(7),
+        nccl_version: 23007,
+        pid: 1,
+        host: "far",
+        platform: "other-cluster",
+        gpu: "NVIDIA B200",
+        ..Default::default()
+    };
+    std::fs::create_dir_all(&traces).unwrap();
+    let recs = [
+        rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+        rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+    ];
+    std::fs::write(
+        traces.join("far.trace"),
+        encode(&head, &[comm(1, 4, 0)], &recs).unwrap(),
+    )
+    .unwrap();
+    // The same job's trace from the sweep's own platform ("test").
+    let here = TraceHead {
+        platform: "test",
+        gpu: "",
+        host: "near",
+        ..head
+    };
+    let near = d.path().join("near");
+    std::fs::create_dir_all(&near).unwrap();
+    std::fs::write(
+        near.join("near.trace"),
+        encode(&here, &[comm(2, 4, 0)], &recs).unwrap(),
+    )
+    .unwrap();
+    let e = compile_refused(&[&s, &traces, &near], &d.path().join("t.tbl"));
+    assert!(
+        e.contains("far.trace") && e.contains("other-cluster") && e.contains("--foreign-traces"),
+        "{e}"
+    );
+    // --foreign-traces: used, and said.
+    let t = d.path().join("f.tbl");
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&traces)
+        .arg(&near)
+        .arg("--foreign-traces")
+        .arg("-o")
+        .arg(&t)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains("used 1 trace file(s) of another platform") && text.contains("far.trace"),
+        "{text}"
+    );
+    // --platform test: the other cluster's trace is left out, ours used.
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&traces)
+        .arg(&near)
+        .args(["--platform", "test", "--json", "-o"])
+        .arg(d.path().join("p.tbl"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        r["traces"]["provenance"]["other_platform"], 1,
+        "{}",
+        r["traces"]
+    );
+    assert_eq!(r["traces"]["files"], 1, "{}", r["traces"]);
+    // inspect says where a trace came from.
+    let o = dyncc().arg("inspect").arg(&traces).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("platform other-cluster (NVIDIA B200)"),
+        "{text}"
+    );
+}

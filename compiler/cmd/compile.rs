@@ -54,9 +54,14 @@ pub struct CompileArgs {
     pub decide: DecideArgs,
     #[command(flatten)]
     pub run: RunArgs,
-    /// Compile only records of this platform label or GPU model.
+    /// Compile only records of this platform label or GPU model (trace
+    /// files of another platform are left out too).
     #[arg(long)]
     pub platform: Option<String>,
+    /// Use trace files of jobs on another platform than the sweep's (the
+    /// table's `platform` the jobs ran); without it they are refused.
+    #[arg(long)]
+    pub foreign_traces: bool,
     #[command(flatten)]
     pub ingest: ingest::args::IngestArgs,
     /// Print the report as JSON.
@@ -106,6 +111,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     let mut ds = a.ingest.read_sweep(&paths, !a.json && !a.ingest.quiet)?;
     let (traces, skipped) = ingest::traces::read(&trace_files, a.ingest.lenient)?;
     ds.traces = traces;
+    ds.foreign_traces = a.foreign_traces;
     ds.skipped.extend(skipped);
     crate::atomic::check_output(
         &a.output,
@@ -368,6 +374,29 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
     }
     for d in &t.read.drift {
         writeln!(w, "  drift: {d}")?;
+    }
+    let pv = &t.read.provenance;
+    if !pv.foreign_used.is_empty() {
+        writeln!(
+            w,
+            "  used {} trace file(s) of another platform than the sweep's (--foreign-traces): {}",
+            pv.foreign_used.len(),
+            pv.foreign_used.join(", ")
+        )?;
+    }
+    if pv.other_platform > 0 {
+        writeln!(
+            w,
+            "  left out {} trace file(s) of another platform than --platform names",
+            pv.other_platform
+        )?;
+    }
+    if pv.platform_unknown > 0 {
+        writeln!(
+            w,
+            "  {} trace file(s) do not say their platform (written without a table, or by an older plugin): used",
+            pv.platform_unknown
+        )?;
     }
     for (shape, (n, file)) in &t.read.uneven {
         writeln!(

@@ -135,8 +135,96 @@ pub struct TraceFile {
     /// `ncclGetVersion`'s code; 0 when unknown.
     pub nccl_version: u32,
     pub table_digest: Option<u64>,
+    /// The platform label and GPU of the table that ran (empty: no table,
+    /// or a trace written before the format recorded them).
+    pub platform: String,
+    pub gpu: String,
     pub comms: Vec<Comm>,
     pub records: Vec<TraceRecord>,
+}
+
+impl TraceFile {
+    /// `platform` (GPU), or `(platform unknown)`.
+    pub fn platform_name(&self) -> String {
+        match (self.platform.is_empty(), self.gpu.is_empty()) {
+            (true, true) => "(platform unknown)".into(),
+            (false, true) => self.platform.clone(),
+            (true, false) => self.gpu.clone(),
+            (false, false) => format!("{} ({})", self.platform, self.gpu),
+        }
+    }
+
+    /// Whether the trace names `label` as its platform or GPU.
+    fn is_platform(&self, label: &str) -> bool {
+        self.platform.eq_ignore_ascii_case(label) || self.gpu.eq_ignore_ascii_case(label)
+    }
+}
+
+/// Where traces came from, against the sweep: what compile refused,
+/// filtered or used with `--foreign-traces`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Provenance {
+    /// Trace files of another platform used under `--foreign-traces`.
+    pub foreign_used: Vec<String>,
+    /// Trace files of another platform than `--platform` names (left out).
+    pub other_platform: usize,
+    /// Trace files that do not say their platform (written without a
+    /// table, or before the format recorded it): used.
+    pub platform_unknown: usize,
+}
+
+/// Checks that `traces` come from the sweep's platform (`label`, `gpu`):
+/// with `want` (`--platform`), traces of another platform are left out;
+/// then a trace of another platform than the sweep's is an error naming
+/// the file and `--foreign-traces`, under which it is used and said.
+/// Traces that do not say their platform are used and counted.
+pub fn check_provenance(
+    traces: &mut Vec<TraceFile>,
+    label: Option<&str>,
+    gpu: Option<&str>,
+    want: Option<&str>,
+    foreign_ok: bool,
+) -> anyhow::Result<Provenance> {
+    let mut p = Provenance::default();
+    let known = |t: &TraceFile| !(t.platform.is_empty() && t.gpu.is_empty());
+    if let Some(w) = want {
+        let before = traces.len();
+        traces.retain(|t| !known(t) || t.is_platform(w));
+        p.other_platform = before - traces.len();
+    }
+    for t in traces.iter() {
+        if !known(t) {
+            p.platform_unknown += 1;
+            continue;
+        }
+        // The table's platform is the sweep's label (else its GPU).
+        let same = match (label, gpu) {
+            (Some(l), _) if !t.platform.is_empty() => t.platform.eq_ignore_ascii_case(l),
+            (_, Some(g)) if !t.gpu.is_empty() => t.gpu.eq_ignore_ascii_case(g),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            continue;
+        }
+        if !foreign_ok {
+            anyhow::bail!(
+                "{}: a trace of jobs on platform {}, not the sweep's ({}): another cluster's \
+                 times would decide this one's table; leave it out, pick traces with \
+                 --platform, or give --foreign-traces to use it (the report then says so)",
+                t.path.display(),
+                t.platform_name(),
+                [label, gpu]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        p.foreign_used
+            .push(format!("{} ({})", t.path.display(), t.platform_name()));
+    }
+    Ok(p)
 }
 
 /// Reads trace files through the bounded reader and checks every record
@@ -190,6 +278,8 @@ fn read_one(f: &Path) -> anyhow::Result<TraceFile> {
         path: Arc::new(f.to_path_buf()),
         nccl_version: t.head().nccl_version,
         table_digest: t.head().table_digest,
+        platform: t.head().platform.to_owned(),
+        gpu: t.head().gpu.to_owned(),
         comms: t
             .comms()
             .map(|c| Comm {
@@ -993,6 +1083,8 @@ pub struct TraceCounts {
     /// nodes (not used: a table decides per ranks per node), per shape:
     /// how many points, and a file that holds one.
     pub uneven: BTreeMap<String, (usize, String)>,
+    /// Where the traces came from, against the sweep's platform.
+    pub provenance: Provenance,
     /// Settings measured whose evidence fell short of the rule (too few
     /// calls or communicators, or within the noise): they decide nothing.
     pub short_of_evidence: Vec<Finding>,
@@ -1496,6 +1588,8 @@ mod tests {
             path: Arc::new("a.trace".into()),
             nccl_version: 23007,
             table_digest: None,
+            platform: String::new(),
+            gpu: String::new(),
             comms: vec![Comm {
                 comm_id: 1,
                 n_nodes: 4,

@@ -803,6 +803,10 @@ struct Process {
     nccl_version: u32,
     abi: u8,
     table_digest: Option<u64>,
+    /// The loaded table's `platform` and `gpu` metadata (the header's
+    /// provenance); empty without a table.
+    platform: String,
+    gpu: String,
     log: Logger,
     comms: Vec<CommInfo>,
     /// `CHANGES` when the file was last written; `None` before.
@@ -822,6 +826,8 @@ static PROCESS: Mutex<Process> = Mutex::new(Process {
     nccl_version: 0,
     abi: 0,
     table_digest: None,
+    platform: String::new(),
+    gpu: String::new(),
     log: Logger(None),
     comms: Vec::new(),
     written_at: None,
@@ -844,6 +850,19 @@ pub fn configured() -> Option<OsString> {
 /// The tuner loaded a table with this digest (the trace header names it).
 pub fn note_table(digest: u64) {
     lock().table_digest = Some(digest);
+}
+
+/// The tuner loaded a table of this platform and GPU (its metadata; the
+/// trace header names them so that the compiler can tell traces of another
+/// cluster). Called at communicator init, never on the hot path.
+pub fn note_platform(platform: &str, gpu: &str) {
+    let mut p = lock();
+    if p.platform != platform {
+        p.platform = platform.to_owned();
+    }
+    if p.gpu != gpu {
+        p.gpu = gpu.to_owned();
+    }
 }
 
 /// What a recording communicator brings to the file.
@@ -1028,6 +1047,8 @@ fn write_file(p: &Process, path: &Path, tmp: &Path, pid: u32) -> std::io::Result
         pid,
         host: &p.host,
         job_id: &p.job,
+        platform: &p.platform,
+        gpu: &p.gpu,
         dropped_table_full: DROPPED_TABLE_FULL.load(Ordering::Relaxed),
         dropped_pool_full: DROPPED_POOL_FULL.load(Ordering::Relaxed),
         untimed: UNTIMED.load(Ordering::Relaxed),
@@ -1367,6 +1388,8 @@ mod tests {
             nccl_version: 0,
             abi: 6,
             table_digest: None,
+            platform: String::new(),
+            gpu: String::new(),
             log: Logger(None),
             comms: Vec::new(),
             written_at: None,
@@ -1382,5 +1405,33 @@ mod tests {
             .to_str()
             .unwrap()
             .ends_with("-7-0000000000000abc.trace.tmp"));
+    }
+
+    /// The header names the platform and GPU of the table that ran (its
+    /// metadata), so that the compiler can tell another cluster's traces.
+    #[test]
+    fn the_trace_header_names_the_tables_platform_and_gpu() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, tmp) = file_names(d.path(), "h", 8, 0xabd);
+        let p = Process {
+            dir: Some(d.path().to_path_buf()),
+            host: "h".into(),
+            job: String::new(),
+            nccl_version: 23007,
+            abi: 6,
+            table_digest: Some(0x42),
+            platform: "dgx-h100".into(),
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            log: Logger(None),
+            comms: Vec::new(),
+            written_at: None,
+            pid: 8,
+            nonce: 0xabd,
+        };
+        write_file(&p, &path, &tmp, 8).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let t = dyncc_tables::Trace::from_bytes(&bytes).unwrap();
+        assert_eq!(t.head().platform, "dgx-h100");
+        assert_eq!(t.head().gpu, "NVIDIA H100 80GB HBM3");
     }
 }
