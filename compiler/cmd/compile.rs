@@ -94,19 +94,12 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     }
     // A directory with nothing below it (say, a night without jobs) adds
     // nothing: said, not passed over.
-    paths.retain(|p| {
-        let empty = ingest::traces::holds_nothing(p);
-        if empty {
-            eprintln!(
-                "warning: {}: no trace (*.trace) or sweep file in or below this directory; \
-                 nothing read from it",
-                p.display()
-            );
-        }
-        !empty
-    });
-    if paths.is_empty() {
-        bail!("no sweep file given: every directory named was empty (see the warnings)");
+    for p in paths.iter().filter(|p| ingest::traces::holds_nothing(p)) {
+        eprintln!(
+            "warning: {}: no trace (*.trace) or sweep file in or below this directory; nothing \
+             read from it",
+            p.display()
+        );
     }
     let mut ds = a.ingest.read_sweep(&paths, !a.json && !a.ingest.quiet)?;
     let (traces, skipped) = ingest::traces::read(&trace_files, a.ingest.lenient)?;

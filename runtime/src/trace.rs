@@ -1100,6 +1100,8 @@ extern "C" fn flush_at_exit() {
             p.comms = Vec::new();
             p.host = String::new();
             p.job = String::new();
+            p.platform = String::new();
+            p.gpu = String::new();
             p.dir = None;
         }
     });
