@@ -1212,3 +1212,37 @@ fn a_trace_of_another_platform_is_refused_unless_told() {
         "{text}"
     );
 }
+
+/// The stricter bar at a point the sweep measured is still a bar, not a
+/// wall: jobs that ran Tree/LL 2x slower than NCCL's choice 200 times in
+/// each of four communicators overrule a sweep that measured it 30 %
+/// faster (another cluster state, a newer driver), and the disagreement
+/// is reported with both figures, the jobs deciding.
+#[test]
+fn strong_evidence_from_jobs_overrules_the_sweep_and_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    let s = repeated_sweep(d.path(), 0.7);
+    let mib4 = 4u64 << 20;
+    let traces = d.path().join("traces");
+    for id in 1..=4u64 {
+        write_trace(
+            &traces,
+            &format!("j{id}.trace"),
+            23007,
+            &[comm(id, 2, 0)],
+            &[
+                rec(0, mib4, RING_SIMPLE, Source::Nccl, 200, 1000.0),
+                rec(0, mib4, TREE_LL, Source::Explore, 200, 2000.0),
+            ],
+        );
+    }
+    let t = d.path().join("t.tbl");
+    let r = compile_json(&[&s, &traces], &t);
+    let tr = &r["traces"];
+    assert_eq!(decision(&t, 2, mib4), "default/default", "{tr}");
+    let dis = &tr["disagree_with_sweep"][0];
+    assert_eq!(dis["decides"], "jobs", "{tr}");
+    assert_eq!(dis["verdict"], "loses", "{tr}");
+    assert_eq!(dis["sweep_runs"], 8, "{tr}");
+    assert_eq!(dis["paired"], 4, "{tr}");
+}

@@ -1382,9 +1382,11 @@ fn point_cells(
     }
     let sweep_ln = |cfg: &Config| sweep.times.get(&(key, *cfg)).copied();
     let sweep_default = sweep_ln(&Config::DEFAULT);
-    let mut admitted: Vec<(Config, Evidence, u64)> = Vec::new();
+    // Per admitted setting: whether the sweep measured it worth forcing.
+    let mut admitted: Vec<(Config, Evidence, bool)> = Vec::new();
+    let mut disagreements = Vec::new();
     let mut any_comparable = false;
-    for (cfg, (sides, by_table)) in &per_cfg {
+    for (cfg, (sides, _)) in &per_cfg {
         let pairs: Vec<(Side, Side)> = nccl_comms
             .iter()
             .zip(sides)
@@ -1410,7 +1412,7 @@ fn point_cells(
         let disagree = sweep_gain.is_some_and(|(g, _)| {
             e.ln_gain.is_finite() && (g > bar.ln_margin) != (e.ln_gain > bar.ln_margin)
         });
-        let decides = verdict.decides() && e.sd.max(rule::SD_FLOOR) <= fit_max_sigma();
+        let decides = verdict.decides() && e.sd.max(rule::SD_FLOOR) <= crate::fit::MAX_SIGMA;
         let finding = || Finding {
             collective: key.coll.name(),
             nodes: key.nodes,
@@ -1431,10 +1433,11 @@ fn point_cells(
             },
         };
         if disagree {
-            read.disagree_with_sweep.push(finding());
+            disagreements.push(finding());
         }
         if decides {
-            admitted.push((*cfg, e, *by_table));
+            let sweep_forces = sweep_gain.is_some_and(|(g, _)| g > bar.ln_margin);
+            admitted.push((*cfg, e, sweep_forces));
         } else if comparable {
             read.short_of_evidence.push(finding());
         }
@@ -1451,12 +1454,19 @@ fn point_cells(
         .map_or(Deployed::Nccl, |(cfg, _)| Deployed::Forced(*cfg));
     // The jobs decide the point (in place of the sweep or a reading of
     // it) only where their evidence speaks to the decision: a setting that
-    // wins, or the deployed table's forced setting (confirmed or not).
-    // Evidence against settings nobody would force changes nothing, and
-    // must not take the point from what the sweep says of the others.
-    let speaks = admitted
-        .iter()
-        .any(|(cfg, e, _)| judge(e, bar) == Verdict::Wins || deployed == Deployed::Forced(*cfg));
+    // wins, the deployed table's forced setting (confirmed or not), or one
+    // the sweep measured worth forcing here. Evidence against settings
+    // nobody would force changes nothing, and must not take the point from
+    // what the sweep says of the others.
+    let speaks = admitted.iter().any(|(cfg, e, sweep_forces)| {
+        judge(e, bar) == Verdict::Wins || deployed == Deployed::Forced(*cfg) || *sweep_forces
+    });
+    for mut f in disagreements {
+        if f.decides == "jobs" && !speaks {
+            f.decides = if replaced { "sweep" } else { "table" };
+        }
+        read.disagree_with_sweep.push(f);
+    }
     if !speaks {
         return None;
     }
@@ -1469,7 +1479,7 @@ fn point_cells(
         .iter()
         .map(|a| a.1.sd.max(rule::SD_FLOOR))
         .fold(0.0f64, f64::max)
-        .clamp(crate::fit::MIN_SIGMA, fit_max_sigma());
+        .clamp(crate::fit::MIN_SIGMA, crate::fit::MAX_SIGMA);
     let base = TimeBase::Trace { sd_ln: sd_point };
     let collective = Collective::from_coll(key.coll);
     let cell_key = |config: Config| CellKey {
@@ -1534,12 +1544,6 @@ fn point_cells(
         key,
     };
     Some((cells, point))
-}
-
-/// The largest noise figure the decision reads (`fit::MAX_SIGMA`): a
-/// setting with less certain evidence decides nothing.
-fn fit_max_sigma() -> f64 {
-    crate::fit::MAX_SIGMA
 }
 
 fn version(code: u32) -> String {
