@@ -61,6 +61,7 @@ install:
 bless:
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-runtime --lib header_is_current
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-tables --features build --test golden golden_tables_match_the_generator
+	DYNCC_BLESS=1 $(CARGO) test -p dyncc-tables --features alloc --test golden_trace the_current_trace_format
 
 # The tools the tests run (clang, valgrind, shellcheck, ...): installed with
 # apt-get when root, else one line naming the command, before any build.

@@ -115,7 +115,7 @@ fn rec(
 
 fn compile(sweep: &Path, traces: &[PathBuf]) -> usize {
     let mut ds = read_paths_folded(&[sweep.to_path_buf()], &IngestOptions::default()).unwrap();
-    ds.traces = traces::read(traces).unwrap();
+    ds.traces = traces::read(traces, false).unwrap().0;
     compile_dataset(ds, &CompileOptions::default())
         .unwrap()
         .bytes

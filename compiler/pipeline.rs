@@ -95,6 +95,14 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
         );
     }
     let platform = select_platform(&mut f, opts.platform.as_deref())?;
+    // Traces of the sweep's platform only, unless told otherwise.
+    let provenance = ingest::traces::check_provenance(
+        &mut ds.traces,
+        platform.label.as_deref(),
+        platform.gpu.as_deref(),
+        opts.platform.as_deref(),
+        ds.foreign_traces,
+    )?;
     let mut cells = f.cells();
     // Jobs' traces join as points of their own (`ingest::traces`).
     let traced = (!ds.traces.is_empty()).then(|| {
@@ -105,8 +113,10 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
             .max()
             .unwrap_or(0);
         let view = ingest::traces::SweepView::of_cells(&cells, newest);
-        let (more, notes) = ingest::traces::cells(&ds.traces, &view);
+        let bar = ingest::traces::Bar::new(opts.decide.margin, opts.decide.z);
+        let (more, mut notes) = ingest::traces::cells(&ds.traces, &view, bar);
         cells.extend(more);
+        notes.read.provenance = provenance;
         notes
     });
     let inputs = ds.input_digests_of(

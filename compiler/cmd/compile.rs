@@ -54,9 +54,14 @@ pub struct CompileArgs {
     pub decide: DecideArgs,
     #[command(flatten)]
     pub run: RunArgs,
-    /// Compile only records of this platform label or GPU model.
+    /// Compile only records of this platform label or GPU model (trace
+    /// files of another platform are left out too).
     #[arg(long)]
     pub platform: Option<String>,
+    /// Use trace files of jobs on another platform than the sweep's (the
+    /// table's `platform` the jobs ran); without it they are refused.
+    #[arg(long)]
+    pub foreign_traces: bool,
     #[command(flatten)]
     pub ingest: ingest::args::IngestArgs,
     /// Print the report as JSON.
@@ -87,8 +92,20 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
             trace_files.len()
         );
     }
+    // A directory with nothing below it (say, a night without jobs) adds
+    // nothing: said, not passed over.
+    for p in paths.iter().filter(|p| ingest::traces::holds_nothing(p)) {
+        eprintln!(
+            "warning: {}: no trace (*.trace) or sweep file in or below this directory; nothing \
+             read from it",
+            p.display()
+        );
+    }
     let mut ds = a.ingest.read_sweep(&paths, !a.json && !a.ingest.quiet)?;
-    ds.traces = ingest::traces::read(&trace_files)?;
+    let (traces, skipped) = ingest::traces::read(&trace_files, a.ingest.lenient)?;
+    ds.traces = traces;
+    ds.foreign_traces = a.foreign_traces;
+    ds.skipped.extend(skipped);
     crate::atomic::check_output(
         &a.output,
         ds.reports
@@ -351,7 +368,55 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
     for d in &t.read.drift {
         writeln!(w, "  drift: {d}")?;
     }
+    let pv = &t.read.provenance;
+    if !pv.foreign_used.is_empty() {
+        writeln!(
+            w,
+            "  used {} trace file(s) of another platform than the sweep's (--foreign-traces): {}",
+            pv.foreign_used.len(),
+            pv.foreign_used.join(", ")
+        )?;
+    }
+    if pv.other_platform > 0 {
+        writeln!(
+            w,
+            "  left out {} trace file(s) of another platform than --platform names",
+            pv.other_platform
+        )?;
+    }
+    if pv.platform_unknown > 0 {
+        writeln!(
+            w,
+            "  {} trace file(s) do not say their platform (written without a table, or by an older plugin): used",
+            pv.platform_unknown
+        )?;
+    }
+    for (shape, (n, file)) in &t.read.uneven {
+        writeln!(
+            w,
+            "  not used: {n} point(s) at {shape} (ranks not a multiple of nodes; a table decides per ranks per node), e.g. {file}"
+        )?;
+    }
     const SHOWN: usize = 20;
+    // Evidence that fell short of the rule, and the sweep against the jobs.
+    for (what, list) in [
+        (
+            "short of evidence (decides nothing; README \"Learning from your jobs\" states the rule)",
+            &t.read.short_of_evidence,
+        ),
+        ("the sweep and the jobs disagree", &t.read.disagree_with_sweep),
+    ] {
+        if list.is_empty() {
+            continue;
+        }
+        writeln!(w, "  {} setting(s) {what}:", list.len())?;
+        for f in list.iter().take(SHOWN) {
+            writeln!(w, "    {}", f.describe())?;
+        }
+        if list.len() > SHOWN {
+            writeln!(w, "    ... and {} more (--json lists them all)", list.len() - SHOWN)?;
+        }
+    }
     let shown: Vec<_> = t
         .points
         .iter()
@@ -362,9 +427,9 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             .point
             .settings
             .iter()
-            .map(|g| format!("{} {:+.1} %", g.config, (g.gain - 1.0) * 100.0))
+            .map(|g| g.describe())
             .collect::<Vec<_>>()
-            .join(", ");
+            .join("; ");
         writeln!(
             w,
             "  {:<10} {} {} nodes x {} ranks {}: ran {} -> {} (measured: {})",

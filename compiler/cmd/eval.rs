@@ -256,7 +256,7 @@ fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
     };
     let bytes = crate::audit::files::read_table(table_path)?;
     let table = crate::audit::files::open(table_path, &bytes)?;
-    let score = traces::score(table_path, &table, &a.traces)?;
+    let score = traces::score(table_path, &table, &a.traces, a.ingest.lenient)?;
     for w in score.warnings() {
         eprintln!("warning: {w}");
     }

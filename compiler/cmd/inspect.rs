@@ -488,7 +488,15 @@ mod traces {
                     continue;
                 }
             };
-            match Trace::from_bytes(&bytes) {
+            // Every record checked as compile checks it: a mean outside
+            // [min, max] would print as a time no collective took.
+            let t = Trace::from_bytes(&bytes)
+                .map_err(|e| e.to_string())
+                .and_then(|t| {
+                    crate::ingest::traces::check_records(&t)?;
+                    Ok(t)
+                });
+            match t {
                 Ok(t) if json => println!("{}", to_json(f, &t)),
                 Ok(t) => print_human(f, &t),
                 Err(e) => {
@@ -516,8 +524,8 @@ mod traces {
         let h = t.head();
         let total: u64 = t.records().map(|r| r.count).sum();
         println!(
-            "trace {}: host {} pid {} job {} NCCL {} profiler v{} table {}; {} collectives in {} \
-             cells; dropped {} (table full) {} (pool full), {} untimed",
+            "trace {}: host {} pid {} job {} NCCL {} profiler v{} table {} platform {}; {} \
+             collectives in {} cells; dropped {} (table full) {} (pool full), {} untimed",
             f.display(),
             h.host,
             h.pid,
@@ -531,6 +539,11 @@ mod traces {
             h.table_digest
                 .map(|d| format!("{d:016x}"))
                 .unwrap_or_else(|| "none".into()),
+            match (h.platform, h.gpu) {
+                ("", "") => "unknown".to_string(),
+                (p, "") | ("", p) => p.to_string(),
+                (p, g) => format!("{p} ({g})"),
+            },
             total,
             t.n_records(),
             h.dropped_table_full,
@@ -575,6 +588,8 @@ mod traces {
             "nccl_version": version(h.nccl_version),
             "profiler_abi": h.profiler_abi,
             "table_digest": h.table_digest.map(|d| format!("{d:016x}")),
+            "platform": h.platform,
+            "gpu": h.gpu,
             "dropped_table_full": h.dropped_table_full,
             "dropped_pool_full": h.dropped_pool_full,
             "untimed": h.untimed,

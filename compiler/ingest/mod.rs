@@ -246,6 +246,9 @@ pub struct Dataset {
     pub notes: Vec<String>,
     /// Trace files of jobs (`DYNCC_TRACE`) given beside the sweep.
     pub traces: Vec<traces::TraceFile>,
+    /// Use traces of another platform than the sweep's
+    /// (`--foreign-traces`); else they are refused.
+    pub foreign_traces: bool,
 }
 
 impl Dataset {

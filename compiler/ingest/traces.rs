@@ -17,13 +17,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use dyncc_tables::trace::Source as Who;
 use dyncc_tables::{
     bucket_lower_bound, bucket_upper_bound, size_bucket, Algo, Coll, Proto, Trace, TraceRecord,
 };
 use serde::Serialize;
 
+use crate::ingest::Skip;
 use crate::record::{Cell, CellKey, Collective, Config, Source, State, TimeBase};
 
 /// Whether `p` starts with the trace magic.
@@ -34,11 +34,18 @@ pub fn is_trace(p: &Path) -> bool {
         .is_ok_and(|()| magic == dyncc_tables::TRACE_MAGIC)
 }
 
+/// How deep below a named directory traces are looked for (a directory
+/// per job, per node, per day...; the walk is bounded).
+const MAX_DEPTH: usize = 8;
+
 /// Takes the trace files out of `paths`: a file named directly that starts
-/// with the trace magic or is named `*.trace`, and the `*.trace` files
-/// (damaged ones too, which [`read`] names) directly in a named
-/// directory (which stays in `paths` only if it holds anything else but
-/// traces and their temporaries). Sorted per directory.
+/// with the trace magic or is named `*.trace`, and every entry named
+/// `*.trace` below a named directory (one directory per job, or deeper, up
+/// to [`MAX_DEPTH`] levels; damaged ones and non-regular files too, which
+/// [`read`] names). A directory stays in `paths` only if it holds anything
+/// else below it but traces, their temporaries and directories (for the
+/// sweep reader), or nothing at all (which the sweep reader names). Sorted
+/// per directory.
 pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
     let mut files = Vec::new();
     paths.retain(|p| {
@@ -50,26 +57,65 @@ pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
             }
             return true;
         }
-        let Ok(rd) = std::fs::read_dir(p) else {
-            return true;
-        };
-        let mut other = false;
-        let mut here = Vec::new();
-        for e in rd.flatten() {
-            let q = e.path();
-            let name = e.file_name().to_string_lossy().into_owned();
-            if q.is_file() && name.ends_with(".trace") {
-                here.push(q);
-            } else if !name.ends_with(".trace.tmp") {
-                other = true;
+        if !p.is_dir() {
+            // A FIFO or device named `*.trace` is named by `read`.
+            if p.extension().is_some_and(|e| e == "trace") {
+                files.push(p.clone());
+                return false;
             }
+            return true;
         }
-        here.sort();
+        let mut here = Vec::new();
+        let mut seen = BTreeSet::new();
+        let other = walk(p, 0, &mut here, &mut seen);
         let keep = other || here.is_empty();
         files.extend(here);
         keep
     });
     files
+}
+
+/// Whether nothing at all lies below `dir` but directories (no trace, no
+/// sweep file): said, since a trace directory the jobs never wrote to
+/// would otherwise add nothing without a word.
+pub fn holds_nothing(dir: &Path) -> bool {
+    let mut out = Vec::new();
+    dir.is_dir() && !walk(dir, 0, &mut out, &mut BTreeSet::new()) && out.is_empty()
+}
+
+/// Adds the `*.trace` entries below `dir` to `out`, sorted per directory;
+/// true when anything else but traces, their temporaries and directories
+/// lies below it. Each directory is walked once (`seen`, canonical paths:
+/// a symbolic link back up does not loop).
+fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathBuf>) -> bool {
+    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    if depth > MAX_DEPTH || !seen.insert(canon) {
+        return false;
+    }
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return true;
+    };
+    let mut entries: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    let mut other = false;
+    let mut subdirs = Vec::new();
+    for q in entries {
+        let name = q
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if q.is_dir() {
+            subdirs.push(q);
+        } else if name.ends_with(".trace") {
+            out.push(q);
+        } else if !name.ends_with(".trace.tmp") {
+            other = true;
+        }
+    }
+    for d in subdirs {
+        other |= walk(&d, depth + 1, out, seen);
+    }
+    other
 }
 
 /// One communicator a trace file recorded.
@@ -89,45 +135,231 @@ pub struct TraceFile {
     /// `ncclGetVersion`'s code; 0 when unknown.
     pub nccl_version: u32,
     pub table_digest: Option<u64>,
+    /// The platform label and GPU of the table that ran (empty: no table,
+    /// or a trace written before the format recorded them).
+    pub platform: String,
+    pub gpu: String,
     pub comms: Vec<Comm>,
     pub records: Vec<TraceRecord>,
 }
 
-/// Reads trace files through the bounded reader. Errors name the file and
-/// what to do.
-pub fn read(files: &[PathBuf]) -> anyhow::Result<Vec<TraceFile>> {
+impl TraceFile {
+    /// `platform` (GPU), or `(platform unknown)`.
+    pub fn platform_name(&self) -> String {
+        match (self.platform.is_empty(), self.gpu.is_empty()) {
+            (true, true) => "(platform unknown)".into(),
+            (false, true) => self.platform.clone(),
+            (true, false) => self.gpu.clone(),
+            (false, false) => format!("{} ({})", self.platform, self.gpu),
+        }
+    }
+
+    /// Whether the trace names `label` as its platform or GPU.
+    fn is_platform(&self, label: &str) -> bool {
+        self.platform.eq_ignore_ascii_case(label) || self.gpu.eq_ignore_ascii_case(label)
+    }
+}
+
+/// Where traces came from, against the sweep: what compile refused,
+/// filtered or used with `--foreign-traces`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Provenance {
+    /// Trace files of another platform used under `--foreign-traces`.
+    pub foreign_used: Vec<String>,
+    /// Trace files of another platform than `--platform` names (left out).
+    pub other_platform: usize,
+    /// Trace files that do not say their platform (written without a
+    /// table, or before the format recorded it): used.
+    pub platform_unknown: usize,
+}
+
+/// Checks that `traces` come from the sweep's platform (`label`, `gpu`):
+/// with `want` (`--platform`), traces of another platform are left out;
+/// then a trace of another platform than the sweep's is an error naming
+/// the file and `--foreign-traces`, under which it is used and said.
+/// Traces that do not say their platform are used and counted.
+pub fn check_provenance(
+    traces: &mut Vec<TraceFile>,
+    label: Option<&str>,
+    gpu: Option<&str>,
+    want: Option<&str>,
+    foreign_ok: bool,
+) -> anyhow::Result<Provenance> {
+    let mut p = Provenance::default();
+    let known = |t: &TraceFile| !(t.platform.is_empty() && t.gpu.is_empty());
+    if let Some(w) = want {
+        let before = traces.len();
+        traces.retain(|t| !known(t) || t.is_platform(w));
+        p.other_platform = before - traces.len();
+    }
+    for t in traces.iter() {
+        if !known(t) {
+            p.platform_unknown += 1;
+            continue;
+        }
+        // The table's platform is the sweep's label (else its GPU).
+        let same = match (label, gpu) {
+            (Some(l), _) if !t.platform.is_empty() => t.platform.eq_ignore_ascii_case(l),
+            (_, Some(g)) if !t.gpu.is_empty() => t.gpu.eq_ignore_ascii_case(g),
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            continue;
+        }
+        if !foreign_ok {
+            anyhow::bail!(
+                "{}: a trace of jobs on platform {}, not the sweep's ({}): another cluster's \
+                 times would decide this one's table; leave it out, pick traces with \
+                 --platform, or give --foreign-traces to use it (the report then says so)",
+                t.path.display(),
+                t.platform_name(),
+                [label, gpu]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        p.foreign_used
+            .push(format!("{} ({})", t.path.display(), t.platform_name()));
+    }
+    Ok(p)
+}
+
+/// Reads trace files through the bounded reader and checks every record
+/// ([`check_records`]). A file that fails is refused with an error that
+/// names it, the record and what was expected; with `lenient`, skipped and
+/// returned as a [`Skip`] instead (as sweep files are).
+pub fn read(files: &[PathBuf], lenient: bool) -> anyhow::Result<(Vec<TraceFile>, Vec<Skip>)> {
     // A file named twice (directly and through its directory) is read once.
     let mut seen = BTreeSet::new();
-    files
+    let mut out = Vec::new();
+    let mut skipped = Vec::new();
+    for f in files
         .iter()
         .filter(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.to_path_buf())))
-        .map(|f| {
-            let bytes = crate::input::read(f, &crate::input::TRACE)?;
-            let t = Trace::from_bytes(&bytes).map_err(|e| {
-                anyhow::anyhow!(
-                    "{}: not a valid dyncc trace file: {e}; leave it out (the plugin writes a \
-                     trace whole, so this one was damaged or is not a trace)",
-                    f.display()
-                )
-            })?;
-            Ok(TraceFile {
-                path: Arc::new(f.clone()),
-                nccl_version: t.head().nccl_version,
-                table_digest: t.head().table_digest,
-                comms: t
-                    .comms()
-                    .map(|c| Comm {
-                        comm_id: c.comm_id,
-                        n_nodes: c.n_nodes,
-                        n_ranks: c.n_ranks,
-                        rank: c.rank,
-                    })
-                    .collect(),
-                records: t.records().collect(),
+    {
+        match read_one(f) {
+            Ok(t) => out.push(t),
+            Err(e) if lenient => skipped.push(Skip {
+                file: f.clone(),
+                line: 0,
+                reason: format!("{e:#}"),
+            }),
+            Err(e) => {
+                return Err(e.context(
+                    "reading trace files (--lenient skips a damaged trace and reports it)",
+                ))
+            }
+        }
+    }
+    Ok((out, skipped))
+}
+
+/// One trace file, read and checked.
+fn read_one(f: &Path) -> anyhow::Result<TraceFile> {
+    let bytes = crate::input::read(f, &crate::input::TRACE)?;
+    let t = Trace::from_bytes(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a valid dyncc trace file: {e}; leave it out (the plugin writes a trace \
+             whole, so this one was damaged or is not a trace)",
+            f.display()
+        )
+    })?;
+    check_records(&t).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: not a valid dyncc trace file: {e}; leave it out (its checksum holds, so it \
+             was written so, not damaged in a copy)",
+            f.display()
+        )
+    })?;
+    Ok(TraceFile {
+        path: Arc::new(f.to_path_buf()),
+        nccl_version: t.head().nccl_version,
+        table_digest: t.head().table_digest,
+        platform: t.head().platform.to_owned(),
+        gpu: t.head().gpu.to_owned(),
+        comms: t
+            .comms()
+            .map(|c| Comm {
+                comm_id: c.comm_id,
+                n_nodes: c.n_nodes,
+                n_ranks: c.n_ranks,
+                rank: c.rank,
             })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()
-        .context("reading trace files")
+            .collect(),
+        records: t.records().collect(),
+    })
+}
+
+/// Most collectives one record may claim: 2^50 (a process making a
+/// collective every nanosecond for thirteen days); beyond, the sums of
+/// ln(time) lose the precision the mean and spread are read with.
+const MAX_COUNT: u64 = 1 << 50;
+
+/// Checks what the format's own validation cannot (it has no logarithm):
+/// per record, a count that fits ([`MAX_COUNT`], and the file's total),
+/// finite sums, the mean of ln(time) within [ln min, ln max], and a spread
+/// no wider than that range. Says which record and what was expected.
+pub fn check_records(t: &Trace<'_>) -> Result<(), String> {
+    let mut total = 0u64;
+    for (i, r) in t.records().enumerate() {
+        let what = |e: String| {
+            format!(
+                "record {i} ({} {} B, {}/{}/{}ch, chosen by {}, {} calls): {e}",
+                r.coll.name(),
+                r.n_bytes,
+                r.algo.name(),
+                r.proto.name(),
+                r.channels,
+                r.source.name(),
+                r.count
+            )
+        };
+        if r.count == 0 || r.count > MAX_COUNT {
+            return Err(what(format!("expected a count from 1 to {MAX_COUNT}")));
+        }
+        total = total
+            .checked_add(r.count)
+            .filter(|&n| n <= MAX_COUNT)
+            .ok_or_else(|| {
+                what(format!(
+                    "expected the file's counts to total at most {MAX_COUNT}"
+                ))
+            })?;
+        if !(r.sum_ln.is_finite() && r.sum_ln2.is_finite()) {
+            return Err(what("expected finite sums of ln(time)".into()));
+        }
+        let n = r.count as f64;
+        let mean = r.sum_ln / n;
+        // Minimum and maximum are whole nanoseconds: 1 ns either way.
+        let (lo, hi) = (
+            (r.min_ns as f64 - 1.0).max(0.5).ln(),
+            (r.max_ns as f64 + 1.0).ln(),
+        );
+        // Rounding of n additions of ln(ns) (about 20 each).
+        let tol = 1e-9 * (1.0 + mean.abs());
+        if !(lo - tol..=hi + tol).contains(&mean) {
+            return Err(what(format!(
+                "expected the geometric mean ({:.3} us from the sums) within [min, max] \
+                 ([{:.3}, {:.3}] us)",
+                mean.exp() / 1e3,
+                r.min_ns as f64 / 1e3,
+                r.max_ns as f64 / 1e3
+            )));
+        }
+        let var = r.sum_ln2 / n - mean * mean;
+        let vtol = 1e-9 * (1.0 + r.sum_ln2.abs() / n);
+        if var < -vtol || var > (hi - lo).powi(2) + vtol {
+            return Err(what(format!(
+                "expected a spread of ln(time) (variance {var:.3e}) from 0 to the square of \
+                 ln(max / min) ({:.3e})",
+                (hi - lo).powi(2)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Pooled log GPU times of one side of a comparison.
@@ -242,79 +474,131 @@ impl AtShape {
             .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
             .map(|(s, _)| *s)
     }
+
+    /// Adds another recording's measurements at the same shape.
+    pub fn merge(&mut self, o: &AtShape) {
+        self.nccl.merge(&o.nccl);
+        for (s, n) in &o.nccl_settings {
+            let e = self.nccl_settings.entry(*s).or_default();
+            *e = e.saturating_add(*n);
+        }
+        for (s, x) in &o.others {
+            let e = self.others.entry(*s).or_default();
+            e.side.merge(&x.side);
+            e.by_table = e.by_table.saturating_add(x.by_table);
+        }
+        self.unknown = self.unknown.saturating_add(o.unknown);
+    }
+}
+
+/// What every recording at one shape (of one NCCL version) says about
+/// who ran what: NCCL's own settings, the table's forced ones, and whether
+/// the table left any call there to NCCL. A record is read against these
+/// facts of all the recordings, not of its own communicator alone: a
+/// communicator that explored at a shape may run nothing else there.
+#[derive(Clone, Debug, Default)]
+pub struct ShapeFacts {
+    nccl: BTreeSet<Setting>,
+    forced: BTreeSet<Setting>,
+    left_to_nccl: bool,
+}
+
+/// [`ShapeFacts`] per shape.
+pub type Facts = BTreeMap<Shape, ShapeFacts>;
+
+/// The shape a record of `file` measured, when `keep` admits its
+/// communicator.
+fn shape_of(file: &TraceFile, r: &TraceRecord) -> Option<Shape> {
+    let c = file.comms.get(r.comm as usize)?;
+    Some(Shape {
+        nodes: c.n_nodes,
+        ranks: c.n_ranks,
+        coll: r.coll,
+        n_bytes: r.n_bytes,
+    })
+}
+
+/// Adds what `file`'s records (of the communicators `keep` admits) say to
+/// `facts`.
+pub fn add_facts(facts: &mut Facts, file: &TraceFile, keep: &dyn Fn(usize) -> bool) {
+    for r in file.records.iter().filter(|r| keep(r.comm as usize)) {
+        let Some(s) = shape_of(file, r) else { continue };
+        let f = facts.entry(s).or_default();
+        match r.source {
+            Who::Nccl => {
+                f.left_to_nccl = true;
+                f.nccl.insert(Setting::of(r));
+            }
+            Who::Table => {
+                f.forced.insert(Setting::of(r));
+            }
+            Who::Explore | Who::Unknown => {}
+        }
+    }
 }
 
 /// Splits one file's records (of the communicators `keep` admits) into
-/// NCCL's own choice and other settings, per shape. A setting that ran
-/// what NCCL runs there on its own is NCCL's choice whoever asked for it:
-/// an exploring call that left the choice to NCCL, a forced setting NCCL
+/// NCCL's own choice and other settings, per communicator (index into the
+/// file's) and shape, read against `facts`. A setting that ran what NCCL
+/// runs there on its own is NCCL's choice whoever asked for it: an
+/// exploring call that left the choice to NCCL, a forced setting NCCL
 /// would have chosen anyway.
-pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shape, AtShape> {
-    let mut out: BTreeMap<Shape, AtShape> = BTreeMap::new();
-    let shape = |r: &TraceRecord| {
-        let c = file.comms.get(r.comm as usize)?;
-        keep(r.comm as usize).then_some(Shape {
-            nodes: c.n_nodes,
-            ranks: c.n_ranks,
-            coll: r.coll,
-            n_bytes: r.n_bytes,
-        })
-    };
-    // NCCL's own choices first: they say what a forced record means.
-    let mut left_to_nccl: BTreeSet<Shape> = BTreeSet::new();
-    for r in &file.records {
-        let Some(s) = shape(r) else { continue };
-        let at = out.entry(s).or_default();
-        match r.source {
-            Who::Nccl => {
-                left_to_nccl.insert(s);
-                at.nccl.add(r);
-                let e = at.nccl_settings.entry(Setting::of(r)).or_default();
-                *e = e.saturating_add(r.count);
+pub fn classify_comms(
+    file: &TraceFile,
+    keep: &dyn Fn(usize) -> bool,
+    facts: &Facts,
+) -> BTreeMap<(u16, Shape), AtShape> {
+    let mut out: BTreeMap<(u16, Shape), AtShape> = BTreeMap::new();
+    let none = ShapeFacts::default();
+    for r in file.records.iter().filter(|r| keep(r.comm as usize)) {
+        let Some(s) = shape_of(file, r) else { continue };
+        let f = facts.get(&s).unwrap_or(&none);
+        let at = out.entry((r.comm, s)).or_default();
+        let ran = Setting::of(r);
+        let is_nccl = match r.source {
+            Who::Unknown => {
+                at.unknown = at.unknown.saturating_add(r.count);
+                continue;
             }
-            Who::Unknown => at.unknown = at.unknown.saturating_add(r.count),
-            Who::Table | Who::Explore => {}
-        }
-    }
-    // The settings the table forced, per shape.
-    let mut forced: BTreeMap<Shape, BTreeSet<Setting>> = BTreeMap::new();
-    for r in file.records.iter().filter(|r| r.source == Who::Table) {
-        if let Some(s) = shape(r) {
-            forced.entry(s).or_default().insert(Setting::of(r));
-        }
-    }
-    for r in &file.records {
-        let Some(s) = shape(r) else { continue };
-        if !matches!(r.source, Who::Table | Who::Explore) {
-            continue;
-        }
-        let at = out.entry(s).or_default();
-        let table_ran = forced
-            .get(&s)
-            .is_some_and(|f| f.iter().any(|&x| x != Setting::of(r)));
-        // An exploring call at a shape where the table forced another
-        // setting ran NCCL's own choice (the only probe there), unless
-        // the table also left calls there to NCCL (another call state):
-        // those calls may have explored a neighbour's setting, and the
-        // record cannot tell which, so it is not used.
-        let inferred = r.source == Who::Explore && table_ran;
-        if inferred && left_to_nccl.contains(&s) && !at.nccl_settings.contains_key(&Setting::of(r))
-        {
-            at.unknown += r.count;
-            continue;
-        }
-        let is_nccl = at.nccl_settings.contains_key(&Setting::of(r)) || inferred;
+            Who::Nccl => true,
+            Who::Table | Who::Explore => {
+                // An exploring call at a shape where the table forced
+                // another setting ran NCCL's own choice (the only probe
+                // there), unless the table also left calls there to NCCL
+                // (another call state): those calls may have explored a
+                // neighbour's setting, and the record cannot tell which,
+                // so it is not used.
+                let inferred = r.source == Who::Explore && f.forced.iter().any(|&x| x != ran);
+                if inferred && f.left_to_nccl && !f.nccl.contains(&ran) {
+                    at.unknown = at.unknown.saturating_add(r.count);
+                    continue;
+                }
+                f.nccl.contains(&ran) || inferred
+            }
+        };
         if is_nccl {
             at.nccl.add(r);
-            let e = at.nccl_settings.entry(Setting::of(r)).or_default();
+            let e = at.nccl_settings.entry(ran).or_default();
             *e = e.saturating_add(r.count);
         } else {
-            let o = at.others.entry(Setting::of(r)).or_default();
+            let o = at.others.entry(ran).or_default();
             o.side.add(r);
             if r.source == Who::Table {
                 o.by_table = o.by_table.saturating_add(r.count);
             }
         }
+    }
+    out
+}
+
+/// [`classify_comms`] of one file read on its own, pooled per shape over
+/// its communicators.
+pub fn classify(file: &TraceFile, keep: &dyn Fn(usize) -> bool) -> BTreeMap<Shape, AtShape> {
+    let mut facts = Facts::new();
+    add_facts(&mut facts, file, keep);
+    let mut out: BTreeMap<Shape, AtShape> = BTreeMap::new();
+    for ((_, s), at) in classify_comms(file, keep, &facts) {
+        out.entry(s).or_default().merge(&at);
     }
     out
 }
@@ -341,6 +625,9 @@ pub struct SweepView {
     pub points: BTreeSet<PointKey>,
     /// The newest NCCL version the sweep names (0: none named).
     pub nccl_version: u32,
+    /// The sweep's ln(time) and repeats per (point, configuration): what a
+    /// trace's gain is set against where both measured a point.
+    pub times: BTreeMap<(PointKey, Config), (f64, u32)>,
 }
 
 impl SweepView {
@@ -362,12 +649,16 @@ impl SweepView {
                 .or_default()
                 .insert(k.config);
             v.sizes.entry(coll).or_default().insert(k.nbytes);
-            v.points.insert(PointKey {
+            let p = PointKey {
                 coll,
                 nodes: k.nnodes,
                 ranks: k.nranks,
                 n_bytes: k.nbytes,
-            });
+            };
+            v.points.insert(p);
+            if c.time_us.is_finite() && c.time_us > 0.0 {
+                v.times.insert((p, k.config), (c.time_us.ln(), c.n));
+            }
         }
         v
     }
@@ -375,7 +666,7 @@ impl SweepView {
     /// The size a trace's `n_bytes` stands at: the sweep's size in the
     /// same table bucket when it measured one, else the bucket's lower
     /// bound (a table decides per bucket).
-    fn snap(&self, coll: Coll, n_bytes: u64) -> u64 {
+    pub fn snap(&self, coll: Coll, n_bytes: u64) -> u64 {
         let b = size_bucket(n_bytes);
         self.sizes
             .get(&coll)
@@ -418,6 +709,230 @@ pub enum Deployed {
     Forced(Config),
 }
 
+/// The rule a traced comparison meets before it decides a point (compile)
+/// or scores a table (`eval --traces`): one definition, [`evidence`] and
+/// [`judge`]. A trace is evidence, never an order:
+///
+/// - each side (NCCL's choice, the setting) holds at least [`MIN_CALLS`]
+///   calls;
+/// - the gain is read within each communicator that ran both sides, with
+///   the noise of its own calls' spread plus a job-to-job floor
+///   ([`GAIN_SD_FLOOR`], or the spread of the gains between communicators
+///   where it is larger), and across communicators that ran one side each
+///   (per-communicator geometric means; the noise from the spread between
+///   communicators of a side, pooled over the sides, never below
+///   [`BETWEEN_SD_FLOOR`]), needing [`MIN_COMMS_ACROSS`] communicators in
+///   all; both pooled by inverse variance; its sd is never below
+///   [`SD_FLOOR`], whatever the counts;
+/// - a setting wins where its gain clears the margin by `z` sds, falls
+///   short where it misses the margin by `z` sds, loses where it is slower
+///   than NCCL's choice by `z` sds; at a point the sweep measured, `z` is
+///   at least [`Z_SWEPT`].
+pub mod rule {
+    /// Fewest calls on each side of a comparison.
+    pub const MIN_CALLS: u64 = 5;
+    /// Fewest communicators (both sides together, at least one each) where
+    /// sides are paired across communicators.
+    pub const MIN_COMMS_ACROSS: usize = 3;
+    /// Least job-to-job sd of one communicator's gain (ln).
+    pub const GAIN_SD_FLOOR: f64 = 0.02;
+    /// Least sd of one communicator's geometric mean time between
+    /// communicators at one shape (ln).
+    pub const BETWEEN_SD_FLOOR: f64 = 0.03;
+    /// Least sd of any traced gain (ln), however many calls and
+    /// communicators.
+    pub const SD_FLOOR: f64 = 0.01;
+    /// Least `z` at a point the sweep measured too.
+    pub const Z_SWEPT: f64 = 2.0;
+}
+
+/// What a comparison of one setting with NCCL's choice at one point rests
+/// on: the gain (ln t(NCCL's choice) / t(setting)), its sd, and the counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Evidence {
+    pub ln_gain: f64,
+    pub sd: f64,
+    /// Calls of NCCL's choice, and of the setting.
+    pub nccl_calls: u64,
+    pub calls: u64,
+    /// Communicators that ran NCCL's choice, and the setting.
+    pub nccl_comms: usize,
+    pub comms: usize,
+    /// Communicators that ran both (compared within themselves).
+    pub paired: usize,
+}
+
+/// How a comparison stands against the rule ([`rule`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Faster than NCCL's choice past the margin and `z` sds.
+    Wins,
+    /// Short of the margin by `z` sds (not worth forcing), not slower.
+    Short,
+    /// Slower than NCCL's choice by `z` sds.
+    Loses,
+    /// Within the noise.
+    Unclear,
+    /// Fewer calls or communicators than the rule asks.
+    TooLittle,
+}
+
+impl Verdict {
+    /// Whether the evidence decides (either way).
+    pub fn decides(self) -> bool {
+        matches!(self, Verdict::Wins | Verdict::Short | Verdict::Loses)
+    }
+}
+
+/// The bar a comparison is judged against: the margin (ln) and `z`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bar {
+    pub ln_margin: f64,
+    pub z: f64,
+}
+
+impl Bar {
+    /// Compile's bar for `--margin` (a fraction) and `--noise-z`.
+    pub fn new(margin: f64, z: f64) -> Bar {
+        Bar {
+            ln_margin: (1.0 + margin).ln(),
+            z,
+        }
+    }
+
+    /// The stricter bar at a point the sweep measured too.
+    pub fn swept(self) -> Bar {
+        Bar {
+            z: self.z.max(rule::Z_SWEPT),
+            ..self
+        }
+    }
+}
+
+/// The rule, applied: see [`rule`].
+pub fn judge(e: &Evidence, bar: Bar) -> Verdict {
+    let across = e.nccl_comms + e.comms - 2 * e.paired;
+    if e.nccl_calls < rule::MIN_CALLS
+        || e.calls < rule::MIN_CALLS
+        || (e.paired == 0 && across < rule::MIN_COMMS_ACROSS)
+        || !(e.ln_gain.is_finite() && e.sd.is_finite())
+    {
+        return Verdict::TooLittle;
+    }
+    let sd = e.sd.max(rule::SD_FLOOR);
+    if e.ln_gain - bar.z * sd > bar.ln_margin {
+        Verdict::Wins
+    } else if e.ln_gain + bar.z * sd < 0.0 {
+        Verdict::Loses
+    } else if e.ln_gain + bar.z * sd < bar.ln_margin {
+        Verdict::Short
+    } else {
+        Verdict::Unclear
+    }
+}
+
+/// The evidence of one setting against NCCL's choice from its
+/// communicators' measurements, `(NCCL's choice, the setting)` per
+/// communicator (either side may be empty), with `var_call` the variance
+/// of one call's ln(time) (the traces' own spread). `None` where no
+/// communicator ran either side.
+pub fn evidence(per_comm: &[(Side, Side)], var_call: f64) -> Option<Evidence> {
+    let mut e = Evidence::default();
+    for (n, s) in per_comm {
+        e.nccl_calls = e.nccl_calls.saturating_add(n.count);
+        e.calls = e.calls.saturating_add(s.count);
+        e.nccl_comms += usize::from(n.count > 0);
+        e.comms += usize::from(s.count > 0);
+        e.paired += usize::from(n.count > 0 && s.count > 0);
+    }
+    if e.nccl_comms == 0 || e.comms == 0 {
+        return None;
+    }
+    let var_call = if var_call.is_finite() {
+        var_call.max(0.0)
+    } else {
+        0.05f64.powi(2)
+    };
+    // Within communicators: a gain each, with its calls' noise and the
+    // job-to-job spread of gains (observed, never below the floor).
+    let within: Vec<(f64, f64)> = per_comm
+        .iter()
+        .filter(|(n, s)| n.count > 0 && s.count > 0)
+        .map(|(n, s)| {
+            (
+                n.mean_ln() - s.mean_ln(),
+                var_call * (1.0 / n.count as f64 + 1.0 / s.count as f64),
+            )
+        })
+        .collect();
+    let mut parts: Vec<(f64, f64)> = Vec::new();
+    if !within.is_empty() {
+        let k = within.len() as f64;
+        let mut tau2 = rule::GAIN_SD_FLOOR.powi(2);
+        if within.len() >= 2 {
+            let mean = within.iter().map(|w| w.0).sum::<f64>() / k;
+            let s2 = within.iter().map(|w| (w.0 - mean).powi(2)).sum::<f64>() / (k - 1.0);
+            let noise = within.iter().map(|w| w.1).sum::<f64>() / k;
+            tau2 = tau2.max(s2 - noise);
+        }
+        let (mut wsum, mut wg) = (0.0, 0.0);
+        for (g, v) in &within {
+            let w = 1.0 / (v + tau2);
+            wsum += w;
+            wg += w * g;
+        }
+        parts.push((wg / wsum, 1.0 / wsum));
+    }
+    // Across communicators that ran one side each: per-communicator
+    // geometric means, the spread between communicators of a side pooled
+    // over both sides.
+    let one = |pick: &dyn Fn(&(Side, Side)) -> Option<f64>| -> Vec<f64> {
+        per_comm.iter().filter_map(pick).collect()
+    };
+    let a = one(&|(n, s)| (n.count > 0 && s.count == 0).then(|| n.mean_ln()));
+    let b = one(&|(n, s)| (s.count > 0 && n.count == 0).then(|| s.mean_ln()));
+    if !a.is_empty() && !b.is_empty() && a.len() + b.len() >= rule::MIN_COMMS_ACROSS {
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let ss = |v: &[f64]| {
+            let m = mean(v);
+            v.iter().map(|x| (x - m).powi(2)).sum::<f64>()
+        };
+        let dof = (a.len() + b.len() - 2) as f64;
+        let s2 = ((ss(&a) + ss(&b)) / dof).max(rule::BETWEEN_SD_FLOOR.powi(2));
+        parts.push((
+            mean(&a) - mean(&b),
+            s2 * (1.0 / a.len() as f64 + 1.0 / b.len() as f64),
+        ));
+    }
+    if parts.is_empty() {
+        // Too few communicators to pair across, none that ran both: the
+        // counts say so ([`judge`]).
+        e.ln_gain = f64::NAN;
+        e.sd = f64::INFINITY;
+        return Some(e);
+    }
+    let wsum: f64 = parts.iter().map(|p| 1.0 / p.1.max(1e-300)).sum();
+    e.ln_gain = parts.iter().map(|p| p.0 / p.1.max(1e-300)).sum::<f64>() / wsum;
+    e.sd = (1.0 / wsum).sqrt().max(rule::SD_FLOOR);
+    Some(e)
+}
+
+/// Variance of one call's ln(time), pooled over `sides`; 5 % squared when
+/// none ran twice.
+pub fn var_call<'a>(sides: impl Iterator<Item = &'a Side>) -> f64 {
+    let (mut ss, mut dof) = (0.0, 0.0);
+    for s in sides {
+        ss += s.ss();
+        dof += s.count.saturating_sub(1) as f64;
+    }
+    if dof > 0.0 && (ss / dof).is_finite() {
+        ss / dof
+    } else {
+        0.05f64.powi(2)
+    }
+}
+
 /// One point jobs measured a gain at, as compiled.
 #[derive(Clone, Debug, Serialize)]
 pub struct TracedPoint {
@@ -433,7 +948,8 @@ pub struct TracedPoint {
     pub deployed_name: String,
     /// NCCL's own choice here (what it ran most often).
     pub nccl_choice: Option<String>,
-    /// Per measured setting: its gain over NCCL's choice and collectives.
+    /// Per setting that met the rule: its gain over NCCL's choice and the
+    /// counts behind it.
     pub settings: Vec<TracedGain>,
     /// NCCL version the measurements come from.
     pub nccl_version: u32,
@@ -445,9 +961,103 @@ pub struct TracedPoint {
 #[derive(Clone, Debug, Serialize)]
 pub struct TracedGain {
     pub config: String,
-    /// t(NCCL's choice) / t(setting), within the same jobs.
+    /// t(NCCL's choice) / t(setting), from the same jobs.
     pub gain: f64,
+    /// Calls of the setting.
     pub count: u64,
+    #[serde(flatten)]
+    pub evidence: Evidence,
+    pub verdict: Verdict,
+}
+
+impl TracedGain {
+    /// `tree/ll +12.0 % +-2.1 %, 10 vs 490 calls, 1 communicator (paired)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} {:+.1} %{}",
+            self.config,
+            (self.gain - 1.0) * 100.0,
+            counts(&self.evidence)
+        )
+    }
+}
+
+/// ` +-2.1 %, 10 vs 490 calls, 3 vs 5 communicators (1 paired)`: the
+/// counts behind a traced comparison.
+pub fn counts(e: &Evidence) -> String {
+    let sd = if e.sd.is_finite() {
+        format!(" +-{:.1} %", e.sd * 100.0)
+    } else {
+        String::new()
+    };
+    let comms = if e.paired == e.comms && e.paired == e.nccl_comms {
+        format!(
+            "{} communicator{} running both",
+            e.paired,
+            if e.paired == 1 { "" } else { "s" }
+        )
+    } else {
+        format!(
+            "{} vs {} communicators ({} running both)",
+            e.comms, e.nccl_comms, e.paired
+        )
+    };
+    format!("{sd}, {} vs {} calls, {comms}", e.calls, e.nccl_calls)
+}
+
+/// A setting jobs measured at a point whose evidence did not meet the rule
+/// (it decides nothing), or where the sweep and the jobs disagree.
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub collective: &'static str,
+    pub nodes: u32,
+    pub ranks: u32,
+    pub bytes: u64,
+    pub config: String,
+    /// The jobs' gain (t(NCCL's choice) / t(setting)) and counts.
+    pub gain: f64,
+    #[serde(flatten)]
+    pub evidence: Evidence,
+    pub verdict: Verdict,
+    /// The sweep's gain at the point and its runs, where it measured it.
+    pub sweep_gain: Option<f64>,
+    pub sweep_runs: Option<u32>,
+    /// Who decides the point: `jobs` or `sweep` (or `nccl` where neither
+    /// measured enough).
+    pub decides: &'static str,
+}
+
+impl Finding {
+    /// One line for the report.
+    pub fn describe(&self) -> String {
+        let sweep = match (self.sweep_gain, self.sweep_runs) {
+            (Some(g), Some(n)) => format!(
+                "; the sweep measured {:+.1} % ({n} run{})",
+                (g - 1.0) * 100.0,
+                if n == 1 { "" } else { "s" }
+            ),
+            _ => String::new(),
+        };
+        format!(
+            "{} {} nodes x {} ranks {} {}: jobs {:+.1} %{} ({}){sweep}: the {} decide{}",
+            self.collective,
+            self.nodes,
+            self.ranks,
+            crate::units::fmt_bytes(self.bytes),
+            self.config,
+            (self.gain - 1.0) * 100.0,
+            counts(&self.evidence),
+            match self.verdict {
+                Verdict::TooLittle => "too few calls or communicators",
+                Verdict::Unclear => "within the noise",
+                Verdict::Wins => "wins",
+                Verdict::Short => "short of the margin",
+                Verdict::Loses => "loses",
+            },
+            self.decides,
+            if self.decides == "jobs" { "" } else { "s" }
+        )
+    }
 }
 
 /// What reading the traces found, before any decision (the report's
@@ -461,14 +1071,26 @@ pub struct TraceCounts {
     pub collectives: u64,
     /// Collectives no tuner answer could be linked to (not used).
     pub unknown: u64,
-    /// Shapes where only one side ran (NCCL's choice alone, or only the
-    /// table's forced setting): nothing to compare within the job.
+    /// Points where only one side ran in every communicator and too few
+    /// communicators ran to pair across them: nothing to compare.
     pub one_sided_shapes: usize,
     /// Points set aside because a newer NCCL measured them (the sweep's or
     /// other traces').
     pub older_nccl_points: usize,
     /// Drift between NCCL versions, described.
     pub drift: Vec<String>,
+    /// Points of communicators whose ranks are not a multiple of their
+    /// nodes (not used: a table decides per ranks per node), per shape:
+    /// how many points, and a file that holds one.
+    pub uneven: BTreeMap<String, (usize, String)>,
+    /// Where the traces came from, against the sweep's platform.
+    pub provenance: Provenance,
+    /// Settings measured whose evidence fell short of the rule (too few
+    /// calls or communicators, or within the noise): they decide nothing.
+    pub short_of_evidence: Vec<Finding>,
+    /// Points the sweep measured where the jobs' gain and the sweep's
+    /// disagree (one past the margin, the other not), whoever decides.
+    pub disagree_with_sweep: Vec<Finding>,
 }
 
 /// What the traces held and the points they measured.
@@ -479,37 +1101,17 @@ pub struct TraceNotes {
     pub points: Vec<TracedPoint>,
 }
 
-/// The cells traces contribute, and what the report says of them.
-pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) {
+/// The cells traces contribute, and what the report says of them; `bar` is
+/// compile's (`--margin`, `--noise-z`).
+pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, TraceNotes) {
     let mut notes = TraceNotes::default();
     notes.read.files = files.len();
-    // One recording per communicator: the lowest rank's.
-    let mut owner: BTreeMap<u64, (u32, usize, usize)> = BTreeMap::new();
-    for (fi, f) in files.iter().enumerate() {
-        for (ci, c) in f.comms.iter().enumerate() {
-            notes.read.communicators += 1;
-            match owner.get(&c.comm_id) {
-                Some(&(rank, _, _)) if rank <= c.rank => notes.read.duplicate_ranks += 1,
-                Some(_) => {
-                    notes.read.duplicate_ranks += 1;
-                    owner.insert(c.comm_id, (c.rank, fi, ci));
-                }
-                None => {
-                    owner.insert(c.comm_id, (c.rank, fi, ci));
-                }
-            }
-        }
-    }
-    notes.read.communicators -= notes.read.duplicate_ranks;
-    let mut by_point: BTreeMap<PointKey, Vec<Part>> = BTreeMap::new();
-    for (fi, f) in files.iter().enumerate() {
-        let keep = |ci: usize| {
-            f.comms
-                .get(ci)
-                .and_then(|c| owner.get(&c.comm_id))
-                .is_some_and(|&(_, of, oc)| of == fi && oc == ci)
-        };
-        for (s, at) in classify(f, &keep) {
+    let readings = Readings::new(files, &mut notes.read);
+    // Per point, per communicator (file, index): sizes in one bucket are
+    // one point, so one communicator's shapes there pool.
+    let mut by_point: BTreeMap<PointKey, BTreeMap<(usize, u16), AtShape>> = BTreeMap::new();
+    for fi in 0..files.len() {
+        for ((ci, s), at) in readings.classify(fi) {
             let others = at
                 .others
                 .values()
@@ -520,10 +1122,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 .collectives
                 .saturating_add(all.saturating_add(at.unknown));
             notes.read.unknown = notes.read.unknown.saturating_add(at.unknown);
-            if at.nccl.count == 0 || at.others.is_empty() {
-                if all > 0 {
-                    notes.read.one_sided_shapes += 1;
-                }
+            if all == 0 {
                 continue;
             }
             let key = PointKey {
@@ -532,13 +1131,22 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 ranks: s.ranks,
                 n_bytes: sweep.snap(s.coll, s.n_bytes),
             };
-            by_point.entry(key).or_default().push(Part { file: fi, at });
+            by_point
+                .entry(key)
+                .or_default()
+                .entry((fi, ci))
+                .or_default()
+                .merge(&at);
         }
     }
     let mut out = Vec::new();
     // Points both measured, per (traces' NCCL, sweep's NCCL) that differ.
     let mut versus_sweep: BTreeMap<(u32, u32), usize> = BTreeMap::new();
-    for (key, mut parts) in by_point {
+    for (key, parts) in by_point {
+        let mut parts: Vec<Part> = parts
+            .into_iter()
+            .map(|((file, _), at)| Part { file, at })
+            .collect();
         // Drift: the newest NCCL that measured the point decides it.
         let newest = parts
             .iter()
@@ -574,8 +1182,15 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 ));
             }
         }
+        // Only points with something to compare count as set aside.
+        let comparable = |parts: &[Part]| {
+            parts.iter().any(|p| p.at.nccl.count > 0)
+                && parts.iter().any(|p| !p.at.others.is_empty())
+        };
         if !older.is_empty() {
-            notes.read.older_nccl_points += 1;
+            if comparable(&parts) {
+                notes.read.older_nccl_points += 1;
+            }
             parts.retain(|p| files[p.file].nccl_version == newest);
         }
         let replaced = sweep.points.contains(&key);
@@ -585,7 +1200,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
                 .or_default() += 1;
             if sweep.nccl_version > newest {
                 // Once per point (older traces may have counted it).
-                if older.is_empty() {
+                if older.is_empty() && comparable(&parts) {
                     notes.read.older_nccl_points += 1;
                 }
                 continue;
@@ -593,10 +1208,29 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
         }
         let ppn = key.ranks / key.nodes.max(1);
         if key.nodes == 0 || key.ranks % key.nodes != 0 {
+            // The table decides per ranks per node: a communicator whose
+            // ranks do not divide evenly over its nodes has no place in
+            // it. Named, not dropped in silence.
+            let e = notes
+                .read
+                .uneven
+                .entry(format!("{} nodes x {} ranks", key.nodes, key.ranks))
+                .or_insert_with(|| (0, files[parts[0].file].path.display().to_string()));
+            e.0 += 1;
             continue;
         }
-        if let Some((cells, point)) = point_cells(files, &parts, key, ppn, replaced, newest, sweep)
-        {
+        let bar = if replaced { bar.swept() } else { bar };
+        if let Some((cells, point)) = point_cells(
+            files,
+            &parts,
+            key,
+            ppn,
+            replaced,
+            newest,
+            sweep,
+            bar,
+            &mut notes.read,
+        ) {
             out.extend(cells);
             notes.points.push(point);
         }
@@ -613,15 +1247,87 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView) -> (Vec<Cell>, TraceNotes) 
     (out, notes)
 }
 
-/// One file's measurements at one shape inside a point.
+/// How a set of trace files is read, as compile and `eval --traces` both
+/// read it: each communicator once (the lowest rank's recording), and who
+/// ran what from the facts of every recording of the same NCCL.
+pub struct Readings<'a> {
+    files: &'a [TraceFile],
+    owner: BTreeMap<u64, (u32, usize, usize)>,
+    facts: BTreeMap<u32, Facts>,
+}
+
+impl<'a> Readings<'a> {
+    /// Reads `files`, counting their communicators into `read`.
+    pub fn new(files: &'a [TraceFile], read: &mut TraceCounts) -> Readings<'a> {
+        let mut r = Readings {
+            files,
+            owner: owners(files, read),
+            facts: BTreeMap::new(),
+        };
+        let mut facts: BTreeMap<u32, Facts> = BTreeMap::new();
+        for (fi, f) in files.iter().enumerate() {
+            add_facts(facts.entry(f.nccl_version).or_default(), f, &|ci| {
+                r.keeps(fi, ci)
+            });
+        }
+        r.facts = facts;
+        r
+    }
+
+    /// Whether communicator `ci` of file `fi` is the recording used.
+    pub fn keeps(&self, fi: usize, ci: usize) -> bool {
+        self.files[fi]
+            .comms
+            .get(ci)
+            .and_then(|c| self.owner.get(&c.comm_id))
+            .is_some_and(|&(_, of, oc)| of == fi && oc == ci)
+    }
+
+    /// [`classify_comms`] of file `fi`.
+    pub fn classify(&self, fi: usize) -> BTreeMap<(u16, Shape), AtShape> {
+        let f = &self.files[fi];
+        let none = Facts::new();
+        let facts = self.facts.get(&f.nccl_version).unwrap_or(&none);
+        classify_comms(f, &|ci| self.keeps(fi, ci), facts)
+    }
+}
+
+/// One recording per communicator: the lowest rank's, as (rank, file,
+/// communicator index) per communicator id; counts the communicators.
+fn owners(files: &[TraceFile], read: &mut TraceCounts) -> BTreeMap<u64, (u32, usize, usize)> {
+    let mut owner: BTreeMap<u64, (u32, usize, usize)> = BTreeMap::new();
+    for (fi, f) in files.iter().enumerate() {
+        for (ci, c) in f.comms.iter().enumerate() {
+            read.communicators += 1;
+            match owner.get(&c.comm_id) {
+                Some(&(rank, _, _)) if rank <= c.rank => read.duplicate_ranks += 1,
+                Some(_) => {
+                    read.duplicate_ranks += 1;
+                    owner.insert(c.comm_id, (c.rank, fi, ci));
+                }
+                None => {
+                    owner.insert(c.comm_id, (c.rank, fi, ci));
+                }
+            }
+        }
+    }
+    read.communicators -= read.duplicate_ranks;
+    owner
+}
+
+/// One communicator's measurements at one shape inside a point.
 struct Part {
     file: usize,
     at: AtShape,
 }
 
-/// Pools a point's parts into its cells: NCCL's choice at the pooled
-/// geometric mean GPU time, each setting at that time over its gain
-/// measured within the same files.
+/// Judges a point's settings against NCCL's choice ([`evidence`],
+/// [`judge`]) and turns those whose evidence decides into cells: NCCL's
+/// choice at its geometric mean GPU time over communicators, each setting
+/// at that time over its gain. The cells carry the evidence's sd so that
+/// the decision reads exactly it: the point's noise figure is the largest
+/// sd, NCCL's choice counts as exact, and each setting's count is what
+/// brings the noise down to its own sd.
 #[allow(clippy::too_many_arguments)]
 fn point_cells(
     files: &[TraceFile],
@@ -631,58 +1337,137 @@ fn point_cells(
     replaced: bool,
     version: u32,
     sweep: &SweepView,
+    bar: Bar,
+    read: &mut TraceCounts,
 ) -> Option<(Vec<Cell>, TracedPoint)> {
-    // Within-side variance of one collective's ln(time), pooled over
-    // every side of every part.
-    let (mut ss, mut dof) = (0.0, 0.0);
-    for p in parts {
-        for s in std::iter::once(&p.at.nccl).chain(p.at.others.values().map(|o| &o.side)) {
-            ss += s.ss();
-            dof += s.count.saturating_sub(1) as f64;
-        }
-    }
-    let var1 = if dof > 0.0 { ss / dof } else { 0.05f64.powi(2) };
-    let mut nccl = Side::default();
+    let var1 =
+        var_call(parts.iter().flat_map(|p| {
+            std::iter::once(&p.at.nccl).chain(p.at.others.values().map(|o| &o.side))
+        }));
     let mut nccl_settings: BTreeMap<Setting, u64> = BTreeMap::new();
-    // Per configuration: inverse-variance weighted gain, collectives,
-    // and whether the deployed table forced it.
-    #[derive(Default)]
-    struct Pool {
-        wsum: f64,
-        wgain: f64,
-        count: u64,
-        by_table: u64,
-    }
-    let mut pools: BTreeMap<Config, Pool> = BTreeMap::new();
-    for p in parts {
-        nccl.merge(&p.at.nccl);
+    // Per configuration and communicator: the setting's side, and whether
+    // the deployed table forced it.
+    let mut per_cfg: BTreeMap<Config, (Vec<Side>, u64)> = BTreeMap::new();
+    for (i, p) in parts.iter().enumerate() {
         for (s, n) in &p.at.nccl_settings {
             let e = nccl_settings.entry(*s).or_default();
             *e = e.saturating_add(*n);
         }
         for (s, o) in &p.at.others {
             let cfg = sweep.config_of(key.coll, ppn, *s);
-            let v = var1 * (1.0 / p.at.nccl.count as f64 + 1.0 / o.side.count as f64);
-            let w = 1.0 / v.max(1e-12);
-            let e = pools.entry(cfg).or_default();
-            e.wsum += w;
-            e.wgain += w * (p.at.nccl.mean_ln() - o.side.mean_ln());
-            e.count = e.count.saturating_add(o.side.count);
-            e.by_table = e.by_table.saturating_add(o.by_table);
+            let e = per_cfg
+                .entry(cfg)
+                .or_insert_with(|| (vec![Side::default(); parts.len()], 0));
+            e.0[i].merge(&o.side);
+            e.1 = e.1.saturating_add(o.by_table);
         }
     }
-    if nccl.count == 0 || pools.is_empty() {
+    let nccl_comms: Vec<&Side> = parts.iter().map(|p| &p.at.nccl).collect();
+    let with_nccl: Vec<f64> = nccl_comms
+        .iter()
+        .filter(|s| s.count > 0)
+        .map(|s| s.mean_ln())
+        .collect();
+    if with_nccl.is_empty() || per_cfg.is_empty() {
+        read.one_sided_shapes += 1;
         return None;
     }
+    // NCCL's choice: the geometric mean over communicators (ns).
+    let nccl_ln = with_nccl.iter().sum::<f64>() / with_nccl.len() as f64;
     // A file may hold any finite sums: a point whose figures are not times
     // (infinite, zero, NaN) is no measurement.
     let t_ok = |ln_ns: f64| ln_ns.is_finite() && ln_ns.exp().is_normal();
-    if !t_ok(nccl.mean_ln())
-        || !var1.is_finite()
-        || pools
-            .values()
-            .any(|p| !t_ok(nccl.mean_ln() - p.wgain / p.wsum))
-    {
+    if !t_ok(nccl_ln) {
+        return None;
+    }
+    let sweep_ln = |cfg: &Config| sweep.times.get(&(key, *cfg)).copied();
+    let sweep_default = sweep_ln(&Config::DEFAULT);
+    // Per admitted setting: whether the sweep measured it worth forcing.
+    let mut admitted: Vec<(Config, Evidence, bool)> = Vec::new();
+    let mut disagreements = Vec::new();
+    let mut any_comparable = false;
+    for (cfg, (sides, _)) in &per_cfg {
+        let pairs: Vec<(Side, Side)> = nccl_comms
+            .iter()
+            .zip(sides)
+            .map(|(n, s)| (**n, *s))
+            .filter(|(n, s)| n.count > 0 || s.count > 0)
+            .collect();
+        let Some(e) = evidence(&pairs, var1) else {
+            continue;
+        };
+        let comparable = e.paired > 0 || e.nccl_comms + e.comms >= rule::MIN_COMMS_ACROSS;
+        any_comparable |= comparable;
+        let verdict = if t_ok(nccl_ln - e.ln_gain) || !e.ln_gain.is_finite() {
+            judge(&e, bar)
+        } else {
+            Verdict::TooLittle
+        };
+        let sweep_gain = match (sweep_default, sweep_ln(cfg)) {
+            (Some((d, _)), Some((m, n))) => Some((d - m, n)),
+            _ => None,
+        };
+        // The sweep and the jobs disagree where one says the setting is
+        // worth forcing and the other not.
+        let disagree = sweep_gain.is_some_and(|(g, _)| {
+            e.ln_gain.is_finite() && (g > bar.ln_margin) != (e.ln_gain > bar.ln_margin)
+        });
+        let decides = verdict.decides() && e.sd.max(rule::SD_FLOOR) <= crate::fit::MAX_SIGMA;
+        let finding = || Finding {
+            collective: key.coll.name(),
+            nodes: key.nodes,
+            ranks: key.ranks,
+            bytes: key.n_bytes,
+            config: cfg.to_string(),
+            gain: e.ln_gain.exp(),
+            evidence: e,
+            verdict,
+            sweep_gain: sweep_gain.map(|(g, _)| g.exp()),
+            sweep_runs: sweep_gain.map(|(_, n)| n),
+            decides: if decides {
+                "jobs"
+            } else if replaced {
+                "sweep"
+            } else {
+                "table"
+            },
+        };
+        if disagree {
+            disagreements.push(finding());
+        }
+        if decides {
+            let sweep_forces = sweep_gain.is_some_and(|(g, _)| g > bar.ln_margin);
+            admitted.push((*cfg, e, sweep_forces));
+        } else if comparable {
+            read.short_of_evidence.push(finding());
+        }
+    }
+    if !any_comparable {
+        read.one_sided_shapes += 1;
+    }
+    // What the deployed table did here: the setting it forced on most
+    // calls, if any.
+    let deployed = per_cfg
+        .iter()
+        .filter(|(_, (_, by_table))| *by_table > 0)
+        .max_by_key(|(_, (_, by_table))| *by_table)
+        .map_or(Deployed::Nccl, |(cfg, _)| Deployed::Forced(*cfg));
+    // The jobs decide the point (in place of the sweep or a reading of
+    // it) only where their evidence speaks to the decision: a setting that
+    // wins, the deployed table's forced setting (confirmed or not), or one
+    // the sweep measured worth forcing here. Evidence against settings
+    // nobody would force changes nothing, and must not take the point from
+    // what the sweep says of the others.
+    let speaks = admitted.iter().any(|(cfg, e, sweep_forces)| {
+        judge(e, bar) == Verdict::Wins || deployed == Deployed::Forced(*cfg) || *sweep_forces
+    });
+    for mut f in disagreements {
+        if f.decides == "jobs" && !speaks {
+            f.decides = if replaced { "sweep" } else { "table" };
+        }
+        read.disagree_with_sweep.push(f);
+    }
+    if !speaks {
         return None;
     }
     let first = &files[parts[0].file].path;
@@ -690,7 +1475,12 @@ fn point_cells(
         file: first.clone(),
         line: 0,
     };
-    let base = TimeBase::Trace { sd_ln: var1.sqrt() };
+    let sd_point = admitted
+        .iter()
+        .map(|a| a.1.sd.max(rule::SD_FLOOR))
+        .fold(0.0f64, f64::max)
+        .clamp(crate::fit::MIN_SIGMA, crate::fit::MAX_SIGMA);
+    let base = TimeBase::Trace { sd_ln: sd_point };
     let collective = Collective::from_coll(key.coll);
     let cell_key = |config: Config| CellKey {
         collective,
@@ -700,39 +1490,38 @@ fn point_cells(
         state: State::BASELINE,
         config,
     };
-    let count = |n: u64| n.min(u32::MAX as u64) as u32;
+    // NCCL's choice counts as exact: the setting's count carries the sd.
+    const EXACT: u32 = 1 << 24;
     // ns -> us.
-    let t_nccl = nccl.mean_ln().exp() / 1e3;
+    let t_nccl = nccl_ln.exp() / 1e3;
     let mut cells = vec![Cell {
         key: cell_key(Config::DEFAULT),
         time_us: t_nccl,
-        n: count(nccl.count),
+        n: EXACT,
         spread: 0.0,
         source: source.clone(),
         base,
     }];
     let mut settings = Vec::new();
-    let mut deployed = Deployed::Nccl;
-    let mut most_forced = 0;
-    for (cfg, p) in &pools {
-        let gain = p.wgain / p.wsum;
+    for (cfg, e, _) in &admitted {
+        let sd = e.sd.max(rule::SD_FLOOR);
+        // sd_point^2 / n >= sd^2: the decision's noise is never below it.
+        let n = ((sd_point / sd).powi(2).floor() as u32).clamp(1, EXACT);
         cells.push(Cell {
             key: cell_key(*cfg),
-            time_us: t_nccl / gain.exp(),
-            n: count(p.count),
+            time_us: t_nccl / e.ln_gain.exp(),
+            n,
             spread: 0.0,
             source: source.clone(),
             base,
         });
         settings.push(TracedGain {
             config: cfg.to_string(),
-            gain: gain.exp(),
-            count: p.count,
+            gain: e.ln_gain.exp(),
+            count: e.calls,
+            evidence: *e,
+            verdict: judge(e, bar),
         });
-        if p.by_table > most_forced {
-            most_forced = p.by_table;
-            deployed = Deployed::Forced(*cfg);
-        }
     }
     let nccl_choice = nccl_settings
         .iter()
@@ -803,6 +1592,8 @@ mod tests {
             path: Arc::new("a.trace".into()),
             nccl_version: 23007,
             table_digest: None,
+            platform: String::new(),
+            gpu: String::new(),
             comms: vec![Comm {
                 comm_id: 1,
                 n_nodes: 4,
@@ -866,7 +1657,7 @@ mod tests {
             ..a.clone()
         };
         a.path = Arc::new("b.trace".into());
-        let (cells, notes) = cells(&[a, b], &SweepView::default());
+        let (cells, notes) = cells(&[a, b], &SweepView::default(), Bar::new(0.03, 0.5));
         assert_eq!(notes.points.len(), 1);
         assert!((notes.points[0].settings[0].gain - 1.25).abs() < 1e-9);
         let t = |cfg: &Config| cells.iter().find(|c| c.key.config == *cfg).unwrap().time_us;
@@ -922,9 +1713,9 @@ mod tests {
             rec(0, 4096, RING, Who::Nccl, u64::MAX, 1000.0),
             rec(0, 4096, TREE, Who::Explore, u64::MAX, 800.0),
             rec(0, 8192, RING, Who::Nccl, u64::MAX, 1000.0),
-            rec(0, 8192, TREE, Who::Explore, 3, 800.0),
+            rec(0, 8192, TREE, Who::Explore, 10, 800.0),
         ]);
-        let (cells, notes) = cells(&[f], &SweepView::default());
+        let (cells, notes) = cells(&[f], &SweepView::default(), Bar::new(0.03, 0.5));
         assert_eq!(notes.read.collectives, u64::MAX);
         // 4096: an infinite mean is no time; 8192: a plain comparison.
         assert_eq!(notes.points.len(), 1);
@@ -957,5 +1748,42 @@ mod tests {
             at.unknown, 10,
             "which setting it was cannot be told: not used"
         );
+    }
+
+    fn side(count: u64, ln: f64, sd: f64) -> Side {
+        Side {
+            count,
+            sum_ln: count as f64 * ln,
+            sum_ln2: count as f64 * ln * ln + (count as f64 - 1.0) * sd * sd,
+        }
+    }
+
+    #[test]
+    fn the_noise_floor_is_never_divided_away() {
+        // A million calls a side, no spread, one communicator.
+        let big = [(side(1_000_000, 7.0, 0.0), side(1_000_000, 6.9, 0.0))];
+        let e = evidence(&big, var_call(big.iter().flat_map(|p| [&p.0, &p.1]))).unwrap();
+        assert!(e.sd >= rule::GAIN_SD_FLOOR * 0.999, "{e:?}");
+        // A hundred communicators each side, across: never below SD_FLOOR.
+        let mut many = vec![(side(100, 7.0, 0.0), Side::default()); 100];
+        many.extend(vec![(Side::default(), side(100, 6.99, 0.0)); 100]);
+        let e = evidence(&many, 0.0).unwrap();
+        assert!(e.sd >= rule::SD_FLOOR, "{e:?}");
+        assert_eq!((e.nccl_comms, e.comms, e.paired), (100, 100, 0));
+        assert_eq!(judge(&e, Bar::new(0.03, 0.5)), Verdict::Short);
+    }
+
+    #[test]
+    fn pairing_across_communicators_needs_enough_of_them() {
+        let two = [
+            (side(500, 7.0, 0.02), Side::default()),
+            (Side::default(), side(500, 6.0, 0.02)),
+        ];
+        let e = evidence(&two, 0.02f64.powi(2)).unwrap();
+        assert_eq!(judge(&e, Bar::new(0.03, 0.5)), Verdict::TooLittle);
+        let three = [two[0], two[0], two[1]];
+        let e = evidence(&three, 0.02f64.powi(2)).unwrap();
+        assert!((e.ln_gain - 1.0).abs() < 1e-9, "{e:?}");
+        assert_eq!(judge(&e, Bar::new(0.03, 0.5)), Verdict::Wins);
     }
 }

@@ -321,6 +321,13 @@ fn init_inner(
     let running = nccl_version::running(log);
     let (n_ranks, n_nodes) = (n_ranks as u64, n_nodes as u64);
     let loaded = cache::acquire(path, |table, digest, fresh| {
+        if trace::configured().is_some() {
+            // The trace header names the table's platform and GPU.
+            trace::note_platform(
+                table.meta("platform").unwrap_or(""),
+                table.meta("gpu").unwrap_or(""),
+            );
+        }
         let check = VersionCheck::new(running, table.meta("nccl_version"));
         let off = check.is_mismatch() && cfg.nccl_mismatch == MismatchPolicy::Off;
         // Off: an empty spec leaves every call to NCCL, while the context

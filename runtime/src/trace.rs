@@ -876,6 +876,10 @@ struct Process {
     nccl_version: u32,
     abi: u8,
     table_digest: Option<u64>,
+    /// The loaded table's `platform` and `gpu` metadata (the header's
+    /// provenance); empty without a table.
+    platform: String,
+    gpu: String,
     log: Logger,
     /// The communicators recording now, by bin-key slot: a finalized one
     /// frees its slot ([`retire`]).
@@ -909,6 +913,8 @@ impl Process {
             nccl_version: 0,
             abi: 0,
             table_digest: None,
+            platform: String::new(),
+            gpu: String::new(),
             log: Logger(None),
             live: [const { None }; MAX_COMMS],
             finished: Vec::new(),
@@ -1030,6 +1036,19 @@ pub fn configured() -> Option<OsString> {
 /// The tuner loaded a table with this digest (the trace header names it).
 pub fn note_table(digest: u64) {
     lock().table_digest = Some(digest);
+}
+
+/// The tuner loaded a table of this platform and GPU (its metadata; the
+/// trace header names them so that the compiler can tell traces of another
+/// cluster). Called at communicator init, never on the hot path.
+pub fn note_platform(platform: &str, gpu: &str) {
+    let mut p = lock();
+    if p.platform != platform {
+        p.platform = platform.to_owned();
+    }
+    if p.gpu != gpu {
+        p.gpu = gpu.to_owned();
+    }
 }
 
 /// What a recording communicator brings to the file.
@@ -1268,6 +1287,8 @@ fn write_file(
         pid,
         host: &p.host,
         job_id: &p.job,
+        platform: &p.platform,
+        gpu: &p.gpu,
         dropped_table_full: DROPPED_TABLE_FULL.load(Ordering::Relaxed),
         dropped_pool_full: DROPPED_POOL_FULL.load(Ordering::Relaxed),
         untimed: UNTIMED.load(Ordering::Relaxed),
@@ -1328,6 +1349,8 @@ extern "C" fn flush_at_exit() {
             p.archive = Vec::new();
             p.host = String::new();
             p.job = String::new();
+            p.platform = String::new();
+            p.gpu = String::new();
             p.dir = None;
         }
     });
@@ -1803,5 +1826,31 @@ mod tests {
             take_bins(57).iter().map(|r| r.count).sum::<u64>(),
             2 * PER_THREAD
         );
+    }
+
+    /// The header names the platform and GPU of the table that ran (its
+    /// metadata), so that the compiler can tell another cluster's traces.
+    #[test]
+    fn the_trace_header_names_the_tables_platform_and_gpu() {
+        let d = tempfile::tempdir().unwrap();
+        let (path, tmp) = file_names(d.path(), "h", 8, 0xabd);
+        let p = Process {
+            dir: Some(d.path().to_path_buf()),
+            host: "h".into(),
+            job: String::new(),
+            nccl_version: 23007,
+            abi: 6,
+            table_digest: Some(0x42),
+            platform: "dgx-h100".into(),
+            gpu: "NVIDIA H100 80GB HBM3".into(),
+            pid: 8,
+            nonce: 0xabd,
+            ..Process::new()
+        };
+        write_file(&p, &path, &tmp, 8).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let t = dyncc_tables::Trace::from_bytes(&bytes).unwrap();
+        assert_eq!(t.head().platform, "dgx-h100");
+        assert_eq!(t.head().gpu, "NVIDIA H100 80GB HBM3");
     }
 }

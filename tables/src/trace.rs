@@ -18,8 +18,12 @@ use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PRO
 
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
-/// Major version: a reader refuses any other.
-pub const TRACE_MAJOR: u16 = 1;
+/// Major version written. 2 added the platform and GPU of the table that
+/// ran (where 1 had reserved zeros); a reader reads every major from
+/// [`TRACE_MAJOR_OLDEST`] to this one and refuses any other.
+pub const TRACE_MAJOR: u16 = 2;
+/// Oldest major still read (traces outlive releases).
+pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// Minor version: additions a major-1 reader may ignore.
 pub const TRACE_MINOR: u16 = 0;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
@@ -31,7 +35,7 @@ pub const TRACE_HEADER_LEN: usize = 88;
 pub const TRACE_COMM_LEN: usize = 24;
 /// Length of one record.
 pub const TRACE_RECORD_LEN: usize = 56;
-/// Longest host, job id or communicator name kept (longer ones are cut on
+/// Longest host, job id, platform, GPU or communicator name kept (longer ones are cut on
 /// a character boundary by the writer).
 pub const MAX_TRACE_STR: usize = 255;
 
@@ -89,6 +93,12 @@ pub struct TraceHead<'a> {
     pub host: &'a str,
     /// `SLURM_JOB_ID`, empty when unset.
     pub job_id: &'a str,
+    /// The platform label of the table that ran (its `platform`
+    /// metadata); empty without a table, or in a major-1 file.
+    pub platform: &'a str,
+    /// The GPU model of the table that ran (its `gpu` metadata); empty
+    /// without a table, or in a major-1 file.
+    pub gpu: &'a str,
     /// Collectives lost because the record table was full.
     pub dropped_table_full: u64,
     /// Collectives lost because the in-flight event pool was full.
@@ -230,8 +240,9 @@ impl fmt::Display for TraceError {
             ),
             TraceError::UnsupportedVersion { found } => write!(
                 f,
-                "trace format {found} is not readable by this dyncc (reads {TRACE_MAJOR}); use \
-                 the dyncc release that matches the plugin that wrote it"
+                "trace format {found} is not readable by this dyncc (reads \
+                 {TRACE_MAJOR_OLDEST} to {TRACE_MAJOR}); use the dyncc release that matches the \
+                 plugin that wrote it"
             ),
             TraceError::Truncated { need, have } => write!(
                 f,
@@ -362,7 +373,7 @@ impl<'a> Trace<'a> {
             return Err(TraceError::BadMagic);
         }
         let major = h.u16(8);
-        if major != TRACE_MAJOR {
+        if !(TRACE_MAJOR_OLDEST..=TRACE_MAJOR).contains(&major) {
             return Err(TraceError::UnsupportedVersion { found: major });
         }
         let total = h.u32(12) as u64;
@@ -385,9 +396,11 @@ impl<'a> Trace<'a> {
         if flags & !FLAG_HAS_TABLE != 0 {
             return Err(bad(21, "flags 0 or 1"));
         }
-        if h.u16(22) != 0 || h.u32(52) != 0 || h.u64(80) != 0 {
+        if h.u16(22) != 0 || h.u64(80) != 0 || (major < 2 && h.u32(52) != 0) {
             return Err(bad(22, "reserved fields of zero"));
         }
+        // Major 2: the lengths of the platform and GPU strings.
+        let (platform_len, gpu_len) = (h.u16(52) as usize, h.u16(54) as usize);
         let n_comms = h.u32(40);
         let n_records = h.u32(44);
         let (host_len, job_len) = (h.u16(48) as usize, h.u16(50) as usize);
@@ -396,6 +409,10 @@ impl<'a> Trace<'a> {
         at += host_len;
         let job_id = text(bytes, at, job_len)?;
         at += job_len;
+        let platform = text(bytes, at, platform_len)?;
+        at += platform_len;
+        let gpu = text(bytes, at, gpu_len)?;
+        at += gpu_len;
         let comms_at = at;
         if n_comms as usize > MAX_TRACE_LEN / TRACE_COMM_LEN {
             return Err(bad(40, "a communicator count that fits the file"));
@@ -442,6 +459,8 @@ impl<'a> Trace<'a> {
                 pid: h.u32(36),
                 host,
                 job_id,
+                platform,
+                gpu,
                 dropped_table_full: h.u64(56),
                 dropped_pool_full: h.u64(64),
                 untimed: h.u64(72),
@@ -578,8 +597,10 @@ pub fn encode(
     };
     let (host, job) = (clean(head.host), clean(head.job_id));
     let (host, job) = (cut(&host), cut(&job));
+    let (platform, gpu) = (clean(head.platform), clean(head.gpu));
+    let (platform, gpu) = (cut(&platform), cut(&gpu));
     let mut out: Vec<u8> =
-        Vec::with_capacity(TRACE_HEADER_LEN + 2 * MAX_TRACE_STR + records.len() * TRACE_RECORD_LEN);
+        Vec::with_capacity(TRACE_HEADER_LEN + 4 * MAX_TRACE_STR + records.len() * TRACE_RECORD_LEN);
     out.extend_from_slice(&TRACE_MAGIC);
     out.extend_from_slice(&TRACE_MAJOR.to_le_bytes());
     out.extend_from_slice(&TRACE_MINOR.to_le_bytes());
@@ -598,7 +619,8 @@ pub fn encode(
     out.extend_from_slice(&(records.len() as u32).to_le_bytes());
     out.extend_from_slice(&(host.len() as u16).to_le_bytes());
     out.extend_from_slice(&(job.len() as u16).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(platform.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(gpu.len() as u16).to_le_bytes());
     out.extend_from_slice(&head.dropped_table_full.to_le_bytes());
     out.extend_from_slice(&head.dropped_pool_full.to_le_bytes());
     out.extend_from_slice(&head.untimed.to_le_bytes());
@@ -606,6 +628,8 @@ pub fn encode(
     debug_assert_eq!(out.len(), TRACE_HEADER_LEN);
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(job.as_bytes());
+    out.extend_from_slice(platform.as_bytes());
+    out.extend_from_slice(gpu.as_bytes());
     for c in comms {
         let name = clean(c.name);
         let name = cut(&name);
@@ -659,6 +683,8 @@ mod tests {
             pid: 4242,
             host: "node-017",
             job_id: "123456",
+            platform: "dgx-h100",
+            gpu: "NVIDIA H100 80GB HBM3",
             dropped_table_full: 1,
             dropped_pool_full: 2,
             untimed: 3,
@@ -692,6 +718,8 @@ mod tests {
         let bytes = sample();
         let t = Trace::from_bytes(&bytes).unwrap();
         assert_eq!(t.head().host, "node-017");
+        assert_eq!(t.head().platform, "dgx-h100");
+        assert_eq!(t.head().gpu, "NVIDIA H100 80GB HBM3");
         assert_eq!(t.head().table_digest, Some(0x3f1c_0d5e_9a7b_2c41));
         assert_eq!(t.head().untimed, 3);
         let comms: alloc::vec::Vec<_> = t.comms().collect();

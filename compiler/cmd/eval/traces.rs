@@ -10,11 +10,10 @@ use anyhow::bail;
 use dyncc_tables::{Decision, Table};
 use serde::Serialize;
 
-use crate::ingest::traces::{self, Setting, Shape, Side};
+use std::collections::BTreeMap;
 
-/// Ratios further than this many standard errors from 1 are "better" or
-/// "worse"; nearer, the shape "agrees".
-const NOISE_SE: f64 = 2.0;
+use crate::decide::{DEFAULT_MARGIN, DEFAULT_NOISE_Z};
+use crate::ingest::traces::{self, AtShape, Setting, Shape, Side, Verdict};
 
 /// One shape's share of a pooled figure: the log of t(table) / t(NCCL's
 /// choice), its variance, and the calls the job made there (the weight).
@@ -39,7 +38,10 @@ impl LnRatio {
 /// One compared shape, as printed.
 #[derive(Serialize, Clone)]
 pub struct Compared {
+    /// The first file that measured the shape.
     file: PathBuf,
+    /// Files that measured it.
+    files: usize,
     nodes: u32,
     ranks: u32,
     collective: &'static str,
@@ -50,11 +52,17 @@ pub struct Compared {
     nccl_us: f64,
     table_count: u64,
     nccl_count: u64,
+    /// Communicators that ran the table's setting, NCCL's choice, both.
+    table_comms: usize,
+    nccl_comms: usize,
+    paired: usize,
     /// t(table) / t(NCCL's choice).
     ratio: f64,
     /// Standard error of ln(ratio); null when a side ran once.
     se_ln: Option<f64>,
-    /// better, worse or agree (within noise).
+    /// better (wins by compile's rule), worse (slower beyond the noise),
+    /// agree, or too little evidence (fewer calls or communicators than
+    /// the rule asks; not pooled).
     verdict: &'static str,
 }
 
@@ -88,6 +96,7 @@ pub struct TraceScore {
     better: usize,
     worse: usize,
     agree: usize,
+    too_little: usize,
     /// Shapes where the table leaves NCCL alone, or forces what NCCL chose
     /// there anyway (ratio 1 by construction).
     default_shapes: usize,
@@ -101,7 +110,8 @@ pub struct TraceScore {
 }
 
 /// The trace files among `paths` (files as given; directories: the trace
-/// files directly in them). A directory without any is an error.
+/// files below them, a directory per job or deeper). A directory without
+/// any is an error.
 fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
@@ -109,8 +119,9 @@ fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
             let here = traces::split(&mut vec![p.clone()]);
             if here.is_empty() {
                 bail!(
-                    "{}: no *.trace files in this directory; give the directory DYNCC_TRACE \
-                     named (the plugin writes dyncc-HOST-PID-NONCE.trace there at exit)",
+                    "{}: no *.trace files in or below this directory; give the directory \
+                     DYNCC_TRACE named, or one above such directories (the plugin writes \
+                     dyncc-HOST-PID-NONCE.trace there at exit)",
                     p.display()
                 );
             }
@@ -171,11 +182,13 @@ fn pool<'a>(items: impl Iterator<Item = &'a LnRatio> + Clone) -> Pooled {
 }
 
 /// Scores `table` (read from `table_path`) on the trace files under
-/// `paths`. Errors name the file: unreadable, or not a valid trace.
+/// `paths`. Errors name the file: unreadable, or not a valid trace (with
+/// `lenient`, such a file is skipped and warned about).
 pub fn score(
     table_path: &Path,
     table: &Table<'_>,
     paths: &[PathBuf],
+    lenient: bool,
 ) -> anyhow::Result<TraceScore> {
     let files = trace_files(paths)?;
     let digest = table.digest();
@@ -185,114 +198,177 @@ pub fn score(
     // Per compared shape, and per shape the table leaves to NCCL.
     let mut ratios: Vec<LnRatio> = Vec::new();
     let mut defaults: Vec<LnRatio> = Vec::new();
-    for tf in traces::read(&files)? {
-        let f = tf.path.as_ref();
+    let (read, skipped) = traces::read(&files, lenient)?;
+    for s in &skipped {
+        warnings.push(format!(
+            "skipped {} (--lenient): {}",
+            s.file.display(),
+            s.reason
+        ));
+    }
+    for tf in &read {
         match tf.table_digest {
             Some(d) if d == digest => {}
             d => {
                 warnings.push(format!(
                 "{}: the job ran {}, not {} (digest {digest:016x}); its times still measure the \
                  settings that ran",
-                f.display(),
+                tf.path.display(),
                 d.map_or("without a table".into(), |d| format!("table digest {d:016x}")),
                 table_path.display()
             ))
             }
         }
-        // Who ran what: the one reading of a trace (`ingest::traces`).
-        for (
+    }
+    // Who ran what, per communicator and shape: the one reading of a trace
+    // (`ingest::traces`), each communicator once.
+    let mut by_shape: BTreeMap<(u32, Shape), Vec<(usize, AtShape)>> = BTreeMap::new();
+    let readings = traces::Readings::new(&read, &mut traces::TraceCounts::default());
+    for (fi, tf) in read.iter().enumerate() {
+        for ((_, s), at) in readings.classify(fi) {
+            by_shape
+                .entry((tf.nccl_version, s))
+                .or_default()
+                .push((fi, at));
+        }
+    }
+    let bar = traces::Bar::new(DEFAULT_MARGIN, DEFAULT_NOISE_Z);
+    for (
+        (
+            _,
             Shape {
                 nodes,
                 ranks,
                 coll,
                 n_bytes,
             },
-            at,
-        ) in traces::classify(&tf, &|_| true)
-        {
-            let d = table
-                .lookup(
-                    coll as u32,
-                    u64::from(ranks),
-                    u64::from(nodes),
-                    n_bytes,
-                    1,
-                    0,
-                )
-                .decision;
-            let calls = at
-                .others
-                .values()
-                .fold(at.nccl.count.saturating_add(at.unknown), |n, o| {
-                    n.saturating_add(o.side.count)
-                });
-            if d == Decision::Default {
-                defaults.push(LnRatio::default_at(calls));
-                continue;
-            }
-            let nccl = at.nccl;
-            let mut mine = Side::default();
-            for (s, o) in &at.others {
-                if runs(s, d) {
-                    mine.merge(&o.side);
+        ),
+        comms,
+    ) in by_shape
+    {
+        let file = read[comms[0].0].path.as_ref().clone();
+        let d = table
+            .lookup(
+                coll as u32,
+                u64::from(ranks),
+                u64::from(nodes),
+                n_bytes,
+                1,
+                0,
+            )
+            .decision;
+        let mut all = AtShape::default();
+        for (_, at) in &comms {
+            all.merge(at);
+        }
+        let calls = all
+            .others
+            .values()
+            .fold(all.nccl.count.saturating_add(all.unknown), |n, o| {
+                n.saturating_add(o.side.count)
+            });
+        if d == Decision::Default {
+            defaults.push(LnRatio::default_at(calls));
+            continue;
+        }
+        // Per communicator: NCCL's choice and the table's setting.
+        let pairs: Vec<(Side, Side)> = comms
+            .iter()
+            .map(|(_, at)| {
+                let mut mine = Side::default();
+                for (s, o) in &at.others {
+                    if runs(s, d) {
+                        mine.merge(&o.side);
+                    }
                 }
-            }
-            // NCCL chose the table's setting itself: nothing to gain or
-            // lose there, as where the table leaves NCCL alone.
-            let nccl_runs_it = at.nccl_settings.keys().all(|s| runs(s, d));
-            if mine.count == 0 && nccl.count > 0 && nccl_runs_it {
-                defaults.push(LnRatio::default_at(calls));
-                continue;
-            }
-            let why = match (mine.count, nccl.count) {
-                (0, 0) => Some("neither the table's setting nor NCCL's choice was measured"),
-                (0, _) => Some("the table's setting was not measured there (NCCL's choice was)"),
-                (_, 0) => Some("NCCL's choice was not measured (only the table's setting ran)"),
-                _ => None,
-            };
-            if let Some(why) = why {
-                not_comparable.push(NotComparable {
-                    file: f.to_path_buf(),
-                    nodes,
-                    ranks,
-                    collective: coll.name(),
-                    bytes: n_bytes,
-                    decision: decision_name(d),
-                    why,
-                });
-                continue;
-            }
-            let ln = mine.mean_ln() - nccl.mean_ln();
-            let var = mine.var_of_mean() + nccl.var_of_mean();
-            let se = var.is_finite().then(|| var.sqrt());
-            let verdict = match se {
-                Some(se) if ln < -NOISE_SE * se => "better",
-                Some(se) if ln > NOISE_SE * se => "worse",
-                _ => "agree",
-            };
-            ratios.push(LnRatio { ln, var, calls });
-            compared.push(Compared {
-                file: f.to_path_buf(),
+                (at.nccl, mine)
+            })
+            .collect();
+        let (mine, nccl) = pairs.iter().fold((0u64, 0u64), |(m, n), p| {
+            (m.saturating_add(p.1.count), n.saturating_add(p.0.count))
+        });
+        // NCCL chose the table's setting itself: nothing to gain or
+        // lose there, as where the table leaves NCCL alone.
+        let nccl_runs_it = all.nccl_settings.keys().all(|s| runs(s, d));
+        if mine == 0 && nccl > 0 && nccl_runs_it {
+            defaults.push(LnRatio::default_at(calls));
+            continue;
+        }
+        let why = match (mine, nccl) {
+            (0, 0) => Some("neither the table's setting nor NCCL's choice was measured"),
+            (0, _) => Some("the table's setting was not measured there (NCCL's choice was)"),
+            (_, 0) => Some("NCCL's choice was not measured (only the table's setting ran)"),
+            _ => None,
+        };
+        let var1 = traces::var_call(pairs.iter().flat_map(|p| [&p.0, &p.1]));
+        let e = traces::evidence(&pairs, var1);
+        let why = why.or_else(|| {
+            e.is_some_and(|e| !e.ln_gain.is_finite()).then_some(
+                "no communicator ran both sides, and too few ran one side each to compare \
+                 across them",
+            )
+        });
+        let (Some(e), None) = (e, why) else {
+            not_comparable.push(NotComparable {
+                file,
                 nodes,
                 ranks,
                 collective: coll.name(),
                 bytes: n_bytes,
                 decision: decision_name(d),
-                table_us: mine.mean_ln().exp() / 1e3,
-                nccl_us: nccl.mean_ln().exp() / 1e3,
-                table_count: mine.count,
-                nccl_count: nccl.count,
-                ratio: ln.exp(),
-                se_ln: se,
-                verdict,
+                why: why.unwrap_or("nothing measured"),
             });
+            continue;
+        };
+        // The rule compile decides by (`ingest::traces::judge`).
+        let verdict = match traces::judge(&e, bar) {
+            Verdict::Wins => "better",
+            Verdict::Loses => "worse",
+            Verdict::Short | Verdict::Unclear => "agree",
+            Verdict::TooLittle => "too little evidence",
+        };
+        let ln = -e.ln_gain;
+        let var = e.sd * e.sd;
+        // NCCL's choice: the geometric mean over its communicators.
+        let means: Vec<f64> = pairs
+            .iter()
+            .filter(|p| p.0.count > 0)
+            .map(|p| p.0.mean_ln())
+            .collect();
+        let nccl_ln = means.iter().sum::<f64>() / means.len().max(1) as f64;
+        if verdict != "too little evidence" {
+            ratios.push(LnRatio { ln, var, calls });
         }
+        compared.push(Compared {
+            file,
+            files: comms
+                .iter()
+                .map(|c| c.0)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            nodes,
+            ranks,
+            collective: coll.name(),
+            bytes: n_bytes,
+            decision: decision_name(d),
+            table_us: (nccl_ln + ln).exp() / 1e3,
+            nccl_us: nccl_ln.exp() / 1e3,
+            table_count: e.calls,
+            nccl_count: e.nccl_calls,
+            table_comms: e.comms,
+            nccl_comms: e.nccl_comms,
+            paired: e.paired,
+            ratio: ln.exp(),
+            se_ln: e.sd.is_finite().then_some(e.sd),
+            verdict,
+        });
     }
     let count = |v: &str| compared.iter().filter(|c| c.verdict == v).count();
     Ok(TraceScore {
         title: format!(
-            "{} on the traces ({} files; within each file, the table's setting against NCCL's \
-             choice at the same shape)",
+            "{} on the traces ({} files; the table's setting against NCCL's choice at the same \
+             shape, within each communicator that ran both and across those that ran one; judged \
+             by compile's rule at its default margin and noise z)",
             table_path.display(),
             files.len()
         ),
@@ -300,6 +376,7 @@ pub fn score(
         better: count("better"),
         worse: count("worse"),
         agree: count("agree"),
+        too_little: count("too little evidence"),
         pooled: pool(ratios.iter()),
         pooled_with_default: pool(ratios.iter().chain(&defaults)),
         compared,
@@ -354,7 +431,7 @@ impl TraceScore {
         println!("{}\n", self.title);
         if !self.compared.is_empty() {
             println!(
-                "{:>5} {:>5} {:<14} {:>12} {:<20} {:>10} {:>10} {:>7} {:>8} {:<7} file",
+                "{:>5} {:>5} {:<14} {:>12} {:<20} {:>10} {:>10} {:>7} {:>8} {:>13} {:>9} {:<7} file",
                 "nodes",
                 "ranks",
                 "collective",
@@ -364,12 +441,14 @@ impl TraceScore {
                 "nccl us",
                 "ratio",
                 "+-se ln",
+                "calls t/n",
+                "comms t/n",
                 "verdict"
             );
         }
         for c in &self.compared {
             println!(
-                "{:>5} {:>5} {:<14} {:>12} {:<20} {:>10.2} {:>10.2} {:>7.4} {:>8} {:<7} {}",
+                "{:>5} {:>5} {:<14} {:>12} {:<20} {:>10.2} {:>10.2} {:>7.4} {:>8} {:>13} {:>9} {:<7} {}{}",
                 c.nodes,
                 c.ranks,
                 c.collective,
@@ -379,8 +458,15 @@ impl TraceScore {
                 c.nccl_us,
                 c.ratio,
                 c.se_ln.map_or("-".into(), |s| format!("{s:.4}")),
+                format!("{}/{}", c.table_count, c.nccl_count),
+                format!("{}/{}", c.table_comms, c.nccl_comms),
                 c.verdict,
-                c.file.display()
+                c.file.display(),
+                if c.files > 1 {
+                    format!(" (+{} more)", c.files - 1)
+                } else {
+                    String::new()
+                }
             );
         }
         let se = |p: &Pooled| {
@@ -392,14 +478,15 @@ impl TraceScore {
         } else {
             println!(
                 "\ncompared {} shapes ({} calls): geomean t(table)/t(NCCL's choice) {:.4}{}; \
-                 better {}, worse {}, agree {} (beyond {NOISE_SE} standard errors)",
+                 better {}, worse {}, agree {}, too little evidence {} (not pooled)",
                 self.pooled.shapes,
                 self.pooled.calls,
                 self.pooled.geomean,
                 se(&self.pooled),
                 self.better,
                 self.worse,
-                self.agree
+                self.agree,
+                self.too_little
             );
         }
         println!(

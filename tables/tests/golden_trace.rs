@@ -1,0 +1,125 @@
+//! Golden trace files: committed `.trace` files that today's reader must
+//! keep reading, field for field. Traces outlive releases (a job's trace
+//! is compiled by a later dyncc), so every format version's file stays.
+//!
+//! `tables/golden/trace_v<major>.trace` of the current major is written by
+//! [`sample`] with the encoder; with `DYNCC_BLESS=1` (`make bless`) this
+//! test rewrites it, else it checks the encoder still writes it byte for
+//! byte (with the `alloc` feature: the encoder). Files of older majors are
+//! never rewritten.
+
+use std::path::{Path, PathBuf};
+
+#[cfg(feature = "alloc")]
+use dyncc_tables::trace::{encode, TraceHead};
+use dyncc_tables::trace::{Source, Trace, TraceComm, TraceRecord};
+use dyncc_tables::{Algo, Coll, Proto, TRACE_MAJOR};
+
+fn golden(major: u16) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("golden")
+        .join(format!("trace_v{major}.trace"))
+}
+
+fn comm() -> TraceComm<'static> {
+    TraceComm {
+        comm_id: 0x00c0_ffee_0000_0042,
+        n_nodes: 2,
+        n_ranks: 16,
+        rank: 0,
+        name: "dp",
+    }
+}
+
+fn records() -> [TraceRecord; 2] {
+    let r = |source, algo, count: u64, ns: f64| {
+        let ln = ns.ln();
+        TraceRecord {
+            comm: 0,
+            coll: Coll::AllReduce,
+            n_bytes: 4 << 20,
+            algo,
+            proto: Proto::Simple,
+            channels: 16,
+            source,
+            count,
+            sum_ln: count as f64 * ln,
+            sum_ln2: count as f64 * ln * ln,
+            min_ns: ns as u64,
+            max_ns: ns as u64,
+        }
+    };
+    [
+        r(Source::Nccl, Algo::Ring, 490, 1_000_000.0),
+        r(Source::Explore, Algo::Tree, 10, 800_000.0),
+    ]
+}
+
+/// What the current major writes: fixed facts (no clock, no pid).
+#[cfg(feature = "alloc")]
+fn sample() -> Vec<u8> {
+    let head = TraceHead {
+        profiler_abi: 6,
+        table_digest: Some(0x3f1c_0d5e_9a7b_2c41),
+        nccl_version: 23007,
+        pid: 4242,
+        host: "node-017",
+        job_id: "123456",
+        platform: "golden-fixture",
+        gpu: "none (hand-written fixture)",
+        dropped_table_full: 1,
+        dropped_pool_full: 2,
+        untimed: 3,
+    };
+    encode(&head, &[comm()], &records()).unwrap()
+}
+
+/// The facts every golden file holds, whatever its major.
+fn check_common(t: &Trace<'_>) {
+    let h = t.head();
+    assert_eq!(h.profiler_abi, 6);
+    assert_eq!(h.table_digest, Some(0x3f1c_0d5e_9a7b_2c41));
+    assert_eq!(h.nccl_version, 23007);
+    assert_eq!((h.pid, h.host, h.job_id), (4242, "node-017", "123456"));
+    assert_eq!(
+        (h.dropped_table_full, h.dropped_pool_full, h.untimed),
+        (1, 2, 3)
+    );
+    assert_eq!(t.comms().collect::<Vec<_>>(), vec![comm()]);
+    assert_eq!(t.records().collect::<Vec<_>>(), records().to_vec());
+}
+
+#[cfg(feature = "alloc")]
+#[test]
+fn the_current_trace_format_is_written_as_committed() {
+    let bytes = sample();
+    let p = golden(TRACE_MAJOR);
+    if std::env::var_os("DYNCC_BLESS").is_some() {
+        std::fs::write(&p, &bytes).unwrap();
+    }
+    let committed = std::fs::read(&p)
+        .unwrap_or_else(|e| panic!("{}: {e} (DYNCC_BLESS=1 writes it)", p.display()));
+    assert!(
+        committed == bytes,
+        "{} drifted: `make bless` after an intended change",
+        p.display()
+    );
+    check_common(&Trace::from_bytes(&committed).unwrap());
+}
+
+#[test]
+fn every_committed_trace_version_is_still_read() {
+    for major in 1..=TRACE_MAJOR {
+        let p = golden(major);
+        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        check_common(&t);
+        // Major 1 had no platform: read as empty.
+        let want = if major >= 2 {
+            ("golden-fixture", "none (hand-written fixture)")
+        } else {
+            ("", "")
+        };
+        assert_eq!((t.head().platform, t.head().gpu), want, "{}", p.display());
+    }
+}
