@@ -19,13 +19,18 @@ all: build
 build:
 	$(CARGO) build --release --workspace
 
-# The plugin, under the name NCCL looks for with NCCL_TUNER_PLUGIN=dyncc
-# (Cargo cannot name a library libnccl-tuner-dyncc.so itself), stripped:
-# the release profile keeps line tables (debug = 1) for benchmarks and
-# profiling, ~4.8 MB the shipped library does not need.
+# The plugin, under the names NCCL looks for with NCCL_TUNER_PLUGIN=dyncc
+# and NCCL_PROFILER_PLUGIN=dyncc (Cargo cannot name a library
+# libnccl-tuner-dyncc.so itself), stripped: the release profile keeps line
+# tables (debug = 1) for benchmarks and profiling, ~4.8 MB the shipped
+# library does not need. The profiler's name is a link to the tuner's file,
+# as `make install` makes it: one file, one loaded object, so the profiler
+# sees the tuner's answers. `dyncc plugin-path` of target/release/dyncc
+# (`cargo build --release`) prints this directory.
 plugin:
 	$(CARGO) build --release -p dyncc-runtime
 	$(STRIP) --strip-all -o $(TARGET_DIR)/release/libnccl-tuner-dyncc.so $(TARGET_DIR)/release/libdyncc_runtime.so
+	ln -sf libnccl-tuner-dyncc.so $(TARGET_DIR)/release/libnccl-profiler-dyncc.so
 
 # The plugin for clusters with an old glibc: linked by zig against glibc
 # $(PORTABLE_GLIBC) symbols (cargo-zigbuild), stripped, then checked.
@@ -35,6 +40,7 @@ plugin-portable:
 	$(CARGO) zigbuild --release -p dyncc-runtime --target $(PORTABLE_TRIPLE).$(PORTABLE_GLIBC)
 	mkdir -p $(dir $(PORTABLE_SO))
 	$(STRIP) --strip-all -o $(PORTABLE_SO) $(TARGET_DIR)/$(PORTABLE_TRIPLE)/release/libdyncc_runtime.so
+	ln -sf libnccl-tuner-dyncc.so $(dir $(PORTABLE_SO))libnccl-profiler-dyncc.so
 	.ci/check-plugin-so.sh $(PORTABLE_SO) $(PORTABLE_GLIBC)
 
 # make install PREFIX=/opt/dyncc  ->  /opt/dyncc/lib/libnccl-tuner-dyncc.so
@@ -44,14 +50,26 @@ plugin-portable:
 #                                       and one file means one loaded object,
 #                                       so the profiler sees the tuner's answers)
 #                                     /opt/dyncc/include/dyncc.h
+#                                     /opt/dyncc/bin/dyncc, when built
+#                                       (`cargo build --release`); its
+#                                       `dyncc plugin-path` finds ../lib
 # Only copies: build first as yourself (`make plugin` or `make
 # plugin-portable`), then install (as root if PREFIX needs it), so root
-# never runs cargo in your tree. PLUGIN_SO=... installs another build.
+# never runs cargo in your tree. PLUGIN_SO=... installs another build,
+# DYNCC_BIN=... another command.
+DYNCC_BIN ?= $(TARGET_DIR)/release/dyncc
+BINDIR ?= $(PREFIX)/bin
 install:
 	@test -f $(PLUGIN_SO) || { echo "make install: $(PLUGIN_SO) is not built. Run \`make plugin\` first, as your own user, then \`make install\` again (for the glibc 2.17 build: \`make plugin-portable\`, then \`make install PLUGIN_SO=$(PORTABLE_SO)\`); install only copies files." >&2; exit 1; }
 	install -D -m 0755 $(PLUGIN_SO) $(DESTDIR)$(LIBDIR)/libnccl-tuner-dyncc.so
 	ln -sf libnccl-tuner-dyncc.so $(DESTDIR)$(LIBDIR)/libnccl-profiler-dyncc.so
 	install -D -m 0644 include/dyncc.h $(DESTDIR)$(INCLUDEDIR)/dyncc.h
+	@if [ -f $(DYNCC_BIN) ]; then \
+	  echo "install -D -m 0755 $(DYNCC_BIN) $(DESTDIR)$(BINDIR)/dyncc"; \
+	  install -D -m 0755 $(DYNCC_BIN) $(DESTDIR)$(BINDIR)/dyncc; \
+	else \
+	  echo "make install: $(DYNCC_BIN) is not built, so the dyncc command is not installed (\`cargo build --release\`, then \`make install\` again)"; \
+	fi
 
 # Rewrite every committed file a test compares output against, after an
 # intentional change: include/dyncc.h (runtime/src/capi.rs changed) and the

@@ -7,7 +7,8 @@
 //! order and [`eval`] scores the result. [`cmd`] holds one file per
 //! subcommand (arguments, run, printing). [`simulate`] produces sweeps
 //! without a cluster, [`plan`] the script that sweeps one; [`audit`]
-//! answers questions about a table.
+//! answers questions about a table; [`installed`] finds the plugin that
+//! came with the command.
 
 pub mod atomic;
 pub mod audit;
@@ -21,6 +22,7 @@ pub mod features;
 pub mod fit;
 pub mod ingest;
 pub mod input;
+pub mod installed;
 pub mod nodes;
 pub mod pipeline;
 pub mod plan;

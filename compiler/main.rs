@@ -33,6 +33,7 @@ enum Command {
     Export(dyncc::cmd::export::ExportArgs),
     Verify(dyncc::cmd::verify::VerifyArgs),
     Plan(dyncc::cmd::plan::PlanArgs),
+    PluginPath(dyncc::cmd::plugin_path::PluginPathArgs),
 }
 
 fn main() {
@@ -56,6 +57,7 @@ fn main() {
         Command::Export(a) => dyncc::cmd::export::run(a),
         Command::Verify(a) => dyncc::cmd::verify::run(a),
         Command::Plan(a) => dyncc::cmd::plan::run(a),
+        Command::PluginPath(a) => dyncc::cmd::plugin_path::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

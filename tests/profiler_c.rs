@@ -69,15 +69,15 @@ fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
     b.build().unwrap()
 }
 
-struct Standin {
-    dir: tempfile::TempDir,
+pub(crate) struct Standin {
+    pub(crate) dir: tempfile::TempDir,
     exe: PathBuf,
     table: PathBuf,
-    traces: PathBuf,
+    pub(crate) traces: PathBuf,
 }
 
 impl Standin {
-    fn new() -> Standin {
+    pub(crate) fn new() -> Standin {
         Standin::with_table(standin_table())
     }
 
@@ -100,7 +100,7 @@ impl Standin {
         }
     }
 
-    fn command(&self, wrapper: &[&str], args: &[&str], trace: Option<&Path>) -> Command {
+    pub(crate) fn command(&self, wrapper: &[&str], args: &[&str], trace: Option<&Path>) -> Command {
         let mut cmd = match wrapper.split_first() {
             Some((w, rest)) => {
                 let mut c = Command::new(w);
@@ -129,7 +129,7 @@ impl Standin {
     }
 
     /// The trace files (not temporaries) in the trace directory.
-    fn trace_files(&self) -> Vec<PathBuf> {
+    pub(crate) fn trace_files(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(&self.traces)
             .unwrap()
             .flatten()
@@ -141,7 +141,7 @@ impl Standin {
     }
 }
 
-fn stdout_of(out: &Output, args: &[&str]) -> String {
+pub(crate) fn stdout_of(out: &Output, args: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -222,7 +222,7 @@ fn proto_name(p: Proto) -> &'static str {
 /// Reads the one trace file and checks it holds exactly what was fed
 /// (`unlinked`: who chose is `unknown` for every record, as with profiler
 /// v4, whose tuner has no communicator id to link by).
-fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
+pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
     let files = s.trace_files();
     assert_eq!(files.len(), 1, "one trace file per process: {files:?}");
     // dyncc-HOST-PID-NONCE.trace: the nonce (16 hex digits) keeps two

@@ -10,6 +10,7 @@ mod ingest; // every real log format, golden row counts
 mod ingest_cli; // `dyncc inspect` as users run it
 mod ingest_errors; // malformed input: file, line, what was expected
 mod ingest_labels; // knobs per run, labels, copies and setups, checked values, bounded walk
+mod install_c; // every way of installing: plugin-path, both names as one object, the version
 mod loop_c; // the learning loop: sparse sweep, production round exploring (world.c), recompile from traces
 mod manifest; // Cargo.toml declares only what the code uses
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun

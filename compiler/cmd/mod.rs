@@ -16,6 +16,7 @@ pub mod export;
 pub mod inspect;
 pub mod plan;
 pub mod plot;
+pub mod plugin_path;
 pub mod query;
 pub mod simulate;
 pub mod verify;

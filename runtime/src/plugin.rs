@@ -296,7 +296,8 @@ fn init_inner(
             .filter(|_| trace::configured().is_some())
             .and_then(trace::journal_acquire);
         log.info(format_args!(
-            "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator{}",
+            "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator{}; \
+             plugin {PLUGIN_VERSION}",
             if journal.is_some() {
                 " (DYNCC_TRACE records NCCL's choices)"
             } else {
@@ -487,7 +488,12 @@ fn meta_shown<'a>(table: &dyncc_tables::Table<'a>, key: &str) -> Escaped<'a> {
     )
 }
 
-/// The init INFO line: table, digest, platform, GPU, NCCL versions,
+/// This library's version, in both init INFO lines: `dyncc --version` of the
+/// same build names the same one (one workspace version), so a job's log
+/// tells whether the plugin NCCL loaded is the one the command came with.
+const PLUGIN_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The init INFO line: table, digest, plugin version, platform, GPU, NCCL versions,
 /// coverage, and per collective the context chosen for this communicator,
 /// `not covered` (with what the table covers) when the table has contexts
 /// for the collective but none fits this communicator, or `default` when
@@ -506,8 +512,8 @@ fn describe(
     let (major, minor) = table.version();
     write!(
         w,
-        "dyncc: table {shown_path} digest {digest:016x} format {major}.{minor} platform {} \
-         gpu {} nccl {} (table swept on {}) coverage {}",
+        "dyncc: table {shown_path} digest {digest:016x} format {major}.{minor} \
+         plugin {PLUGIN_VERSION} platform {} gpu {} nccl {} (table swept on {}) coverage {}",
         meta_shown(table, "platform"),
         meta_shown(table, "gpu"),
         check.running_shown(),
