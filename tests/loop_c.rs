@@ -16,12 +16,19 @@ use crate::world_c::{run_world, simulate_colls, trace_files, WorldRound, PPN, SI
 
 const CALLS: u32 = 500;
 
+/// Compiles from the test's temporary directory with paths relative to
+/// it: the table records its command line, and its digest keys which
+/// cells each communicator explores, so the same command line makes every
+/// run of a test draw the same cells (absolute temporary paths did not).
 fn compile(inputs: &[PathBuf], out: &Path) -> serde_json::Value {
+    let root = out.parent().and_then(Path::parent).unwrap();
+    let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).to_path_buf();
     let o = dyncc()
+        .current_dir(root)
         .arg("compile")
-        .args(inputs)
+        .args(inputs.iter().map(|p| rel(p)))
         .arg("-o")
-        .arg(out)
+        .arg(rel(out))
         .arg("--json")
         .output()
         .unwrap();
@@ -231,11 +238,24 @@ fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_ski
         worse as f64 <= 0.005 * shapes as f64,
         "{worse} of {shapes} shapes more than 5 % slower than NCCL's default"
     );
-    // Each count on its own: the sweep's reading already did well at 16
-    // and 64 nodes (their gains dominate the sum), not at 4.
-    for a in &l.after {
-        assert!(a.captured() >= 0.70, "{}", l.describe(&production));
+    // Each count on its own: no count captures less after the round, and
+    // the round buys something over all. (With exploration drawn per
+    // communicator, rank-consistent by construction, one round of 8 jobs
+    // per count compares fewer shapes than the per-call schedule did, which
+    // could hang a job: 4 nodes reaches 57.0 %, where that schedule reached
+    // 85 %; README "Learning from your jobs" says so.)
+    for (b, a) in l.before.iter().zip(&l.after) {
+        assert!(
+            a.captured() >= b.captured() - 0.005,
+            "{}",
+            l.describe(&production)
+        );
     }
+    assert!(
+        captured(&l.after) > captured(&l.before) + 0.02,
+        "{}",
+        l.describe(&production)
+    );
     for (sweep, production) in [
         (&[1, 2, 16][..], &[4, 8, 32, 64][..]),
         (&[1, 2, 4], &[8, 16, 32]),
@@ -383,11 +403,14 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
         slower(&l.before[0]) > 0,
         "the sparse table was fine at 4 nodes: {lines}"
     );
-    for (n, a) in production.iter().zip(&l.after) {
-        assert_eq!(slower(a), 0, "{lines}");
-        // Between the swept counts the round finds the gain.
-        if *n < 16 {
-            assert!(a.captured() >= 0.70, "{lines}");
+    for ((n, b), a) in production.iter().zip(&l.before).zip(&l.after) {
+        // The round never adds a size slower than NCCL, nor loses gain.
+        assert!(slower(a) <= slower(b), "{lines}");
+        assert!(a.captured() >= b.captured() - 0.005, "{lines}");
+        // At 4 nodes, where the sparse table lost to NCCL, it mends some.
+        if *n == 4 {
+            assert!(a.captured() > b.captured() + 0.2, "{lines}");
+            assert!(slower(a) < slower(b), "{lines}");
         }
     }
     split(&[1, 2, 8, 32], &[4, 16, 64]);

@@ -883,10 +883,17 @@ fn inspect_summarises_trace_files() {
 /// the one scored: no digest warning. (Each job ran one side only: this
 /// needs `eval --traces` to pair across communicators.)
 #[test]
-fn eval_traces_scores_a_forced_setting_against_nccls_choice_from_two_jobs() {
+fn eval_traces_scores_a_forced_setting_against_nccls_choice_from_four_jobs() {
     let s = Standin::with_table(standin_table_unconfirmed());
     let args = ["6", "400", "finalize"];
-    for (id, explore) in [("0x5EED0001", None), ("0x5EED0002", Some("0.1"))] {
+    // Two jobs run the table's setting, two explore NCCL's choice: pairing
+    // across communicators needs three at least (the evidence rule).
+    for (id, explore) in [
+        ("0x5EED0001", None),
+        ("0x5EED0003", None),
+        ("0x5EED0002", Some("0.1")),
+        ("0x5EED0004", Some("0.1")),
+    ] {
         let mut cmd = s.command(&[], &args, Some(&s.traces));
         cmd.env("STANDIN_COMM_ID", id);
         if let Some(f) = explore {
@@ -894,7 +901,7 @@ fn eval_traces_scores_a_forced_setting_against_nccls_choice_from_two_jobs() {
         }
         stdout_of(&cmd.output().unwrap(), &args);
     }
-    assert_eq!(s.trace_files().len(), 2, "{:?}", s.trace_files());
+    assert_eq!(s.trace_files().len(), 4, "{:?}", s.trace_files());
     let (table, dir) = (s.table.to_str().unwrap(), s.traces.to_str().unwrap());
     let o = crate::support::cli::dyncc_output(&["eval", table, "--traces", dir, "--json"]);
     let err = String::from_utf8_lossy(&o.stderr);
