@@ -187,6 +187,25 @@ pub(crate) fn roughness_variance(ln_t: [f64; 3]) -> f64 {
     d2 * d2 / 6.0
 }
 
+/// The noise sd from repeat variances `repeats` where there are any, else
+/// from the roughness of each curve (ln time by size, in size order):
+/// the one rule the sweep's noise and the within-run noise share.
+pub(crate) fn sigma_from_curves<'a>(
+    repeats: &mut [f64],
+    curves: impl IntoIterator<Item = &'a std::collections::BTreeMap<u64, f64>>,
+) -> f64 {
+    let mut rough: Vec<f64> = Vec::new();
+    if repeats.is_empty() {
+        for c in curves {
+            let v: Vec<f64> = c.values().copied().collect();
+            for w in v.windows(3) {
+                rough.push(roughness_variance([w[0], w[1], w[2]]));
+            }
+        }
+    }
+    sigma_of(repeats, &mut rough)
+}
+
 /// One noise figure (sd of ln time) from variance estimates: the repeats'
 /// median when there are any; else the roughness's lower quartile (curves'
 /// real bends inflate the others; 0.1015 is the lower quartile of

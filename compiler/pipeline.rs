@@ -514,7 +514,7 @@ pub const REPEAT_MIN_CELLS: usize = 3;
 /// bends). Either is within a run, so a run that is uniformly slower (a
 /// degraded node) cannot hide itself by raising the noise.
 pub fn sweep_noise(f: &Folded) -> f64 {
-    use crate::fit::{repeat_variance, roughness_variance, sigma_of};
+    use crate::fit::{repeat_variance, sigma_from_curves};
     use std::collections::HashMap;
     let trusted = |g: &&Group| g.key.flags == 0 && !g.samples.is_empty();
     let mut rep: Vec<f64> = Vec::new();
@@ -548,16 +548,7 @@ pub fn sweep_noise(f: &Folded) -> f64 {
             .or_default()
             .insert(g.key.nbytes, med.ln());
     }
-    let mut rough: Vec<f64> = Vec::new();
-    if rep.is_empty() {
-        for c in curves.values() {
-            let v: Vec<f64> = c.values().copied().collect();
-            for w in v.windows(3) {
-                rough.push(roughness_variance([w[0], w[1], w[2]]));
-            }
-        }
-    }
-    sigma_of(&mut rep, &mut rough)
+    sigma_from_curves(&mut rep, curves.values())
 }
 
 /// Compares repeats of each cell, inside each file ([`crate::reruns`]) and

@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
-use crate::fit::{repeat_variance, roughness_variance, sigma_of};
+use crate::fit::{repeat_variance, sigma_from_curves};
 use crate::ingest::fold::{Folded, Group, Sample};
 use crate::ingest::Skip;
 use crate::pipeline::{REPEAT_MIN_CELLS, REPEAT_MIN_FACTOR, REPEAT_SD};
@@ -200,16 +200,7 @@ fn noise_within_passes(f: &Folded) -> f64 {
             }
         });
     }
-    let mut rough: Vec<f64> = Vec::new();
-    if rep.is_empty() {
-        for c in curves.values() {
-            let v: Vec<f64> = c.values().copied().collect();
-            for w in v.windows(3) {
-                rough.push(roughness_variance([w[0], w[1], w[2]]));
-            }
-        }
-    }
-    sigma_of(&mut rep, &mut rough)
+    sigma_from_curves(&mut rep, curves.values())
 }
 
 /// The cells whose repeats inside one file disagree, and what to keep out
