@@ -564,3 +564,74 @@ fn compile_reads_sweeps_through_the_bounded_reader() {
         ),
     ]);
 }
+
+/// Trace records whose figures cannot be true (issue 28: inspect printed a
+/// geomean of `inf`, eval pooled ratios of inf, 0 or 3.5e23): inspect names
+/// the record and refuses the file (non-finite sums the format's reader
+/// refuses already; compile and eval: tests/traces.rs).
+#[test]
+fn trace_records_that_cannot_be_true_are_named_and_refused() {
+    let mut rows = Vec::new();
+    for (name, made) in [
+        (
+            "trace_mean_outside_min_max",
+            trace_mean_outside_min_max as fn() -> Vec<u8>,
+        ),
+        ("trace_mean_below_its_minimum", trace_mean_below_its_minimum),
+    ] {
+        rows.push(row(
+            Input::Made(name, made),
+            &["inspect", "IN"],
+            2,
+            "record 0",
+        ));
+    }
+    check(&rows);
+}
+
+/// One communicator, one record of NCCL's choice, 490 calls around 1 ms,
+/// changed by `mutate`.
+fn one_record_trace(mutate: fn(&mut dyncc_tables::trace::TraceRecord)) -> Vec<u8> {
+    use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
+    let (n, ln) = (490u64, (1e6f64).ln());
+    let mut r = TraceRecord {
+        comm: 0,
+        coll: Coll::AllReduce,
+        n_bytes: 1 << 20,
+        algo: Algo::Ring,
+        proto: Proto::Simple,
+        channels: 8,
+        source: Source::Nccl,
+        count: n,
+        sum_ln: n as f64 * ln,
+        sum_ln2: n as f64 * ln * ln,
+        min_ns: 950_000,
+        max_ns: 1_050_000,
+    };
+    mutate(&mut r);
+    let head = TraceHead {
+        profiler_abi: 6,
+        table_digest: Some(7),
+        nccl_version: 23007,
+        pid: 1,
+        host: "node1",
+        job_id: "42",
+        ..Default::default()
+    };
+    let comm = TraceComm {
+        comm_id: 1,
+        n_nodes: 2,
+        n_ranks: 16,
+        rank: 0,
+        name: "",
+    };
+    encode(&head, &[comm], &[r]).unwrap()
+}
+
+fn trace_mean_outside_min_max() -> Vec<u8> {
+    one_record_trace(|r| r.sum_ln = 1e6)
+}
+
+fn trace_mean_below_its_minimum() -> Vec<u8> {
+    one_record_trace(|r| r.sum_ln = r.count as f64 * 10.0)
+}
