@@ -94,12 +94,20 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
              (`dyncc inspect PATH` shows what each file held)"
         );
     }
-    let platform = select_platform(&mut f, opts.platform.as_deref())?;
-    // Traces of the sweep's platform only, unless told otherwise.
+    let mut platform = select_platform(&mut f, opts.platform.as_deref())?;
+    let sweep = ds.sweep_fingerprint_of(
+        f.groups
+            .iter()
+            .filter(|g| !g.samples.is_empty())
+            .map(|g| g.key.file.as_path()),
+    );
+    platform.sweep = sweep.map(|s| format!("{s:016x}"));
+    // Traces of the sweep's platform and sweep only, unless told otherwise.
     let provenance = ingest::traces::check_provenance(
         &mut ds.traces,
         platform.label.as_deref(),
         platform.gpu.as_deref(),
+        sweep,
         opts.platform.as_deref(),
         ds.foreign_traces,
     )?;
@@ -246,6 +254,9 @@ pub fn compile_cells(
     if let Some(v) = &platform.nccl_version {
         meta.push(("nccl_version", v.clone()));
     }
+    if let Some(s) = &platform.sweep {
+        meta.push((dyncc_tables::META_SWEEP, s.clone()));
+    }
     let bytes = emit::build(&contexts, &trees, &meta, opts.decide.extrapolate)?;
     let table = Table::from_bytes(&bytes)
         .map_err(|e| anyhow::anyhow!("internal error: emitted table does not load: {e}"))?;
@@ -327,6 +338,8 @@ fn select_platform(f: &mut Folded, want: Option<&str>) -> anyhow::Result<Platfor
         })
         .and_then(|s| s.parse().ok()),
         nccl_version: ingest::setup::nccl_versions_folded(f),
+        // Filled by the caller, which holds the files' digests.
+        sweep: None,
     })
 }
 

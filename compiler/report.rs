@@ -165,6 +165,9 @@ pub struct Platform {
     pub gpus_per_node: Option<u32>,
     /// The sweep's NCCL versions (`2.18.3,2.19.1`), when the inputs show them.
     pub nccl_version: Option<String>,
+    /// The sweep's fingerprint (`Dataset::sweep_fingerprint_of`), 16 hex
+    /// digits; the table records it and jobs' traces carry it.
+    pub sweep: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

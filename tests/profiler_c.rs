@@ -40,6 +40,8 @@ fn standin_table_unconfirmed() -> Vec<u8> {
 fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "standin");
+    // As `dyncc compile` records it: the trace header carries it.
+    b.meta(dyncc_tables::META_SWEEP, "5eed0f5eed5aba5e");
     let spec = ContextSpec {
         coll: Coll::AllReduce,
         nodes: (1, 1),
@@ -245,9 +247,15 @@ pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
     assert_eq!(h.profiler_abi, abi);
     assert_eq!(h.nccl_version, 23007);
     assert_eq!(h.job_id, "777");
+    let table = std::fs::read(&s.table).unwrap();
+    assert_eq!(h.table_digest, Some(dyncc_tables::digest(&table)));
+    // The sweep the table came from (issue 28: traces say which table
+    // and sweep they came from, so compile can refuse another sweep's).
     assert_eq!(
-        h.table_digest,
-        Some(dyncc_tables::digest(&std::fs::read(&s.table).unwrap()))
+        h.sweep,
+        dyncc_tables::Table::from_bytes(&table)
+            .unwrap()
+            .sweep_fingerprint()
     );
     let untimed = stdout.lines().filter(|l| l.starts_with("untimed ")).count();
     assert_eq!(

@@ -1246,3 +1246,125 @@ fn strong_evidence_from_jobs_overrules_the_sweep_and_says_so() {
     assert_eq!(dis["sweep_runs"], 8, "{tr}");
     assert_eq!(dis["paired"], 4, "{tr}");
 }
+
+/// Issue 28: traces named the table that ran but not the sweep it came
+/// from, so traces of jobs that ran a table of another sweep (the sweep
+/// files changed since, or another cluster's table under the same label)
+/// were used silently. The table records its sweep's fingerprint, the
+/// trace carries it, and a trace of another sweep's table is refused by
+/// `compile` and `eval --traces`, naming the file and `--foreign-traces`;
+/// under it, used and said. A trace of the same sweep's table is used.
+#[test]
+fn a_trace_of_a_table_from_another_sweep_is_refused_unless_told() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    let b = d.path().join("b");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let sa = sweep(&a, &[1, 2, 8], |_, _| 1.2);
+    let sb = sweep(&b, &[1, 2, 8], |_, _| 1.3);
+    let ta = d.path().join("a.tbl");
+    compile_json(&[&sa], &ta);
+    let table = std::fs::read(&ta).unwrap();
+    let fp = dyncc_tables::Table::from_bytes(&table)
+        .unwrap()
+        .sweep_fingerprint()
+        .expect("compile records the sweep's fingerprint");
+    // The fingerprint is of the contents: the same sweep elsewhere agrees.
+    let moved = d.path().join("moved.csv");
+    std::fs::copy(&sa, &moved).unwrap();
+    let tm = d.path().join("m.tbl");
+    compile_json(&[&moved], &tm);
+    assert_eq!(
+        dyncc_tables::Table::from_bytes(&std::fs::read(&tm).unwrap())
+            .unwrap()
+            .sweep_fingerprint(),
+        Some(fp)
+    );
+    let traces = d.path().join("traces");
+    std::fs::create_dir_all(&traces).unwrap();
+    let head = TraceHead {
+        profiler_abi: 6,
+        table_digest: Some(dyncc_tables::digest(&table)),
+        nccl_version: 23007,
+        pid: 1,
+        host: "n1",
+        platform: "test",
+        sweep: Some(fp),
+        ..Default::default()
+    };
+    let recs = [
+        rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+        rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+    ];
+    std::fs::write(
+        traces.join("job.trace"),
+        encode(&head, &[comm(1, 4, 0)], &recs).unwrap(),
+    )
+    .unwrap();
+    // The sweep the table came from: used, nothing said.
+    let r = compile_json(&[&sa, &traces], &d.path().join("ok.tbl"));
+    assert_eq!(r["traces"]["files"], 1, "{}", r["traces"]);
+    assert_eq!(
+        r["traces"]["provenance"]["other_sweep_used"],
+        serde_json::json!([]),
+        "{}",
+        r["traces"]
+    );
+    // Another sweep: refused, naming the file, both fingerprints and the
+    // option.
+    let e = compile_refused(&[&sb, &traces], &d.path().join("t.tbl"));
+    assert!(
+        e.contains("job.trace")
+            && e.contains("another sweep")
+            && e.contains(&format!("{fp:016x}"))
+            && e.contains("--foreign-traces"),
+        "{e}"
+    );
+    // --foreign-traces: used, and said.
+    let o = dyncc()
+        .arg("compile")
+        .arg(&sb)
+        .arg(&traces)
+        .arg("--foreign-traces")
+        .arg("-o")
+        .arg(d.path().join("f.tbl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains("used 1 trace file(s) of a table compiled from another sweep")
+            && text.contains("job.trace"),
+        "{text}"
+    );
+    // eval --traces checks the table's sweep likewise.
+    let tb = d.path().join("b.tbl");
+    compile_json(&[&sb], &tb);
+    let o = dyncc()
+        .arg("eval")
+        .arg(&tb)
+        .arg("--traces")
+        .arg(&traces)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("job.trace") && err.contains("--foreign-traces"),
+        "{err}"
+    );
+    let o = dyncc()
+        .arg("eval")
+        .arg(&tb)
+        .arg("--traces")
+        .arg(&traces)
+        .arg("--foreign-traces")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("another platform or sweep than the table's"),
+        "{err}"
+    );
+}

@@ -59,7 +59,8 @@ pub struct CompileArgs {
     #[arg(long)]
     pub platform: Option<String>,
     /// Use trace files of jobs on another platform than the sweep's (the
-    /// table's `platform` the jobs ran); without it they are refused.
+    /// table's `platform` the jobs ran), or of a table compiled from another
+    /// sweep (its `sweep` fingerprint); without it they are refused.
     #[arg(long)]
     pub foreign_traces: bool,
     #[command(flatten)]
@@ -375,6 +376,21 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             "  used {} trace file(s) of another platform than the sweep's (--foreign-traces): {}",
             pv.foreign_used.len(),
             pv.foreign_used.join(", ")
+        )?;
+    }
+    if !pv.other_sweep_used.is_empty() {
+        writeln!(
+            w,
+            "  used {} trace file(s) of a table compiled from another sweep (--foreign-traces): {}",
+            pv.other_sweep_used.len(),
+            pv.other_sweep_used.join(", ")
+        )?;
+    }
+    if pv.sweep_unknown > 0 {
+        writeln!(
+            w,
+            "  {} trace file(s) do not say which sweep their table came from (no table, or an older plugin or table): used",
+            pv.sweep_unknown
         )?;
     }
     if pv.other_platform > 0 {

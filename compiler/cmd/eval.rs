@@ -79,6 +79,11 @@ pub struct EvalArgs {
     /// (DYNCC_TRACE) instead of on sweeps.
     #[arg(long, value_name = "PATH", num_args = 1.., conflicts_with_all = ["cv", "truth"])]
     pub traces: Vec<PathBuf>,
+    /// With --traces: use trace files of jobs on another platform than the
+    /// table's, or whose table came from another sweep; without it they are
+    /// refused.
+    #[arg(long, requires = "traces")]
+    pub foreign_traces: bool,
     /// Also list every scored cell.
     #[arg(long)]
     pub cells: bool,
@@ -256,7 +261,12 @@ fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
     };
     let bytes = crate::audit::files::read_table(table_path)?;
     let table = crate::audit::files::open(table_path, &bytes)?;
-    let score = traces::score(table_path, &table, &a.traces, a.ingest.lenient)?;
+    let filter = traces::TraceFilter {
+        platform: a.platform.as_deref(),
+        foreign_ok: a.foreign_traces,
+        lenient: a.ingest.lenient,
+    };
+    let score = traces::score(table_path, &table, &a.traces, &filter)?;
     for w in score.warnings() {
         eprintln!("warning: {w}");
     }

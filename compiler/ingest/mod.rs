@@ -295,6 +295,36 @@ impl Dataset {
         )
     }
 
+    /// The sweep's fingerprint: the first 8 bytes of the sha256 of the
+    /// sorted, distinct sha256 digests of the files that contributed
+    /// measurements (contents only: moving or renaming a file keeps it).
+    /// The table records it and jobs' traces carry it, so a compile can
+    /// tell traces of a table compiled from another sweep. `None` when a
+    /// contributing file has no digest (read from a stream).
+    pub fn sweep_fingerprint_of<'a>(
+        &self,
+        contributed: impl Iterator<Item = &'a Path>,
+    ) -> Option<u64> {
+        let digest: HashMap<&Path, &str> = self
+            .reports
+            .iter()
+            .map(|r| (r.file.as_path(), r.sha256.as_str()))
+            .collect();
+        let mut sums = std::collections::BTreeSet::new();
+        for f in contributed {
+            match digest.get(f) {
+                Some(d) if !d.is_empty() => sums.insert(*d),
+                _ => return None,
+            };
+        }
+        if sums.is_empty() {
+            return None;
+        }
+        let all = sums.into_iter().collect::<Vec<_>>().join("\n");
+        let h = Sha256::digest(all.as_bytes());
+        Some(u64::from_be_bytes(h[..8].try_into().ok()?))
+    }
+
     fn absorb(&mut self, other: Dataset) {
         // `other.folded` is merged by the caller, which knows the order.
         debug_assert!(other.folded.groups.is_empty());

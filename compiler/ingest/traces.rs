@@ -139,6 +139,9 @@ pub struct TraceFile {
     /// or a trace written before the format recorded them).
     pub platform: String,
     pub gpu: String,
+    /// The fingerprint of the sweep the table that ran was compiled from
+    /// (`None`: no table, a table or trace that does not record it).
+    pub sweep: Option<u64>,
     pub comms: Vec<Comm>,
     pub records: Vec<TraceRecord>,
 }
@@ -171,17 +174,27 @@ pub struct Provenance {
     /// Trace files that do not say their platform (written without a
     /// table, or before the format recorded it): used.
     pub platform_unknown: usize,
+    /// Trace files of jobs whose table was compiled from another sweep
+    /// than this compile's, used under `--foreign-traces`.
+    pub other_sweep_used: Vec<String>,
+    /// Trace files that do not say which sweep their table came from (an
+    /// older plugin or table): used.
+    pub sweep_unknown: usize,
 }
 
 /// Checks that `traces` come from the sweep's platform (`label`, `gpu`):
 /// with `want` (`--platform`), traces of another platform are left out;
 /// then a trace of another platform than the sweep's is an error naming
 /// the file and `--foreign-traces`, under which it is used and said.
-/// Traces that do not say their platform are used and counted.
+/// Likewise a trace whose table was compiled from another sweep than
+/// `sweep` (this compile's fingerprint): its jobs ran decisions this sweep
+/// did not make, on a cluster that may have changed since. Traces that do
+/// not say their platform or sweep are used and counted.
 pub fn check_provenance(
     traces: &mut Vec<TraceFile>,
     label: Option<&str>,
     gpu: Option<&str>,
+    sweep: Option<u64>,
     want: Option<&str>,
     foreign_ok: bool,
 ) -> anyhow::Result<Provenance> {
@@ -193,6 +206,25 @@ pub fn check_provenance(
         p.other_platform = before - traces.len();
     }
     for t in traces.iter() {
+        match (t.sweep, sweep) {
+            (Some(theirs), Some(ours)) if theirs != ours => {
+                if !foreign_ok {
+                    anyhow::bail!(
+                        "{}: a trace of jobs that ran a table compiled from another sweep \
+                         (fingerprint {theirs:016x}; this compile's sweep is {ours:016x}): the \
+                         sweep files changed, or the jobs ran another cluster's table. Compile \
+                         with the sweep that table came from (`dyncc verify TABLE` shows its \
+                         inputs), leave the trace out, or give --foreign-traces to use it (the \
+                         report then says so)",
+                        t.path.display()
+                    );
+                }
+                p.other_sweep_used
+                    .push(format!("{} (sweep {theirs:016x})", t.path.display()));
+            }
+            (None, _) => p.sweep_unknown += 1,
+            _ => {}
+        }
         if !known(t) {
             p.platform_unknown += 1;
             continue;
@@ -280,6 +312,7 @@ fn read_one(f: &Path) -> anyhow::Result<TraceFile> {
         table_digest: t.head().table_digest,
         platform: t.head().platform.to_owned(),
         gpu: t.head().gpu.to_owned(),
+        sweep: t.head().sweep,
         comms: t
             .comms()
             .map(|c| Comm {
@@ -1594,6 +1627,7 @@ mod tests {
             table_digest: None,
             platform: String::new(),
             gpu: String::new(),
+            sweep: None,
             comms: vec![Comm {
                 comm_id: 1,
                 n_nodes: 4,

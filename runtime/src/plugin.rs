@@ -323,10 +323,11 @@ fn init_inner(
     let (n_ranks, n_nodes) = (n_ranks as u64, n_nodes as u64);
     let loaded = cache::acquire(path, |table, digest, fresh| {
         if trace::configured().is_some() {
-            // The trace header names the table's platform and GPU.
+            // The trace header names the table's platform, GPU and sweep.
             trace::note_platform(
                 table.meta("platform").unwrap_or(""),
                 table.meta("gpu").unwrap_or(""),
+                table.sweep_fingerprint(),
             );
         }
         let check = VersionCheck::new(running, table.meta("nccl_version"));

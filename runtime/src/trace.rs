@@ -880,6 +880,8 @@ struct Process {
     /// provenance); empty without a table.
     platform: String,
     gpu: String,
+    /// The loaded table's sweep fingerprint (its `sweep` metadata).
+    sweep: Option<u64>,
     log: Logger,
     /// The communicators recording now, by bin-key slot: a finalized one
     /// frees its slot ([`retire`]).
@@ -915,6 +917,7 @@ impl Process {
             table_digest: None,
             platform: String::new(),
             gpu: String::new(),
+            sweep: None,
             log: Logger(None),
             live: [const { None }; MAX_COMMS],
             finished: Vec::new(),
@@ -1038,11 +1041,13 @@ pub fn note_table(digest: u64) {
     lock().table_digest = Some(digest);
 }
 
-/// The tuner loaded a table of this platform and GPU (its metadata; the
-/// trace header names them so that the compiler can tell traces of another
-/// cluster). Called at communicator init, never on the hot path.
-pub fn note_platform(platform: &str, gpu: &str) {
+/// The tuner loaded a table of this platform and GPU, compiled from the
+/// sweep with this fingerprint (its metadata; the trace header names them
+/// so that the compiler can tell traces of another cluster or sweep).
+/// Called at communicator init, never on the hot path.
+pub fn note_platform(platform: &str, gpu: &str, sweep: Option<u64>) {
     let mut p = lock();
+    p.sweep = sweep;
     if p.platform != platform {
         p.platform = platform.to_owned();
     }
@@ -1289,6 +1294,7 @@ fn write_file(
         job_id: &p.job,
         platform: &p.platform,
         gpu: &p.gpu,
+        sweep: p.sweep,
         dropped_table_full: DROPPED_TABLE_FULL.load(Ordering::Relaxed),
         dropped_pool_full: DROPPED_POOL_FULL.load(Ordering::Relaxed),
         untimed: UNTIMED.load(Ordering::Relaxed),
@@ -1843,6 +1849,7 @@ mod tests {
             table_digest: Some(0x42),
             platform: "dgx-h100".into(),
             gpu: "NVIDIA H100 80GB HBM3".into(),
+            sweep: Some(0x5eed),
             pid: 8,
             nonce: 0xabd,
             ..Process::new()
@@ -1852,5 +1859,6 @@ mod tests {
         let t = dyncc_tables::Trace::from_bytes(&bytes).unwrap();
         assert_eq!(t.head().platform, "dgx-h100");
         assert_eq!(t.head().gpu, "NVIDIA H100 80GB HBM3");
+        assert_eq!(t.head().sweep, Some(0x5eed));
     }
 }

@@ -86,7 +86,7 @@ pub use raw::{
     kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_TABLE_LEN, NCCL_ENUM, NCCL_LAYOUT,
 };
 pub use specialised::Specialised;
-pub use table::{digest, ContextView, Coverage, Lookup, SplitStep, Table, TreeView};
+pub use table::{digest, ContextView, Coverage, Lookup, SplitStep, Table, TreeView, META_SWEEP};
 pub use trace::{
     Source, Trace, TraceComm, TraceError, TraceHead, TraceRecord, MAX_TRACE_LEN, TRACE_MAGIC,
     TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,

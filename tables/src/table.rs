@@ -282,6 +282,9 @@ fn decode_node(n: &NodeRecord) -> TreeNode {
     }
 }
 
+/// The metadata key of the sweep fingerprint ([`Table::sweep_fingerprint`]).
+pub const META_SWEEP: &str = "sweep";
+
 /// The table digest of a byte image: XXH3-64 with seed 0 (the reference
 /// xxHash algorithm, as `xxhsum -H3` and Python's `xxhash.xxh3_64` compute
 /// it). [`Table::digest`] is this over the whole table; `dyncc verify`,
@@ -510,6 +513,19 @@ impl<'a> Table<'a> {
         self.meta
             .get(i)
             .map(|e| self.string(e.val_off.get(), e.val_len.get()))
+    }
+
+    /// The fingerprint of the sweep this table was compiled from: its
+    /// [`META_SWEEP`] metadata, 16 hex digits (written by `dyncc compile`
+    /// from the contents of the sweep files that contributed, traces not
+    /// included). `None` when absent or malformed. Jobs' traces carry it,
+    /// so the compiler can tell traces of a table from another sweep.
+    pub fn sweep_fingerprint(&self) -> Option<u64> {
+        let v = self.meta(META_SWEEP)?;
+        if v.len() != 16 {
+            return None;
+        }
+        u64::from_str_radix(v, 16).ok()
     }
 
     /// All metadata, sorted by key.

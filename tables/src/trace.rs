@@ -19,9 +19,11 @@ use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PRO
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
 /// Major version written. 2 added the platform and GPU of the table that
-/// ran (where 1 had reserved zeros); a reader reads every major from
-/// [`TRACE_MAJOR_OLDEST`] to this one and refuses any other.
-pub const TRACE_MAJOR: u16 = 2;
+/// ran (where 1 had reserved zeros); 3 the fingerprint of the sweep that
+/// table was compiled from (flag bit 1, offset 80, reserved zeros before).
+/// A reader reads every major from [`TRACE_MAJOR_OLDEST`] to this one and
+/// refuses any other.
+pub const TRACE_MAJOR: u16 = 3;
 /// Oldest major still read (traces outlive releases).
 pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// Minor version: additions a major-1 reader may ignore.
@@ -99,6 +101,11 @@ pub struct TraceHead<'a> {
     /// The GPU model of the table that ran (its `gpu` metadata); empty
     /// without a table, or in a major-1 file.
     pub gpu: &'a str,
+    /// The fingerprint of the sweep the table that ran was compiled from
+    /// (its `sweep` metadata, [`crate::Table::sweep_fingerprint`]); `None`
+    /// without a table, for a table that does not record it, or in a file
+    /// older than major 3.
+    pub sweep: Option<u64>,
     /// Collectives lost because the record table was full.
     pub dropped_table_full: u64,
     /// Collectives lost because the in-flight event pool was full.
@@ -301,6 +308,8 @@ impl Le<'_> {
 }
 
 const FLAG_HAS_TABLE: u8 = 1;
+/// Major 3: offset 80 holds the sweep fingerprint.
+const FLAG_HAS_SWEEP: u8 = 2;
 
 /// CRC-32 of the whole file with its CRC field (bytes 16..20) taken as
 /// zero, so the header's facts are covered too.
@@ -393,10 +402,16 @@ impl<'a> Trace<'a> {
             return Err(bad(20, "a profiler ABI from 4 to 6"));
         }
         let flags = h.u8(21);
-        if flags & !FLAG_HAS_TABLE != 0 {
-            return Err(bad(21, "flags 0 or 1"));
+        let known_flags = if major >= 3 {
+            FLAG_HAS_TABLE | FLAG_HAS_SWEEP
+        } else {
+            FLAG_HAS_TABLE
+        };
+        if flags & !known_flags != 0 {
+            return Err(bad(21, "flags 0 to 3 (major 3) or 0 and 1 (majors 1, 2)"));
         }
-        if h.u16(22) != 0 || h.u64(80) != 0 || (major < 2 && h.u32(52) != 0) {
+        let has_sweep = flags & FLAG_HAS_SWEEP != 0;
+        if h.u16(22) != 0 || (!has_sweep && h.u64(80) != 0) || (major < 2 && h.u32(52) != 0) {
             return Err(bad(22, "reserved fields of zero"));
         }
         // Major 2: the lengths of the platform and GPU strings.
@@ -461,6 +476,7 @@ impl<'a> Trace<'a> {
                 job_id,
                 platform,
                 gpu,
+                sweep: has_sweep.then(|| h.u64(80)),
                 dropped_table_full: h.u64(56),
                 dropped_pool_full: h.u64(64),
                 untimed: h.u64(72),
@@ -606,11 +622,17 @@ pub fn encode(
     out.extend_from_slice(&TRACE_MINOR.to_le_bytes());
     out.extend_from_slice(&[0; 8]); // total_len, crc: patched below
     out.push(head.profiler_abi);
-    out.push(if head.table_digest.is_some() {
-        FLAG_HAS_TABLE
-    } else {
-        0
-    });
+    out.push(
+        if head.table_digest.is_some() {
+            FLAG_HAS_TABLE
+        } else {
+            0
+        } | if head.sweep.is_some() {
+            FLAG_HAS_SWEEP
+        } else {
+            0
+        },
+    );
     out.extend_from_slice(&[0; 2]);
     out.extend_from_slice(&head.table_digest.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&head.nccl_version.to_le_bytes());
@@ -624,7 +646,7 @@ pub fn encode(
     out.extend_from_slice(&head.dropped_table_full.to_le_bytes());
     out.extend_from_slice(&head.dropped_pool_full.to_le_bytes());
     out.extend_from_slice(&head.untimed.to_le_bytes());
-    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&head.sweep.unwrap_or(0).to_le_bytes());
     debug_assert_eq!(out.len(), TRACE_HEADER_LEN);
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(job.as_bytes());
@@ -685,6 +707,7 @@ mod tests {
             job_id: "123456",
             platform: "dgx-h100",
             gpu: "NVIDIA H100 80GB HBM3",
+            sweep: Some(0x0bad_5eed),
             dropped_table_full: 1,
             dropped_pool_full: 2,
             untimed: 3,
@@ -721,6 +744,7 @@ mod tests {
         assert_eq!(t.head().platform, "dgx-h100");
         assert_eq!(t.head().gpu, "NVIDIA H100 80GB HBM3");
         assert_eq!(t.head().table_digest, Some(0x3f1c_0d5e_9a7b_2c41));
+        assert_eq!(t.head().sweep, Some(0x0bad_5eed));
         assert_eq!(t.head().untimed, 3);
         let comms: alloc::vec::Vec<_> = t.comms().collect();
         assert_eq!(comms.len(), 1);

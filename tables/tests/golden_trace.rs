@@ -67,6 +67,7 @@ fn sample() -> Vec<u8> {
         job_id: "123456",
         platform: "golden-fixture",
         gpu: "none (hand-written fixture)",
+        sweep: Some(0x5eed_0f5e_ed5a_ba5e),
         dropped_table_full: 1,
         dropped_pool_full: 2,
         untimed: 3,
@@ -121,5 +122,8 @@ fn every_committed_trace_version_is_still_read() {
             ("", "")
         };
         assert_eq!((t.head().platform, t.head().gpu), want, "{}", p.display());
+        // Major 3 added the sweep's fingerprint; older files have none.
+        let sweep = (major >= 3).then_some(0x5eed_0f5e_ed5a_ba5e);
+        assert_eq!(t.head().sweep, sweep, "{}", p.display());
     }
 }

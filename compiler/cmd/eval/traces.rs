@@ -181,15 +181,29 @@ fn pool<'a>(items: impl Iterator<Item = &'a LnRatio> + Clone) -> Pooled {
     }
 }
 
+/// Where the traces scored may come from: as `dyncc compile` checks them
+/// against its sweep, `eval --traces` checks them against the table's
+/// platform, GPU and sweep ([`traces::check_provenance`]).
+pub struct TraceFilter<'a> {
+    /// Keep only traces of this platform label or GPU (`--platform`).
+    pub platform: Option<&'a str>,
+    /// Use traces of another platform or sweep (`--foreign-traces`).
+    pub foreign_ok: bool,
+    /// Skip damaged traces (`--lenient`).
+    pub lenient: bool,
+}
+
 /// Scores `table` (read from `table_path`) on the trace files under
-/// `paths`. Errors name the file: unreadable, or not a valid trace (with
-/// `lenient`, such a file is skipped and warned about).
+/// `paths`. Errors name the file: unreadable, not a valid trace (with
+/// `lenient`, such a file is skipped and warned about), or of another
+/// platform or sweep than the table's (unless `foreign_ok`).
 pub fn score(
     table_path: &Path,
     table: &Table<'_>,
     paths: &[PathBuf],
-    lenient: bool,
+    filter: &TraceFilter<'_>,
 ) -> anyhow::Result<TraceScore> {
+    let lenient = filter.lenient;
     let files = trace_files(paths)?;
     let digest = table.digest();
     let mut warnings = Vec::new();
@@ -198,7 +212,33 @@ pub fn score(
     // Per compared shape, and per shape the table leaves to NCCL.
     let mut ratios: Vec<LnRatio> = Vec::new();
     let mut defaults: Vec<LnRatio> = Vec::new();
-    let (read, skipped) = traces::read(&files, lenient)?;
+    let (mut read, skipped) = traces::read(&files, lenient)?;
+    let meta = |k| table.meta(k).filter(|v| !v.is_empty());
+    let pv = traces::check_provenance(
+        &mut read,
+        meta("platform"),
+        meta("gpu"),
+        table.sweep_fingerprint(),
+        filter.platform,
+        filter.foreign_ok,
+    )
+    .map_err(|e| {
+        e.context(format!(
+            "scoring {} on jobs' traces (the table's platform and sweep against theirs)",
+            table_path.display()
+        ))
+    })?;
+    for f in pv.foreign_used.iter().chain(&pv.other_sweep_used) {
+        warnings.push(format!(
+            "used {f}: another platform or sweep than the table's (--foreign-traces)"
+        ));
+    }
+    if pv.other_platform > 0 {
+        warnings.push(format!(
+            "left out {} trace file(s) of another platform than --platform names",
+            pv.other_platform
+        ));
+    }
     for s in &skipped {
         warnings.push(format!(
             "skipped {} (--lenient): {}",
