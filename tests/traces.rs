@@ -1367,4 +1367,8 @@ fn a_trace_of_a_table_from_another_sweep_is_refused_unless_told() {
         err.contains("another platform or sweep than the table's"),
         "{err}"
     );
+    // inspect says which sweep the trace's table came from.
+    let o = dyncc().arg("inspect").arg(&traces).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains(&format!("sweep {fp:016x}")), "{text}");
 }

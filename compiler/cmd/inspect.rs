@@ -524,7 +524,7 @@ mod traces {
         let h = t.head();
         let total: u64 = t.records().map(|r| r.count).sum();
         println!(
-            "trace {}: host {} pid {} job {} NCCL {} profiler v{} table {} platform {}; {} \
+            "trace {}: host {} pid {} job {} NCCL {} profiler v{} table {} platform {} sweep {}; {} \
              collectives in {} cells; dropped {} (table full) {} (pool full), {} untimed",
             f.display(),
             h.host,
@@ -544,6 +544,9 @@ mod traces {
                 (p, "") | ("", p) => p.to_string(),
                 (p, g) => format!("{p} ({g})"),
             },
+            h.sweep
+                .map(|d| format!("{d:016x}"))
+                .unwrap_or_else(|| "unknown".into()),
             total,
             t.n_records(),
             h.dropped_table_full,
@@ -590,6 +593,7 @@ mod traces {
             "table_digest": h.table_digest.map(|d| format!("{d:016x}")),
             "platform": h.platform,
             "gpu": h.gpu,
+            "sweep": h.sweep.map(|d| format!("{d:016x}")),
             "dropped_table_full": h.dropped_table_full,
             "dropped_pool_full": h.dropped_pool_full,
             "untimed": h.untimed,
