@@ -13,8 +13,8 @@ use core::ffi::{c_char, c_int};
 
 use dyncc_tables::{Decision, Error};
 
+use crate::guard::ffi_guard;
 use crate::owned::OwnedTable;
-use crate::plugin::ffi_guard;
 
 /// Success.
 pub const DYNCC_OK: c_int = 0;

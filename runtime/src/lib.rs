@@ -1,16 +1,21 @@
 //! The dyncc NCCL tuner plugin (`libnccl-tuner-dyncc.so`) and the small
 //! `dyncc_*` C API.
 //!
-//! The exported surface is exactly the `ncclTunerPlugin_v2` .. `_v6` data
-//! symbols NCCL looks up and the `dyncc_*` functions in `include/dyncc.h`.
-//! Modules: [`ffi`] (NCCL's ABI mirrored), [`plugin`] (the entry points),
-//! [`cache`] (one loaded table per process, bounded file reads),
-//! [`explore`] (`DYNCC_EXPLORE`: which calls explore, and when),
-//! [`nccl_version`] (the running NCCL against the sweep's), [`capi`],
-//! [`log`], `owned` (a validated table owning its bytes), and the
-//! profiler half: [`profiler`] (the `ncclProfiler_v1` .. `_v6` entry
-//! points), [`profiler_ffi`] (that ABI mirrored) and [`trace`] (what
-//! `DYNCC_TRACE` records, and the trace file writer).
+//! The exported surface is exactly the `ncclTunerPlugin_v2` .. `_v6` and
+//! `ncclProfiler_v1` .. `_v6` data symbols NCCL looks up and the `dyncc_*`
+//! functions in `include/dyncc.h`. Laid out bottom-up; a module only uses
+//! the ones below it:
+//!
+//! - the C boundary: `guard` (the panic guard, NULL checks, the plugin's
+//!   name), [`log`] (NCCL's logger), [`ffi`] and [`profiler_ffi`] (NCCL's
+//!   ABIs mirrored);
+//! - state: [`cache`] (one loaded table per process, bounded file reads),
+//!   `owned` (a validated table owning its bytes), [`explore`]
+//!   (`DYNCC_EXPLORE`: which calls explore), [`nccl_version`] (the running
+//!   NCCL against the sweep's), [`trace`] (what `DYNCC_TRACE` records: the
+//!   tuner's journal, the in-flight pool, the bins, the file writer);
+//! - three entry surfaces on top, which never use one another: [`plugin`]
+//!   (the tuner), [`profiler`] and [`capi`].
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(missing_docs)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -19,6 +24,7 @@ pub mod cache;
 pub mod capi;
 pub mod explore;
 pub mod ffi;
+mod guard;
 pub mod log;
 pub mod nccl_version;
 mod owned;

@@ -1,5 +1,5 @@
-//! The NCCL tuner plugin: `init`, `getCollInfo` and `finalize` for every ABI
-//! version, and the exported `ncclTunerPlugin_v2` .. `_v6` statics.
+//! The tuner entry surface: `init`, `getCollInfo` and `finalize` for every
+//! ABI version, and the exported `ncclTunerPlugin_v2` .. `_v6` statics.
 //!
 //! Contract (DESIGN.md section 6): `DYNCC_TABLE` names the table; a table
 //! that is configured but cannot be loaded fails `init` (so ranks never
@@ -7,7 +7,7 @@
 //! alone". `getCollInfo` always returns success, writes 0.0 only into a
 //! non-negative cell inside `numAlgo x numProto`, never writes more than
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
-//! point runs inside [`ffi_guard`] anyway.
+//! point runs inside [`crate::guard::ffi_guard`] anyway.
 //!
 //! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets some communicators run
 //! another setting where the table could not confirm its answer, drawn at
@@ -22,27 +22,16 @@
 use core::ffi::{c_int, c_void};
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use dyncc_tables::{size_bucket, Coll, Decision, Machine, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::explore::{self, BadShare, Counts, Explorer, Plan, Probe, Share};
 use crate::ffi::*;
+use crate::guard::{ffi_guard, PLUGIN_NAME};
 use crate::log::{Escaped, Logger, Msg};
 use crate::nccl_version::{self, VersionCheck};
 use crate::trace;
-
-/// Runs `f`, turning a panic into `on_panic`: every function NCCL or a C
-/// caller enters goes through this, so a bug can never unwind into C
-/// (undefined behaviour) or abort the job. Free when nothing panics.
-#[inline(always)]
-pub(crate) fn ffi_guard<R>(on_panic: R, f: impl FnOnce() -> R) -> R {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
-}
-
-/// The name NCCL prints ("TUNER/Plugin: Using dyncc (v6)").
-pub const PLUGIN_NAME: &core::ffi::CStr = c"dyncc";
 
 /// `getCollInfo`'s v4-v6 signature.
 type GetCollInfoV4 = unsafe extern "C" fn(
@@ -286,7 +275,7 @@ fn init_inner(
             )),
         }
     }
-    crate::profiler::say_pending(log);
+    trace::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
         // Traced without a table: a context that decides nothing but
         // journals every answer as NCCL's, so the profiler can say NCCL

@@ -14,17 +14,17 @@
 //! failure at init is one WARN and a context that records nothing (the
 //! job goes on).
 
-use core::ffi::{c_char, c_int, c_void, CStr};
+use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::path::PathBuf;
 
 use dyncc_tables::trace::Source;
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{datatype_size, Algo, Coll, Proto};
 
 use crate::ffi::{ncclDebugLogger_t, ncclResult_t, NCCL_SUCCESS};
+use crate::guard::{c_bytes, ffi_guard, write_out, PLUGIN_NAME};
 use crate::log::{Escaped, Logger};
 use crate::nccl_version;
-use crate::plugin::{ffi_guard, PLUGIN_NAME};
 use crate::profiler_ffi::*;
 use crate::trace::{self, Handle, Key};
 
@@ -54,39 +54,20 @@ const PROFILE_GROUP: u64 = 1 << 0;
 const GROUP_HANDLE: usize = 0b100;
 const _: () = assert!(GROUP_HANDLE & 0b1110 != 0b1000);
 
-/// One WARN per process for "tracing asked for, NCCL too old".
-static WARNED_OLD: AtomicBool = AtomicBool::new(false);
 /// One WARN per process for an unusable DYNCC_TRACE directory.
 static WARNED_DIR: AtomicBool = AtomicBool::new(false);
-/// A v1-v3 profiler init saw DYNCC_TRACE without a logger to say so:
-/// the next logger (the tuner's init) says it.
-static OLD_PENDING: AtomicBool = AtomicBool::new(false);
-
-/// The tuner's init calls this with its logger: says a pending "too old"
-/// WARN of a v1-v3 profiler init, which had no logger.
-pub fn say_pending(log: Logger) {
-    if OLD_PENDING.swap(false, Ordering::Relaxed) {
-        warn_old(log, 3);
-    }
-}
-
-fn warn_old(log: Logger, abi: u8) {
-    if !WARNED_OLD.swap(true, Ordering::Relaxed) {
-        log.warn(format_args!(
-            "dyncc: DYNCC_TRACE is set but this NCCL loads profiler interface v{abi}, which has \
-             no GPU timestamps (v4, NCCL 2.27, is the oldest with them); no trace is recorded \
-             and the job goes on"
-        ));
-    }
-}
 
 fn c_str(p: *const c_char) -> Option<&'static [u8]> {
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: NCCL passes NUL-terminated static strings (ncclFuncToString
-    // and friends) or the communicator's name, valid for the call.
-    Some(unsafe { CStr::from_ptr(p) }.to_bytes())
+    // SAFETY: NCCL passes NULL, NUL-terminated static strings
+    // (ncclFuncToString and friends) or the communicator's name, valid for
+    // the call (its bytes are copied before init returns).
+    unsafe { c_bytes(p) }
+}
+
+/// A name NCCL passes (`ncclFuncToString`, `ncclAlgoToString`, ...) as
+/// text for the tables crate's parsers, which own NCCL's spellings.
+fn c_name(p: *const c_char) -> Option<&'static str> {
+    core::str::from_utf8(c_str(p)?).ok()
 }
 
 /// Shared `init` of v4-v6.
@@ -104,13 +85,11 @@ unsafe fn init_common(
     abi: u8,
 ) -> ncclResult_t {
     let log = Logger(log);
-    if !ctx.is_null() {
-        // SAFETY: NCCL passes a writable context pointer.
-        unsafe { ctx.write(core::ptr::null_mut()) };
-    }
+    // SAFETY: NCCL passes a writable context pointer (or NULL).
+    unsafe { write_out(ctx, core::ptr::null_mut()) };
     let want = ffi_guard(None, || {
         let dir = trace::configured()?;
-        say_pending(log);
+        trace::say_pending(log);
         // A relative directory is the one it names now: the job may change
         // its working directory before the file is written.
         let dir = std::path::absolute(&dir).unwrap_or_else(|_| PathBuf::from(dir));
@@ -212,58 +191,14 @@ fn init_tracing(
     Some(ctx)
 }
 
-/// Bytes per element of NCCL's datatype names.
-fn type_size(dt: &[u8]) -> Option<u64> {
-    Some(match dt {
-        b"ncclInt8" | b"ncclUint8" | b"ncclFloat8e4m3" | b"ncclFloat8e5m2" => 1,
-        b"ncclFloat16" | b"ncclBfloat16" => 2,
-        b"ncclInt32" | b"ncclUint32" | b"ncclFloat32" => 4,
-        b"ncclInt64" | b"ncclUint64" | b"ncclFloat64" => 8,
-        _ => return None,
-    })
-}
-
-fn coll_of(func: &[u8]) -> Option<Coll> {
-    Some(match func {
-        b"Broadcast" => Coll::Broadcast,
-        b"Reduce" => Coll::Reduce,
-        b"AllGather" => Coll::AllGather,
-        b"ReduceScatter" => Coll::ReduceScatter,
-        b"AllReduce" => Coll::AllReduce,
-        _ => return None,
-    })
-}
-
-fn algo_of(s: &[u8]) -> Option<Algo> {
-    Some(match s {
-        b"TREE" => Algo::Tree,
-        b"RING" => Algo::Ring,
-        b"COLLNET_DIRECT" => Algo::CollNetDirect,
-        b"COLLNET_CHAIN" => Algo::CollNetChain,
-        b"NVLS" => Algo::Nvls,
-        b"NVLS_TREE" => Algo::NvlsTree,
-        b"PAT" => Algo::Pat,
-        _ => return None,
-    })
-}
-
-fn proto_of(s: &[u8]) -> Option<Proto> {
-    Some(match s {
-        b"LL" => Proto::LL,
-        b"LL128" => Proto::LL128,
-        b"SIMPLE" => Proto::Simple,
-        _ => return None,
-    })
-}
-
 /// The `Coll` event of a recording rank: what ran, who chose it, a slot
 /// (none for `nChannels` 0: counted as untimed, see [`crate::trace`]).
 fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_void {
     let (Some(coll), Some(size), Some(algo), Some(proto)) = (
-        c_str(d.func).and_then(coll_of),
-        c_str(d.datatype).and_then(type_size),
-        c_str(d.algo).and_then(algo_of),
-        c_str(d.proto).and_then(proto_of),
+        c_name(d.func).and_then(Coll::parse),
+        c_str(d.datatype).and_then(datatype_size),
+        c_name(d.algo).and_then(Algo::parse),
+        c_name(d.proto).and_then(Proto::parse),
     ) else {
         return core::ptr::null_mut();
     };
@@ -432,16 +367,14 @@ unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
 
 unsafe extern "C" fn init_v1(ctx: *mut *mut c_void, _mask: *mut c_int) -> ncclResult_t {
     ffi_guard((), || {
-        if trace::configured().is_some() && !WARNED_OLD.load(Ordering::Relaxed) {
+        if trace::configured().is_some() {
             // No logger in v1-v3: the tuner's init says it.
-            OLD_PENDING.store(true, Ordering::Relaxed);
+            trace::old_profiler_pending();
         }
     });
     // The mask is left as it is (process-wide: see init_common).
-    if !ctx.is_null() {
-        // SAFETY: NCCL passes a writable context pointer.
-        unsafe { ctx.write(core::ptr::null_mut()) };
-    }
+    // SAFETY: NCCL passes a writable context pointer (or NULL).
+    unsafe { write_out(ctx, core::ptr::null_mut()) };
     NCCL_SUCCESS
 }
 
@@ -528,10 +461,8 @@ unsafe extern "C" fn start_none(
     handle: *mut *mut c_void,
     _d: *mut OpaqueDescr,
 ) -> ncclResult_t {
-    if !handle.is_null() {
-        // SAFETY: NCCL's handle out-pointer.
-        unsafe { handle.write(core::ptr::null_mut()) };
-    }
+    // SAFETY: NCCL's handle out-pointer (or NULL).
+    unsafe { write_out(handle, core::ptr::null_mut()) };
     NCCL_SUCCESS
 }
 

@@ -80,7 +80,8 @@ pub use model::{
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{
-    Algo, Coll, Machine, Proto, Refusal, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS,
+    datatype_size, Algo, Coll, Machine, Proto, Refusal, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS,
+    NUM_PROTOS,
 };
 pub use raw::{
     kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_TABLE_LEN, NCCL_ENUM, NCCL_LAYOUT,

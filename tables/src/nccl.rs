@@ -391,6 +391,19 @@ impl Machine {
     }
 }
 
+/// Bytes per element of a datatype as NCCL names it (`ncclDataTypeToString`
+/// in the profiler's `Coll` events: `ncclFloat16`, `ncclBfloat16`, ...);
+/// `None` for a name this crate does not know.
+pub fn datatype_size(name: &[u8]) -> Option<u64> {
+    Some(match name {
+        b"ncclInt8" | b"ncclUint8" | b"ncclFloat8e4m3" | b"ncclFloat8e5m2" => 1,
+        b"ncclFloat16" | b"ncclBfloat16" => 2,
+        b"ncclInt32" | b"ncclUint32" | b"ncclFloat32" => 4,
+        b"ncclInt64" | b"ncclUint64" | b"ncclFloat64" => 8,
+        _ => return None,
+    })
+}
+
 /// Lower-cases ASCII letters and digits into `buf`, dropping `_`, `-` and
 /// spaces, so every spelling of a name compares equal. `None` if too long
 /// or not ASCII.
@@ -412,6 +425,52 @@ fn normalise(s: &str, buf: &mut [u8; 32]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The profiler's `Coll` events name what ran as NCCL's own strings
+    /// (`ncclFuncToString`, `ncclAlgoToString`, `ncclProtoToString`,
+    /// `ncclDatatypeToString`): these parsers are the only place that reads
+    /// them.
+    #[test]
+    fn the_profilers_spellings_parse() {
+        for (s, c) in [
+            ("Broadcast", Coll::Broadcast),
+            ("Reduce", Coll::Reduce),
+            ("AllGather", Coll::AllGather),
+            ("ReduceScatter", Coll::ReduceScatter),
+            ("AllReduce", Coll::AllReduce),
+        ] {
+            assert_eq!(Coll::parse(s), Some(c), "{s}");
+        }
+        for (s, a) in [
+            ("TREE", Algo::Tree),
+            ("RING", Algo::Ring),
+            ("COLLNET_DIRECT", Algo::CollNetDirect),
+            ("COLLNET_CHAIN", Algo::CollNetChain),
+            ("NVLS", Algo::Nvls),
+            ("NVLS_TREE", Algo::NvlsTree),
+            ("PAT", Algo::Pat),
+        ] {
+            assert_eq!(Algo::parse(s), Some(a), "{s}");
+        }
+        for (s, p) in [
+            ("LL", Proto::LL),
+            ("LL128", Proto::LL128),
+            ("SIMPLE", Proto::Simple),
+        ] {
+            assert_eq!(Proto::parse(s), Some(p), "{s}");
+        }
+        assert_eq!(Coll::parse("SendRecv"), None);
+        for (s, n) in [
+            ("ncclInt8", 1),
+            ("ncclFloat8e5m2", 1),
+            ("ncclBfloat16", 2),
+            ("ncclFloat32", 4),
+            ("ncclUint64", 8),
+        ] {
+            assert_eq!(datatype_size(s.as_bytes()), Some(n), "{s}");
+        }
+        assert_eq!(datatype_size(b"ncclFloat128"), None);
+    }
 
     #[test]
     fn names_round_trip() {

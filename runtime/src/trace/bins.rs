@@ -1,0 +1,202 @@
+//! The bins: one aggregate per (communicator, collective, size, setting,
+//! source) of the process.
+//!
+//! Open addressing on one packed `u64` key ([`Key`]), claimed by CAS;
+//! count, sums of `ln(ns)` and its square (f64 bits, CAS), min and max.
+//! Full: the collective is counted as dropped. A finalized communicator's
+//! bins are moved out ([`take_bins`]) and left as tombstones that later
+//! keys take. Lock-free, no allocation on the event path.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use dyncc_tables::trace::{Source, TraceRecord};
+use dyncc_tables::{Algo, Coll, Proto};
+
+use super::{CHANGES, DROPPED_TABLE_FULL, MAX_COMMS, UNTIMED};
+
+/// Distinct (communicator, collective, size, setting, source) per process:
+/// 8192 records of 56 bytes stay well under the format's 1 MiB.
+pub const BINS: usize = 8192;
+/// Sizes above 2^40 bytes do not fit the key and are dropped.
+const MAX_KEY_BYTES: u64 = (1 << 40) - 1;
+/// Linear probes before a bin insert gives up.
+const PROBES: usize = 64;
+
+pub(super) struct Bin {
+    pub(super) key: AtomicU64,
+    pub(super) count: AtomicU64,
+    pub(super) sum_ln: AtomicU64,
+    pub(super) sum_ln2: AtomicU64,
+    /// u64::MAX - min, so a fetch_max over zeroed memory works.
+    pub(super) min_inv: AtomicU64,
+    pub(super) max: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+pub(super) const BIN_EMPTY: Bin = Bin {
+    key: AtomicU64::new(0),
+    count: AtomicU64::new(0),
+    sum_ln: AtomicU64::new(0),
+    sum_ln2: AtomicU64::new(0),
+    min_inv: AtomicU64::new(0),
+    max: AtomicU64::new(0),
+};
+pub(super) static BIN_TABLE: [Bin; BINS] = [BIN_EMPTY; BINS];
+
+/// Bit 63 of every bin key (and of no [`TOMBSTONE`]).
+pub(super) const KEY_VALID: u64 = 1 << 63;
+
+/// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56,
+/// algo 51-53, proto 49-50, channels 42-48, source 40-41, nBytes 0-39.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Key(pub(super) u64);
+
+impl Key {
+    /// None when `n_bytes` does not fit (above 1 TiB).
+    pub fn new(
+        comm: u8,
+        coll: Coll,
+        n_bytes: u64,
+        algo: Algo,
+        proto: Proto,
+        channels: u8,
+        source: Source,
+    ) -> Option<Key> {
+        (n_bytes <= MAX_KEY_BYTES && (comm as usize) < MAX_COMMS).then(|| {
+            Key(KEY_VALID
+                | (comm as u64) << 57
+                | (coll as u64) << 54
+                | (algo as u64) << 51
+                | (proto as u64) << 49
+                | (channels.min(64) as u64) << 42
+                | (source as u64) << 40
+                | n_bytes)
+        })
+    }
+
+    pub(super) fn comm(self) -> u8 {
+        ((self.0 >> 57) & 0x3f) as u8
+    }
+
+    pub(super) fn record(self, b: &Bin) -> Option<TraceRecord> {
+        let v = self.0;
+        let count = b.count.load(Ordering::Acquire);
+        if count == 0 {
+            return None;
+        }
+        Some(TraceRecord {
+            comm: self.comm() as u16,
+            coll: Coll::from_nccl(((v >> 54) & 7) as u32)?,
+            algo: Algo::from_u8(((v >> 51) & 7) as u8)?,
+            proto: Proto::from_u8(((v >> 49) & 3) as u8)?,
+            channels: ((v >> 42) & 0x7f) as u8,
+            source: Source::from_u8(((v >> 40) & 3) as u8)?,
+            n_bytes: v & MAX_KEY_BYTES,
+            count,
+            sum_ln: f64::from_bits(b.sum_ln.load(Ordering::Relaxed)),
+            sum_ln2: f64::from_bits(b.sum_ln2.load(Ordering::Relaxed)),
+            min_ns: u64::MAX - b.min_inv.load(Ordering::Relaxed),
+            max_ns: b.max.load(Ordering::Relaxed),
+        })
+    }
+}
+
+pub(super) fn add_f64(a: &AtomicU64, x: f64) {
+    let mut cur = a.load(Ordering::Relaxed);
+    loop {
+        let new = (f64::from_bits(cur) + x).to_bits();
+        match a.compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// A bin whose communicator finalized and whose record was moved out
+/// ([`retire`]): not a key (bit 63 clear), passed over by lookups and
+/// taken again by a new key.
+pub(super) const TOMBSTONE: u64 = 1;
+/// Claims a lookup retries when other threads took its free bin first.
+pub(super) const CLAIM_TRIES: usize = 4;
+
+/// Adds one collective of `ns` GPU nanoseconds to its bin.
+///
+/// The key's bin, else the first tombstone or empty bin of its probe run
+/// (searched to the first empty bin, so a key is not claimed twice while
+/// it is further on); a key claimed twice all the same (a retire racing a
+/// claim) is merged by the writer.
+pub fn aggregate(key: Key, ns: u64) {
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+    let ns = ns.max(1);
+    // Fibonacci hashing of the key.
+    let start = (key.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 51) as usize;
+    for _ in 0..CLAIM_TRIES {
+        let mut free = None;
+        for p in 0..PROBES {
+            let i = (start + p) % BINS;
+            let k = BIN_TABLE[i].key.load(Ordering::Acquire);
+            if k == key.0 {
+                add_to(&BIN_TABLE[i], ns);
+                return;
+            }
+            if k == TOMBSTONE || k == 0 {
+                free = free.or(Some((i, k)));
+            }
+            if k == 0 {
+                break;
+            }
+        }
+        let Some((i, was)) = free else { break };
+        match BIN_TABLE[i]
+            .key
+            .compare_exchange(was, key.0, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                add_to(&BIN_TABLE[i], ns);
+                return;
+            }
+            Err(now) if now == key.0 => {
+                add_to(&BIN_TABLE[i], ns);
+                return;
+            }
+            Err(_) => {} // another key took it: look again
+        }
+    }
+    DROPPED_TABLE_FULL.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(super) fn add_to(b: &Bin, ns: u64) {
+    let l = (ns as f64).ln();
+    add_f64(&b.sum_ln, l);
+    add_f64(&b.sum_ln2, l * l);
+    b.min_inv.fetch_max(u64::MAX - ns, Ordering::Relaxed);
+    b.max.fetch_max(ns, Ordering::Relaxed);
+    // Last, so a reader that sees the count sees the rest (Release).
+    b.count.fetch_add(1, Ordering::Release);
+}
+
+/// Counts a collective without usable timestamps.
+pub fn untimed() {
+    CHANGES.fetch_add(1, Ordering::Relaxed);
+    UNTIMED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Moves communicator slot `comm`'s records out of the bins (it sends no
+/// more events), leaving tombstones the next keys take.
+pub(super) fn take_bins(comm: u8) -> Vec<TraceRecord> {
+    let mut recs = Vec::new();
+    for b in &BIN_TABLE {
+        let k = b.key.load(Ordering::Acquire);
+        if k & KEY_VALID == 0 || Key(k).comm() != comm {
+            continue;
+        }
+        recs.extend(Key(k).record(b));
+        // Zeroed before the key is freed (Release), so whoever claims the
+        // bin next (Acquire) starts from zero.
+        for a in [&b.count, &b.sum_ln, &b.sum_ln2, &b.min_inv, &b.max] {
+            a.store(0, Ordering::Relaxed);
+        }
+        b.key.store(TOMBSTONE, Ordering::Release);
+    }
+    recs
+}

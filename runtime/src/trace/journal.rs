@@ -1,0 +1,305 @@
+//! The journal: what the tuner answered, for the profiler to link.
+//!
+//! One ring per tuner context (communicator rank): the tuner writes what it
+//! answered for each `getCollInfo` (per collective, a ring of the last
+//! [`JOURNAL_LEN`] answers keyed by `nBytes`; one writer, so a plain head
+//! store), and the profiler takes answers from it to say who chose what
+//! ran. NCCL passes the same `commId` to tuner v5/v6 `init` and profiler
+//! v5/v6 `init`, the tuner's `nBytes` for a collective equals what the
+//! profiler computes from the `Coll` event (type size x count, x nRanks for
+//! AllGather/ReduceScatter), and rank 0's profiler finds rank 0's ring
+//! through [`link_rank0`] (both `init`s run on the rank's thread). An
+//! answer is taken once; a collective NCCL aggregated with others (one
+//! tuner call, `numPipeOps` > 1), one whose pending answers disagree, or
+//! one seen through tuner v2-v4 (no `commId`) is recorded as `unknown`,
+//! never guessed ([`take_answer`]).
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use dyncc_tables::trace::Source;
+use dyncc_tables::{Coll, Decision};
+
+/// Answers kept per communicator and collective.
+pub const JOURNAL_LEN: usize = 16;
+/// Tuner contexts (communicator ranks) with a journal at once.
+pub const MAX_JOURNALS: usize = 256;
+
+/// Serialises taking and giving back rings (tuner init and finalize only;
+/// never taken on `getCollInfo` or an event).
+static RINGS: Mutex<()> = Mutex::new(());
+
+fn lock() -> MutexGuard<'static, ()> {
+    RINGS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One tuner context's recent answers. Written only by its own context
+/// (NCCL calls one communicator's `getCollInfo` from one thread at a
+/// time), read by the profiler of the same communicator id.
+pub struct Journal {
+    /// Per collective: answers written so far (the writer's alone).
+    pub(super) heads: [AtomicUsize; 5],
+    pub(super) answers: [[AtomicU64; JOURNAL_LEN]; 5],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+pub(super) const JOURNAL_EMPTY: Journal = Journal {
+    heads: [const { AtomicUsize::new(0) }; 5],
+    answers: [const { [const { AtomicU64::new(0) }; JOURNAL_LEN] }; 5],
+};
+pub(super) static JOURNALS: [Journal; MAX_JOURNALS] = [JOURNAL_EMPTY; MAX_JOURNALS];
+/// Per journal: 0 when free, else its communicator id + 1 (so id 0 is
+/// usable). Apart from the rings, so the profiler's search of its
+/// communicator's rings reads a few cache lines.
+pub(super) static JOURNAL_TAGS: [AtomicU64; MAX_JOURNALS] =
+    [const { AtomicU64::new(0) }; MAX_JOURNALS];
+/// Per journal: its tuner context is rank 0's (see [`link_rank0`]).
+pub(super) static JOURNAL_RANK0: [AtomicBool; MAX_JOURNALS] =
+    [const { AtomicBool::new(false) }; MAX_JOURNALS];
+
+/// What this thread's communicator init has done so far: NCCL runs one
+/// rank's profiler `init` and tuner `init` on one thread, in one call
+/// (`initTransportsRank`: the profiler's first), and the profiler is told
+/// the rank but the tuner is not; whichever comes second links them.
+#[derive(Clone, Copy)]
+pub(super) enum InitLink {
+    None,
+    /// A rank-0 profiler init of this communicator id waits for its tuner.
+    Rank0Profiler(u64),
+    /// A tuner init of this communicator id took this ring.
+    Tuner(u64, usize),
+}
+
+std::thread_local! {
+    static INIT_LINK: core::cell::Cell<InitLink> = const { core::cell::Cell::new(InitLink::None) };
+}
+
+/// An answer packed in a u64: bit 63 valid, 61-62 source, 58-60 algo,
+/// 56-57 proto, 49-55 channels, 0-48 nBytes (larger sizes never match).
+/// An `Explore` answer that ran NCCL's own choice has algo [`ANSWER_NCCL`];
+/// an aggregated call's answer has source `Unknown`. 0: no answer (never
+/// written, or taken by the profiler).
+pub(super) const ANSWER_VALID: u64 = 1 << 63;
+pub(super) const ANSWER_BYTES: u64 = (1 << 49) - 1;
+/// The algo field of an exploring call that left the choice to NCCL (no
+/// algorithm has this number).
+pub const ANSWER_NCCL: u8 = 7;
+
+/// What the tuner answered for one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    /// Who chose: `Table` when a forced cell was written, `Nccl` when the
+    /// table left the call to NCCL, `Explore` when exploration chose,
+    /// `Unknown` when the call was an aggregate of several collectives.
+    pub source: Source,
+    /// The forced algorithm (meaningful for `Table` and `Explore`;
+    /// [`ANSWER_NCCL`] for an exploring call that ran NCCL's choice).
+    pub algo: u8,
+    /// The forced protocol.
+    pub proto: u8,
+    /// The forced channel count (0: NCCL's).
+    pub channels: u8,
+}
+
+/// Packs one answer (see [`ANSWER_VALID`] for the layout).
+#[inline]
+pub(super) fn pack(n_bytes: usize, source: Source, algo: u8, proto: u8, channels: u8) -> u64 {
+    ANSWER_VALID
+        | (source as u64) << 61
+        | (algo as u64 & 7) << 58
+        | (proto as u64 & 3) << 56
+        | (channels as u64 & 0x7f) << 49
+        | (n_bytes as u64 & ANSWER_BYTES)
+}
+
+pub(super) fn unpack(v: u64) -> Answer {
+    Answer {
+        source: Source::from_u8(((v >> 61) & 3) as u8).unwrap_or(Source::Unknown),
+        algo: ((v >> 58) & 7) as u8,
+        proto: ((v >> 56) & 3) as u8,
+        channels: ((v >> 49) & 0x7f) as u8,
+    }
+}
+
+impl Journal {
+    /// Records the tuner's answer for `(coll, n_bytes)`: the table's
+    /// decision `d`, and whether it was applied (a forced cell written).
+    /// `aggregated` (`numPipeOps > 1`): NCCL asked once for several
+    /// collectives under their summed size, so no collective can be linked
+    /// to this answer: it is recorded as `Unknown`. No lock, no allocation.
+    #[inline]
+    pub fn record(&self, coll: i32, n_bytes: usize, aggregated: bool, d: Decision, applied: bool) {
+        let v = match (d, applied) {
+            _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
+            (
+                Decision::Force {
+                    algo,
+                    proto,
+                    channels,
+                },
+                true,
+            ) => pack(n_bytes, Source::Table, algo as u8, proto as u8, channels),
+            _ => pack(n_bytes, Source::Nccl, 0, 0, 0),
+        };
+        self.publish(coll, v);
+    }
+
+    /// Records an exploring call's answer: `chosen` is the explored setting
+    /// (`Default`: NCCL's own choice), `applied` whether its cell was
+    /// written. A setting NCCL had marked unavailable was not written: the
+    /// call ran NCCL's choice, recorded as `Nccl`. Aggregated calls as in
+    /// [`Journal::record`].
+    #[inline]
+    pub fn record_explore(
+        &self,
+        coll: i32,
+        n_bytes: usize,
+        aggregated: bool,
+        chosen: Decision,
+        applied: bool,
+    ) {
+        let v = match (chosen, applied) {
+            _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
+            (
+                Decision::Force {
+                    algo,
+                    proto,
+                    channels,
+                },
+                true,
+            ) => pack(n_bytes, Source::Explore, algo as u8, proto as u8, channels),
+            (Decision::Default, _) => pack(n_bytes, Source::Explore, ANSWER_NCCL, 0, 0),
+            (Decision::Force { .. }, false) => pack(n_bytes, Source::Nccl, 0, 0, 0),
+        };
+        self.publish(coll, v);
+    }
+
+    /// Appends `v` to `coll`'s ring: the entry first, then the head
+    /// (Release), so a reader that sees the head sees the entry. This
+    /// context is the only writer, so a plain load and store of the head
+    /// is exact (an atomic add would cost more than the rest of
+    /// `getCollInfo`).
+    #[inline]
+    pub(super) fn publish(&self, coll: i32, v: u64) {
+        let (Some(head), Some(ring)) = (
+            self.heads.get(coll as u32 as usize),
+            self.answers.get(coll as u32 as usize),
+        ) else {
+            return;
+        };
+        let h = head.load(Ordering::Relaxed);
+        ring[h % JOURNAL_LEN].store(v, Ordering::Relaxed);
+        head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// The oldest answer for `(coll, n_bytes)` still in this ring, taken
+    /// (cleared, unless the writer has just reused its slot), and whether
+    /// every answer for it in the ring agrees.
+    pub(super) fn take_oldest(&self, coll: usize, n_bytes: u64) -> Option<(u64, bool)> {
+        let head = self.heads[coll].load(Ordering::Acquire);
+        let mut oldest: Option<(usize, u64)> = None;
+        let mut agree = true;
+        for back in 1..=JOURNAL_LEN {
+            let i = head.wrapping_sub(back) % JOURNAL_LEN;
+            let v = self.answers[coll][i].load(Ordering::Acquire);
+            if v & ANSWER_VALID != 0 && v & ANSWER_BYTES == n_bytes {
+                agree &= oldest.is_none_or(|(_, o)| o == v);
+                oldest = Some((i, v));
+            }
+        }
+        let (i, v) = oldest?;
+        // Failure: the writer put a newer answer there; it stays.
+        let _ = self.answers[coll][i].compare_exchange(v, 0, Ordering::AcqRel, Ordering::Relaxed);
+        Some((v, agree))
+    }
+
+    pub(super) fn clear(&self) {
+        for (h, ring) in self.heads.iter().zip(&self.answers) {
+            h.store(0, Ordering::Relaxed);
+            for a in ring {
+                a.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// The tuner's answer for the collective the profiler of communicator
+/// `comm_id` sees now: `(coll, n_bytes)`, from rank 0's ring (the one
+/// [`link_rank0`] marked, or the communicator's only ring in this process;
+/// several rings and none marked: `None`, as another rank's ring may run
+/// ahead of or behind rank 0's events). The oldest answer for it is taken
+/// (cleared), so a later call of the same size cannot find it again; it is
+/// returned only when every answer for it pending in the ring is the same
+/// (several calls of one size answered before their `Coll` events, as in
+/// one group, may differ) and is not an aggregate's. Anything else is
+/// `None` (`unknown`), never a guess. Lock-free, no allocation.
+///
+/// Left: an answer pushed out of its ring before its `Coll` event (more
+/// than [`JOURNAL_LEN`] calls of that collective answered first) lets that
+/// event take a later call's answer of the same size.
+pub fn take_answer(comm_id: u64, coll: Coll, n_bytes: u64) -> Option<Answer> {
+    if n_bytes > ANSWER_BYTES {
+        return None;
+    }
+    let tag = comm_id.wrapping_add(1).max(1);
+    let (mut rank0, mut only, mut rings) = (None, None, 0);
+    for (i, t) in JOURNAL_TAGS.iter().enumerate() {
+        if t.load(Ordering::Acquire) == tag {
+            rings += 1;
+            only = Some(i);
+            if JOURNAL_RANK0[i].load(Ordering::Relaxed) {
+                rank0 = Some(i);
+            }
+        }
+    }
+    let ring = rank0.or(only.filter(|_| rings == 1))?;
+    let (v, agree) = JOURNALS[ring].take_oldest(coll as usize, n_bytes)?;
+    let a = unpack(v);
+    (agree && a.source != Source::Unknown).then_some(a)
+}
+
+/// A profiler `init` of communicator `comm_id` (every rank, tracing on):
+/// links rank 0's profiler to the ring its tuner context takes on this
+/// thread, before or after (see [`InitLink`]).
+pub fn link_rank0(comm_id: u64, rank: i32) {
+    let link = INIT_LINK.with(|l| l.replace(InitLink::None));
+    if rank != 0 {
+        return;
+    }
+    match link {
+        InitLink::Tuner(id, i) if id == comm_id => {
+            JOURNAL_RANK0[i].store(true, Ordering::Relaxed);
+        }
+        _ => INIT_LINK.with(|l| l.set(InitLink::Rank0Profiler(comm_id))),
+    }
+}
+
+/// A ring of its own for a tuner context of communicator `comm_id` (init
+/// only: takes the process lock). `None` when all [`MAX_JOURNALS`] are in
+/// use.
+pub fn journal_acquire(comm_id: u64) -> Option<&'static Journal> {
+    let _g = lock();
+    let tag = comm_id.wrapping_add(1).max(1);
+    let i = JOURNAL_TAGS
+        .iter()
+        .position(|t| t.load(Ordering::Relaxed) == 0)?;
+    JOURNALS[i].clear();
+    let link = INIT_LINK.with(|l| l.replace(InitLink::None));
+    let rank0 = matches!(link, InitLink::Rank0Profiler(id) if id == comm_id);
+    if !rank0 {
+        INIT_LINK.with(|l| l.set(InitLink::Tuner(comm_id, i)));
+    }
+    JOURNAL_RANK0[i].store(rank0, Ordering::Relaxed);
+    JOURNAL_TAGS[i].store(tag, Ordering::Release);
+    Some(&JOURNALS[i])
+}
+
+/// Gives back [`journal_acquire`]'s ring (the tuner's finalize only).
+pub fn journal_release(j: &'static Journal) {
+    let _g = lock();
+    let i = (j as *const Journal as usize - JOURNALS.as_ptr() as usize) / size_of::<Journal>();
+    if let Some(t) = JOURNAL_TAGS.get(i) {
+        t.store(0, Ordering::Release);
+        JOURNAL_RANK0[i].store(false, Ordering::Relaxed);
+    }
+}
