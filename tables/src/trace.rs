@@ -19,9 +19,12 @@ use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PRO
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
 /// Major version written. 2 added the platform and GPU of the table that
-/// ran (where 1 had reserved zeros); a reader reads every major from
+/// ran (where 1 had reserved zeros); 3 added the shapes (calls the tuner
+/// answered per communicator, collective and size bucket, against which
+/// the records say how much was recorded: the plugin stops recording a
+/// shape once it has the evidence). A reader reads every major from
 /// [`TRACE_MAJOR_OLDEST`] to this one and refuses any other.
-pub const TRACE_MAJOR: u16 = 2;
+pub const TRACE_MAJOR: u16 = 3;
 /// Oldest major still read (traces outlive releases).
 pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// Minor version: additions a major-1 reader may ignore.
@@ -35,6 +38,16 @@ pub const TRACE_HEADER_LEN: usize = 88;
 pub const TRACE_COMM_LEN: usize = 24;
 /// Length of one record.
 pub const TRACE_RECORD_LEN: usize = 56;
+/// Length of one shape entry (major 3).
+pub const TRACE_SHAPE_LEN: usize = 16;
+/// Most shape entries a file holds (major 3): the writer keeps the first
+/// ones and counts no more.
+pub const MAX_TRACE_SHAPES: usize = 2048;
+/// Recorded collectives per side (NCCL's choice, a forced setting) of one
+/// shape that make the evidence a traced comparison needs (the compiler's
+/// rule, `ingest::traces::rule::MIN_CALLS`): the plugin keeps a shape
+/// traced until each side it saw there has this many.
+pub const MIN_CALLS_PER_SIDE: u64 = 5;
 /// Longest host, job id, platform, GPU or communicator name kept (longer ones are cut on
 /// a character boundary by the writer).
 pub const MAX_TRACE_STR: usize = 255;
@@ -152,6 +165,24 @@ pub struct TraceRecord {
     pub min_ns: u64,
     /// Longest GPU time, ns.
     pub max_ns: u64,
+}
+
+/// One shape (communicator, collective, size bucket) the recording rank's
+/// tuner answered calls at (major 3). The records of that communicator and
+/// collective whose size falls in the bucket hold the collectives that
+/// were recorded; the rest ran while the plugin had stopped recording the
+/// shape (it had the evidence), or could not be linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceShape {
+    /// Index into the file's communicators.
+    pub comm: u16,
+    /// Collective.
+    pub coll: Coll,
+    /// Size bucket (`crate::size_bucket` of the tuner's `nBytes`).
+    pub bucket: u8,
+    /// Calls the tuner answered there, one per collective (calls NCCL
+    /// aggregated over several collectives are not counted).
+    pub calls: u64,
 }
 
 impl TraceRecord {
@@ -319,6 +350,7 @@ pub struct Trace<'a> {
     comms: &'a [u8],
     n_comms: u32,
     records: &'a [u8],
+    shapes: &'a [u8],
 }
 
 fn bad(offset: usize, what: &'static str) -> TraceError {
@@ -396,8 +428,17 @@ impl<'a> Trace<'a> {
         if flags & !FLAG_HAS_TABLE != 0 {
             return Err(bad(21, "flags 0 or 1"));
         }
-        if h.u16(22) != 0 || h.u64(80) != 0 || (major < 2 && h.u32(52) != 0) {
+        // Major 3: the number of shapes at 80 (reserved 0 before).
+        if h.u16(22) != 0
+            || h.u32(84) != 0
+            || (major < 3 && h.u32(80) != 0)
+            || (major < 2 && h.u32(52) != 0)
+        {
             return Err(bad(22, "reserved fields of zero"));
+        }
+        let n_shapes = h.u32(80);
+        if n_shapes as usize > MAX_TRACE_SHAPES {
+            return Err(bad(80, "at most 2048 shapes"));
         }
         // Major 2: the lengths of the platform and GPU strings.
         let (platform_len, gpu_len) = (h.u16(52) as usize, h.u16(54) as usize);
@@ -433,7 +474,9 @@ impl<'a> Trace<'a> {
             at += TRACE_COMM_LEN + name_len;
         }
         let comms = &bytes[comms_at..at];
-        let need = at as u64 + n_records as u64 * TRACE_RECORD_LEN as u64;
+        let need = at as u64
+            + n_records as u64 * TRACE_RECORD_LEN as u64
+            + n_shapes as u64 * TRACE_SHAPE_LEN as u64;
         if need != bytes.len() as u64 {
             return Err(if need > bytes.len() as u64 {
                 TraceError::Truncated {
@@ -447,9 +490,13 @@ impl<'a> Trace<'a> {
                 }
             });
         }
-        let records = &bytes[at..];
+        let shapes_at = at + n_records as usize * TRACE_RECORD_LEN;
+        let (records, shapes) = (&bytes[at..shapes_at], &bytes[shapes_at..]);
         for (i, r) in records.chunks_exact(TRACE_RECORD_LEN).enumerate() {
             check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN)?;
+        }
+        for (i, s) in shapes.chunks_exact(TRACE_SHAPE_LEN).enumerate() {
+            check_shape(Le(s), n_comms, shapes_at + i * TRACE_SHAPE_LEN)?;
         }
         Ok(Trace {
             head: TraceHead {
@@ -468,6 +515,7 @@ impl<'a> Trace<'a> {
             comms,
             n_comms,
             records,
+            shapes,
         })
     }
 
@@ -513,6 +561,37 @@ impl<'a> Trace<'a> {
     pub fn n_records(&self) -> usize {
         self.records.len() / TRACE_RECORD_LEN
     }
+
+    /// The shapes the recording ranks' tuners answered at, with their
+    /// calls (major 3; none in older files, which recorded every call they
+    /// linked).
+    pub fn shapes(&self) -> impl Iterator<Item = TraceShape> + 'a {
+        self.shapes.chunks_exact(TRACE_SHAPE_LEN).filter_map(|s| {
+            let s = Le(s);
+            Some(TraceShape {
+                comm: s.u16(0),
+                coll: Coll::from_nccl(s.u8(2) as u32)?,
+                bucket: s.u8(3),
+                calls: s.u64(8),
+            })
+        })
+    }
+}
+
+fn check_shape(s: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
+    if s.u16(0) as u32 >= n_comms {
+        return Err(bad(at, "a communicator index below the communicator count"));
+    }
+    if s.u8(2) as usize >= NUM_COLLS {
+        return Err(bad(at + 2, "a collective 0-4"));
+    }
+    if s.u32(4) != 0 {
+        return Err(bad(at + 4, "a reserved field of zero"));
+    }
+    if s.u64(8) == 0 {
+        return Err(bad(at + 8, "calls >= 1"));
+    }
+    Ok(())
 }
 
 fn check_record(r: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
@@ -587,6 +666,22 @@ pub fn encode(
     comms: &[TraceComm<'_>],
     records: &[TraceRecord],
 ) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    encode_with_shapes(head, comms, records, &[])
+}
+
+/// [`encode`] with the shapes the recording ranks' tuners answered at
+/// (at most [`MAX_TRACE_SHAPES`]; a shape's comm index out of range or
+/// calls 0 fails like a bad record).
+#[cfg(feature = "alloc")]
+pub fn encode_with_shapes(
+    head: &TraceHead<'_>,
+    comms: &[TraceComm<'_>],
+    records: &[TraceRecord],
+    shapes: &[TraceShape],
+) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    if shapes.len() > MAX_TRACE_SHAPES {
+        return Err(bad(80, "at most 2048 shapes"));
+    }
     use alloc::string::String;
     use alloc::vec::Vec;
     let clean = |s: &str| -> String {
@@ -624,7 +719,8 @@ pub fn encode(
     out.extend_from_slice(&head.dropped_table_full.to_le_bytes());
     out.extend_from_slice(&head.dropped_pool_full.to_le_bytes());
     out.extend_from_slice(&head.untimed.to_le_bytes());
-    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&(shapes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
     debug_assert_eq!(out.len(), TRACE_HEADER_LEN);
     out.extend_from_slice(host.as_bytes());
     out.extend_from_slice(job.as_bytes());
@@ -657,6 +753,11 @@ pub fn encode(
         out.extend_from_slice(&r.sum_ln2.to_le_bytes());
         out.extend_from_slice(&r.min_ns.to_le_bytes());
         out.extend_from_slice(&r.max_ns.to_le_bytes());
+    }
+    for s in shapes {
+        out.extend_from_slice(&s.comm.to_le_bytes());
+        out.extend_from_slice(&[s.coll as u8, s.bucket, 0, 0, 0, 0]);
+        out.extend_from_slice(&s.calls.to_le_bytes());
     }
     if out.len() > MAX_TRACE_LEN {
         return Err(TraceError::TooLarge {
