@@ -12,16 +12,16 @@
 //! setting). Only the bits dyncc added are ever taken away; an explored
 //! cell keeps them all on; profiler v4 (NCCL 2.27) is never lowered.
 //!
-//! Counting: [`WANTING`] is the number of (shape, side) still short of the
+//! Counting: `WANTING` is the number of (shape, side) still short of the
 //! evidence plus the shapes the tuner saw that nothing recorded yet;
-//! [`EXPLORING`] the explored shapes. Each is changed by the one thread
+//! `EXPLORING` the explored shapes. Each is changed by the one thread
 //! that sees the event (the tuner's for a new shape, the profiler's for a
 //! recorded side); the mask is lowered when both reach 0 and raised by a
 //! new or explored shape. Lock-free; the mask writes are relaxed atomics on
 //! NCCL's `int`, as NCCL's reads are.
 
 use core::ffi::c_int;
-use core::sync::atomic::{AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 pub use dyncc_tables::trace::MIN_CALLS_PER_SIDE;
 
@@ -35,11 +35,6 @@ static ADDED: AtomicI32 = AtomicI32::new(0);
 static WANTING: AtomicI64 = AtomicI64::new(0);
 /// Shapes a communicator explores (kept raised while they exist).
 static EXPLORING: AtomicI64 = AtomicI64::new(0);
-/// Whether the mask is lowered now (for the tests and the trace).
-static LOWERED: AtomicBool = AtomicBool::new(false);
-/// Times the mask was lowered and raised again (said in the trace's
-/// communicator log line at finalize, and in tests).
-static LOWERINGS: AtomicU64 = AtomicU64::new(0);
 
 /// NCCL's mask as an atomic.
 fn mask() -> Option<&'static AtomicI32> {
@@ -65,25 +60,12 @@ pub unsafe fn arm(p: *mut c_int, abi: u8, bits: c_int) {
     }
     ADDED.fetch_or(bits, Ordering::Relaxed);
     MASK.store(p, Ordering::Release);
-    // The init has just set the bits (raised).
-    LOWERED.store(false, Ordering::Relaxed);
-}
-
-/// Whether the mask is lowered now.
-pub fn lowered() -> bool {
-    LOWERED.load(Ordering::Relaxed)
-}
-
-/// How many times the mask was lowered so far.
-pub fn lowerings() -> u64 {
-    LOWERINGS.load(Ordering::Relaxed)
 }
 
 /// Gives the bits back (a new or explored shape). Cold: once per shape.
 #[cold]
 fn raise() {
     if let Some(m) = mask() {
-        LOWERED.store(false, Ordering::Relaxed);
         m.fetch_or(ADDED.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 }
@@ -97,8 +79,6 @@ fn maybe_lower() {
     }
     let bits = ADDED.load(Ordering::Relaxed);
     m.fetch_and(!bits, Ordering::Relaxed);
-    LOWERED.store(true, Ordering::Relaxed);
-    LOWERINGS.fetch_add(1, Ordering::Relaxed);
     if WANTING.load(Ordering::Acquire) > 0 || EXPLORING.load(Ordering::Acquire) > 0 {
         raise();
     }
