@@ -1246,3 +1246,16 @@ fn strong_evidence_from_jobs_overrules_the_sweep_and_says_so() {
     assert_eq!(dis["sweep_runs"], 8, "{tr}");
     assert_eq!(dis["paired"], 4, "{tr}");
 }
+
+/// The plugin stops recording a shape once each side has the calls the
+/// compiler's evidence rule asks for: both must read the same number (the
+/// plugin's `dyncc_tables::trace::MIN_CALLS_PER_SIDE`, the compiler's
+/// `rule::MIN_CALLS`), or the plugin would stop short of evidence the
+/// compiler then refuses.
+#[test]
+fn the_plugin_stops_recording_at_the_compilers_evidence_rule() {
+    assert_eq!(
+        dyncc::ingest::traces::rule::MIN_CALLS,
+        dyncc_tables::trace::MIN_CALLS_PER_SIDE
+    );
+}
