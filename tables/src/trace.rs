@@ -905,4 +905,45 @@ mod tests {
             Err(TraceError::TooLarge { .. })
         ));
     }
+
+    /// Major 3's shapes round-trip; a shape naming no communicator, or
+    /// with no calls, is refused by the writer; a major-2 file claiming
+    /// shapes (its offset 80 was reserved) is refused by the reader.
+    #[test]
+    fn shapes_round_trip_and_bad_ones_are_refused() {
+        let t0 = sample();
+        let t = Trace::from_bytes(&t0).unwrap();
+        let head = *t.head();
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        let shape = TraceShape {
+            comm: 0,
+            coll: Coll::AllGather,
+            bucket: 77,
+            calls: 900,
+        };
+        let bytes = encode_with_shapes(&head, &comms, &recs, &[shape]).unwrap();
+        let back = Trace::from_bytes(&bytes).unwrap();
+        assert_eq!(back.shapes().collect::<alloc::vec::Vec<_>>(), [shape]);
+        assert_eq!(back.records().count(), recs.len());
+        for bad in [
+            TraceShape { comm: 1, ..shape },
+            TraceShape { calls: 0, ..shape },
+        ] {
+            assert!(
+                encode_with_shapes(&head, &comms, &recs, &[bad]).is_err(),
+                "{bad:?}"
+            );
+        }
+        // The same file said to be major 2: its shape count is a reserved
+        // field that is not zero.
+        let mut old = bytes.clone();
+        old[8..10].copy_from_slice(&2u16.to_le_bytes());
+        let crc = file_crc(&old);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Trace::from_bytes(&old),
+            Err(TraceError::BadField { offset: 22, .. })
+        ));
+    }
 }
