@@ -118,7 +118,10 @@ impl Standin {
             .env_remove("DYNCC_STRICT")
             .env_remove("DYNCC_NCCL_MISMATCH")
             .env_remove("DYNCC_EXPLORE")
-            .env_remove("DYNCC_TRACE");
+            .env_remove("DYNCC_TRACE")
+            // These tests check that every collective fed is recorded:
+            // the mask is never lowered (the mask tests below unset it).
+            .env("DYNCC_TRACE_ALL", "1");
         if let Some(t) = trace {
             cmd.env("DYNCC_TRACE", t);
         }
@@ -1072,5 +1075,142 @@ fn eval_traces_refuses_a_damaged_trace_naming_it() {
         err.contains(f.to_str().unwrap())
             && err.contains("not a valid dyncc trace file: trace checksum mismatch"),
         "{err}"
+    );
+}
+
+/// The event mask NCCL read for each of rank 0's calls in a
+/// `STANDIN_PHASES` run: `masks[phase][i]`.
+fn phase_masks(out: &str, calls: usize) -> [Vec<i32>; 3] {
+    let mut m: [Vec<i32>; 3] = Default::default();
+    for l in out.lines().filter_map(|l| l.strip_prefix("callmask ")) {
+        let v: Vec<i32> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+        m[v[0] as usize].push(v[2]);
+    }
+    for p in &m {
+        assert_eq!(p.len(), calls, "{out}");
+    }
+    m
+}
+
+/// `Coll | KernelCh`: the events a recording rank's init adds.
+const TRACE_BITS: i32 = (1 << 1) | (1 << 6);
+
+/// A `STANDIN_PHASES` run of `calls` calls per phase, the mask left to
+/// the plugin (no `DYNCC_TRACE_ALL`).
+fn run_phases(s: &Standin, abi: &str, calls: usize, explore: bool) -> String {
+    let n = calls.to_string();
+    let args = [abi, n.as_str(), "finalize"];
+    let mut cmd = s.command(&[], &args, Some(&s.traces));
+    cmd.env("STANDIN_PHASES", "1").env_remove("DYNCC_TRACE_ALL");
+    if explore {
+        cmd.env("DYNCC_EXPLORE", "0.1");
+    }
+    let out = cmd.output().unwrap();
+    stdout_of(&out, &args)
+}
+
+/// Tracing whose cost stops (NCCL 2.28+): the mask comes down once every
+/// shape rank 0's tuner saw has 5 recorded collectives per side, goes up at
+/// the next call of a new size, and down again once that one has its
+/// evidence; an old shape's calls then leave it down. The trace says how
+/// much was recorded: per shape, the calls the tuner answered, beside the
+/// records. Failed before: the mask was never lowered.
+#[test]
+fn the_mask_comes_down_with_the_evidence_and_goes_up_for_a_new_shape() {
+    let s = Standin::new();
+    const CALLS: usize = 40;
+    let out = run_phases(&s, "6", CALLS, false);
+    assert!(!out.contains("WARN"), "{out}");
+    let m = phase_masks(&out, CALLS);
+    let up = |v: i32| v & TRACE_BITS == TRACE_BITS;
+    // Phase 0: two shapes alternating; 5 each recorded by call 9.
+    assert!(m[0][..10].iter().all(|&v| up(v)), "{:?}", m[0]);
+    assert!(m[0][10..].iter().all(|&v| !up(v)), "lowered: {:?}", m[0]);
+    assert!(
+        m[0][10..].iter().all(|&v| v == 0),
+        "only dyncc's bits go: {:?}",
+        m[0]
+    );
+    // Phase 1: a new size raises it at its first call (NCCL reads the mask
+    // before the tuner call, so real NCCL records from the second), until
+    // its 5 are recorded.
+    assert!(m[1][1..5].iter().all(|&v| up(v)), "raised: {:?}", m[1]);
+    assert!(
+        m[1][6..].iter().all(|&v| !up(v)),
+        "lowered again: {:?}",
+        m[1]
+    );
+    // Phase 2: a shape already evidenced leaves it down.
+    assert!(m[2].iter().all(|&v| !up(v)), "{:?}", m[2]);
+    let files = s.trace_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let bytes = std::fs::read(&files[0]).unwrap();
+    let t = Trace::from_bytes(&bytes).unwrap();
+    let recorded = |n: u64| -> u64 {
+        t.records()
+            .filter(|r| r.n_bytes == n)
+            .map(|r| r.count)
+            .sum()
+    };
+    let seen = |n: u64| -> u64 {
+        t.shapes()
+            .filter(|s| s.coll == Coll::AllReduce && s.bucket == size_bucket(n))
+            .map(|s| s.calls)
+            .sum()
+    };
+    // 4096 bytes: half of phase 0 and all of phase 2.
+    let calls = CALLS as u64;
+    assert_eq!(
+        (recorded(4096), seen(4096)),
+        (5, calls / 2 + calls),
+        "{out}"
+    );
+    assert_eq!((recorded(65536), seen(65536)), (5, calls / 2));
+    assert!(
+        (5..=6).contains(&recorded(1 << 20)),
+        "{}",
+        recorded(1 << 20)
+    );
+    assert_eq!(seen(1 << 20), calls);
+}
+
+/// On NCCL 2.27 (profiler v4) the mask is never lowered (there, KernelCh
+/// in the mask decides which CUDA-graph-captured collectives NCCL's
+/// sequence numbers count: runtime/README.md), where the same run on 2.28
+/// lowers it. Failed before on the 2.28 half: nothing was ever lowered.
+#[test]
+fn the_mask_is_never_lowered_on_2_27() {
+    const CALLS: usize = 30;
+    let s = Standin::new();
+    let m = phase_masks(&run_phases(&s, "5", CALLS, false), CALLS);
+    assert!(
+        m[2].iter().all(|&v| v & TRACE_BITS == 0),
+        "2.28 lowers: {m:?}"
+    );
+    let s = Standin::new();
+    let m = phase_masks(&run_phases(&s, "4", CALLS, false), CALLS);
+    assert!(
+        m.iter().flatten().all(|&v| v & TRACE_BITS == TRACE_BITS),
+        "2.27 keeps every call traced: {m:?}"
+    );
+}
+
+/// A communicator exploring a shape keeps the mask up for as long as it
+/// lives (every explored call is recorded); the same run without
+/// exploration lowers it. Failed before on the second half.
+#[test]
+fn explored_cells_keep_the_mask_up() {
+    const CALLS: usize = 30;
+    let s = Standin::with_table(standin_table_unconfirmed());
+    let m = phase_masks(&run_phases(&s, "6", CALLS, true), CALLS);
+    assert!(
+        m.iter().flatten().all(|&v| v & TRACE_BITS == TRACE_BITS),
+        "exploring: {m:?}"
+    );
+    let s = Standin::with_table(standin_table_unconfirmed());
+    let m = phase_masks(&run_phases(&s, "6", CALLS, false), CALLS);
+    assert!(
+        m[2].iter().all(|&v| v & TRACE_BITS == 0),
+        "not exploring: {m:?}"
     );
 }

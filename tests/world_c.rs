@@ -263,6 +263,9 @@ fn without_a_table_every_call_runs_nccls_default() {
                 ("WORLD_RANKS", ranks),
                 ("WORLD_NCCL_VERSION", SIMULATED_NCCL),
                 ("DYNCC_TRACE", traces.to_str().unwrap()),
+                // Every call recorded (the mask is never lowered), so
+                // rank 0's records can be checked against every call.
+                ("DYNCC_TRACE_ALL", "1"),
             ],
         );
         let s = &r.summary;

@@ -763,7 +763,9 @@ pub enum Deployed {
 ///   at least [`Z_SWEPT`].
 pub mod rule {
     /// Fewest calls on each side of a comparison.
-    pub const MIN_CALLS: u64 = 5;
+    /// Defined by the tables crate, which the plugin reads too: it stops
+    /// recording a shape once each side has this many.
+    pub const MIN_CALLS: u64 = dyncc_tables::trace::MIN_CALLS_PER_SIDE;
     /// Fewest communicators (both sides together, at least one each) where
     /// sides are paired across communicators.
     pub const MIN_COMMS_ACROSS: usize = 3;

@@ -1008,14 +1008,35 @@ unsafe extern "C" fn get_coll_info_exploring(
         // SAFETY: NCCL's contract (see get_coll_info_table).
         let applied = unsafe { apply(chosen, table, num_algo, num_proto, n_channels) };
         if let Some(j) = ctx.journal {
-            if explored {
-                j.record_explore(coll_type, n_bytes, num_pipe_ops > 1, chosen, applied);
-            } else {
-                j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
-            }
+            journal_exploring(
+                j,
+                coll_type,
+                n_bytes,
+                num_pipe_ops,
+                (d, chosen, explored, applied),
+            );
         }
     });
     NCCL_SUCCESS
+}
+
+/// An exploring call's answer, recorded for the profiler (traced only).
+/// Out of line, so an exploring communicator that is not traced does not
+/// pay for the journal's code in registers (6 instructions per call when
+/// inlined).
+#[inline(never)]
+fn journal_exploring(
+    j: &trace::Journal,
+    coll_type: c_int,
+    n_bytes: usize,
+    num_pipe_ops: c_int,
+    (d, chosen, explored, applied): (Decision, Decision, bool, bool),
+) {
+    if explored {
+        j.record_explore(coll_type, n_bytes, num_pipe_ops > 1, chosen, applied);
+    } else {
+        j.record(coll_type, n_bytes, num_pipe_ops > 1, d, applied);
+    }
 }
 
 /// `destroy` (v2-v4) and `finalize` (v5, v6).

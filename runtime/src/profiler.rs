@@ -7,7 +7,10 @@
 //! timestamps) a communicator's rank 0 records what ran (see
 //! [`crate::trace`]) and its `init` adds `Coll` and `KernelCh` to the mask;
 //! NCCL's mask is process-wide, so the other ranks get the events too and
-//! return NULL handles. No `init` ever lowers the mask. On v4 (NCCL 2.27,
+//! return NULL handles. No `init` ever lowers the mask; from profiler v5
+//! on, the bits an `init` added are taken away once every shape seen has
+//! its evidence and given back for a new shape ([`crate::trace::mask`];
+//! `DYNCC_TRACE_ALL=1` keeps them). On v4 (NCCL 2.27,
 //! which starts Coll events only under a non-NULL Group handle) a
 //! recording rank's Group events get a constant handle. v1-v3 have no GPU
 //! timestamps: one WARN, no events. The event callbacks never allocate, lock, log or block; any
@@ -57,6 +60,13 @@ const _: () = assert!(GROUP_HANDLE & 0b1110 != 0b1000);
 /// One WARN per process for an unusable DYNCC_TRACE directory.
 static WARNED_DIR: AtomicBool = AtomicBool::new(false);
 
+/// `DYNCC_TRACE_ALL=1`: record every collective, never lowering NCCL's
+/// event mask once the shapes have their evidence (the cost of tracing then
+/// never stops). Read at init only.
+fn trace_all() -> bool {
+    std::env::var_os("DYNCC_TRACE_ALL").is_some_and(|v| v == "1")
+}
+
 fn c_str(p: *const c_char) -> Option<&'static [u8]> {
     // SAFETY: NCCL passes NULL, NUL-terminated static strings
     // (ncclFuncToString and friends) or the communicator's name, valid for
@@ -103,8 +113,17 @@ unsafe fn init_common(
         // never lower it (another communicator, or NCCL itself, may want
         // events; the other ranks' events simply get NULL handles).
         if c.recording.is_some() && !mask.is_null() {
-            // SAFETY: NCCL passes a writable mask.
-            unsafe { mask.write(mask.read() | TRACE_MASK) };
+            // SAFETY: NCCL passes its event mask, an aligned int that lives
+            // while NCCL is loaded, which NCCL reads with relaxed atomics.
+            let m = unsafe { core::sync::atomic::AtomicI32::from_ptr(mask) };
+            let before = m.fetch_or(TRACE_MASK, Ordering::Relaxed);
+            // Only the bits added here are ever taken away again, only
+            // from profiler v5 on, and never with DYNCC_TRACE_ALL=1
+            // (trace::mask).
+            if !trace_all() {
+                // SAFETY: as above.
+                unsafe { trace::mask::arm(mask, abi, TRACE_MASK & !before) };
+            }
         }
         if !ctx.is_null() {
             // SAFETY: as above.
@@ -210,10 +229,8 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
     let channels = d.nChannels.min(64);
-    let source = match ctx
-        .comm_id
-        .and_then(|id| trace::take_answer(id, coll, n_bytes))
-    {
+    let ring = ctx.comm_id.and_then(trace::profiled_ring);
+    let source = match ring.and_then(|r| trace::take_answer_in(r, coll, n_bytes)) {
         None => Source::Unknown,
         Some(a) if a.source == Source::Table || a.source == Source::Explore => {
             // The forced setting ran only if NCCL ran its algorithm,
@@ -231,6 +248,11 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
         }
         Some(a) => a.source,
     };
+    if let Some(r) = ring {
+        // Evidence for the shape's side: the mask comes down once every
+        // shape has enough (trace::mask).
+        trace::note_recorded(r, coll, n_bytes, source);
+    }
     let Some(key) = Key::new(comm, coll, n_bytes, algo, proto, channels, source) else {
         return core::ptr::null_mut();
     };

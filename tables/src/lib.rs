@@ -89,6 +89,6 @@ pub use raw::{
 pub use specialised::Specialised;
 pub use table::{digest, ContextView, Coverage, Lookup, SplitStep, Table, TreeView, META_SWEEP};
 pub use trace::{
-    Source, Trace, TraceComm, TraceError, TraceHead, TraceRecord, MAX_TRACE_LEN, TRACE_MAGIC,
-    TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,
+    Source, Trace, TraceComm, TraceError, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN,
+    TRACE_MAGIC, TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,
 };

@@ -19,8 +19,11 @@ use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PRO
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
 /// Major version written. 2 added the platform and GPU of the table that
-/// ran (where 1 had reserved zeros); 3 the fingerprint of the sweep that
-/// table was compiled from (flag bit 1, offset 80, reserved zeros before).
+/// ran (where 1 had reserved zeros); 3 added the shapes (calls the tuner
+/// answered per communicator, collective and size bucket, against which
+/// the records say how much was recorded: the plugin stops recording a
+/// shape once it has the evidence), and the fingerprint of the sweep the
+/// table that ran was compiled from (flag bit 1, a header 8 bytes longer).
 /// A reader reads every major from [`TRACE_MAJOR_OLDEST`] to this one and
 /// refuses any other.
 pub const TRACE_MAJOR: u16 = 3;
@@ -31,12 +34,24 @@ pub const TRACE_MINOR: u16 = 0;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
 /// below it, and a reader refuses anything longer.
 pub const MAX_TRACE_LEN: usize = 1 << 20;
-/// Header length.
-pub const TRACE_HEADER_LEN: usize = 88;
+/// Header length (major 3).
+pub const TRACE_HEADER_LEN: usize = 96;
+/// Header length of majors 1 and 2 (no sweep fingerprint).
+pub const TRACE_HEADER_LEN_V2: usize = 88;
 /// Fixed part of a communicator entry (its name follows).
 pub const TRACE_COMM_LEN: usize = 24;
 /// Length of one record.
 pub const TRACE_RECORD_LEN: usize = 56;
+/// Length of one shape entry (major 3).
+pub const TRACE_SHAPE_LEN: usize = 16;
+/// Most shape entries a file holds (major 3): the writer keeps the first
+/// ones and counts no more.
+pub const MAX_TRACE_SHAPES: usize = 2048;
+/// Recorded collectives per side (NCCL's choice, a forced setting) of one
+/// shape that make the evidence a traced comparison needs (the compiler's
+/// rule, `ingest::traces::rule::MIN_CALLS`): the plugin keeps a shape
+/// traced until each side it saw there has this many.
+pub const MIN_CALLS_PER_SIDE: u64 = 5;
 /// Longest host, job id, platform, GPU or communicator name kept (longer ones are cut on
 /// a character boundary by the writer).
 pub const MAX_TRACE_STR: usize = 255;
@@ -159,6 +174,24 @@ pub struct TraceRecord {
     pub min_ns: u64,
     /// Longest GPU time, ns.
     pub max_ns: u64,
+}
+
+/// One shape (communicator, collective, size bucket) the recording rank's
+/// tuner answered calls at (major 3). The records of that communicator and
+/// collective whose size falls in the bucket hold the collectives that
+/// were recorded; the rest ran while the plugin had stopped recording the
+/// shape (it had the evidence), or could not be linked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceShape {
+    /// Index into the file's communicators.
+    pub comm: u16,
+    /// Collective.
+    pub coll: Coll,
+    /// Size bucket (`crate::size_bucket` of the tuner's `nBytes`).
+    pub bucket: u8,
+    /// Calls the tuner answered there, one per collective (calls NCCL
+    /// aggregated over several collectives are not counted).
+    pub calls: u64,
 }
 
 impl TraceRecord {
@@ -308,7 +341,7 @@ impl Le<'_> {
 }
 
 const FLAG_HAS_TABLE: u8 = 1;
-/// Major 3: offset 80 holds the sweep fingerprint.
+/// Major 3: offset 88 holds the sweep fingerprint.
 const FLAG_HAS_SWEEP: u8 = 2;
 
 /// CRC-32 of the whole file with its CRC field (bytes 16..20) taken as
@@ -328,6 +361,7 @@ pub struct Trace<'a> {
     comms: &'a [u8],
     n_comms: u32,
     records: &'a [u8],
+    shapes: &'a [u8],
 }
 
 fn bad(offset: usize, what: &'static str) -> TraceError {
@@ -368,12 +402,13 @@ impl<'a> Trace<'a> {
                 len: bytes.len() as u64,
             });
         }
-        let h = Le(take(bytes, 0, TRACE_HEADER_LEN).map_err(|_| {
+        // Every major's header starts with the 88 bytes of majors 1 and 2.
+        let h = Le(take(bytes, 0, TRACE_HEADER_LEN_V2).map_err(|_| {
             if bytes.len() >= 8 && bytes[..8] != TRACE_MAGIC {
                 TraceError::BadMagic
             } else {
                 TraceError::Truncated {
-                    need: TRACE_HEADER_LEN as u64,
+                    need: TRACE_HEADER_LEN_V2 as u64,
                     have: bytes.len() as u64,
                 }
             }
@@ -410,16 +445,38 @@ impl<'a> Trace<'a> {
         if flags & !known_flags != 0 {
             return Err(bad(21, "flags 0 to 3 (major 3) or 0 and 1 (majors 1, 2)"));
         }
-        let has_sweep = flags & FLAG_HAS_SWEEP != 0;
-        if h.u16(22) != 0 || (!has_sweep && h.u64(80) != 0) || (major < 2 && h.u32(52) != 0) {
+        let header_len = if major >= 3 {
+            TRACE_HEADER_LEN
+        } else {
+            TRACE_HEADER_LEN_V2
+        };
+        let sweep = if major >= 3 {
+            let s = Le(take(bytes, 0, TRACE_HEADER_LEN)?).u64(88);
+            if flags & FLAG_HAS_SWEEP == 0 && s != 0 {
+                return Err(bad(88, "a sweep fingerprint of 0 when flag bit 1 is clear"));
+            }
+            (flags & FLAG_HAS_SWEEP != 0).then_some(s)
+        } else {
+            None
+        };
+        // Major 3: the number of shapes at 80 (reserved 0 before).
+        if h.u16(22) != 0
+            || h.u32(84) != 0
+            || (major < 3 && h.u32(80) != 0)
+            || (major < 2 && h.u32(52) != 0)
+        {
             return Err(bad(22, "reserved fields of zero"));
+        }
+        let n_shapes = h.u32(80);
+        if n_shapes as usize > MAX_TRACE_SHAPES {
+            return Err(bad(80, "at most 2048 shapes"));
         }
         // Major 2: the lengths of the platform and GPU strings.
         let (platform_len, gpu_len) = (h.u16(52) as usize, h.u16(54) as usize);
         let n_comms = h.u32(40);
         let n_records = h.u32(44);
         let (host_len, job_len) = (h.u16(48) as usize, h.u16(50) as usize);
-        let mut at = TRACE_HEADER_LEN;
+        let mut at = header_len;
         let host = text(bytes, at, host_len)?;
         at += host_len;
         let job_id = text(bytes, at, job_len)?;
@@ -448,7 +505,9 @@ impl<'a> Trace<'a> {
             at += TRACE_COMM_LEN + name_len;
         }
         let comms = &bytes[comms_at..at];
-        let need = at as u64 + n_records as u64 * TRACE_RECORD_LEN as u64;
+        let need = at as u64
+            + n_records as u64 * TRACE_RECORD_LEN as u64
+            + n_shapes as u64 * TRACE_SHAPE_LEN as u64;
         if need != bytes.len() as u64 {
             return Err(if need > bytes.len() as u64 {
                 TraceError::Truncated {
@@ -462,9 +521,13 @@ impl<'a> Trace<'a> {
                 }
             });
         }
-        let records = &bytes[at..];
+        let shapes_at = at + n_records as usize * TRACE_RECORD_LEN;
+        let (records, shapes) = (&bytes[at..shapes_at], &bytes[shapes_at..]);
         for (i, r) in records.chunks_exact(TRACE_RECORD_LEN).enumerate() {
             check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN)?;
+        }
+        for (i, s) in shapes.chunks_exact(TRACE_SHAPE_LEN).enumerate() {
+            check_shape(Le(s), n_comms, shapes_at + i * TRACE_SHAPE_LEN)?;
         }
         Ok(Trace {
             head: TraceHead {
@@ -476,7 +539,7 @@ impl<'a> Trace<'a> {
                 job_id,
                 platform,
                 gpu,
-                sweep: has_sweep.then(|| h.u64(80)),
+                sweep,
                 dropped_table_full: h.u64(56),
                 dropped_pool_full: h.u64(64),
                 untimed: h.u64(72),
@@ -484,6 +547,7 @@ impl<'a> Trace<'a> {
             comms,
             n_comms,
             records,
+            shapes,
         })
     }
 
@@ -529,6 +593,37 @@ impl<'a> Trace<'a> {
     pub fn n_records(&self) -> usize {
         self.records.len() / TRACE_RECORD_LEN
     }
+
+    /// The shapes the recording ranks' tuners answered at, with their
+    /// calls (major 3; none in older files, which recorded every call they
+    /// linked).
+    pub fn shapes(&self) -> impl Iterator<Item = TraceShape> + 'a {
+        self.shapes.chunks_exact(TRACE_SHAPE_LEN).filter_map(|s| {
+            let s = Le(s);
+            Some(TraceShape {
+                comm: s.u16(0),
+                coll: Coll::from_nccl(s.u8(2) as u32)?,
+                bucket: s.u8(3),
+                calls: s.u64(8),
+            })
+        })
+    }
+}
+
+fn check_shape(s: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
+    if s.u16(0) as u32 >= n_comms {
+        return Err(bad(at, "a communicator index below the communicator count"));
+    }
+    if s.u8(2) as usize >= NUM_COLLS {
+        return Err(bad(at + 2, "a collective 0-4"));
+    }
+    if s.u32(4) != 0 {
+        return Err(bad(at + 4, "a reserved field of zero"));
+    }
+    if s.u64(8) == 0 {
+        return Err(bad(at + 8, "calls >= 1"));
+    }
+    Ok(())
 }
 
 fn check_record(r: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
@@ -603,6 +698,22 @@ pub fn encode(
     comms: &[TraceComm<'_>],
     records: &[TraceRecord],
 ) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    encode_with_shapes(head, comms, records, &[])
+}
+
+/// [`encode`] with the shapes the recording ranks' tuners answered at
+/// (at most [`MAX_TRACE_SHAPES`]; a shape's comm index out of range or
+/// calls 0 fails like a bad record).
+#[cfg(feature = "alloc")]
+pub fn encode_with_shapes(
+    head: &TraceHead<'_>,
+    comms: &[TraceComm<'_>],
+    records: &[TraceRecord],
+    shapes: &[TraceShape],
+) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    if shapes.len() > MAX_TRACE_SHAPES {
+        return Err(bad(80, "at most 2048 shapes"));
+    }
     use alloc::string::String;
     use alloc::vec::Vec;
     let clean = |s: &str| -> String {
@@ -622,17 +733,17 @@ pub fn encode(
     out.extend_from_slice(&TRACE_MINOR.to_le_bytes());
     out.extend_from_slice(&[0; 8]); // total_len, crc: patched below
     out.push(head.profiler_abi);
-    out.push(
-        if head.table_digest.is_some() {
-            FLAG_HAS_TABLE
-        } else {
-            0
-        } | if head.sweep.is_some() {
-            FLAG_HAS_SWEEP
-        } else {
-            0
-        },
-    );
+    let table_flag = if head.table_digest.is_some() {
+        FLAG_HAS_TABLE
+    } else {
+        0
+    };
+    let sweep_flag = if head.sweep.is_some() {
+        FLAG_HAS_SWEEP
+    } else {
+        0
+    };
+    out.push(table_flag | sweep_flag);
     out.extend_from_slice(&[0; 2]);
     out.extend_from_slice(&head.table_digest.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&head.nccl_version.to_le_bytes());
@@ -646,6 +757,8 @@ pub fn encode(
     out.extend_from_slice(&head.dropped_table_full.to_le_bytes());
     out.extend_from_slice(&head.dropped_pool_full.to_le_bytes());
     out.extend_from_slice(&head.untimed.to_le_bytes());
+    out.extend_from_slice(&(shapes.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&head.sweep.unwrap_or(0).to_le_bytes());
     debug_assert_eq!(out.len(), TRACE_HEADER_LEN);
     out.extend_from_slice(host.as_bytes());
@@ -679,6 +792,11 @@ pub fn encode(
         out.extend_from_slice(&r.sum_ln2.to_le_bytes());
         out.extend_from_slice(&r.min_ns.to_le_bytes());
         out.extend_from_slice(&r.max_ns.to_le_bytes());
+    }
+    for s in shapes {
+        out.extend_from_slice(&s.comm.to_le_bytes());
+        out.extend_from_slice(&[s.coll as u8, s.bucket, 0, 0, 0, 0]);
+        out.extend_from_slice(&s.calls.to_le_bytes());
     }
     if out.len() > MAX_TRACE_LEN {
         return Err(TraceError::TooLarge {
@@ -826,6 +944,74 @@ mod tests {
         assert!(matches!(
             encode(&head, &comms, &recs),
             Err(TraceError::TooLarge { .. })
+        ));
+    }
+
+    /// Major 3's shapes round-trip; a shape naming no communicator, or
+    /// with no calls, is refused by the writer; a major-2 file claiming
+    /// shapes (its offset 80 was reserved) is refused by the reader.
+    #[test]
+    fn shapes_round_trip_and_bad_ones_are_refused() {
+        let t0 = sample();
+        let t = Trace::from_bytes(&t0).unwrap();
+        // No sweep: a major-2 reading below meets the shape count first.
+        let head = TraceHead {
+            sweep: None,
+            ..*t.head()
+        };
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        let shape = TraceShape {
+            comm: 0,
+            coll: Coll::AllGather,
+            bucket: 77,
+            calls: 900,
+        };
+        let bytes = encode_with_shapes(&head, &comms, &recs, &[shape]).unwrap();
+        let back = Trace::from_bytes(&bytes).unwrap();
+        assert_eq!(back.shapes().collect::<alloc::vec::Vec<_>>(), [shape]);
+        assert_eq!(back.records().count(), recs.len());
+        for bad in [
+            TraceShape { comm: 1, ..shape },
+            TraceShape { calls: 0, ..shape },
+        ] {
+            assert!(
+                encode_with_shapes(&head, &comms, &recs, &[bad]).is_err(),
+                "{bad:?}"
+            );
+        }
+        // The same file said to be major 2: its shape count is a reserved
+        // field that is not zero.
+        let mut old = bytes.clone();
+        old[8..10].copy_from_slice(&2u16.to_le_bytes());
+        let crc = file_crc(&old);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Trace::from_bytes(&old),
+            Err(TraceError::BadField { offset: 22, .. })
+        ));
+        // A major-2 file with the sweep flag: flag bit 1 is major 3's.
+        let with_sweep = encode_with_shapes(
+            &TraceHead {
+                sweep: Some(9),
+                ..head
+            },
+            &comms,
+            &recs,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            Trace::from_bytes(&with_sweep).unwrap().head().sweep,
+            Some(9)
+        );
+        let mut old = with_sweep;
+        old[8..10].copy_from_slice(&2u16.to_le_bytes());
+        let crc = file_crc(&old);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Trace::from_bytes(&old),
+            Err(TraceError::BadField { offset: 21, .. })
         ));
     }
 }

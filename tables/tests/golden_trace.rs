@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 
 #[cfg(feature = "alloc")]
-use dyncc_tables::trace::{encode, TraceHead};
-use dyncc_tables::trace::{Source, Trace, TraceComm, TraceRecord};
-use dyncc_tables::{Algo, Coll, Proto, TRACE_MAJOR};
+use dyncc_tables::trace::{encode_with_shapes, TraceHead};
+use dyncc_tables::trace::{Source, Trace, TraceComm, TraceRecord, TraceShape};
+use dyncc_tables::{size_bucket, Algo, Coll, Proto, TRACE_MAJOR};
 
 fn golden(major: u16) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -55,6 +55,18 @@ fn records() -> [TraceRecord; 2] {
     ]
 }
 
+/// Major 3's shapes: the tuner answered 2000 calls at the records' shape,
+/// of which the records hold 500 (recording stopped once the shape had its
+/// evidence).
+fn shapes() -> [TraceShape; 1] {
+    [TraceShape {
+        comm: 0,
+        coll: Coll::AllReduce,
+        bucket: size_bucket(4 << 20),
+        calls: 2000,
+    }]
+}
+
 /// What the current major writes: fixed facts (no clock, no pid).
 #[cfg(feature = "alloc")]
 fn sample() -> Vec<u8> {
@@ -72,7 +84,7 @@ fn sample() -> Vec<u8> {
         dropped_pool_full: 2,
         untimed: 3,
     };
-    encode(&head, &[comm()], &records()).unwrap()
+    encode_with_shapes(&head, &[comm()], &records(), &shapes()).unwrap()
 }
 
 /// The facts every golden file holds, whatever its major.
@@ -122,6 +134,13 @@ fn every_committed_trace_version_is_still_read() {
             ("", "")
         };
         assert_eq!((t.head().platform, t.head().gpu), want, "{}", p.display());
+        // Majors 1 and 2 had no shapes: read as none.
+        let want: Vec<TraceShape> = if major >= 3 {
+            shapes().to_vec()
+        } else {
+            Vec::new()
+        };
+        assert_eq!(t.shapes().collect::<Vec<_>>(), want, "{}", p.display());
         // Major 3 added the sweep's fingerprint; older files have none.
         let sweep = (major >= 3).then_some(0x5eed_0f5e_ed5a_ba5e);
         assert_eq!(t.head().sweep, sweep, "{}", p.display());

@@ -41,6 +41,10 @@
  * aggregated: one getCollInfo (numPipeOps 2, the summed nBytes), then a
  * Coll event per task, fed as "unknown" (no answer links either).
  * With STANDIN_INIT_THREADS set, each rank's init runs on a thread of its own.
+ * With STANDIN_PHASES set, the calls are AllReduce in three phases of CALLS
+ * calls each: 4096 and 65536 bytes alternately, then 1 MiB (a new shape),
+ * then 4096 again; rank 0 prints "callmask PHASE I MASK" with the event
+ * mask NCCL read for each call.
  * Prints "mask N" after each rank's init, "fed COLL NBYTES ALGO PROTO CH SRC
  * NS" for each collective rank 0 ran and timed, "untimed COLL NBYTES" for
  * those it ran with nChannels 0, and the logger's lines ("WARN ...",
@@ -79,9 +83,16 @@ static void *host_thread(void *arg) {
   rank_state *r = arg;
   static const size_t sizes[4] = {4096, 65536, 1 << 20, 8 << 20};
   int aggregate = getenv("STANDIN_AGGREGATE") != NULL;
-  for (int i = 0; i < calls; i++) {
+  int phases = getenv("STANDIN_PHASES") != NULL;
+  for (int i = 0; i < (phases ? 3 * calls : calls); i++) {
     int coll = (i % 5 == 4) ? 2 : 4; /* AllGather now and then, else AllReduce */
     size_t bytes = sizes[(i / 5) % 4] + 4096u * (size_t)round_no;
+    int phase = phases ? i / calls : 0;
+    if (phases) {
+      static const size_t phase_sizes[3][2] = {{4096, 65536}, {1 << 20, 1 << 20}, {4096, 4096}};
+      coll = 4;
+      bytes = phase_sizes[phase > 2 ? 2 : phase][i % 2];
+    }
     int ntasks = aggregate && i % 7 == 3 ? 2 : 1;
     if (ntasks > 1) coll = 4;
     float cost[7][3];
@@ -103,6 +114,7 @@ static void *host_thread(void *arg) {
       core_launch(r, coll, bytes, ran.algo, ran.proto, says_zero ? 0 : nch, nch, t);
       if (r->rank == 0) {
         pthread_mutex_lock(&print_lock);
+        if (phases) printf("callmask %d %d %d\n", phase, i % calls, r->launch_mask);
         if (says_zero)
           printf("untimed %s %zu\n", FUNCS[coll], bytes);
         else

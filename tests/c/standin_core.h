@@ -86,6 +86,7 @@ typedef struct {
   pthread_cond_t c;
   uint64_t rng;
   uint64_t seq[5]; /* Coll events' sequence number per collective */
+  int launch_mask; /* the event mask NCCL read for the last collective launched */
   uint64_t clock;  /* the GPU clock (ns) of the next kernel */
 } rank_state;
 
@@ -265,6 +266,7 @@ static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int pro
   /* NCCL reads its mask once per call (2.27: into the task; 2.28+: at the
    * GroupApi start, into the API state the task copies). */
   int mask = __atomic_load_n(&event_mask, __ATOMIC_RELAXED);
+  r->launch_mask = mask;
   void *gapi = NULL, *capi = NULL;
   if (abi >= 5) {
     if (mask & GROUP_API_ENABLE) gapi = start_event(r->pctx, PROFILE_GROUP_API, NULL, NULL, r->rank);

@@ -14,11 +14,15 @@
 //! one seen through tuner v2-v4 (no `commId`) is recorded as `unknown`,
 //! never guessed ([`take_answer`]).
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 use std::sync::{Mutex, MutexGuard};
 
 use dyncc_tables::trace::Source;
-use dyncc_tables::{Coll, Decision};
+use dyncc_tables::{size_bucket, Coll, Decision, NUM_BUCKETS};
+
+use super::mask::{self, MIN_CALLS_PER_SIDE};
 
 /// Answers kept per communicator and collective.
 pub const JOURNAL_LEN: usize = 16;
@@ -40,12 +44,36 @@ pub struct Journal {
     /// Per collective: answers written so far (the writer's alone).
     pub(super) heads: [AtomicUsize; 5],
     pub(super) answers: [[AtomicU64; JOURNAL_LEN]; 5],
+    /// Per shape (collective, size bucket): calls the tuner answered, one
+    /// per collective (aggregated calls are not counted: their size is
+    /// several collectives'); the tuner's alone, saturating. The trace's
+    /// "calls seen" per shape, and 0 -> 1 is a new shape ([`mask`]).
+    pub(super) calls: [[AtomicU32; NUM_BUCKETS]; 5],
+    /// Per shape and source (NCCL, table, exploration): `Coll` events the
+    /// profiler linked, up to [`MIN_CALLS_PER_SIDE`] (the profiler's alone).
+    pub(super) recorded: [[[AtomicU8; 3]; NUM_BUCKETS]; 5],
+    /// Per collective: the buckets this communicator explored (bitmap; the
+    /// tuner's alone).
+    pub(super) explored: [[AtomicU64; NUM_BUCKETS / 64]; 5],
+    /// Per collective: the buckets whose first call added a wanting count
+    /// ([`mask::new_shape`]; rank 0's ring only), which the shape's first
+    /// recorded side takes over.
+    pub(super) wanted: [[AtomicU64; NUM_BUCKETS / 64]; 5],
+    /// This ring's share of [`mask`]'s counts, given back when it goes.
+    pub(super) wanting: AtomicI64,
+    pub(super) exploring: AtomicI64,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
 pub(super) const JOURNAL_EMPTY: Journal = Journal {
     heads: [const { AtomicUsize::new(0) }; 5],
     answers: [const { [const { AtomicU64::new(0) }; JOURNAL_LEN] }; 5],
+    calls: [const { [const { AtomicU32::new(0) }; NUM_BUCKETS] }; 5],
+    recorded: [const { [const { [const { AtomicU8::new(0) }; 3] }; NUM_BUCKETS] }; 5],
+    explored: [const { [const { AtomicU64::new(0) }; NUM_BUCKETS / 64] }; 5],
+    wanted: [const { [const { AtomicU64::new(0) }; NUM_BUCKETS / 64] }; 5],
+    wanting: AtomicI64::new(0),
+    exploring: AtomicI64::new(0),
 };
 pub(super) static JOURNALS: [Journal; MAX_JOURNALS] = [JOURNAL_EMPTY; MAX_JOURNALS];
 /// Per journal: 0 when free, else its communicator id + 1 (so id 0 is
@@ -141,7 +169,7 @@ impl Journal {
             ) => pack(n_bytes, Source::Table, algo as u8, proto as u8, channels),
             _ => pack(n_bytes, Source::Nccl, 0, 0, 0),
         };
-        self.publish(coll, v);
+        self.publish(coll, v, n_bytes, !aggregated);
     }
 
     /// Records an exploring call's answer: `chosen` is the explored setting
@@ -171,7 +199,8 @@ impl Journal {
             (Decision::Default, _) => pack(n_bytes, Source::Explore, ANSWER_NCCL, 0, 0),
             (Decision::Force { .. }, false) => pack(n_bytes, Source::Nccl, 0, 0, 0),
         };
-        self.publish(coll, v);
+        self.publish(coll, v, n_bytes, !aggregated);
+        self.explore_at(coll, n_bytes);
     }
 
     /// Appends `v` to `coll`'s ring: the entry first, then the head
@@ -179,17 +208,107 @@ impl Journal {
     /// context is the only writer, so a plain load and store of the head
     /// is exact (an atomic add would cost more than the rest of
     /// `getCollInfo`).
+    ///
+    /// `count`: also counts the call at its shape (the tuner's own
+    /// counter: a load and a store); the first call of a shape is a new
+    /// shape ([`Journal::new_shape`], out of line).
     #[inline]
-    pub(super) fn publish(&self, coll: i32, v: u64) {
-        let (Some(head), Some(ring)) = (
-            self.heads.get(coll as u32 as usize),
-            self.answers.get(coll as u32 as usize),
-        ) else {
+    pub(super) fn publish(&self, coll: i32, v: u64, n_bytes: usize, count: bool) {
+        let c = coll as u32 as usize;
+        let (Some(head), Some(ring), Some(calls)) =
+            (self.heads.get(c), self.answers.get(c), self.calls.get(c))
+        else {
             return;
         };
         let h = head.load(Ordering::Relaxed);
         ring[h % JOURNAL_LEN].store(v, Ordering::Relaxed);
         head.store(h.wrapping_add(1), Ordering::Release);
+        if count {
+            // A u8 bucket indexes a 256-entry row: no bounds check.
+            let at = &calls[size_bucket(n_bytes as u64) as usize];
+            let n = at.load(Ordering::Relaxed);
+            at.store(n.saturating_add(1), Ordering::Relaxed);
+            if n == 0 {
+                self.new_shape(c, size_bucket(n_bytes as u64) as usize);
+            }
+        }
+    }
+
+    /// This ring's index in [`JOURNALS`].
+    fn index(&self) -> usize {
+        (self as *const Journal as usize - JOURNALS.as_ptr() as usize) / size_of::<Journal>()
+    }
+
+    /// A shape this ring had not seen: on rank 0's ring (the one the
+    /// profiler records through), it wants evidence ([`mask::new_shape`]).
+    #[cold]
+    #[inline(never)]
+    fn new_shape(&self, coll: usize, bucket: usize) {
+        if JOURNAL_RANK0[self.index()].load(Ordering::Relaxed) {
+            self.wanted[coll][bucket / 64].fetch_or(1 << (bucket % 64), Ordering::Relaxed);
+            self.wanting.fetch_add(1, Ordering::Relaxed);
+            mask::new_shape();
+        }
+    }
+
+    /// An exploring call at `(coll, n_bytes)`: the first at its shape keeps
+    /// the mask raised while this ring lives ([`mask::explored_shape`]).
+    #[inline]
+    fn explore_at(&self, coll: i32, n_bytes: usize) {
+        let Some(bits) = self.explored.get(coll as u32 as usize) else {
+            return;
+        };
+        let b = size_bucket(n_bytes as u64) as usize;
+        let word = &bits[b / 64];
+        let w = word.load(Ordering::Relaxed);
+        if w & (1 << (b % 64)) == 0 {
+            word.store(w | 1 << (b % 64), Ordering::Relaxed);
+            self.exploring.fetch_add(1, Ordering::Relaxed);
+            mask::explored_shape();
+        }
+    }
+
+    /// The profiler linked a `Coll` event at `(coll, n_bytes)` to `source`
+    /// (rank 0's ring): counts it for its side's evidence.
+    fn note_recorded(&self, coll: usize, n_bytes: u64, source: Source) {
+        let side = match source {
+            Source::Nccl => 0,
+            Source::Table => 1,
+            Source::Explore => 2,
+            Source::Unknown => return,
+        };
+        let Some(row) = self.recorded.get(coll) else {
+            return;
+        };
+        let sides = &row[size_bucket(n_bytes) as usize];
+        let n = sides[side].load(Ordering::Relaxed) as u64;
+        if n >= MIN_CALLS_PER_SIDE {
+            return;
+        }
+        let first = sides.iter().all(|s| s.load(Ordering::Relaxed) == 0);
+        sides[side].store(n as u8 + 1, Ordering::Relaxed);
+        // Only shapes whose first call added a wanting count have one to
+        // take over (a shape seen only in aggregated calls, or through a
+        // ring not known as rank 0's, has none).
+        let b = size_bucket(n_bytes) as usize;
+        let seen = self.wanted[coll][b / 64].load(Ordering::Relaxed) & 1 << (b % 64) != 0;
+        let delta = match n + 1 {
+            1 if first && seen => 0,
+            1 => 1,
+            _ => 0,
+        } - (n + 1 == MIN_CALLS_PER_SIDE) as i64;
+        self.wanting.fetch_add(delta, Ordering::Relaxed);
+        mask::recorded(n + 1, first && seen);
+    }
+
+    /// Calls the tuner answered per shape (the trace's "calls seen").
+    pub(super) fn shape_calls(&self) -> impl Iterator<Item = (Coll, u8, u64)> + '_ {
+        self.calls.iter().enumerate().flat_map(|(c, row)| {
+            row.iter().enumerate().filter_map(move |(b, n)| {
+                let n = n.load(Ordering::Relaxed) as u64;
+                (n > 0).then(|| Coll::from_nccl(c as u32).map(|coll| (coll, b as u8, n)))?
+            })
+        })
     }
 
     /// The oldest answer for `(coll, n_bytes)` still in this ring, taken
@@ -220,6 +339,25 @@ impl Journal {
                 a.store(0, Ordering::Relaxed);
             }
         }
+        for row in &self.calls {
+            for n in row {
+                n.store(0, Ordering::Relaxed);
+            }
+        }
+        for row in &self.recorded {
+            for sides in row {
+                for s in sides {
+                    s.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        for bits in self.explored.iter().chain(&self.wanted) {
+            for w in bits {
+                w.store(0, Ordering::Relaxed);
+            }
+        }
+        self.wanting.store(0, Ordering::Relaxed);
+        self.exploring.store(0, Ordering::Relaxed);
     }
 }
 
@@ -238,9 +376,13 @@ impl Journal {
 /// than [`JOURNAL_LEN`] calls of that collective answered first) lets that
 /// event take a later call's answer of the same size.
 pub fn take_answer(comm_id: u64, coll: Coll, n_bytes: u64) -> Option<Answer> {
-    if n_bytes > ANSWER_BYTES {
-        return None;
-    }
+    take_answer_in(profiled_ring(comm_id)?, coll, n_bytes)
+}
+
+/// The ring the profiler of communicator `comm_id` reads: rank 0's (the
+/// one [`link_rank0`] marked), or the communicator's only ring in this
+/// process. Scans the ring tags (a few cache lines); no lock.
+pub fn profiled_ring(comm_id: u64) -> Option<&'static Journal> {
     let tag = comm_id.wrapping_add(1).max(1);
     let (mut rank0, mut only, mut rings) = (None, None, 0);
     for (i, t) in JOURNAL_TAGS.iter().enumerate() {
@@ -252,10 +394,24 @@ pub fn take_answer(comm_id: u64, coll: Coll, n_bytes: u64) -> Option<Answer> {
             }
         }
     }
-    let ring = rank0.or(only.filter(|_| rings == 1))?;
-    let (v, agree) = JOURNALS[ring].take_oldest(coll as usize, n_bytes)?;
+    rank0.or(only.filter(|_| rings == 1)).map(|i| &JOURNALS[i])
+}
+
+/// [`take_answer`] on a ring [`profiled_ring`] found.
+pub fn take_answer_in(ring: &Journal, coll: Coll, n_bytes: u64) -> Option<Answer> {
+    if n_bytes > ANSWER_BYTES {
+        return None;
+    }
+    let (v, agree) = ring.take_oldest(coll as usize, n_bytes)?;
     let a = unpack(v);
     (agree && a.source != Source::Unknown).then_some(a)
+}
+
+/// The profiler recorded a `Coll` event at `(coll, n_bytes)` whose source
+/// it settled (after checking NCCL ran what was forced): counts it toward
+/// its side's evidence on `ring` ([`mask`]).
+pub fn note_recorded(ring: &Journal, coll: Coll, n_bytes: u64, source: Source) {
+    ring.note_recorded(coll as usize, n_bytes, source);
 }
 
 /// A profiler `init` of communicator `comm_id` (every rank, tracing on):
@@ -297,9 +453,16 @@ pub fn journal_acquire(comm_id: u64) -> Option<&'static Journal> {
 /// Gives back [`journal_acquire`]'s ring (the tuner's finalize only).
 pub fn journal_release(j: &'static Journal) {
     let _g = lock();
-    let i = (j as *const Journal as usize - JOURNALS.as_ptr() as usize) / size_of::<Journal>();
+    let i = j.index();
     if let Some(t) = JOURNAL_TAGS.get(i) {
+        if JOURNAL_RANK0[i].load(Ordering::Relaxed) {
+            super::writer::keep_shape_calls(t.load(Ordering::Relaxed).wrapping_sub(1), j);
+        }
         t.store(0, Ordering::Release);
         JOURNAL_RANK0[i].store(false, Ordering::Relaxed);
     }
+    mask::forget(
+        j.wanting.swap(0, Ordering::Relaxed),
+        j.exploring.swap(0, Ordering::Relaxed),
+    );
 }

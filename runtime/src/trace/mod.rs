@@ -11,10 +11,13 @@
 //! - [`bins`]: the per-shape aggregates the pool's last reference adds
 //!   to ([`aggregate`]);
 //! - [`writer`]: the process's facts (communicators, table, host) and
-//!   the file ([`register`], [`retire`], [`flush`]).
+//!   the file ([`register`], [`retire`], [`flush`]);
+//! - [`mask`]: when NCCL's event mask is lowered (every shape seen has
+//!   its evidence) and raised again (a new or explored shape).
 //!
-//! The order of dependence is journal, bins, pool (adds to bins), writer
-//! (reads bins, reclaims the pool); nothing here reaches up to the entry
+//! The order of dependence is mask, journal (counts shapes for the mask),
+//! bins, pool (adds to bins), writer (reads bins and rings, reclaims the
+//! pool); nothing here reaches up to the entry
 //! points but [`crate::guard`] and [`crate::log`].
 //!
 //! A `Coll` event with `nChannels` 0 (NCCL's CollNet and multi-node NVLS)
@@ -28,13 +31,14 @@ use crate::log::Logger;
 
 pub mod bins;
 pub mod journal;
+pub mod mask;
 pub mod pool;
 pub mod writer;
 
 pub use bins::{aggregate, untimed, Key, BINS};
 pub use journal::{
-    journal_acquire, journal_release, link_rank0, take_answer, Answer, Journal, ANSWER_NCCL,
-    JOURNAL_LEN, MAX_JOURNALS,
+    journal_acquire, journal_release, link_rank0, note_recorded, profiled_ring, take_answer,
+    take_answer_in, Answer, Journal, ANSWER_NCCL, JOURNAL_LEN, MAX_JOURNALS,
 };
 pub use pool::{channel_start, channel_stop, reclaim, release, slot_take, Handle, Slot, POOL_LEN};
 pub use writer::{

@@ -15,11 +15,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use dyncc_tables::trace::{
-    encode, TraceComm, TraceHead, TraceRecord, MAX_TRACE_LEN, MAX_TRACE_STR, TRACE_COMM_LEN,
-    TRACE_HEADER_LEN, TRACE_RECORD_LEN,
+    encode_with_shapes, TraceComm, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN,
+    MAX_TRACE_SHAPES, MAX_TRACE_STR, TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN,
+    TRACE_SHAPE_LEN,
 };
+use dyncc_tables::Coll;
 
 use super::bins::{take_bins, Key, BINS, BIN_TABLE, KEY_VALID};
+use super::journal::{profiled_ring, Journal};
 use super::pool::reclaim;
 use super::{CHANGES, DROPPED_POOL_FULL, DROPPED_TABLE_FULL, MAX_COMMS, UNTIMED};
 use crate::guard::ffi_guard;
@@ -64,7 +67,8 @@ const _: () = assert!(
         + BINS * TRACE_RECORD_LEN
         + MAX_COMMS * (TRACE_COMM_LEN + MAX_TRACE_STR)
         + TRACE_HEADER_LEN
-        + 2 * MAX_TRACE_STR
+        + 4 * MAX_TRACE_STR
+        + MAX_TRACE_SHAPES * TRACE_SHAPE_LEN
         <= MAX_TRACE_LEN
 );
 
@@ -95,6 +99,9 @@ pub(super) struct Process {
     /// once, and how many of them a WARN has counted.
     pub(super) refused: u64,
     pub(super) refused_said: u64,
+    /// Calls per shape of rank-0 tuner contexts that finalized (their
+    /// rings are gone): communicator id, collective, bucket, calls.
+    pub(super) kept_shapes: Vec<(u64, Coll, u8, u64)>,
     /// `CHANGES` when the file was last written; `None` before.
     pub(super) written_at: Option<u64>,
     /// The process that recorded: a child forked after NCCL started
@@ -124,6 +131,7 @@ impl Process {
             archive_bytes: 0,
             refused: 0,
             refused_said: 0,
+            kept_shapes: Vec::new(),
             written_at: None,
             pid: 0,
             nonce: 0,
@@ -314,6 +322,7 @@ pub fn retire(comm: u8) {
     };
     let recs = take_bins(comm);
     p.archive_comm(info, recs);
+    CHANGES.fetch_add(1, Ordering::Relaxed);
     if p.live.iter().all(Option::is_none) && p.refused > p.refused_said {
         let n = p.refused - p.refused_said;
         p.refused_said = p.refused;
@@ -478,7 +487,8 @@ pub(super) fn write_file(
         dropped_pool_full: DROPPED_POOL_FULL.load(Ordering::Relaxed),
         untimed: UNTIMED.load(Ordering::Relaxed),
     };
-    let bytes = encode(&head, &comms, &records)
+    let shapes = file_shapes(p, &comms, &index);
+    let bytes = encode_with_shapes(&head, &comms, &records, &shapes)
         .map_err(|e| (path.to_path_buf(), std::io::Error::other(e)))?;
     // create_new (O_EXCL): a file, link or FIFO already at the temporary
     // name is an error, never opened (a FIFO would block the open, inside
@@ -504,6 +514,80 @@ pub(super) fn write_file(
     // a lost or (on a file system that reorders rename before data) torn
     // trace is rejected by its checksum and the job's other files remain.
     std::fs::rename(tmp, path).map_err(|e| undo(path, e))
+}
+
+/// The shapes for the file: calls per (communicator, collective, bucket)
+/// from the rings of live recording communicators (rank 0's tuner
+/// context) and those kept from finalized ones, each named by the file's
+/// entry of its communicator id (a live one, else the last finalized one);
+/// at most [`MAX_TRACE_SHAPES`], the rest left out.
+fn file_shapes(
+    p: &Process,
+    comms: &[TraceComm<'_>],
+    index: &[Option<u16>; MAX_COMMS],
+) -> Vec<TraceShape> {
+    let mut at: std::collections::HashMap<(u16, u8, u8), usize> = Default::default();
+    let mut out: Vec<TraceShape> = Vec::new();
+    let mut add = |comm: u16, coll: Coll, bucket: u8, calls: u64| {
+        if let Some(&i) = at.get(&(comm, coll as u8, bucket)) {
+            let s: &mut TraceShape = &mut out[i];
+            s.calls = s.calls.saturating_add(calls);
+        } else if out.len() < MAX_TRACE_SHAPES {
+            at.insert((comm, coll as u8, bucket), out.len());
+            out.push(TraceShape {
+                comm,
+                coll,
+                bucket,
+                calls,
+            });
+        }
+    };
+    let entry_of = |id: u64| -> Option<u16> {
+        let live = p
+            .live
+            .iter()
+            .zip(index)
+            .find_map(|(c, i)| c.as_ref().filter(|c| c.comm_id == id).and(*i));
+        live.or_else(|| {
+            comms[..p.finished.len()]
+                .iter()
+                .rposition(|c| c.comm_id == id)
+                .map(|i| i as u16)
+        })
+    };
+    for (c, i) in p.live.iter().zip(index) {
+        let (Some(c), Some(i)) = (c, i) else { continue };
+        if let Some(ring) = profiled_ring(c.comm_id) {
+            for (coll, bucket, calls) in ring.shape_calls() {
+                add(*i, coll, bucket, calls);
+            }
+        }
+    }
+    for &(id, coll, bucket, calls) in &p.kept_shapes {
+        if let Some(i) = entry_of(id) {
+            add(i, coll, bucket, calls);
+        }
+    }
+    out
+}
+
+/// Rank 0's tuner context of communicator `comm_id` finalized: its calls
+/// per shape are kept for every later file (a bounded number: past
+/// [`MAX_TRACE_SHAPES`] kept, more are left out). Finalize only.
+pub(super) fn keep_shape_calls(comm_id: u64, ring: &Journal) {
+    let mut p = lock();
+    for (coll, bucket, calls) in ring.shape_calls() {
+        if let Some(k) = p
+            .kept_shapes
+            .iter_mut()
+            .find(|k| (k.0, k.1, k.2) == (comm_id, coll, bucket))
+        {
+            k.3 = k.3.saturating_add(calls);
+        } else if p.kept_shapes.len() < MAX_TRACE_SHAPES {
+            p.kept_shapes.push((comm_id, coll, bucket, calls));
+        }
+    }
+    CHANGES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Whether `dir` is a directory this process can create files in.
@@ -532,6 +616,7 @@ pub(super) extern "C" fn flush_at_exit() {
             p.live = [const { None }; MAX_COMMS];
             p.finished = Vec::new();
             p.archive = Vec::new();
+            p.kept_shapes = Vec::new();
             p.host = String::new();
             p.job = String::new();
             p.platform = String::new();
