@@ -156,6 +156,21 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
     let model = nodes::calibrate(grid, &widen);
     let reach = node_reach(grid, opt);
     let within = |n: u32| reach.is_some_and(|(lo, hi)| n >= lo && n <= hi);
+    // Where a count only traces measured is read at a size they did not
+    // measure: at the point the sweep alone decides that count at (its
+    // node bin's), so a round's traces change what they measured and not,
+    // by splitting a bin, the reading of every other size at their count.
+    let swept: Vec<u32> = (0..grid.nodes.len())
+        .filter(|&ni| grid.swept(ni))
+        .map(|ni| grid.nodes[ni])
+        .collect();
+    let sweep_bins = reach.map_or_else(Vec::new, |(lo, hi)| node_bins(&swept, lo, hi));
+    let read_at = |n: u32| {
+        sweep_bins
+            .iter()
+            .find(|b| b.span.0 <= n && n <= b.span.1)
+            .map_or(n as f64, |b| b.at)
+    };
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
         let n = grid.nodes[ni];
@@ -167,7 +182,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
                     // A count only traces measured, at a size they did
                     // not: read off the sweep as an unmeasured count is.
                     if within(n) {
-                        decide_unmeasured(grid, &model, &widen, n as f64, si, ln_margin, opt)
+                        decide_unmeasured(grid, &model, &widen, read_at(n), si, ln_margin, opt)
                     } else {
                         Choice::default(Why::BeyondReach, Basis::Extrapolated)
                     }
@@ -187,7 +202,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
         anchors.push(a);
     }
     if let Some((lo, hi)) = reach {
-        for NodeBin { span, at } in node_bins(grid, lo, hi) {
+        for NodeBin { span, at } in node_bins(&grid.nodes, lo, hi) {
             let per_size = (0..grid.sizes.len())
                 .map(|si| decide_unmeasured(grid, &model, &widen, at, si, ln_margin, opt))
                 .collect();
@@ -241,7 +256,7 @@ struct NodeBin {
 /// Ranges of unmeasured node counts within `lo..=hi`, each with the point
 /// it is decided at: one per count up to [`NODE_STEP_UNTIL`], quarter
 /// octaves above (crossovers move smoothly with the node count).
-fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<NodeBin> {
+fn node_bins(nodes: &[u32], lo: u32, hi: u32) -> Vec<NodeBin> {
     let mut starts: Vec<u32> = (lo..=hi.min(NODE_STEP_UNTIL)).collect();
     let mut j = 4 * NODE_STEP_UNTIL.ilog2() + 1;
     loop {
@@ -256,26 +271,21 @@ fn node_bins(grid: &Grid, lo: u32, hi: u32) -> Vec<NodeBin> {
     }
     // Measured counts are their own (measured) anchors: a range resumes
     // after each.
-    for &n in &grid.nodes {
+    for &n in nodes {
         if n < hi && n >= lo {
             starts.push(n + 1);
         }
     }
     starts.sort_unstable();
     starts.dedup();
-    let measured = |n: u32| grid.nodes.binary_search(&n).is_ok();
+    let measured = |n: u32| nodes.binary_search(&n).is_ok();
     let mut out = Vec::new();
     for (i, &a) in starts.iter().enumerate() {
         if measured(a) || a > hi {
             continue;
         }
         let next = starts.get(i + 1).copied().unwrap_or(u32::MAX);
-        let first_measured_after = grid
-            .nodes
-            .iter()
-            .copied()
-            .find(|&n| n > a)
-            .unwrap_or(u32::MAX);
+        let first_measured_after = nodes.iter().copied().find(|&n| n > a).unwrap_or(u32::MAX);
         let b = next
             .saturating_sub(1)
             .min(first_measured_after.saturating_sub(1))
