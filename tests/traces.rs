@@ -1372,3 +1372,30 @@ fn a_trace_of_a_table_from_another_sweep_is_refused_unless_told() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains(&format!("sweep {fp:016x}")), "{text}");
 }
+
+/// Issue 27 item 5: the trace says how much was recorded. `inspect` shows,
+/// per shape of a major-3 trace, the calls the tuner answered beside the
+/// collectives recorded (the committed golden trace: 2000 answered, 500
+/// recorded at 4 MiB).
+#[test]
+fn inspect_shows_calls_answered_beside_collectives_recorded() {
+    let golden = crate::support::cli::root().join("tables/golden/trace_v3.trace");
+    let o = dyncc()
+        .arg("inspect")
+        .arg(&golden)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = v.to_string();
+    let shapes = &v["shapes"];
+    assert_eq!(shapes[0]["calls"], 2000, "{text}");
+    assert_eq!(shapes[0]["recorded"], 500, "{text}");
+    let o = dyncc().arg("inspect").arg(&golden).output().unwrap();
+    let human = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        human.contains("allreduce") && human.contains(" 2000 500"),
+        "{human}"
+    );
+}

@@ -579,6 +579,53 @@ mod traces {
                 r.max_ns as f64 / 1e3
             );
         }
+        let shapes = recorded_shares(t);
+        if !shapes.is_empty() {
+            println!(
+                "  shapes (calls the tuner answered; the plugin stops recording a shape once it \
+                 has the evidence): comm collective sizes calls recorded"
+            );
+            for s in &shapes {
+                println!(
+                    "  {} {} {}..<{} {} {}",
+                    s.comm, s.coll, s.from_bytes, s.to_bytes, s.calls, s.recorded
+                );
+            }
+        }
+    }
+
+    /// Per shape of a major-3 trace: calls answered and collectives
+    /// recorded (the records of its communicator and collective whose size
+    /// falls in its bucket).
+    #[derive(serde::Serialize)]
+    struct ShapeShare {
+        comm: u16,
+        coll: &'static str,
+        from_bytes: u64,
+        to_bytes: u64,
+        calls: u64,
+        recorded: u64,
+    }
+
+    fn recorded_shares(t: &Trace<'_>) -> Vec<ShapeShare> {
+        t.shapes()
+            .map(|s| ShapeShare {
+                comm: s.comm,
+                coll: s.coll.name(),
+                from_bytes: dyncc_tables::bucket_lower_bound(s.bucket),
+                to_bytes: dyncc_tables::bucket_lower_bound(s.bucket.saturating_add(1)),
+                calls: s.calls,
+                recorded: t
+                    .records()
+                    .filter(|r| {
+                        r.comm == s.comm
+                            && r.coll == s.coll
+                            && dyncc_tables::size_bucket(r.n_bytes) == s.bucket
+                    })
+                    .map(|r| r.count)
+                    .sum(),
+            })
+            .collect()
     }
 
     fn to_json(f: &Path, t: &Trace<'_>) -> serde_json::Value {
@@ -618,6 +665,7 @@ mod traces {
                 "min_ns": r.min_ns,
                 "max_ns": r.max_ns,
             })).collect::<Vec<_>>(),
+            "shapes": recorded_shares(t),
         })
     }
 }
