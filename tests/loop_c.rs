@@ -63,6 +63,15 @@ impl World<'_> {
     }
 }
 
+/// Node counts as a split names them: `1,2,8,32`.
+fn counts(nodes: &[u32]) -> String {
+    nodes
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Gain captured over several rounds: sum(nccl - ran) / sum(nccl - best).
 fn captured(rounds: &[WorldRound]) -> f64 {
     let (mut got, mut best) = (0.0, 0.0);
@@ -350,21 +359,13 @@ fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_ski
         (&[1, 2, 16][..], &[4, 8, 32, 64][..]),
         (&[1, 2, 4], &[8, 16, 32]),
     ] {
-        let name = sweep
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let name = counts(sweep);
         let dir = d.path().join(format!("split-{name}"));
         std::fs::create_dir(&dir).unwrap();
         let l = rounds(&world, &swept(sweep), production, &dir);
         eprintln!(
             "H100 world, sweep {name} (production {}): {}",
-            production
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
+            counts(production),
             l.describe(production)
         );
     }
@@ -481,11 +482,7 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
         nccl: "0",
     };
     let split = |sweep: &[u32], production: &[u32]| -> Loop {
-        let name = sweep
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
+        let name = counts(sweep);
         let dir = d.path().join(format!("split-{name}"));
         std::fs::create_dir(&dir).unwrap();
         let rows = dir.join("sweep.csv");
@@ -493,11 +490,7 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
         let l = rounds(&world, &[rows], production, &dir);
         eprintln!(
             "DGX-2V world, sweep {name} (production {}): {}",
-            production
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
+            counts(production),
             l.describe(production)
         );
         l

@@ -158,6 +158,18 @@ fn with_nccl_version(sweep: &Path, v: &str) {
 
 /// Runs `dyncc compile ARGS -o OUT`, which must refuse its input: exit 2,
 /// nothing written; returns stderr.
+/// `dyncc eval TABLE --traces TRACES EXTRA...`.
+fn eval_traces(table: &Path, traces: &Path, extra: &[&str]) -> std::process::Output {
+    dyncc()
+        .arg("eval")
+        .arg(table)
+        .arg("--traces")
+        .arg(traces)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 fn compile_refused(args: &[&Path], out: &Path) -> String {
     let o = dyncc()
         .arg("compile")
@@ -870,14 +882,7 @@ fn eval_traces_judges_one_call_as_too_little_evidence() {
             rec(0, 16384, TREE_SIMPLE, Source::Table, 1, 500.0),
         ],
     );
-    let o = dyncc()
-        .arg("eval")
-        .arg(&table)
-        .arg("--traces")
-        .arg(&traces)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let o = eval_traces(&table, &traces, &["--json"]);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -927,13 +932,7 @@ fn a_record_whose_mean_lies_outside_its_min_and_max_is_named_and_refused() {
     // eval --traces refuses it rather than pooling an infinite ratio.
     let table = d.path().join("u.tbl");
     compile_json(&[&s], &table);
-    let o = dyncc()
-        .arg("eval")
-        .arg(&table)
-        .arg("--traces")
-        .arg(&traces)
-        .output()
-        .unwrap();
+    let o = eval_traces(&table, &traces, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("a.trace") && err.contains("record 1"), "{err}");
@@ -1002,13 +1001,7 @@ fn a_fifo_named_like_a_trace_is_named() {
     // eval --traces passed over it (and scored the rest).
     let table = d.path().join("u.tbl");
     compile_json(&[&s], &table);
-    let o = dyncc()
-        .arg("eval")
-        .arg(&table)
-        .arg("--traces")
-        .arg(&traces)
-        .output()
-        .unwrap();
+    let o = eval_traces(&table, &traces, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
@@ -1042,14 +1035,7 @@ fn a_directory_of_job_directories_is_read_whole() {
     let r = compile_json(&[&s, &traces], &t);
     assert_eq!(r["traces"]["files"], 2, "{r}");
     assert_eq!(decision(&t, 4, 1 << 20), "tree/simple");
-    let o = dyncc()
-        .arg("eval")
-        .arg(&t)
-        .arg("--traces")
-        .arg(&traces)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let o = eval_traces(&t, &traces, &["--json"]);
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -1341,27 +1327,14 @@ fn a_trace_of_a_table_from_another_sweep_is_refused_unless_told() {
     // eval --traces checks the table's sweep likewise.
     let tb = d.path().join("b.tbl");
     compile_json(&[&sb], &tb);
-    let o = dyncc()
-        .arg("eval")
-        .arg(&tb)
-        .arg("--traces")
-        .arg(&traces)
-        .output()
-        .unwrap();
+    let o = eval_traces(&tb, &traces, &[]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(
         err.contains("job.trace") && err.contains("--foreign-traces"),
         "{err}"
     );
-    let o = dyncc()
-        .arg("eval")
-        .arg(&tb)
-        .arg("--traces")
-        .arg(&traces)
-        .arg("--foreign-traces")
-        .output()
-        .unwrap();
+    let o = eval_traces(&tb, &traces, &["--foreign-traces"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("another platform or sweep than the table's"),
