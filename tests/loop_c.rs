@@ -104,6 +104,10 @@ struct Loop {
     cost: Vec<Vec<f64>>,
     /// Each recompile's report on the traces.
     traces: Vec<serde_json::Value>,
+    /// Per round: the exploration cost `eval --traces` read off the
+    /// round's traces (explored calls' excess over the answer at the same
+    /// shape, of the traced GPU time).
+    traced_cost: Vec<f64>,
 }
 
 impl Loop {
@@ -152,7 +156,7 @@ impl Loop {
         );
         for r in 1..self.plain.len() {
             out.push_str(&format!(
-                "\n  after round {r}: captured {:.1} % ({}); regressions {:.2} %; exploring cost {} (mean {:+.3} %); 0 disagreements",
+                "\n  after round {r}: captured {:.1} % ({}); regressions {:.2} %; exploring cost {} (mean {:+.3} %; eval --traces read {:+.3} %); 0 disagreements",
                 100.0 * captured(&self.plain[r]),
                 production
                     .iter()
@@ -168,6 +172,7 @@ impl Loop {
                     .collect::<Vec<_>>()
                     .join(", "),
                 100.0 * self.mean_cost(r),
+                100.0 * self.traced_cost[r - 1],
             ));
         }
         out
@@ -206,6 +211,7 @@ fn rounds(world: &World<'_>, sweep: &[PathBuf], production: &[u32], dir: &Path) 
             .collect()],
         cost: Vec::new(),
         traces: Vec::new(),
+        traced_cost: Vec::new(),
     };
     let mut inputs = sweep.to_vec();
     for r in 1..=ROUNDS {
@@ -250,6 +256,20 @@ fn rounds(world: &World<'_>, sweep: &[PathBuf], production: &[u32], dir: &Path) 
             JOBS as usize * production.len()
         );
         assert_eq!(trace_files(&traces).len(), production.len() * JOBS as usize);
+        // What `eval --traces` reports the round's exploration cost, from
+        // the traces alone, against what the world measured.
+        let o = dyncc()
+            .arg("eval")
+            .arg(&table)
+            .arg("--traces")
+            .arg(&traces)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        l.traced_cost
+            .push(v["exploration"]["share"].as_f64().unwrap());
         inputs.push(traces);
         let next = dir.join(format!("t{r}.tbl"));
         let report = compile(&inputs, &next);
@@ -264,6 +284,15 @@ fn rounds(world: &World<'_>, sweep: &[PathBuf], production: &[u32], dir: &Path) 
         table = next;
     }
     for r in 1..=ROUNDS {
+        // `eval --traces` reads the cost from the traces alone (pooled
+        // over all traced time, where the world's figure is the mean over
+        // counts): the two agree within half a point.
+        assert!(
+            (l.traced_cost[r - 1] - l.mean_cost(r)).abs() <= 0.005,
+            "round {r}: eval --traces read {:.3} %: {}",
+            100.0 * l.traced_cost[r - 1],
+            l.describe(production)
+        );
         for (b, a) in l.plain[r - 1].iter().zip(&l.plain[r]) {
             assert!(
                 a.captured() >= b.captured() - 0.01,

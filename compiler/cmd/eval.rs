@@ -11,6 +11,7 @@ use crate::eval::{
 use crate::ingest;
 use crate::pipeline::CompileOptions;
 
+mod explore_cost;
 mod traces;
 
 /// Score a decision table on measurements.

@@ -144,6 +144,10 @@ pub struct TraceFile {
     pub sweep: Option<u64>,
     pub comms: Vec<Comm>,
     pub records: Vec<TraceRecord>,
+    /// Calls the recording rank's tuner answered per (communicator,
+    /// collective, size bucket) (major 3; empty before): where the plugin
+    /// stopped recording, more ran than the records hold.
+    pub shapes: Vec<dyncc_tables::TraceShape>,
 }
 
 impl TraceFile {
@@ -323,6 +327,7 @@ fn read_one(f: &Path) -> anyhow::Result<TraceFile> {
             })
             .collect(),
         records: t.records().collect(),
+        shapes: t.shapes().collect(),
     })
 }
 
@@ -1630,6 +1635,7 @@ mod tests {
             platform: String::new(),
             gpu: String::new(),
             sweep: None,
+            shapes: Vec::new(),
             comms: vec![Comm {
                 comm_id: 1,
                 n_nodes: 4,

@@ -106,6 +106,8 @@ pub struct TraceScore {
     pooled: Pooled,
     /// Over the compared and the default shapes.
     pooled_with_default: Pooled,
+    /// What exploration cost the jobs (`DYNCC_EXPLORE`).
+    exploration: super::explore_cost::ExploreCost,
     warnings: Vec<String>,
 }
 
@@ -423,6 +425,7 @@ pub fn score(
         default_shapes: defaults.len(),
         default_calls: defaults.iter().map(|d| d.calls).sum(),
         not_comparable,
+        exploration: super::explore_cost::explore_cost(&read),
         warnings,
     })
 }
@@ -537,6 +540,27 @@ impl TraceScore {
             se(&self.pooled_with_default)
         );
         println!("(geometric means weighted by the calls the job made at each shape)");
+        let x = &self.exploration;
+        if x.explored_calls > 0 {
+            println!(
+                "exploration cost the jobs {:+.3} % of their traced GPU time ({} explored calls, \
+                 {:+.1} us over the table's answer at the same shapes, of {:.1} us{})",
+                100.0 * x.share,
+                x.explored_calls,
+                x.extra_us,
+                x.total_us,
+                if x.unpriced_calls > 0 {
+                    format!(
+                        "; {} explored calls at shapes where no job ran the answer, not priced",
+                        x.unpriced_calls
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        } else {
+            println!("exploration: no explored call in the traces");
+        }
         if !self.not_comparable.is_empty() {
             println!("\nnot comparable ({} shapes):", self.not_comparable.len());
             for n in &self.not_comparable {

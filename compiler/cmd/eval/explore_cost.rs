@@ -1,0 +1,207 @@
+//! What exploration cost the jobs, read from their traces alone (issue 27
+//! item 4: the cost is reported by `eval --traces`, not only measured in
+//! the loop tests).
+//!
+//! At each shape (nodes, ranks, collective, size) where some collectives
+//! ran an exploring setting (records chosen by `explore`), their extra GPU
+//! time is set against what the jobs' table ran there when not exploring
+//! (records chosen by the table or left to NCCL, pooled over every
+//! communicator at that shape: exploration is drawn per communicator, so
+//! the one that explored a shape rarely ran the answer there too). The
+//! share is that extra over the GPU time of every traced collective.
+//! Means are geometric (a trace keeps the sums of ln(time)); where the
+//! plugin stopped recording a shape (trace major 3), its records stand
+//! for the calls its tuner answered there, scaled up.
+
+use std::collections::BTreeMap;
+
+use dyncc_tables::{size_bucket, Source};
+use serde::Serialize;
+
+use crate::ingest::traces::TraceFile;
+
+/// The jobs' exploration cost.
+#[derive(Serialize, Default, Debug, PartialEq)]
+pub struct ExploreCost {
+    /// Collectives that ran an exploring setting.
+    pub explored_calls: u64,
+    /// Of them, at shapes where no communicator ran the table's answer
+    /// (nothing to price them against; not in `extra_us`).
+    pub unpriced_calls: u64,
+    /// Their extra GPU time over the answer at the same shape, us
+    /// (negative where exploring ran faster).
+    pub extra_us: f64,
+    /// GPU time of every traced collective, us.
+    pub total_us: f64,
+    /// `extra_us / total_us`; 0 without traced time.
+    pub share: f64,
+}
+
+/// Per shape: (count, sum of ln ns) of the answer, and the explored
+/// records' (count, geometric mean ns).
+#[derive(Default)]
+struct AtShape {
+    answer: (f64, f64),
+    explored: Vec<(u64, f64)>,
+}
+
+/// Key of a shape across files.
+type ShapeKey = (u32, u32, u8, u64);
+
+/// The jobs' exploration cost in `files` (see the module docs).
+pub fn explore_cost(files: &[TraceFile]) -> ExploreCost {
+    let mut shapes: BTreeMap<ShapeKey, AtShape> = BTreeMap::new();
+    let mut cost = ExploreCost::default();
+    for f in files {
+        // Calls answered per (communicator, collective, bucket), and the
+        // collectives recorded there: the scale of an unrecorded tail.
+        let mut recorded: BTreeMap<(u16, u8, u8), u64> = BTreeMap::new();
+        for r in &f.records {
+            *recorded
+                .entry((r.comm, r.coll as u8, size_bucket(r.n_bytes)))
+                .or_default() += r.count;
+        }
+        let scale = |comm: u16, coll: u8, bucket: u8| -> f64 {
+            let rec = recorded.get(&(comm, coll, bucket)).copied().unwrap_or(0);
+            f.shapes
+                .iter()
+                .find(|s| s.comm == comm && s.coll as u8 == coll && s.bucket == bucket)
+                .filter(|s| rec > 0 && s.calls > rec)
+                .map_or(1.0, |s| s.calls as f64 / rec as f64)
+        };
+        for r in &f.records {
+            let Some(c) = f.comms.get(r.comm as usize) else {
+                continue;
+            };
+            if r.count == 0 {
+                continue;
+            }
+            let geo = r.sum_ln / r.count as f64;
+            let s = scale(r.comm, r.coll as u8, size_bucket(r.n_bytes));
+            cost.total_us += s * r.count as f64 * geo.exp() / 1e3;
+            let at = shapes
+                .entry((c.n_nodes, c.n_ranks, r.coll as u8, r.n_bytes))
+                .or_default();
+            match r.source {
+                Source::Explore => at.explored.push((r.count, geo.exp())),
+                Source::Table | Source::Nccl => {
+                    at.answer.0 += r.count as f64;
+                    at.answer.1 += r.sum_ln;
+                }
+                Source::Unknown => {}
+            }
+        }
+    }
+    for at in shapes.values() {
+        let n: u64 = at.explored.iter().map(|e| e.0).sum();
+        cost.explored_calls += n;
+        if at.answer.0 == 0.0 {
+            cost.unpriced_calls += n;
+            continue;
+        }
+        let answer_ns = (at.answer.1 / at.answer.0).exp();
+        cost.extra_us += at
+            .explored
+            .iter()
+            .map(|&(count, ns)| count as f64 * (ns - answer_ns) / 1e3)
+            .sum::<f64>();
+    }
+    if cost.total_us > 0.0 {
+        cost.share = cost.extra_us / cost.total_us;
+    }
+    cost
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use dyncc_tables::{Algo, Coll, Proto, TraceRecord, TraceShape};
+
+    use super::*;
+    use crate::ingest::traces::Comm;
+
+    fn rec(comm: u16, source: Source, count: u64, ns: f64) -> TraceRecord {
+        TraceRecord {
+            comm,
+            coll: Coll::AllReduce,
+            n_bytes: 1 << 20,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels: 8,
+            source,
+            count,
+            sum_ln: count as f64 * ns.ln(),
+            sum_ln2: count as f64 * ns.ln() * ns.ln(),
+            min_ns: ns as u64,
+            max_ns: ns as u64,
+        }
+    }
+
+    fn file(records: Vec<TraceRecord>, shapes: Vec<TraceShape>) -> TraceFile {
+        let comm = |id| Comm {
+            comm_id: id,
+            n_nodes: 2,
+            n_ranks: 16,
+            rank: 0,
+        };
+        TraceFile {
+            path: Arc::new(PathBuf::from("a.trace")),
+            nccl_version: 23007,
+            table_digest: None,
+            platform: String::new(),
+            gpu: String::new(),
+            sweep: None,
+            comms: vec![comm(1), comm(2)],
+            records,
+            shapes,
+        }
+    }
+
+    /// One communicator ran the answer 90 times at 100 us, another
+    /// explored 10 calls at 150 us: 500 us extra over 9,000 + 1,500 us.
+    #[test]
+    fn explored_calls_cost_their_excess_over_the_answer_at_the_same_shape() {
+        let f = file(
+            vec![
+                rec(0, Source::Table, 90, 100_000.0),
+                rec(1, Source::Explore, 10, 150_000.0),
+            ],
+            Vec::new(),
+        );
+        let c = explore_cost(&[f]);
+        assert_eq!((c.explored_calls, c.unpriced_calls), (10, 0));
+        assert!((c.extra_us - 500.0).abs() < 1e-6, "{c:?}");
+        assert!((c.total_us - 10_500.0).abs() < 1e-6, "{c:?}");
+        assert!((c.share - 500.0 / 10_500.0).abs() < 1e-12);
+    }
+
+    /// Where the plugin stopped recording (5 of 1,000 calls answered),
+    /// the records stand for every call: the share is of the job's time,
+    /// not of what was recorded; explored calls with no answer anywhere
+    /// are counted apart.
+    #[test]
+    fn an_unrecorded_tail_counts_in_the_total_and_unpriced_calls_are_apart() {
+        let shape = TraceShape {
+            comm: 0,
+            coll: Coll::AllReduce,
+            bucket: size_bucket(1 << 20),
+            calls: 1000,
+        };
+        let f = file(
+            vec![
+                rec(0, Source::Nccl, 5, 100_000.0),
+                rec(1, Source::Explore, 10, 110_000.0),
+            ],
+            vec![shape],
+        );
+        let c = explore_cost(&[f]);
+        assert!((c.total_us - (100_000.0 + 1_100.0)).abs() < 1e-6, "{c:?}");
+        assert!((c.extra_us - 100.0).abs() < 1e-6, "{c:?}");
+        let lone = file(vec![rec(1, Source::Explore, 10, 110_000.0)], Vec::new());
+        let c = explore_cost(&[lone]);
+        assert_eq!((c.explored_calls, c.unpriced_calls), (10, 10));
+        assert_eq!(c.extra_us, 0.0);
+    }
+}
