@@ -708,6 +708,92 @@ mod tests {
         (g, d)
     }
 
+    /// A sweep at 2, 8 and 32 nodes whose Tree/LL gain grows with the node
+    /// count (so a reading depends on where it is taken), and at 16 nodes
+    /// one size that jobs traced.
+    fn drifting(traced_at_16: bool) -> Vec<Cell> {
+        let mut v = Vec::new();
+        for n in [2u32, 8, 32] {
+            for k in 10..=24 {
+                let b = 1u64 << k;
+                let t = 10.0 + b as f64 / 1e4;
+                v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
+                let f = 0.9 - 0.05 * (n as f64).log2();
+                v.push(cell(
+                    Collective::AllReduce,
+                    n,
+                    8,
+                    b,
+                    cfg(Algo::Tree, Proto::LL),
+                    t * f,
+                ));
+            }
+        }
+        if traced_at_16 {
+            let b = 1u64 << 20;
+            let t = 10.0 + b as f64 / 1e4;
+            let base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
+            let mut d = cell(Collective::AllReduce, 16, 8, b, Config::DEFAULT, t);
+            d.base = base;
+            let mut x = cell(
+                Collective::AllReduce,
+                16,
+                8,
+                b,
+                cfg(Algo::Tree, Proto::LL),
+                t * 0.7,
+            );
+            x.base = base;
+            v.extend([d, x]);
+        }
+        v
+    }
+
+    /// A round's traces at 16 nodes measured one size: the other sizes at
+    /// 16 nodes keep what the sweep alone decided there (read at the same
+    /// point, its 16-18 bin's middle), to the gain. Before, 16 became an
+    /// anchor of its own and its other sizes were read at exactly 16: a
+    /// borderline force on DGX-2V (16 nodes, 512 MiB) dropped to NCCL after
+    /// a round that never measured it (98.9 -> 54.5 % of the gain there).
+    #[test]
+    fn a_count_traces_measured_at_one_size_keeps_the_sweeps_reading_at_the_others() {
+        let opt = DecideOptions::default();
+        let (g0, d0) = run(&drifting(false), &opt);
+        let (g1, d1) = run(&drifting(true), &opt);
+        let bin = d0
+            .anchors
+            .iter()
+            .find(|a| a.span.0 <= 16 && 16 <= a.span.1)
+            .unwrap();
+        assert!(
+            bin.span.1 > 16,
+            "the sweep decides 16 in a range: {:?}",
+            bin.span
+        );
+        let at16 = d1
+            .anchors
+            .iter()
+            .find(|a| a.nodes == 16 && a.span == (16, 16))
+            .unwrap();
+        let mut compared = 0;
+        for (si, &b) in g1.sizes.iter().enumerate() {
+            if b == 1 << 20 {
+                continue;
+            }
+            let s0 = g0.sizes.iter().position(|&x| x == b).unwrap();
+            let (was, now) = (bin.per_size[s0], at16.per_size[si]);
+            assert_eq!(was.cfg, now.cfg, "{b} bytes");
+            assert!(
+                (was.gain - now.gain).abs() < 1e-9,
+                "{b} bytes: {} -> {}",
+                was.gain,
+                now.gain
+            );
+            compared += 1;
+        }
+        assert!(compared > 10);
+    }
+
     #[test]
     fn forces_a_clear_winner_and_leaves_the_rest_alone() {
         let (g, d) = run(&sweep(&[1, 2, 8], 0.8), &DecideOptions::default());
