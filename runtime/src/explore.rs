@@ -23,6 +23,22 @@
 //! A measured rule never explores, and neither does a collective whose
 //! own context is gated on `regBuff` (see "Rank consistency").
 //!
+//! # The table's plan (format 1.1)
+//!
+//! A table with a PLAN section lists, per (context, node count, bucket),
+//! up to 4 ranked candidates, each with its own cost bound (see
+//! tables/FORMAT.md). At a cell the plan lists for this communicator's
+//! node count (under its own context, not gated on `regBuff`), the plan
+//! replaces the derived candidates above: the cell's hash picks one
+//! candidate rank-weighted (rank r of n with weight n - r, bits 32..64)
+//! and its low 32 bits draw it with `p = min(1, F / cost)`, so the
+//! expected extra time per cell is `sum_i P(pick i) p_i c_i <= F`. Cells
+//! the plan does not list, and every cell of a table without a plan (any
+//! 1.0 table), explore as derived above. A candidate is still applied by
+//! [`Explorer::probe`]'s rules (NCCL's choice only where the table forces,
+//! a setting only where it leaves NCCL alone), which the hot path did not
+//! change for this.
+//!
 //! # Who tries it (the selection)
 //!
 //! Per communicator, fixed at init: a 64-bit key (see [`key`]), and per
@@ -68,7 +84,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use dyncc_tables::{
     pipe_ops_allowed, Basis, Coll, Decision, RegBuff, Specialised, Table, MAX_CHANNELS,
-    NUM_BUCKETS, NUM_COLLS,
+    MAX_PLAN_CANDIDATES, NUM_BUCKETS, NUM_COLLS,
 };
 
 /// The largest share F exploration may take.
@@ -226,9 +242,57 @@ impl Candidates {
     }
 }
 
+/// One cell's candidates from the table's exploration plan (format 1.1
+/// PLAN), ranked, each with its own cost bound.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Planned {
+    /// Candidates in rank order ([`Probe::None`] past the last).
+    pub probes: [Probe; MAX_PLAN_CANDIDATES as usize],
+    /// Per candidate, the compiler's cost bound.
+    pub costs: [f64; MAX_PLAN_CANDIDATES as usize],
+}
+
+const NO_PLANNED: Planned = Planned {
+    probes: [Probe::None; MAX_PLAN_CANDIDATES as usize],
+    costs: [0.0; MAX_PLAN_CANDIDATES as usize],
+};
+
+impl Planned {
+    /// How many candidates.
+    pub fn len(&self) -> usize {
+        self.probes.iter().filter(|p| **p != Probe::None).count()
+    }
+
+    /// True when the plan lists nothing here.
+    pub fn is_empty(&self) -> bool {
+        self.probes[0] == Probe::None
+    }
+
+    /// The candidate a draw `h` picks: rank-weighted (rank r of n has
+    /// weight n - r), from bits 32..64 of the cell's hash, so the first
+    /// ranked is tried most and all are tried by some communicators.
+    fn pick(&self, h: u64) -> usize {
+        let n = self.len() as u64;
+        let total = n * (n + 1) / 2;
+        let mut x = (h >> 32) % total.max(1);
+        for r in 0..n {
+            let w = n - r;
+            if x < w {
+                return r as usize;
+            }
+            x -= w;
+        }
+        0
+    }
+}
+
 /// Every cell's candidates for one communicator, built at init.
 pub struct Plan {
     cells: Box<[[Candidates; NUM_BUCKETS]; NUM_COLLS]>,
+    /// Cells the table's exploration plan lists at this node count; where
+    /// a cell has one, it replaces the derived candidates. `None` for a
+    /// table without a plan (every cell then explores as derived above).
+    planned: Option<Box<[[Planned; NUM_BUCKETS]; NUM_COLLS]>>,
 }
 
 /// Which side of a communicator of `n_nodes` nodes a context over `nodes`
@@ -359,13 +423,54 @@ impl Plan {
                 };
             }
         }
-        Plan { cells }
+        let planned = table.has_plan().then(|| planned(table, spec, n_nodes));
+        Plan { cells, planned }
+    }
+
+    /// One cell's plan candidates (empty without a plan there).
+    pub fn planned(&self, coll: Coll, bucket: u8) -> Planned {
+        self.planned
+            .as_ref()
+            .map_or(NO_PLANNED, |p| p[coll as usize][bucket as usize])
     }
 
     /// One cell's candidates.
     pub fn cell(&self, coll: Coll, bucket: u8) -> Candidates {
         self.cells[coll as usize][bucket as usize]
     }
+}
+
+/// The plan's cells at this communicator's node count, under each
+/// collective's own context (not gated on `regBuff`, as above).
+fn planned(
+    table: &Table<'_>,
+    spec: &Specialised,
+    n_nodes: u64,
+) -> Box<[[Planned; NUM_BUCKETS]; NUM_COLLS]> {
+    let mut out = Box::new([[NO_PLANNED; NUM_BUCKETS]; NUM_COLLS]);
+    let Ok(nodes) = u32::try_from(n_nodes) else {
+        return out;
+    };
+    for coll in Coll::ALL {
+        let Some(own) = spec.context(coll).and_then(|i| table.context(i)) else {
+            continue;
+        };
+        if own.spec().reg_buff != RegBuff::Any {
+            continue;
+        }
+        for (b, slot) in out[coll as usize].iter_mut().enumerate() {
+            let cell = table.plan_cell(own.index(), nodes, b as u8);
+            for r in 0..cell.len().min(MAX_PLAN_CANDIDATES as usize) {
+                let Some(c) = cell.get(r) else { continue };
+                slot.probes[r] = match c.decision {
+                    Decision::Default => Probe::Nccl,
+                    d => Probe::Setting(d),
+                };
+                slot.costs[r] = f64::from(c.cost_bound);
+            }
+        }
+    }
+    out
 }
 
 /// One cell's precomputed answer: what every call there explores.
@@ -422,6 +527,28 @@ impl Explorer {
         let mut counts = Counts::default();
         for (c, (row, out)) in plan.cells.iter().zip(e.cells.iter_mut()).enumerate() {
             for (b, (cand, cell)) in row.iter().zip(out.iter_mut()).enumerate() {
+                let pl = plan.planned.as_ref().map_or(NO_PLANNED, |p| p[c][b]);
+                if !pl.is_empty() {
+                    // The table's plan: one rank-weighted candidate per
+                    // communicator, tried with p = min(1, F / its cost).
+                    let h = draw(key, c, b);
+                    let i = pl.pick(h);
+                    let kind = if pl.probes[i] == Probe::Nccl {
+                        &mut counts.nccl
+                    } else {
+                        &mut counts.neighbour
+                    };
+                    kind.0 += 1;
+                    let threshold = (share.chance(pl.costs[i]) * DRAW) as u64;
+                    if h & 0xFFFF_FFFF < threshold {
+                        *cell = Cell {
+                            probe: pl.probes[i],
+                            max_pipe_ops: 0,
+                        };
+                        kind.1 += 1;
+                    }
+                    continue;
+                }
                 if cand.is_empty() {
                     continue;
                 }
@@ -687,6 +814,79 @@ mod tests {
 
     fn share(f: &str) -> Share {
         Share::parse(f).unwrap()
+    }
+
+    /// A table with a 1.1 exploration plan at 6 nodes: there the plan's
+    /// ranked candidates replace the derived ones, each communicator picks
+    /// one rank-weighted and tries it with `p = min(1, F / its cost)`, so
+    /// the expected extra time per cell stays <= F; at 5 nodes (no plan
+    /// cell) the derived candidates stay; a table without a plan has none.
+    #[test]
+    fn the_tables_plan_replaces_derived_candidates_within_budget() {
+        let mut b = TableBuilder::new();
+        let ll = force(Algo::Tree, Proto::LL);
+        let simple = force(Algo::Ring, Proto::Simple);
+        let ll128 = force(Algo::Tree, Proto::LL128);
+        ctx((4, 4), &[rule(255, ll, Basis::Measured, 1.3)], &mut b);
+        ctx(
+            (5, 7),
+            &[
+                rule(10, ll, Basis::Interpolated, 1.1),
+                rule(255, Decision::Default, Basis::Interpolated, 1.0),
+            ],
+            &mut b,
+        );
+        let cand = |bucket, rank, decision, cost| dyncc_tables::PlanCandidate {
+            context: 1,
+            nodes: 6,
+            bucket,
+            rank,
+            decision,
+            gain: 0.1,
+            spread: 0.1,
+            cost_bound: cost,
+        };
+        b.plan(&[
+            cand(5, 0, Decision::Default, 0.1),
+            cand(25, 0, simple, 0.05),
+            cand(25, 1, ll128, 0.5),
+        ]);
+        let bytes = b.build().unwrap();
+        assert!(plan(&table(), 6).planned(Coll::AllReduce, 25).is_empty());
+        let p6 = plan(&bytes, 6);
+        assert_eq!(p6.planned(Coll::AllReduce, 25).len(), 2);
+        assert!(p6.planned(Coll::AllReduce, 26).is_empty());
+        // At 5 nodes no plan cell: the derived candidate (NCCL's choice at
+        // the unconfirmed forced rule) stays.
+        assert_eq!(
+            plan(&bytes, 5).cell(Coll::AllReduce, 5).probes[0],
+            Probe::Nccl
+        );
+        assert!(plan(&bytes, 5).planned(Coll::AllReduce, 5).is_empty());
+
+        let f = share("0.05");
+        let n = 20_000u64;
+        let (mut nccl5, mut first, mut second, mut other) = (0u64, 0u64, 0u64, 0u64);
+        for key in 0..n {
+            let (_, e) = Explorer::draw(&p6, f, mix(key));
+            let Some(e) = e else { continue };
+            nccl5 += u64::from(e.plan(Coll::AllReduce, 5) == Probe::Nccl);
+            match e.plan(Coll::AllReduce, 25) {
+                Probe::Setting(d) if d == simple => first += 1,
+                Probe::Setting(d) if d == ll128 => second += 1,
+                Probe::None => {}
+                _ => other += 1,
+            }
+        }
+        let share_of = |k: u64| k as f64 / n as f64;
+        // p = 0.05 / 0.1 at bucket 5.
+        assert!((share_of(nccl5) - 0.5).abs() < 0.02, "{nccl5}");
+        // Rank 0 picked 2/3 of the time, p = 1; rank 1 1/3, p = 0.1.
+        assert!((share_of(first) - 2.0 / 3.0).abs() < 0.02, "{first}");
+        assert!((share_of(second) - 1.0 / 30.0).abs() < 0.01, "{second}");
+        assert_eq!(other, 0);
+        let cost = share_of(first) * 0.05 + share_of(second) * 0.5;
+        assert!(cost <= 0.05 * 1.05, "expected extra time {cost}");
     }
 
     /// Over many communicators (keys), the share drawing a cell is

@@ -20,9 +20,9 @@ use crate::model::{
 };
 use crate::nccl::Coll;
 use crate::raw::{
-    kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, RuleRecord, SectionEntry,
-    TreeEntry, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, NCCL_ENUM, NCCL_LAYOUT, NODE_LEAF,
-    NODE_SPLIT,
+    kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, PlanRecord, RuleRecord,
+    SectionEntry, TreeEntry, FORMAT_MAJOR, FORMAT_MINOR, HEADER_LEN, MAGIC, NCCL_ENUM, NCCL_LAYOUT,
+    NODE_LEAF, NODE_SPLIT,
 };
 
 /// Why the builder refused its input.
@@ -60,6 +60,9 @@ pub enum BuildError {
     /// The table would exceed the format's 64 MiB limit
     /// ([`crate::MAX_TABLE_LEN`]).
     TooLarge,
+    /// The exploration plan does not validate (a candidate names a missing
+    /// context, a node count outside it, a repeated rank or setting...).
+    Plan(crate::Error),
 }
 
 impl fmt::Display for BuildError {
@@ -71,6 +74,7 @@ impl fmt::Display for BuildError {
                 write!(f, "invalid {} tree, node {node}: {what}", coll.name())
             }
             BuildError::Meta { key, what } => write!(f, "invalid metadata key {key:?}: {what}"),
+            BuildError::Plan(e) => write!(f, "invalid exploration plan: {e}"),
             BuildError::TooLarge => {
                 f.write_str("table would be larger than the format's 64 MiB limit")
             }
@@ -86,6 +90,7 @@ pub struct TableBuilder {
     meta: BTreeMap<String, String>,
     contexts: Vec<(ContextSpec, Vec<Rule>)>,
     trees: BTreeMap<u8, Vec<TreeNode>>,
+    plan: Vec<crate::plan::PlanCandidate>,
 }
 
 impl TableBuilder {
@@ -180,6 +185,14 @@ impl TableBuilder {
         }
         self.trees.insert(coll as u8, nodes.to_vec());
         Ok(self)
+    }
+
+    /// Adds exploration-plan candidates (format 1.1 PLAN section). `build`
+    /// orders them by (context, nodes, bucket, rank); `build` fails where
+    /// the result would not validate (see `Table::from_bytes`).
+    pub fn plan(&mut self, candidates: &[crate::plan::PlanCandidate]) -> &mut Self {
+        self.plan.extend_from_slice(candidates);
+        self
     }
 
     /// Writes the table.
@@ -278,13 +291,39 @@ impl TableBuilder {
         meta_sec.extend_from_slice(entries.as_bytes());
         meta_sec.extend_from_slice(&strings);
 
-        let sections: [(u32, &[u8]); 4] = [
+        let mut plan = self.plan.clone();
+        plan.sort_by_key(|c| (c.context, c.nodes, c.bucket, c.rank));
+        let plan: Vec<PlanRecord> = plan
+            .iter()
+            .map(|c| PlanRecord {
+                context: U32::new(c.context),
+                nodes: U32::new(c.nodes),
+                bucket: c.bucket,
+                rank: c.rank,
+                reserved: [0; 2],
+                decision: U32::new(c.decision.to_packed()),
+                gain: F32::new(c.gain),
+                spread: F32::new(c.spread),
+                cost_bound: F32::new(c.cost_bound),
+            })
+            .collect();
+        let mut sections: Vec<(u32, &[u8])> = alloc::vec![
             (kind::CONTEXTS, contexts.as_bytes()),
             (kind::RULES, rules.as_bytes()),
             (kind::TREES, &trees),
             (kind::META, &meta_sec),
         ];
-        assemble(&sections)
+        // No plan, no section: such a table is a 1.0 table, byte for byte.
+        if !plan.is_empty() {
+            sections.push((kind::PLAN, plan.as_bytes()));
+        }
+        let out = assemble(&sections)?;
+        if !plan.is_empty() {
+            if let Err(e) = crate::Table::from_bytes(&out) {
+                return Err(BuildError::Plan(e));
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -313,7 +352,13 @@ pub(crate) fn assemble(sections: &[(u32, &[u8])]) -> Result<Vec<u8>, BuildError>
     let header = Header {
         magic: MAGIC,
         major: U16::new(FORMAT_MAJOR),
-        minor: U16::new(FORMAT_MINOR),
+        // 1.1 only where a 1.1 section is present: older readers then see
+        // unchanged 1.0 tables for everything that has no plan.
+        minor: U16::new(if sections.iter().any(|s| s.0 == kind::PLAN) {
+            FORMAT_MINOR
+        } else {
+            0
+        }),
         header_len: U32::new(HEADER_LEN as u32),
         total_len: U32::new(total),
         flags: U32::new(0),
@@ -429,7 +474,7 @@ mod tests {
         let t = Table::from_bytes(&bytes).unwrap();
         assert_eq!(t.meta("nccl_enum"), Some(NCCL_ENUM));
         assert_eq!(t.context_count(), 0);
-        assert_eq!(t.version(), (FORMAT_MAJOR, FORMAT_MINOR));
+        assert_eq!(t.version(), (FORMAT_MAJOR, 0));
     }
 
     #[test]

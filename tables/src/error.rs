@@ -72,6 +72,13 @@ pub enum Error {
         /// What is wrong.
         what: &'static str,
     },
+    /// An exploration-plan record is invalid.
+    BadPlan {
+        /// Index of the record in the PLAN section.
+        index: u32,
+        /// What is wrong.
+        what: &'static str,
+    },
     /// A tree or tree node is invalid.
     BadTree {
         /// Index of the tree in the TREES directory.
@@ -96,6 +103,7 @@ fn kind_name(kind: u32) -> &'static str {
         crate::raw::kind::RULES => "RULES",
         crate::raw::kind::TREES => "TREES",
         crate::raw::kind::META => "META",
+        crate::raw::kind::PLAN => "PLAN",
         _ => "unknown",
     }
 }
@@ -143,6 +151,9 @@ impl fmt::Display for Error {
                 write!(f, "table has no {} section (kind {kind})", kind_name(kind))
             }
             Error::BadContext { index, what } => write!(f, "table context {index} is invalid: {what}"),
+            Error::BadPlan { index, what } => {
+                write!(f, "table exploration plan record {index} is invalid: {what}")
+            }
             Error::BadRule { context, index, what } => {
                 write!(f, "table context {context}, rule {index} is invalid: {what}")
             }

@@ -62,6 +62,7 @@ mod build;
 mod error;
 mod model;
 pub mod nccl;
+mod plan;
 mod raw;
 mod specialised;
 mod table;
@@ -83,11 +84,14 @@ pub use nccl::{
     datatype_size, Algo, Coll, Machine, Proto, Refusal, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS,
     NUM_PROTOS,
 };
+pub use plan::{PlanCandidate, MAX_PLAN_CANDIDATES};
 pub use raw::{
     kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_TABLE_LEN, NCCL_ENUM, NCCL_LAYOUT,
 };
 pub use specialised::Specialised;
-pub use table::{digest, ContextView, Coverage, Lookup, SplitStep, Table, TreeView, META_SWEEP};
+pub use table::{
+    digest, ContextView, Coverage, Lookup, PlanCell, SplitStep, Table, TreeView, META_SWEEP,
+};
 pub use trace::{
     Source, Trace, TraceComm, TraceError, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN,
     TRACE_MAGIC, TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,

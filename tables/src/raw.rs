@@ -12,9 +12,11 @@ pub const MAGIC: [u8; 8] = *b"DYNCCTBL";
 /// Format major version this code reads and writes. Readers reject any other
 /// major.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Format minor version this code writes. A newer minor only adds section
+/// Format minor version this code writes when a table has a section only
+/// that minor defines (1.1: PLAN); a table without one is written as 1.0,
+/// byte for byte what 1.0 writers wrote. A newer minor only adds section
 /// kinds, which older readers ignore.
-pub const FORMAT_MINOR: u16 = 0;
+pub const FORMAT_MINOR: u16 = 1;
 /// `nccl_layout` value meaning "NCCL 2.23+ numbering" (algorithms 0..=6 with
 /// PAT = 6, protocols 0..=2, collectives 0..=4).
 pub const NCCL_LAYOUT: u32 = 1;
@@ -37,6 +39,8 @@ pub mod kind {
     pub const TREES: u32 = 3;
     /// Metadata key/value strings.
     pub const META: u32 = 4;
+    /// Exploration plan (format 1.1, optional): PlanRecord array.
+    pub const PLAN: u32 = 5;
 }
 
 /// Fixed header, at offset 0.
@@ -153,6 +157,23 @@ pub struct MetaEntry {
 }
 pub const META_ENTRY_LEN: usize = 16;
 
+/// One exploration candidate (PLAN is an array of these, ordered by
+/// (context, nodes, bucket, rank)).
+#[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy, Debug)]
+#[repr(C)]
+pub struct PlanRecord {
+    pub context: U32,
+    pub nodes: U32,
+    pub bucket: u8,
+    pub rank: u8,
+    pub reserved: [u8; 2],
+    pub decision: U32,
+    pub gain: F32,
+    pub spread: F32,
+    pub cost_bound: F32,
+}
+pub const PLAN_LEN: usize = 28;
+
 // The documented sizes are the real sizes.
 const _: () = {
     assert!(core::mem::size_of::<Header>() == HEADER_LEN);
@@ -163,4 +184,5 @@ const _: () = {
     assert!(core::mem::size_of::<TreeEntry>() == TREE_ENTRY_LEN);
     assert!(core::mem::size_of::<NodeRecord>() == NODE_LEN);
     assert!(core::mem::size_of::<MetaEntry>() == META_ENTRY_LEN);
+    assert!(core::mem::size_of::<PlanRecord>() == PLAN_LEN);
 };

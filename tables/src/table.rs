@@ -18,9 +18,9 @@ use crate::model::{
 };
 use crate::nccl::{Coll, NUM_COLLS};
 use crate::raw::{
-    kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, RuleRecord, SectionEntry,
-    TreeEntry, COUNT_PREFIX_LEN, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_SECTIONS, MAX_TABLE_LEN,
-    META_ENTRY_LEN, NCCL_LAYOUT, NODE_LEAF, NODE_SPLIT, RULE_LEN, SECTION_ENTRY_LEN,
+    kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, PlanRecord, RuleRecord,
+    SectionEntry, TreeEntry, COUNT_PREFIX_LEN, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_SECTIONS,
+    MAX_TABLE_LEN, META_ENTRY_LEN, NCCL_LAYOUT, NODE_LEAF, NODE_SPLIT, RULE_LEN, SECTION_ENTRY_LEN,
     TREE_ENTRY_LEN,
 };
 use crate::specialised::Specialised;
@@ -38,6 +38,41 @@ pub struct Table<'a> {
     strings: &'a [u8],
     /// Rules forcing a choice, counted by the validating scan.
     forced_rules: u32,
+    /// Exploration plan (empty when the table has no PLAN section).
+    plan: &'a [PlanRecord],
+}
+
+/// The ranked candidates of one plan cell ([`Table::plan_cell`]).
+#[derive(Clone, Copy, Debug)]
+pub struct PlanCell<'a>(&'a [PlanRecord]);
+
+impl<'a> PlanCell<'a> {
+    /// Number of candidates (0..=4).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the cell has no candidate.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Candidate `rank`, validated at load.
+    #[inline]
+    pub fn get(&self, rank: usize) -> Option<crate::plan::PlanCandidate> {
+        self.0
+            .get(rank)
+            .and_then(crate::plan::PlanCandidate::from_record)
+    }
+
+    /// Packed setting and cost bound of candidate `rank` without building
+    /// a [`crate::plan::PlanCandidate`] (the runtime's hot path).
+    #[inline]
+    pub fn packed(&self, rank: usize) -> Option<(u32, f32)> {
+        self.0
+            .get(rank)
+            .map(|r| (r.decision.get(), r.cost_bound.get()))
+    }
 }
 
 /// The answer to one [`Table::lookup`], with its provenance.
@@ -411,7 +446,7 @@ impl<'a> Table<'a> {
             what: "section directory has a partial entry",
         })?;
 
-        let mut known: [Option<&'a [u8]>; 4] = [None; 4];
+        let mut known: [Option<&'a [u8]>; 5] = [None; 5];
         for (i, e) in dir.iter().enumerate() {
             let (k, off, len) = (e.kind.get(), e.offset.get() as u64, e.len.get() as u64);
             if off < dir_end || off + len > total {
@@ -429,7 +464,7 @@ impl<'a> Table<'a> {
                     });
                 }
             }
-            if (kind::CONTEXTS..=kind::META).contains(&k) {
+            if (kind::CONTEXTS..=kind::PLAN).contains(&k) {
                 let slot = &mut known[(k - 1) as usize];
                 if slot.is_some() {
                     return Err(Error::BadSection {
@@ -455,6 +490,10 @@ impl<'a> Table<'a> {
         let forced_rules = validate_contexts(contexts, rules)?;
         let (trees, nodes) = parse_trees(section(kind::TREES)?)?;
         let (meta, strings) = parse_meta(section(kind::META)?)?;
+        let plan = match known[(kind::PLAN - 1) as usize] {
+            Some(sec) => crate::plan::parse_plan(sec, contexts)?,
+            None => &[],
+        };
 
         Ok(Table {
             bytes,
@@ -466,7 +505,32 @@ impl<'a> Table<'a> {
             meta,
             strings,
             forced_rules,
+            plan,
         })
+    }
+
+    /// Whether the table carries an exploration plan (format 1.1 PLAN).
+    pub fn has_plan(&self) -> bool {
+        !self.plan.is_empty()
+    }
+
+    /// Number of plan records (candidates over all cells).
+    pub fn plan_len(&self) -> usize {
+        self.plan.len()
+    }
+
+    /// Every plan candidate, in (context, nodes, bucket, rank) order.
+    pub fn plan(&self) -> impl Iterator<Item = crate::plan::PlanCandidate> + 'a {
+        self.plan
+            .iter()
+            .filter_map(crate::plan::PlanCandidate::from_record)
+    }
+
+    /// The ranked candidates of one cell: a binary search over the plan,
+    /// no allocation. Empty when the plan has no such cell.
+    #[inline]
+    pub fn plan_cell(&self, context: u32, nodes: u32, bucket: u8) -> PlanCell<'a> {
+        PlanCell(crate::plan::cell(self.plan, context, nodes, bucket))
     }
 
     /// Format (major, minor) of the file.

@@ -1,0 +1,310 @@
+//! The exploration plan (section kind 5, format 1.1): per (context, node
+//! count, size bucket) the compiler could not decide from a measurement at
+//! that node count, a short ranked list of settings a job may try there,
+//! each with its predicted gain, the spread of that prediction and a
+//! floored predicted cost bound. The runtime draws from it; `dyncc
+//! explain`/`query` print it. A table without the section (any 1.0 table)
+//! has no plan: the runtime then explores as it did before the plan
+//! existed (see runtime/README.md).
+//!
+//! Validation follows the rest of the format: every record is checked in
+//! [`parse_plan`], called from `Table::from_bytes`, so readers never meet a
+//! record that names a missing context, a bucket out of range, a setting
+//! NCCL does not have or a cost that is not a finite non-negative number.
+
+use zerocopy::FromBytes;
+
+use crate::error::Error;
+use crate::model::Decision;
+use crate::raw::{kind, ContextRecord, PlanRecord};
+
+/// Most candidates one cell may list.
+pub const MAX_PLAN_CANDIDATES: u8 = 4;
+
+/// One candidate, as the builder takes it and [`crate::Table::plan`] yields it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PlanCandidate {
+    /// Index of the context (in CONTEXTS) the cell belongs to.
+    pub context: u32,
+    /// Node count the cell is for; inside the context's node range.
+    pub nodes: u32,
+    /// Size bucket (`size_bucket`).
+    pub bucket: u8,
+    /// Rank within the cell, 0 = try first; ranks of a cell are 0, 1, ...
+    pub rank: u8,
+    /// The setting to try (`Decision::Default` = NCCL's own choice).
+    pub decision: Decision,
+    /// Predicted gain over the table's answer (fraction of its time).
+    pub gain: f32,
+    /// Spread (uncertainty) of that prediction, >= 0.
+    pub spread: f32,
+    /// Predicted extra time vs the table's answer when trying it, as a
+    /// fraction of the call's time; floored by the compiler, so > 0.
+    pub cost_bound: f32,
+}
+
+impl PlanCandidate {
+    pub(crate) fn from_record(r: &PlanRecord) -> Option<PlanCandidate> {
+        Some(PlanCandidate {
+            context: r.context.get(),
+            nodes: r.nodes.get(),
+            bucket: r.bucket,
+            rank: r.rank,
+            decision: Decision::from_packed(r.decision.get())?,
+            gain: r.gain.get(),
+            spread: r.spread.get(),
+            cost_bound: r.cost_bound.get(),
+        })
+    }
+}
+
+/// Views and validates a PLAN section against the table's contexts.
+///
+/// Records are strictly ordered by (context, nodes, bucket, rank), ranks of
+/// a cell run 0, 1, ... below [`MAX_PLAN_CANDIDATES`], and a cell never
+/// lists one setting twice.
+pub(crate) fn parse_plan<'a>(
+    sec: &'a [u8],
+    contexts: &[ContextRecord],
+) -> Result<&'a [PlanRecord], Error> {
+    let recs = <[PlanRecord]>::ref_from_bytes(sec).map_err(|_| Error::BadSection {
+        kind: kind::PLAN,
+        what: "length is not a multiple of the 28-byte plan record",
+    })?;
+    let mut prev: Option<&PlanRecord> = None;
+    for (i, r) in recs.iter().enumerate() {
+        let index = i as u32;
+        let bad = |what| Error::BadPlan { index, what };
+        let Some(c) = contexts.get(r.context.get() as usize) else {
+            return Err(bad("context index is past the CONTEXTS section"));
+        };
+        let nodes = r.nodes.get();
+        if nodes < c.nodes_min.get() || nodes > c.nodes_max.get() || nodes == 0 {
+            return Err(bad("node count is outside its context's node range"));
+        }
+        if r.reserved != [0; 2] {
+            return Err(bad("reserved bytes are not zero"));
+        }
+        if r.rank >= MAX_PLAN_CANDIDATES {
+            return Err(bad("rank is 4 or more (at most 4 candidates a cell)"));
+        }
+        if Decision::from_packed(r.decision.get()).is_none() {
+            return Err(bad("decision is not a packed setting NCCL has"));
+        }
+        let (g, s, cost) = (r.gain.get(), r.spread.get(), r.cost_bound.get());
+        if !g.is_finite() || !s.is_finite() || s < 0.0 {
+            return Err(bad("gain is not finite or spread is not finite and >= 0"));
+        }
+        if !cost.is_finite() || cost <= 0.0 {
+            return Err(bad("cost bound is not a finite number > 0"));
+        }
+        let cell = |r: &PlanRecord| (r.context.get(), r.nodes.get(), r.bucket);
+        match prev {
+            Some(p) if cell(p) == cell(r) => {
+                if r.rank != p.rank + 1 {
+                    return Err(bad("ranks of a cell do not run 0, 1, 2, ..."));
+                }
+                let start = i - r.rank as usize;
+                if recs[start..i].iter().any(|q| q.decision == r.decision) {
+                    return Err(bad("a cell lists one setting twice"));
+                }
+            }
+            Some(p) if cell(p) > cell(r) => {
+                return Err(bad("records are not ordered by (context, nodes, bucket)"));
+            }
+            _ => {
+                if r.rank != 0 {
+                    return Err(bad("ranks of a cell do not run 0, 1, 2, ..."));
+                }
+            }
+        }
+        prev = Some(r);
+    }
+    Ok(recs)
+}
+
+/// The candidates of one cell, ranked, from a validated plan: a binary
+/// search, no allocation.
+pub(crate) fn cell(recs: &[PlanRecord], context: u32, nodes: u32, bucket: u8) -> &[PlanRecord] {
+    let key = (context, nodes, bucket);
+    let k = |r: &PlanRecord| (r.context.get(), r.nodes.get(), r.bucket);
+    let start = recs.partition_point(|r| k(r) < key);
+    let end = start + recs[start..].partition_point(|r| k(r) == key);
+    &recs[start..end]
+}
+
+#[cfg(all(test, feature = "build"))]
+mod tests {
+    use super::*;
+    use crate::nccl::{Algo, Coll, Proto};
+    use crate::{Basis, BuildError, ContextSpec, RegBuff, Rule, Table, TableBuilder};
+    use alloc::vec::Vec;
+
+    fn ring_ll() -> Decision {
+        Decision::Force {
+            algo: Algo::Ring,
+            proto: Proto::LL,
+            channels: 0,
+        }
+    }
+
+    fn cand(nodes: u32, bucket: u8, rank: u8, decision: Decision, cost: f32) -> PlanCandidate {
+        PlanCandidate {
+            context: 0,
+            nodes,
+            bucket,
+            rank,
+            decision,
+            gain: 0.1,
+            spread: 0.05,
+            cost_bound: cost,
+        }
+    }
+
+    fn table_with(plan: &[PlanCandidate]) -> Result<Vec<u8>, BuildError> {
+        let mut b = TableBuilder::new();
+        b.context(
+            ContextSpec {
+                coll: Coll::AllReduce,
+                nodes: (2, 16),
+                ppn: (1, 8),
+                max_pipe_ops: 0,
+                reg_buff: RegBuff::Any,
+            },
+            &[Rule {
+                last_bucket: 255,
+                decision: ring_ll(),
+                basis: Basis::Interpolated,
+                gain: 0.2,
+            }],
+        )
+        .unwrap();
+        b.plan(plan);
+        b.build()
+    }
+
+    fn good() -> Vec<u8> {
+        // Given out of order: the builder sorts.
+        table_with(&[
+            cand(4, 20, 1, ring_ll(), 0.3),
+            cand(4, 20, 0, Decision::Default, 0.05),
+            cand(16, 3, 0, Decision::Default, 0.02),
+        ])
+        .unwrap()
+    }
+
+    /// Offset of the PLAN section's first record.
+    fn plan_offset(b: &[u8]) -> usize {
+        let n = u32::from_le_bytes(b[28..32].try_into().unwrap()) as usize;
+        (0..n)
+            .map(|i| 40 + 12 * i)
+            .find(|&e| u32::from_le_bytes(b[e..e + 4].try_into().unwrap()) == kind::PLAN)
+            .map(|e| u32::from_le_bytes(b[e + 4..e + 8].try_into().unwrap()) as usize)
+            .unwrap()
+    }
+
+    fn reseal(b: &mut [u8]) {
+        let crc = crc32fast::hash(&b[40..]);
+        b[32..36].copy_from_slice(&crc.to_le_bytes());
+    }
+
+    #[test]
+    fn plan_round_trips_and_marks_the_table_1_1() {
+        let bytes = good();
+        let t = Table::from_bytes(&bytes).unwrap();
+        assert_eq!(t.version(), (1, 1));
+        assert!(t.has_plan());
+        assert_eq!(t.plan_len(), 3);
+        let c = t.plan_cell(0, 4, 20);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.get(0).unwrap().decision, Decision::Default);
+        assert_eq!(c.get(1).unwrap().decision, ring_ll());
+        assert_eq!(c.packed(1), Some((ring_ll().to_packed(), 0.3)));
+        assert!(t.plan_cell(0, 4, 21).is_empty());
+        assert!(t.plan_cell(0, 8, 20).is_empty());
+        assert_eq!(t.plan_cell(0, 16, 3).len(), 1);
+    }
+
+    #[test]
+    fn a_table_without_plan_is_written_as_1_0() {
+        let bytes = table_with(&[]).unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        assert_eq!(t.version(), (1, 0));
+        assert!(!t.has_plan());
+        assert!(t.plan_cell(0, 4, 20).is_empty());
+    }
+
+    #[test]
+    fn builder_refuses_a_plan_the_reader_would_refuse() {
+        let out_of_range = table_with(&[cand(32, 0, 0, Decision::Default, 0.1)]);
+        assert!(matches!(
+            out_of_range,
+            Err(BuildError::Plan(Error::BadPlan { .. }))
+        ));
+        let gap = table_with(&[cand(4, 0, 1, Decision::Default, 0.1)]);
+        assert!(matches!(gap, Err(BuildError::Plan(_))));
+        let twice = table_with(&[cand(4, 0, 0, ring_ll(), 0.1), cand(4, 0, 1, ring_ll(), 0.1)]);
+        assert!(matches!(twice, Err(BuildError::Plan(_))));
+        let free = table_with(&[cand(4, 0, 0, ring_ll(), 0.0)]);
+        assert!(matches!(free, Err(BuildError::Plan(_))));
+    }
+
+    /// Each corruption of a valid plan record is refused with a message
+    /// that names the plan record and what is wrong.
+    #[test]
+    fn corrupt_plan_section_is_refused_with_a_clear_error() {
+        let good = good();
+        let off = plan_offset(&good);
+        type Corrupt = fn(&mut [u8]);
+        let cases: [(Corrupt, &str); 8] = [
+            (
+                |r| r[0..4].copy_from_slice(&7u32.to_le_bytes()),
+                "context index",
+            ),
+            (
+                |r| r[4..8].copy_from_slice(&99u32.to_le_bytes()),
+                "node range",
+            ),
+            (|r| r[9] = 4, "rank is 4"),
+            (|r| r[10] = 1, "reserved"),
+            (
+                |r| r[12..16].copy_from_slice(&0x0102_0309u32.to_le_bytes()),
+                "decision",
+            ),
+            (
+                |r| r[20..24].copy_from_slice(&(-1.0f32).to_le_bytes()),
+                "spread",
+            ),
+            (
+                |r| r[24..28].copy_from_slice(&f32::NAN.to_le_bytes()),
+                "cost bound",
+            ),
+            (|r| r[8] = 200, "ordered"),
+        ];
+        for (corrupt, needle) in cases {
+            let mut b = good.clone();
+            corrupt(&mut b[off..off + 28]);
+            reseal(&mut b);
+            let e = Table::from_bytes(&b).unwrap_err();
+            // Record 0 moved past record 1 is caught at record 1.
+            let at = if needle == "ordered" { 1 } else { 0 };
+            assert!(
+                matches!(e, Error::BadPlan { index, .. } if index == at),
+                "{needle}: {e:?}"
+            );
+            let msg = alloc::format!("{e}");
+            let head = alloc::format!("exploration plan record {at}");
+            assert!(msg.contains(&head) && msg.contains(needle), "{msg}");
+        }
+        // A section whose length is not a whole number of records.
+        let mut b = good.clone();
+        let e = (0..5)
+            .map(|i| 40 + 12 * i)
+            .find(|&e| b[e] == kind::PLAN as u8)
+            .unwrap();
+        b[e + 8..e + 12].copy_from_slice(&27u32.to_le_bytes());
+        reseal(&mut b);
+        let err = Table::from_bytes(&b).unwrap_err();
+        assert!(alloc::format!("{err}").contains("PLAN"), "{err}");
+    }
+}
