@@ -58,6 +58,11 @@ fn spec(coll: Coll, nodes: (u32, u32)) -> ContextSpec {
 /// ReduceScatter measured only at 4 nodes with registered buffers (gated
 /// to `regBuff != 0`).
 fn explore_table() -> Vec<u8> {
+    explore_table_with(&[])
+}
+
+/// [`explore_table`] with an exploration plan (format 1.1).
+fn explore_table_with(plan: &[dyncc_tables::PlanCandidate]) -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "explore-standin");
     b.context(
@@ -127,6 +132,7 @@ fn explore_table() -> Vec<u8> {
         )],
     )
     .unwrap();
+    b.plan(plan);
     b.build().unwrap()
 }
 
@@ -138,6 +144,10 @@ struct Stand {
 
 impl Stand {
     fn new() -> Stand {
+        Stand::with_table(explore_table())
+    }
+
+    fn with_table(bytes: Vec<u8>) -> Stand {
         let cc = require_c_compiler();
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("explore");
@@ -145,7 +155,7 @@ impl Stand {
         link.push("-pthread");
         compile_c(cc, &["-O1", "-pthread"], "explore.c", &exe, &link);
         let table = dir.path().join("explore.tbl");
-        std::fs::write(&table, explore_table()).unwrap();
+        std::fs::write(&table, bytes).unwrap();
         Stand {
             _dir: dir,
             exe,
@@ -345,6 +355,45 @@ fn ranks_with_different_call_sequences_never_disagree() {
             let r = s.run_as(6, 2520, Some("0.1"), comm, scenario);
             assert_eq!(r.disagreements, 0, "{scenario} {comm:#x}:\n{}", r.stdout);
             assert_eq!(r.unavailable_written, 0, "{scenario}");
+            explored += r.total_explored();
+        }
+        assert!(explored > 0, "{scenario}: nothing explored");
+    }
+}
+
+/// The same uneven call sequences on a table whose exploration plan (format
+/// 1.1) lists candidates at 6 nodes: what the plan makes a communicator
+/// try is drawn at init from its id and the table, so the ranks still
+/// agree on every call.
+#[test]
+fn ranks_with_different_call_sequences_never_disagree_on_a_planned_table() {
+    use dyncc_tables::{size_bucket, PlanCandidate};
+    let at = |bucket: u8, rank: u8, decision: Decision, cost_bound: f32| PlanCandidate {
+        // The AllReduce context over 5-7 nodes (the table's second).
+        context: 1,
+        nodes: 6,
+        bucket,
+        rank,
+        decision,
+        gain: 0.1,
+        spread: 0.05,
+        cost_bound,
+    };
+    let mib = size_bucket(1 << 20);
+    let s = Stand::with_table(explore_table_with(&[
+        // Where the table leaves NCCL alone: two settings to try.
+        at(mib, 0, force(Algo::Tree, Proto::Simple, 0), 0.1),
+        at(mib, 1, force(Algo::Ring, Proto::LL128, 4), 0.3),
+        // Where it forces Tree/LL unconfirmed: NCCL's own choice.
+        at(size_bucket(1024), 0, Decision::Default, 0.1),
+    ]));
+    for scenario in ["extra-one", "extra-per-size", "late", "state"] {
+        let mut explored = 0;
+        for id in 0..8u64 {
+            let comm = COMM_ID ^ (id << 17);
+            let r = s.run_as(6, 2520, Some("0.1"), comm, scenario);
+            assert_eq!(r.disagreements, 0, "{scenario} {comm:#x}:\n{}", r.stdout);
+            assert!(r.warns().is_empty(), "{}", r.stdout);
             explored += r.total_explored();
         }
         assert!(explored > 0, "{scenario}: nothing explored");
