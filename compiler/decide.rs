@@ -174,6 +174,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
         let n = grid.nodes[ni];
+        let at_n = read_at(n);
         let per_size = (0..grid.sizes.len())
             .map(|si| {
                 if grid.foreign(ni, si) {
@@ -182,7 +183,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
                     // A count only traces measured, at a size they did
                     // not: read off the sweep as an unmeasured count is.
                     if within(n) {
-                        decide_unmeasured(grid, &model, &widen, read_at(n), si, ln_margin, opt)
+                        decide_unmeasured(grid, &model, &widen, at_n, si, ln_margin, opt)
                     } else {
                         Choice::default(Why::BeyondReach, Basis::Extrapolated)
                     }

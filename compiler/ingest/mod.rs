@@ -259,11 +259,7 @@ impl Dataset {
     pub fn input_digests_of<'a>(&self, contributed: impl Iterator<Item = &'a Path>) -> String {
         const LIST_UP_TO: usize = 16;
         let files: std::collections::BTreeSet<&Path> = contributed.collect();
-        let digest: HashMap<&Path, &str> = self
-            .reports
-            .iter()
-            .map(|r| (r.file.as_path(), r.sha256.as_str()))
-            .collect();
+        let digest = self.file_digests();
         let lines: Vec<String> = files
             .iter()
             .map(|f| match digest.get(f) {
@@ -295,6 +291,15 @@ impl Dataset {
         )
     }
 
+    /// Each file read, by path: the sha256 of its bytes (empty when
+    /// unknown).
+    fn file_digests(&self) -> HashMap<&Path, &str> {
+        self.reports
+            .iter()
+            .map(|r| (r.file.as_path(), r.sha256.as_str()))
+            .collect()
+    }
+
     /// The sweep's fingerprint: the first 8 bytes of the sha256 of the
     /// sorted, distinct sha256 digests of the files that contributed
     /// measurements (contents only: moving or renaming a file keeps it).
@@ -305,11 +310,7 @@ impl Dataset {
         &self,
         contributed: impl Iterator<Item = &'a Path>,
     ) -> Option<u64> {
-        let digest: HashMap<&Path, &str> = self
-            .reports
-            .iter()
-            .map(|r| (r.file.as_path(), r.sha256.as_str()))
-            .collect();
+        let digest = self.file_digests();
         let mut sums = std::collections::BTreeSet::new();
         for f in contributed {
             match digest.get(f) {

@@ -570,46 +570,28 @@ mod tests {
             comm_id: None,
             n_ranks: 2,
         };
-        let mut h = core::ptr::dangling_mut::<c_void>();
         // SAFETY: a C union of integers and pointers: zero bytes are valid.
         let u: ncclProfilerDescrUnion = unsafe { core::mem::zeroed() };
-        // SAFETY: ctx is a live ProfContext; u is a zeroed union.
-        unsafe {
-            start(
-                (&mut ctx as *mut ProfContext).cast(),
-                &mut h,
-                PROFILE_GROUP,
-                core::ptr::null_mut(),
-                &u,
-                true,
-            )
+        // The handle a Group event gets (`v4`: profiler v4, NCCL 2.27).
+        let group = |ctx: &mut ProfContext, v4: bool| {
+            let mut h = core::ptr::dangling_mut::<c_void>();
+            // SAFETY: ctx is a live ProfContext; u is a zeroed union.
+            unsafe {
+                start(
+                    (ctx as *mut ProfContext).cast(),
+                    &mut h,
+                    PROFILE_GROUP,
+                    core::ptr::null_mut(),
+                    &u,
+                    v4,
+                )
+            };
+            h
         };
-        assert!(h.is_null());
+        assert!(group(&mut ctx, true).is_null());
         ctx.recording = Some(0);
-        // SAFETY: as above.
-        unsafe {
-            start(
-                (&mut ctx as *mut ProfContext).cast(),
-                &mut h,
-                PROFILE_GROUP,
-                core::ptr::null_mut(),
-                &u,
-                true,
-            )
-        };
-        assert_eq!(h, g);
+        assert_eq!(group(&mut ctx, true), g);
         // Profiler v5/v6 (2.28+) need no Group handle: NULL.
-        // SAFETY: as above.
-        unsafe {
-            start(
-                (&mut ctx as *mut ProfContext).cast(),
-                &mut h,
-                PROFILE_GROUP,
-                core::ptr::null_mut(),
-                &u,
-                false,
-            )
-        };
-        assert!(h.is_null());
+        assert!(group(&mut ctx, false).is_null());
     }
 }

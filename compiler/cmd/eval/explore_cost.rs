@@ -61,13 +61,18 @@ pub fn explore_cost(files: &[TraceFile]) -> ExploreCost {
                 .entry((r.comm, r.coll as u8, size_bucket(r.n_bytes)))
                 .or_default() += r.count;
         }
+        let answered: BTreeMap<(u16, u8, u8), u64> = f
+            .shapes
+            .iter()
+            .map(|s| ((s.comm, s.coll as u8, s.bucket), s.calls))
+            .collect();
         let scale = |comm: u16, coll: u8, bucket: u8| -> f64 {
-            let rec = recorded.get(&(comm, coll, bucket)).copied().unwrap_or(0);
-            f.shapes
-                .iter()
-                .find(|s| s.comm == comm && s.coll as u8 == coll && s.bucket == bucket)
-                .filter(|s| rec > 0 && s.calls > rec)
-                .map_or(1.0, |s| s.calls as f64 / rec as f64)
+            let key = (comm, coll, bucket);
+            let rec = recorded.get(&key).copied().unwrap_or(0);
+            match answered.get(&key) {
+                Some(&calls) if rec > 0 && calls > rec => calls as f64 / rec as f64,
+                _ => 1.0,
+            }
         };
         for r in &f.records {
             let Some(c) = f.comms.get(r.comm as usize) else {
