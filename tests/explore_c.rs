@@ -373,6 +373,7 @@ fn ranks_with_different_call_sequences_never_disagree_on_a_planned_table() {
         context: 1,
         nodes: 6,
         bucket,
+        last_bucket: bucket,
         rank,
         decision,
         gain: 0.1,

@@ -25,19 +25,21 @@
 //!
 //! # The table's plan (format 1.1)
 //!
-//! A table with a PLAN section lists, per (context, node count, bucket),
-//! up to 4 ranked candidates, each with its own cost bound (see
+//! A table with a PLAN section lists, per (context, node counts, bucket
+//! run), up to 4 ranked candidates, each with its own cost bound (see
 //! tables/FORMAT.md). At a cell the plan lists for this communicator's
-//! node count (under its own context, not gated on `regBuff`), the plan
+//! node count (under its own context, not gated on `regBuff`; measured
+//! rules too, for a count only traces measured: the plan keeps offering
+//! what they have not tried), the plan
 //! replaces the derived candidates above: the cell's hash picks one
 //! candidate rank-weighted (rank r of n with weight n - r, bits 32..64)
 //! and its low 32 bits draw it with `p = min(1, F / cost)`, so the
 //! expected extra time per cell is `sum_i P(pick i) p_i c_i <= F`. Cells
 //! the plan does not list, and every cell of a table without a plan (any
-//! 1.0 table), explore as derived above. A candidate is still applied by
-//! [`Explorer::probe`]'s rules (NCCL's choice only where the table forces,
-//! a setting only where it leaves NCCL alone), which the hot path did not
-//! change for this.
+//! 1.0 table), explore as derived above. [`Explorer::probe`] applies a
+//! planned setting wherever it differs from the table's answer (the
+//! compiler listed it against that answer, forced or not), and NCCL's
+//! choice only where the table forces; in the context's call state only.
 //!
 //! # Who tries it (the selection)
 //!
@@ -250,11 +252,15 @@ pub struct Planned {
     pub probes: [Probe; MAX_PLAN_CANDIDATES as usize],
     /// Per candidate, the compiler's cost bound.
     pub costs: [f64; MAX_PLAN_CANDIDATES as usize],
+    /// The `numPipeOps` gate of the context the plan is for (0: any): a
+    /// candidate is tried only in the call state the cell was decided in.
+    pub max_pipe_ops: u32,
 }
 
 const NO_PLANNED: Planned = Planned {
     probes: [Probe::None; MAX_PLAN_CANDIDATES as usize],
     costs: [0.0; MAX_PLAN_CANDIDATES as usize],
+    max_pipe_ops: 0,
 };
 
 impl Planned {
@@ -468,6 +474,7 @@ fn planned(
                 };
                 slot.costs[r] = f64::from(c.cost_bound);
             }
+            slot.max_pipe_ops = own.spec().max_pipe_ops;
         }
     }
     out
@@ -479,11 +486,16 @@ struct Cell {
     probe: Probe,
     /// The drawn setting's `numPipeOps` gate (0: any).
     max_pipe_ops: u32,
+    /// Drawn from the table's plan: a setting is tried over whatever the
+    /// table answers (the compiler listed it against that answer), not
+    /// only where the table leaves NCCL alone.
+    planned: bool,
 }
 
 const NO_CELL: Cell = Cell {
     probe: Probe::None,
     max_pipe_ops: 0,
+    planned: false,
 };
 
 /// How many cells of each kind, for the init line.
@@ -543,7 +555,8 @@ impl Explorer {
                     if h & 0xFFFF_FFFF < threshold {
                         *cell = Cell {
                             probe: pl.probes[i],
-                            max_pipe_ops: 0,
+                            max_pipe_ops: pl.max_pipe_ops,
+                            planned: true,
                         };
                         kind.1 += 1;
                     }
@@ -568,6 +581,7 @@ impl Explorer {
                 *cell = Cell {
                     probe: cand.probes[i],
                     max_pipe_ops: cand.max_pipe_ops[i],
+                    planned: false,
                 };
                 kind.1 += 1;
             }
@@ -583,8 +597,9 @@ impl Explorer {
 
     /// What this call runs instead of the table's decision `d`, if
     /// anything: the cell's drawn probe, when it applies to the call (NCCL's
-    /// choice only where the table forces; a setting only where the table
-    /// leaves NCCL alone and the call is in the setting's call state).
+    /// choice only where the table forces; a derived setting only where the
+    /// table leaves NCCL alone, a planned one wherever it differs from the
+    /// answer; a setting only in its call state).
     /// Hot path: two loads and a few compares; no allocation, lock, store,
     /// log or panic.
     #[inline]
@@ -597,7 +612,8 @@ impl Explorer {
         match cell.probe {
             Probe::Nccl if d.is_forced() => Probe::Nccl,
             Probe::Setting(s)
-                if !d.is_forced() && pipe_ops_allowed(cell.max_pipe_ops, num_pipe_ops) =>
+                if (if cell.planned { s != d } else { !d.is_forced() })
+                    && pipe_ops_allowed(cell.max_pipe_ops, num_pipe_ops) =>
             {
                 Probe::Setting(s)
             }
@@ -840,6 +856,7 @@ mod tests {
             context: 1,
             nodes: 6,
             bucket,
+            last_bucket: bucket,
             rank,
             decision,
             gain: 0.1,
@@ -887,6 +904,41 @@ mod tests {
         assert_eq!(other, 0);
         let cost = share_of(first) * 0.05 + share_of(second) * 0.5;
         assert!(cost <= 0.05 * 1.05, "expected extra time {cost}");
+    }
+
+    /// A setting the plan lists where the table forces another (an
+    /// unconfirmed force with a rival the compiler ranks close) is tried
+    /// over that force; it was dropped by the per-call check, which let a
+    /// setting run only where the table left NCCL alone.
+    #[test]
+    fn a_planned_setting_is_tried_where_the_table_forces_another() {
+        let mut b = TableBuilder::new();
+        let ll = force(Algo::Tree, Proto::LL);
+        let simple = force(Algo::Ring, Proto::Simple);
+        ctx((4, 4), &[rule(255, ll, Basis::Measured, 1.3)], &mut b);
+        ctx((5, 7), &[rule(255, ll, Basis::Interpolated, 1.2)], &mut b);
+        b.plan(&[dyncc_tables::PlanCandidate {
+            context: 1,
+            nodes: 5,
+            bucket: 0,
+            last_bucket: 255,
+            rank: 0,
+            decision: simple,
+            gain: 0.05,
+            spread: 0.1,
+            cost_bound: 0.05,
+        }]);
+        let bytes = b.build().unwrap();
+        let p = plan(&bytes, 6);
+        let (_, e) = Explorer::draw(&p, share("0.1"), mix(7));
+        let e = e.expect("p = 1: every communicator explores");
+        assert_eq!(e.plan(Coll::AllReduce, 20), Probe::Setting(simple));
+        assert_eq!(
+            e.probe(Coll::AllReduce as u32, 20, 1, ll),
+            Probe::Setting(simple)
+        );
+        // Never the answer itself.
+        assert_eq!(e.probe(Coll::AllReduce as u32, 20, 1, simple), Probe::None);
     }
 
     /// Over many communicators (keys), the share drawing a cell is

@@ -1,16 +1,24 @@
-//! The exploration plan (section kind 5, format 1.1): per (context, node
-//! count, size bucket) the compiler could not decide from a measurement at
-//! that node count, a short ranked list of settings a job may try there,
-//! each with its predicted gain, the spread of that prediction and a
-//! floored predicted cost bound. The runtime draws from it; `dyncc
-//! explain`/`query` print it. A table without the section (any 1.0 table)
-//! has no plan: the runtime then explores as it did before the plan
-//! existed (see runtime/README.md).
+//! The exploration plan (section kind 5, format 1.1): per cell the
+//! compiler could not decide from a measurement at its node count (a
+//! context, a first node count, a run of size buckets), a short ranked
+//! list of settings a job may try there, each with its predicted gain, the
+//! spread of that prediction and a floored predicted cost bound. The
+//! runtime draws from it; `dyncc explain`/`query` print it. A table
+//! without the section (any 1.0 table) has no plan: the runtime then
+//! explores as it did before the plan existed (see runtime/README.md).
+//!
+//! A cell serves the node counts from its `nodes` up to the next node
+//! count its context's plan lists (or the context's last), and the size
+//! buckets `bucket..=last_bucket`: a context decided over a range of node
+//! counts has one plan for the range, and a run of buckets with one list
+//! is one record per candidate, so the plan stays about the size of the
+//! rules it explores.
 //!
 //! Validation follows the rest of the format: every record is checked in
 //! [`parse_plan`], called from `Table::from_bytes`, so readers never meet a
-//! record that names a missing context, a bucket out of range, a setting
-//! NCCL does not have or a cost that is not a finite non-negative number.
+//! record that names a missing context, a bucket run that is empty or
+//! overlaps another, a setting NCCL does not have or a cost that is not a
+//! finite positive number.
 
 use zerocopy::FromBytes;
 
@@ -26,10 +34,14 @@ pub const MAX_PLAN_CANDIDATES: u8 = 4;
 pub struct PlanCandidate {
     /// Index of the context (in CONTEXTS) the cell belongs to.
     pub context: u32,
-    /// Node count the cell is for; inside the context's node range.
+    /// First node count the cell serves, inside the context's node range;
+    /// it serves counts up to the next one its context's plan lists.
     pub nodes: u32,
-    /// Size bucket (`size_bucket`).
+    /// First size bucket (`size_bucket`) the cell serves.
     pub bucket: u8,
+    /// Last size bucket it serves (inclusive): a run of buckets with one
+    /// list is one record per candidate.
+    pub last_bucket: u8,
     /// Rank within the cell, 0 = try first; ranks of a cell are 0, 1, ...
     pub rank: u8,
     /// The setting to try (`Decision::Default` = NCCL's own choice).
@@ -49,6 +61,7 @@ impl PlanCandidate {
             context: r.context.get(),
             nodes: r.nodes.get(),
             bucket: r.bucket,
+            last_bucket: r.last_bucket,
             rank: r.rank,
             decision: Decision::from_packed(r.decision.get())?,
             gain: r.gain.get(),
@@ -82,8 +95,11 @@ pub(crate) fn parse_plan<'a>(
         if nodes < c.nodes_min.get() || nodes > c.nodes_max.get() || nodes == 0 {
             return Err(bad("node count is outside its context's node range"));
         }
-        if r.reserved != [0; 2] {
-            return Err(bad("reserved bytes are not zero"));
+        if r.reserved != 0 {
+            return Err(bad("reserved byte is not zero"));
+        }
+        if r.last_bucket < r.bucket {
+            return Err(bad("last bucket is below the first"));
         }
         if r.rank >= MAX_PLAN_CANDIDATES {
             return Err(bad("rank is 4 or more (at most 4 candidates a cell)"));
@@ -104,6 +120,9 @@ pub(crate) fn parse_plan<'a>(
                 if r.rank != p.rank + 1 {
                     return Err(bad("ranks of a cell do not run 0, 1, 2, ..."));
                 }
+                if r.last_bucket != p.last_bucket {
+                    return Err(bad("ranks of a cell name different last buckets"));
+                }
                 let start = i - r.rank as usize;
                 if recs[start..i].iter().any(|q| q.decision == r.decision) {
                     return Err(bad("a cell lists one setting twice"));
@@ -116,6 +135,10 @@ pub(crate) fn parse_plan<'a>(
                 if r.rank != 0 {
                     return Err(bad("ranks of a cell do not run 0, 1, 2, ..."));
                 }
+                let same_nodes = |p: &PlanRecord| (p.context, p.nodes) == (r.context, r.nodes);
+                if prev.is_some_and(|p| same_nodes(p) && p.last_bucket >= r.bucket) {
+                    return Err(bad("bucket runs of one node count overlap"));
+                }
             }
         }
         prev = Some(r);
@@ -123,13 +146,34 @@ pub(crate) fn parse_plan<'a>(
     Ok(recs)
 }
 
-/// The candidates of one cell, ranked, from a validated plan: a binary
-/// search, no allocation.
+/// The candidates of the cell serving (context, node count, bucket),
+/// ranked, from a validated plan: the context's last listed node count at
+/// or below `nodes`, then the bucket run holding `bucket`. Two binary
+/// searches, no allocation.
 pub(crate) fn cell(recs: &[PlanRecord], context: u32, nodes: u32, bucket: u8) -> &[PlanRecord] {
-    let key = (context, nodes, bucket);
-    let k = |r: &PlanRecord| (r.context.get(), r.nodes.get(), r.bucket);
-    let start = recs.partition_point(|r| k(r) < key);
-    let end = start + recs[start..].partition_point(|r| k(r) == key);
+    let upto = recs.partition_point(|r| (r.context.get(), r.nodes.get()) <= (context, nodes));
+    let Some(last) = upto.checked_sub(1).map(|i| &recs[i]) else {
+        return &[];
+    };
+    if last.context.get() != context {
+        return &[];
+    }
+    let from = (context, last.nodes.get());
+    let key = |r: &PlanRecord| (r.context.get(), r.nodes.get());
+    // Runs of one node count do not overlap and are ordered, so their last
+    // buckets are too: the first record whose run ends at or past `bucket`.
+    let start = recs.partition_point(|r| (key(r), r.last_bucket) < (from, bucket));
+    let Some(first) = recs.get(start) else {
+        return &[];
+    };
+    if key(first) != from || first.bucket > bucket {
+        return &[];
+    }
+    let end = start
+        + recs[start..]
+            .iter()
+            .take_while(|r| key(r) == from && r.bucket == first.bucket)
+            .count();
     &recs[start..end]
 }
 
@@ -153,6 +197,7 @@ mod tests {
             context: 0,
             nodes,
             bucket,
+            last_bucket: bucket,
             rank,
             decision,
             gain: 0.1,
@@ -221,8 +266,46 @@ mod tests {
         assert_eq!(c.get(1).unwrap().decision, ring_ll());
         assert_eq!(c.packed(1), Some((ring_ll().to_packed(), 0.3)));
         assert!(t.plan_cell(0, 4, 21).is_empty());
-        assert!(t.plan_cell(0, 8, 20).is_empty());
+        // 4's cell serves 5..=15 too (16 is the next count listed), not 3.
+        assert_eq!(t.plan_cell(0, 8, 20).len(), 2);
+        assert!(t.plan_cell(0, 3, 20).is_empty());
         assert_eq!(t.plan_cell(0, 16, 3).len(), 1);
+        assert!(t.plan_cell(0, 16, 20).is_empty());
+    }
+
+    /// A cell serves its run of buckets and the node counts up to the next
+    /// one its context lists; lookups between runs find nothing.
+    #[test]
+    fn a_cell_serves_its_bucket_run_and_node_counts_up_to_the_next() {
+        let run = |nodes, b0, b1, rank, d| PlanCandidate {
+            last_bucket: b1,
+            ..cand(nodes, b0, rank, d, 0.1)
+        };
+        let bytes = table_with(&[
+            run(2, 10, 14, 0, Decision::Default),
+            run(2, 10, 14, 1, ring_ll()),
+            run(2, 20, 20, 0, ring_ll()),
+            run(6, 0, 255, 0, Decision::Default),
+        ])
+        .unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let len = |n, b| t.plan_cell(0, n, b).len();
+        assert_eq!(
+            (len(2, 9), len(2, 10), len(2, 14), len(2, 15)),
+            (0, 2, 2, 0)
+        );
+        assert_eq!((len(5, 12), len(5, 20), len(5, 21)), (2, 1, 0));
+        assert_eq!((len(6, 12), len(16, 0), len(16, 255)), (1, 1, 1));
+        assert_eq!(len(1, 12), 0);
+        assert_eq!(t.plan_cell(0, 3, 11).get(1).unwrap().last_bucket, 14);
+        // Overlapping runs of one node count are refused.
+        let overlap = table_with(&[run(2, 10, 14, 0, ring_ll()), run(2, 14, 16, 0, ring_ll())]);
+        assert!(matches!(overlap, Err(BuildError::Plan(_))), "{overlap:?}");
+        let mixed = table_with(&[
+            run(2, 10, 14, 0, ring_ll()),
+            run(2, 10, 12, 1, Decision::Default),
+        ]);
+        assert!(matches!(mixed, Err(BuildError::Plan(_))), "{mixed:?}");
     }
 
     #[test]
@@ -256,7 +339,7 @@ mod tests {
         let good = good();
         let off = plan_offset(&good);
         type Corrupt = fn(&mut [u8]);
-        let cases: [(Corrupt, &str); 8] = [
+        let cases: [(Corrupt, &str); 9] = [
             (
                 |r| r[0..4].copy_from_slice(&7u32.to_le_bytes()),
                 "context index",
@@ -266,7 +349,8 @@ mod tests {
                 "node range",
             ),
             (|r| r[9] = 4, "rank is 4"),
-            (|r| r[10] = 1, "reserved"),
+            (|r| r[10] = 1, "last bucket"),
+            (|r| r[11] = 1, "reserved"),
             (
                 |r| r[12..16].copy_from_slice(&0x0102_0309u32.to_le_bytes()),
                 "decision",
@@ -279,7 +363,13 @@ mod tests {
                 |r| r[24..28].copy_from_slice(&f32::NAN.to_le_bytes()),
                 "cost bound",
             ),
-            (|r| r[8] = 200, "ordered"),
+            (
+                |r| {
+                    r[8] = 200;
+                    r[10] = 200;
+                },
+                "ordered",
+            ),
         ];
         for (corrupt, needle) in cases {
             let mut b = good.clone();

@@ -164,9 +164,12 @@ pub const META_ENTRY_LEN: usize = 16;
 pub struct PlanRecord {
     pub context: U32,
     pub nodes: U32,
+    /// First size bucket of the cell.
     pub bucket: u8,
     pub rank: u8,
-    pub reserved: [u8; 2],
+    /// Last size bucket of the cell (inclusive), >= `bucket`.
+    pub last_bucket: u8,
+    pub reserved: u8,
     pub decision: U32,
     pub gain: F32,
     pub spread: F32,
