@@ -1,7 +1,7 @@
 //! Proves the reader allocates nothing: `from_bytes`, `lookup`,
-//! `specialise`, `decide`, tree walks and metadata reads run under a
-//! counting global allocator that fails the test on any allocation made by
-//! this thread while counting is on.
+//! `specialise`, `decide`, plan lookups, tree walks and metadata reads run
+//! under a counting global allocator that fails the test on any allocation
+//! made by this thread while counting is on.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -51,10 +51,12 @@ fn allocations_during(f: impl FnOnce()) -> u64 {
     COUNT.with(Cell::get)
 }
 
-static GOLDEN: [&[u8]; 3] = [
+static GOLDEN: [&[u8]; 4] = [
     include_bytes!("../golden/allreduce_2x8_v1.0.tbl"),
     include_bytes!("../golden/multi_context_v1.0.tbl"),
     include_bytes!("../golden/empty_v1.0.tbl"),
+    // Format 1.1, with an exploration plan (the runtime reads it at init).
+    include_bytes!("../golden/allreduce_plan_v1.1.tbl"),
 ];
 
 #[test]
@@ -91,6 +93,13 @@ fn reader_paths_allocate_nothing() {
                     }
                 }
             }
+            for nodes in [1, 2, 5, 8, 16, 17] {
+                for bucket in 0..=255u8 {
+                    let cell = t.plan_cell(0, nodes, bucket);
+                    black_box((cell.get(0), cell.packed(cell.len().saturating_sub(1))));
+                }
+            }
+            black_box(t.plan().map(|c| c.cost_bound).sum::<f32>());
             for coll in Coll::ALL {
                 if let Some(tree) = t.tree(coll) {
                     black_box(tree.eval(&[20.0; NUM_FEATURES]));

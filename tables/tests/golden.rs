@@ -1,7 +1,8 @@
 //! Golden tables: committed `.tbl` files that today's reader must keep
 //! loading and answering the same way.
 //!
-//! `tables/golden/*_v1.0.tbl` are written by `generate()` below. With the
+//! `tables/golden/*_v1.0.tbl` and `*_v1.1.tbl` are written by `generate()`
+//! below. With the
 //! `build` feature this test also checks that the builder still produces
 //! them byte for byte; to rewrite them after an intentional format change,
 //! `make bless` (which runs this test with `DYNCC_BLESS=1`, the one switch
@@ -240,11 +241,79 @@ mod gen {
         b.build().unwrap()
     }
 
+    /// Format 1.1: allreduce on 2..16 nodes x 8 ranks (tree/ll measured
+    /// below 64 KiB, ring/ll128 interpolated below 16 MiB, NCCL's choice
+    /// interpolated above) with an exploration plan at two node counts,
+    /// and an allgather context without one. See [`super::plan`] for the
+    /// cells.
+    fn allreduce_plan() -> Vec<u8> {
+        let mut b = TableBuilder::new();
+        b.meta("dyncc_version", "0.1.0")
+            .meta(
+                "command",
+                "make bless (DYNCC_BLESS=1 cargo test -p dyncc-tables --features build --test golden)",
+            )
+            .meta("inputs", "")
+            .meta("platform", "golden-fixture")
+            .meta("gpu", "none (hand-written fixture)")
+            .meta("gpus_per_node", "8")
+            .meta("created", "1970-01-01T00:00:00Z")
+            .meta(
+                "coverage",
+                "allreduce 2-16x8: 3 rules, 2 forced; 3 plan cells, 6 candidates; allgather 1x8",
+            );
+        let below = |n: u64| size_bucket(n) as u64 - 1;
+        b.context(
+            ContextSpec {
+                coll: Coll::AllReduce,
+                nodes: (2, 16),
+                ppn: (8, 8),
+                max_pipe_ops: 0,
+                reg_buff: RegBuff::Any,
+            },
+            &[
+                rule(
+                    below(64 * KIB),
+                    force(Algo::Tree, Proto::LL, 0),
+                    Basis::Measured,
+                    1.5,
+                ),
+                rule(
+                    below(16 * MIB),
+                    force(Algo::Ring, Proto::LL128, 0),
+                    Basis::Interpolated,
+                    1.2,
+                ),
+                rule(255, Decision::Default, Basis::Interpolated, 1.0),
+            ],
+        )
+        .unwrap();
+        b.context(
+            ContextSpec {
+                coll: Coll::AllGather,
+                nodes: (1, 1),
+                ppn: (8, 8),
+                max_pipe_ops: 0,
+                reg_buff: RegBuff::Any,
+            },
+            &[rule(
+                255,
+                force(Algo::Ring, Proto::LL, 0),
+                Basis::Measured,
+                1.3,
+            )],
+        )
+        .unwrap();
+        b.plan(&super::plan::candidates());
+        b.build().unwrap()
+    }
+
     pub fn generate() -> Vec<(&'static str, Vec<u8>)> {
         vec![
             ("allreduce_2x8_v1.0.tbl", allreduce_2x8()),
             ("multi_context_v1.0.tbl", multi_context()),
             ("empty_v1.0.tbl", empty()),
+            ("allreduce_plan_v1.1.tbl", allreduce_plan()),
         ]
     }
 
@@ -277,6 +346,163 @@ mod gen {
     fn generator_is_deterministic() {
         assert_eq!(generate(), generate());
     }
+}
+
+/// The exploration plan of `allreduce_plan_v1.1.tbl`, as the generator
+/// writes it and the known-answer test reads it back.
+mod plan {
+    use super::*;
+    use dyncc_tables::{size_bucket, PlanCandidate};
+
+    pub const TREE_LL128: Decision = Decision::Force {
+        algo: Algo::Tree,
+        proto: Proto::LL128,
+        channels: 0,
+    };
+    pub const RING_SIMPLE: Decision = Decision::Force {
+        algo: Algo::Ring,
+        proto: Proto::Simple,
+        channels: 0,
+    };
+    pub const TREE_SIMPLE: Decision = Decision::Force {
+        algo: Algo::Tree,
+        proto: Proto::Simple,
+        channels: 0,
+    };
+    pub const RING_LL: Decision = Decision::Force {
+        algo: Algo::Ring,
+        proto: Proto::LL,
+        channels: 0,
+    };
+
+    /// First and last bucket of the forced interpolated rule (64 KiB ..
+    /// <16 MiB) and of the default rule's run the plan lists (16 MiB ..
+    /// <1 GiB).
+    pub fn forced_run() -> (u8, u8) {
+        (size_bucket(64 * KIB), size_bucket(16 * MIB) - 1)
+    }
+    pub fn default_run() -> (u8, u8) {
+        (size_bucket(16 * MIB), size_bucket(1024 * MIB) - 1)
+    }
+
+    fn cand(
+        nodes: u32,
+        run: (u8, u8),
+        rank: u8,
+        decision: Decision,
+        gain: f32,
+        spread: f32,
+        cost_bound: f32,
+    ) -> PlanCandidate {
+        PlanCandidate {
+            context: 0,
+            nodes,
+            bucket: run.0,
+            last_bucket: run.1,
+            rank,
+            decision,
+            gain,
+            spread,
+            cost_bound,
+        }
+    }
+
+    /// Nodes 2 (serving 2..=7): over the forced interpolated rule NCCL's
+    /// choice then tree/ll128; over the default rule ring/simple then
+    /// tree/simple. Nodes 8 (serving 8..=16): over the forced rule NCCL's
+    /// choice then ring/ll. Values are exact in f32.
+    pub fn candidates() -> Vec<PlanCandidate> {
+        let (f, d) = (forced_run(), default_run());
+        vec![
+            cand(2, f, 0, Decision::Default, -0.0625, 0.125, 0.25),
+            cand(2, f, 1, TREE_LL128, 0.03125, 0.0625, 0.125),
+            cand(2, d, 0, RING_SIMPLE, 0.0625, 0.0625, 0.0625),
+            cand(2, d, 1, TREE_SIMPLE, 0.015625, 0.125, 0.125),
+            cand(8, f, 0, Decision::Default, 0.0, 0.125, 0.125),
+            cand(8, f, 1, RING_LL, -0.03125, 0.25, 0.5),
+        ]
+    }
+}
+
+#[test]
+fn allreduce_plan_answers_known_plan_lookups() {
+    use dyncc_tables::size_bucket;
+    let bytes = load("allreduce_plan_v1.1.tbl");
+    let t = Table::from_bytes(&bytes).unwrap();
+    assert_eq!(t.version(), (1, 1));
+    assert!(t.has_plan());
+    assert_eq!(t.plan_len(), 6);
+    // Every candidate reads back as written (fields, order).
+    assert_eq!(t.plan().collect::<Vec<_>>(), plan::candidates());
+    let (f0, f1) = plan::forced_run();
+    let (d0, d1) = plan::default_run();
+    let decisions = |nodes: u32, bucket: u8| {
+        let c = t.plan_cell(0, nodes, bucket);
+        (0..c.len())
+            .map(|r| c.get(r).unwrap().decision)
+            .collect::<Vec<_>>()
+    };
+    let forced_2 = [Decision::Default, plan::TREE_LL128];
+    let default_2 = [plan::RING_SIMPLE, plan::TREE_SIMPLE];
+    let forced_8 = [Decision::Default, plan::RING_LL];
+    // Inside the runs, at their edges, for every node count a cell serves.
+    for nodes in 2..=7 {
+        for b in [f0, size_bucket(MIB), f1] {
+            assert_eq!(decisions(nodes, b), forced_2, "{nodes} nodes, bucket {b}");
+        }
+        for b in [d0, d1] {
+            assert_eq!(decisions(nodes, b), default_2, "{nodes} nodes, bucket {b}");
+        }
+    }
+    for nodes in [8, 12, 16] {
+        for b in [f0, f1] {
+            assert_eq!(decisions(nodes, b), forced_8, "{nodes} nodes, bucket {b}");
+        }
+        // Nodes 8 lists no cell over the default rule: 2's does not reach.
+        assert!(decisions(nodes, d0).is_empty(), "{nodes} nodes");
+    }
+    // Outside the runs, below the first node count, in another context
+    // and past the context's node range.
+    for nodes in [2, 8] {
+        assert!(decisions(nodes, f0 - 1).is_empty());
+        assert!(decisions(nodes, 0).is_empty());
+        assert!(decisions(nodes, 255).is_empty());
+    }
+    assert!(decisions(2, d1 + 1).is_empty());
+    assert!(decisions(1, f0).is_empty());
+    assert!(t.plan_cell(1, 1, f0).is_empty());
+    assert!(t.plan_cell(7, 2, f0).is_empty());
+    // Candidate fields of one cell.
+    let c = t.plan_cell(0, 3, size_bucket(4 * MIB)).get(1).unwrap();
+    assert_eq!(
+        (c.nodes, c.bucket, c.last_bucket, c.rank, c.decision),
+        (2, f0, f1, 1, plan::TREE_LL128)
+    );
+    assert_eq!((c.gain, c.spread, c.cost_bound), (0.03125, 0.0625, 0.125));
+    let c = t.plan_cell(0, 16, f1).get(1).unwrap();
+    assert_eq!((c.nodes, c.rank, c.cost_bound), (8, 1, 0.5));
+    assert_eq!(
+        t.plan_cell(0, 16, f1).packed(1),
+        Some((plan::RING_LL.to_packed(), 0.5))
+    );
+    assert!(t.plan_cell(0, 16, f1).get(2).is_none());
+    // The table's answers are unchanged by the plan.
+    let comm = t.specialise(16, 2);
+    assert_eq!(
+        comm.decide(AR, 32 * KIB, 1, 0),
+        force(Algo::Tree, Proto::LL, 0)
+    );
+    assert_eq!(
+        comm.decide(AR, 4 * MIB, 1, 0),
+        force(Algo::Ring, Proto::LL128, 0)
+    );
+    assert_eq!(comm.decide(AR, 64 * MIB, 1, 0), Decision::Default);
+    assert_eq!(
+        t.specialise(8, 1)
+            .decide(Coll::AllGather as u32, 4 * MIB, 1, 0),
+        force(Algo::Ring, Proto::LL, 0)
+    );
+    assert_eq!(t.meta("platform"), Some("golden-fixture"));
 }
 
 #[test]
