@@ -1,6 +1,7 @@
 //! Integration tests of the `dyncc` binary and the built plugin.
 mod attack; // hostile inputs through the CLI: exit status and message per row
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
+mod audit_plan; // the exploration plan (format 1.1) through verify, explain and query
 mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
 mod compile; // compile and eval end to end on the shipped datasets
 mod explore_c; // DYNCC_EXPLORE through the built plugin: ranks agree, share, bounds

@@ -7,11 +7,14 @@
 //! the rule of the size bucket ([`plane`]). What they print is spelled
 //! once: names ([`names`]), words ([`text`]), what a decision rests on and
 //! gains ([`evidence`]), JSON ([`json`]) and colours ([`colour`]); a summary
-//! tree is checked against the plugin once ([`agreement`]).
+//! tree is checked against the plugin once ([`agreement`]); the exploration
+//! plan and the chance a job tries each candidate, by the runtime's rule
+//! ([`explore`]).
 
 pub mod agreement;
 pub mod colour;
 pub mod evidence;
+pub mod explore;
 pub mod files;
 pub mod json;
 pub mod names;

@@ -2,7 +2,8 @@
 //! distilled tree of each collective becomes one rule per leaf ("bytes <
 //! 256 KiB and nodes >= 4: tree/ll128, +18.0 % vs default, measured"), and
 //! `--contexts` lists the rules the plugin actually indexes, context by
-//! context. Text, Graphviz dot, or JSON.
+//! context, then what jobs exploring may try (the table's exploration
+//! plan, format 1.1), per context. Text, Graphviz dot, or JSON.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -12,6 +13,7 @@ use serde::Serialize;
 
 use crate::audit::agreement::{audit_tree, Agreement, TreeAudit};
 use crate::audit::colour::colour_hex;
+use crate::audit::explore::{self, ContextPlan};
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, ContextJson};
 use crate::audit::names::{algo_name, channels, parse_colls, proto_name};
@@ -33,7 +35,10 @@ pub enum Format {
 /// setting forced (or "NCCL's choice"), the expected gain over NCCL's
 /// default and whether it is measured, interpolated or extrapolated. The
 /// tree is a readable summary; the per-context rules (--contexts) are what
-/// the plugin indexes, and `dyncc query` shows both for one call.
+/// the plugin indexes, and `dyncc query` shows both for one call. A
+/// table with an exploration plan (format 1.1) also gets one line per
+/// context saying what jobs with DYNCC_EXPLORE may try there (with
+/// --contexts, every cell and its candidates).
 ///
 /// Examples:
 ///   dyncc explain cluster.tbl
@@ -50,7 +55,8 @@ pub struct ExplainArgs {
     /// Same as --format json.
     #[arg(long)]
     pub json: bool,
-    /// Also list every context's size rules (what the plugin indexes).
+    /// Also list every context's size rules (what the plugin indexes) and
+    /// its exploration plan's cells.
     #[arg(long)]
     pub contexts: bool,
     /// Only this collective (allreduce, all_gather, ReduceScatter, ...).
@@ -387,7 +393,41 @@ pub fn render_text(table: &Table, name: &str, colls: &[Coll], contexts: bool) ->
             let _ = writeln!(s, "  none: the plugin leaves NCCL alone for every call");
         }
     }
+    plan_text(&mut s, table, colls, contexts);
     s
+}
+
+/// The exploration plan, one line per context (and with `cells` every
+/// cell), or one line saying the table has none.
+fn plan_text(s: &mut String, table: &Table, colls: &[Coll], cells: bool) {
+    if !table.has_plan() {
+        let _ = writeln!(
+            s,
+            "\nexploration plan: none (with DYNCC_EXPLORE the plugin derives what to try from the rules and \
+             neighbouring contexts, runtime/README.md)"
+        );
+        return;
+    }
+    let plans = explore::by_context(table, colls);
+    let _ = writeln!(
+        s,
+        "\nexploration plan (what jobs with DYNCC_EXPLORE may try, ranked; `dyncc query` gives one call's chances):"
+    );
+    if plans.is_empty() {
+        let _ = writeln!(s, "  none for these collectives");
+    }
+    for p in &plans {
+        let title = table
+            .context(p.context)
+            .map(|c| context_title(&context_json(table, &c)))
+            .unwrap_or_default();
+        let _ = writeln!(s, "  {title}: {}", p.summary());
+        if cells {
+            for c in &p.plan {
+                let _ = writeln!(s, "      {}", explore::cell_line(c));
+            }
+        }
+    }
 }
 
 fn dot_escape(s: &str) -> String {
@@ -475,6 +515,9 @@ struct ExplainJson {
     /// Per tree: where it reproduces the plugin's decision and where not.
     agreement: Vec<Agreement>,
     contexts: Vec<ContextJson>,
+    /// The exploration plan per context (contexts without one left out);
+    /// null when the table has no plan.
+    plan: Option<Vec<ContextPlan>>,
 }
 
 pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
@@ -515,6 +558,9 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
                     .filter(|c| colls.contains(&c.spec().coll))
                     .map(|c| context_json(&table, &c))
                     .collect(),
+                plan: table
+                    .has_plan()
+                    .then(|| explore::by_context(&table, &colls)),
             };
             println!("{}", serde_json::to_string_pretty(&j)?);
         }

@@ -1,8 +1,9 @@
 //! `dyncc query`: one call, answered exactly as the plugin answers it
 //! (`Table::specialise(nRanks, nNodes)` then `Specialised::decide`, the
 //! plugin's own path), with the context and rule that produced it, the
-//! path through the collective's explain tree, and, given the sweep data,
-//! the measured cells nearest to the call.
+//! path through the collective's explain tree, what a job exploring may
+//! try on it (the table's exploration plan, format 1.1) and, given the
+//! sweep data, the measured cells nearest to the call.
 
 use std::path::PathBuf;
 
@@ -12,6 +13,7 @@ use serde::Serialize;
 
 use crate::audit::agreement::{audit_tree, TreeAudit};
 use crate::audit::evidence::{ground_at, sweep_sizes, Ground, BEYOND_THE_SWEEP};
+use crate::audit::explore::{self, CallPlan, PlanCall, DEFAULT_SHARE};
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, RuleJson};
 use crate::audit::names::{algo_name, channels, feature_label, parse_coll, proto_name};
@@ -26,12 +28,16 @@ use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
 /// (specialise the table to the communicator's nRanks and nNodes, then
 /// index by collective and size), so it is exactly what a job using this
 /// table gets. Also shown: the table context and size rule used, the path
-/// through the collective's explain tree, and with --data the measured
+/// through the collective's explain tree, what a job with DYNCC_EXPLORE
+/// may try on this call instead (the table's exploration plan: each
+/// candidate, its predicted gain over the table's answer and cost, and the
+/// share of communicators that try it), and with --data the measured
 /// cells nearest to the call and their times.
 ///
 /// Examples:
 ///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 16 --ranks 128
 ///   dyncc query cluster.tbl --coll all_gather --bytes 64K --nodes 2 --ranks 16 --data sweeps/
+///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 3 --ranks 24 --explore 0.05
 ///   dyncc query cluster.tbl --batch calls.csv  # coll,bytes,nodes,ranks[,pipe_ops,reg_buff]
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -69,6 +75,10 @@ pub struct QueryArgs {
     /// `#` comments), one JSON object per line.
     #[arg(long, conflicts_with_all = ["coll", "bytes", "nodes", "ranks"])]
     pub batch: Option<PathBuf>,
+    /// The share F (DYNCC_EXPLORE) the chances of trying the plan's
+    /// candidates are worked out for.
+    #[arg(long, value_name = "F", default_value_t = DEFAULT_SHARE)]
+    pub explore: f64,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -175,6 +185,9 @@ pub struct Answer {
     pub rule: Option<RuleJson>,
     pub why: String,
     pub tree: Option<TreePath>,
+    /// What a job with DYNCC_EXPLORE may try on this call: the table's
+    /// plan cell serving it and each candidate's chance, or why none.
+    pub explore: CallPlan,
     /// Nearest measured cells (only with --data).
     pub evidence: Option<Evidence>,
 }
@@ -228,13 +241,20 @@ fn tree_path(
 
 /// Answers one call. The decision comes from the plugin's own path
 /// (`specialise` + `decide`); the provenance from `lookup`, which the
-/// table crate guarantees agrees (checked here anyway).
+/// table crate guarantees agrees (checked here anyway). Exploration
+/// chances are for `DYNCC_EXPLORE=0.02`.
 pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
-    answer_with(table, call, &mut TreeAudits::default())
+    answer_with(table, call, &mut TreeAudits::default(), DEFAULT_SHARE)
 }
 
-/// [`answer`], reusing `audits` across calls.
-pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyhow::Result<Answer> {
+/// [`answer`], reusing `audits` across calls, with exploration chances
+/// at share `share`.
+pub fn answer_with(
+    table: &Table,
+    call: &Call,
+    audits: &mut TreeAudits,
+    share: f64,
+) -> anyhow::Result<Answer> {
     let spec = table.specialise(call.ranks, call.nodes);
     let d = spec.decide(call.coll as u32, call.bytes, call.pipe_ops, call.reg_buff);
     let l = table.lookup(
@@ -361,6 +381,18 @@ pub fn answer_with(table: &Table, call: &Call, audits: &mut TreeAudits) -> anyho
         rule,
         why,
         tree: tree_path(table, call, d, audits),
+        explore: explore::for_call(
+            table,
+            &PlanCall {
+                coll: call.coll,
+                bytes: call.bytes,
+                nodes: call.nodes,
+                ranks: call.ranks,
+                pipe_ops: call.pipe_ops,
+            },
+            d,
+            share,
+        ),
         evidence: None,
     })
 }
@@ -524,6 +556,7 @@ pub fn print_answer(a: &Answer, data_given: bool) {
             println!("  leaf {}: {}{note}", t.leaf, t.then);
         }
     }
+    println!("{}", explore::call_plan_text(&a.explore));
     match &a.evidence {
         None if data_given => println!("evidence: the data has no {} measurements", a.collective),
         None => println!(
@@ -634,6 +667,7 @@ fn parse_batch_line(line: &str) -> anyhow::Result<Call> {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
+    let share = explore::check_share(a.explore)?;
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
     let data = if a.data.is_empty() {
@@ -669,7 +703,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         let mut audits = TreeAudits::default();
         for call in &calls {
             let ans = with_evidence(
-                answer_with(&table, call, &mut audits)?,
+                answer_with(&table, call, &mut audits, share)?,
                 call,
                 decision_of(&table, call),
             );
@@ -683,7 +717,11 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         bail!("--coll, --bytes, --nodes and --ranks are required (or --batch FILE)");
     };
     let call = make_call(coll, b, nodes, ranks, a.pipe_ops, a.reg_buff)?;
-    let ans = with_evidence(answer(&table, &call)?, &call, decision_of(&table, &call));
+    let ans = with_evidence(
+        answer_with(&table, &call, &mut TreeAudits::default(), share)?,
+        &call,
+        decision_of(&table, &call),
+    );
     if a.json {
         println!("{}", serde_json::to_string_pretty(&ans)?);
     } else {

@@ -1,7 +1,8 @@
 //! `dyncc verify`: is this file a table the plugin will load, and which
 //! one? Integrity (magic, format version, length, CRC-32, every record's
 //! structure, all via `Table::from_bytes`), the digest the plugin logs at
-//! init, the metadata, and a coverage summary.
+//! init, the metadata, and a coverage summary, with the exploration plan's
+//! size (format 1.1) per collective.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,6 +10,7 @@ use std::path::PathBuf;
 use dyncc_tables::{Coll, Table, FORMAT_MAJOR, FORMAT_MINOR};
 use serde::Serialize;
 
+use crate::audit::explore;
 use crate::audit::files::{invalid_table, read_table};
 use crate::audit::text::fmt_span;
 
@@ -18,7 +20,10 @@ use crate::audit::text::fmt_span;
 /// version, length, CRC-32 of the body, every context, rule, tree node
 /// and metadata string). Exits 0 for a valid table; for a corrupt one it
 /// prints the precise problem and exits 2. The digest is the one the
-/// plugin logs at init on every rank: equal digests, same table.
+/// plugin logs at init on every rank: equal digests, same table. A
+/// format 1.1 table may carry an exploration plan (what jobs with
+/// DYNCC_EXPLORE try where the table is unsure): its cells and
+/// candidates are counted per collective.
 ///
 /// Examples:
 ///   dyncc verify cluster.tbl
@@ -44,6 +49,10 @@ pub struct CollCoverage {
     /// Ranks-per-node spans of its contexts.
     pub ppn: Vec<String>,
     pub tree: bool,
+    /// Exploration-plan cells of its contexts (0 without a plan).
+    pub plan_cells: u32,
+    /// Candidates over those cells.
+    pub plan_candidates: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -60,11 +69,16 @@ pub struct VerifyJson {
     pub rules: u32,
     pub forced_rules: u32,
     pub trees: u32,
+    /// Whether the table carries an exploration plan (format 1.1 PLAN).
+    pub has_plan: bool,
+    pub plan_cells: u32,
+    pub plan_candidates: u32,
     pub collectives: BTreeMap<&'static str, CollCoverage>,
 }
 
 pub fn coverage(t: &Table) -> BTreeMap<&'static str, CollCoverage> {
     let mut out = BTreeMap::new();
+    let plan = explore::counts(t);
     for coll in Coll::ALL {
         let ctx: Vec<_> = t.contexts().filter(|c| c.spec().coll == coll).collect();
         if ctx.is_empty() && t.tree(coll).is_none() {
@@ -95,6 +109,8 @@ pub fn coverage(t: &Table) -> BTreeMap<&'static str, CollCoverage> {
                 nodes,
                 ppn,
                 tree: t.tree(coll).is_some(),
+                plan_cells: plan.get(coll.name()).map_or(0, |p| p.cells),
+                plan_candidates: plan.get(coll.name()).map_or(0, |p| p.candidates),
             },
         );
     }
@@ -115,6 +131,9 @@ pub fn check(path: &std::path::Path, bytes: &[u8]) -> VerifyJson {
         rules: 0,
         forced_rules: 0,
         trees: 0,
+        has_plan: false,
+        plan_cells: 0,
+        plan_candidates: 0,
         collectives: BTreeMap::new(),
     };
     match Table::from_bytes(bytes) {
@@ -134,6 +153,9 @@ pub fn check(path: &std::path::Path, bytes: &[u8]) -> VerifyJson {
             j.forced_rules = cov.forced_rules;
             j.trees = cov.trees;
             j.collectives = coverage(&t);
+            j.has_plan = t.has_plan();
+            j.plan_cells = j.collectives.values().map(|c| c.plan_cells).sum();
+            j.plan_candidates = t.plan_len() as u32;
         }
     }
     j
@@ -174,11 +196,21 @@ fn print_human(j: &VerifyJson, problem: Option<&dyncc_tables::Error>) {
         "  contents    {} contexts, {} rules ({} forcing a choice), {} trees",
         j.contexts, j.rules, j.forced_rules, j.trees
     );
+    if j.has_plan {
+        println!(
+            "  plan        {} cells, {} candidates (what jobs with DYNCC_EXPLORE try; `dyncc explain` lists them)",
+            j.plan_cells, j.plan_candidates
+        );
+    } else {
+        println!(
+            "  plan        none (with DYNCC_EXPLORE the plugin derives what to try from the rules and neighbouring contexts)"
+        );
+    }
     if !j.collectives.is_empty() {
         println!("\ncoverage:");
         for (c, v) in &j.collectives {
             println!(
-                "  {:<14} {:>3} contexts, {:>4} rules ({:>3} forcing), nodes {}, ranks/node {}{}",
+                "  {:<14} {:>3} contexts, {:>4} rules ({:>3} forcing), nodes {}, ranks/node {}{}{}",
                 c,
                 v.contexts,
                 v.rules,
@@ -193,7 +225,15 @@ fn print_human(j: &VerifyJson, problem: Option<&dyncc_tables::Error>) {
                 } else {
                     v.ppn.join(",")
                 },
-                if v.tree { ", tree" } else { "" }
+                if v.tree { ", tree" } else { "" },
+                if v.plan_cells > 0 {
+                    format!(
+                        ", plan {} cells, {} candidates",
+                        v.plan_cells, v.plan_candidates
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
     }
@@ -237,6 +277,7 @@ mod tests {
             Some("test-rig")
         );
         assert_eq!(j.collectives["allreduce"].nodes, ["2", "4", "3"]);
+        assert!(!j.has_plan && j.plan_cells == 0 && j.plan_candidates == 0);
         let n = bytes.len();
         bytes[n - 1] ^= 0x55;
         let j = check(std::path::Path::new("t.tbl"), &bytes);
