@@ -499,3 +499,120 @@ fn explore_too_small_to_explore_is_refused_with_a_warn() {
     );
     assert_eq!(r.total_explored(), 0, "{:?}", r.shapes);
 }
+
+/// `dyncc query` says, per candidate of the plan cell serving a call, the
+/// chance a communicator tries it (rank weight x min(1, F / cost bound)).
+/// Over 300 communicators (commHashes) of the golden 1.1 table at F = 0.1
+/// the plugin tries each about that often (within 4 standard deviations
+/// of a binomial share). At 3 nodes: at 64 MiB, where the table leaves
+/// NCCL alone, ring/simple 2/3 and tree/simple 1/3 x 0.8; at 1 MiB, where
+/// it forces ring/ll128, NCCL's choice 2/3 x 0.4, and tree/ll128 1/3 x 0.8,
+/// which the stand-in's NCCL marks unavailable, so the plugin writes
+/// nothing and NCCL's choice runs there too. At 8 nodes, 1 MiB: NCCL's
+/// choice 2/3 x 0.8, ring/ll 1/3 x 0.2.
+#[test]
+fn query_chances_are_what_the_plugin_draws() {
+    let golden = crate::support::cli::root().join("tables/golden/allreduce_plan_v1.1.tbl");
+    let s = Stand::with_table(std::fs::read(&golden).unwrap());
+    let (mib, big) = (1u64 << 20, 64u64 << 20);
+    // What query says at (nodes, bytes), per setting.
+    let chances = |nodes: u64, bytes: u64| -> BTreeMap<String, f64> {
+        let o = crate::support::cli::dyncc_output(&[
+            "query",
+            golden.to_str().unwrap(),
+            "--coll",
+            "allreduce",
+            "--bytes",
+            &bytes.to_string(),
+            "--nodes",
+            &nodes.to_string(),
+            "--ranks",
+            &(nodes * 8).to_string(),
+            "--explore",
+            "0.1",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let c: BTreeMap<String, f64> = j["explore"]["candidates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["setting"].as_str().unwrap().to_string(),
+                    c["chance"].as_f64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(c.len(), 2, "{j}");
+        c
+    };
+    // Per (nodes, bytes, cell written: algo x 3 + proto, -1 NCCL's
+    // choice), the communicators that ran it.
+    let n = 300u32;
+    let mut seen: BTreeMap<(u64, u64, i32), u32> = BTreeMap::new();
+    for nodes in [3, 8] {
+        for id in 0..u64::from(n) {
+            let comm = COMM_ID ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let r = s.run_as(nodes, 42, Some("0.1"), comm, "same");
+            assert_eq!(r.disagreements, 0, "{}", r.stdout);
+            for bytes in [mib, big] {
+                let cell = r
+                    .stdout
+                    .lines()
+                    .find_map(|l| {
+                        let f: Vec<&str> = l.split_whitespace().collect();
+                        (f.len() == 5 && f[..3] == ["call", "4", &bytes.to_string()])
+                            .then(|| f[3].parse::<i32>().unwrap())
+                    })
+                    .unwrap_or_else(|| panic!("no AllReduce call of {bytes} B: {}", r.stdout));
+                *seen.entry((nodes, bytes, cell)).or_default() += 1;
+            }
+        }
+    }
+    let got =
+        |nodes: u64, bytes: u64, cell: i32| seen.get(&(nodes, bytes, cell)).copied().unwrap_or(0);
+    let cell = |algo: Algo, proto: Proto| algo as i32 * 3 + proto as i32;
+    let (c3, c3_big, c8) = (chances(3, mib), chances(3, big), chances(8, mib));
+    for (nodes, bytes, written, p) in [
+        (
+            3,
+            big,
+            cell(Algo::Ring, Proto::Simple),
+            c3_big["ring/simple"],
+        ),
+        (
+            3,
+            big,
+            cell(Algo::Tree, Proto::Simple),
+            c3_big["tree/simple"],
+        ),
+        (3, mib, -1, c3["NCCL's choice"] + c3["tree/ll128"]),
+        (8, mib, -1, c8["NCCL's choice"]),
+        (8, mib, cell(Algo::Ring, Proto::LL), c8["ring/ll"]),
+    ] {
+        let (count, f) = (got(nodes, bytes, written), f64::from(n));
+        assert!(
+            (f64::from(count) / f - p).abs() <= 4.0 * (p * (1.0 - p) / f).sqrt() + 1.0 / f,
+            "cell {written} at {nodes} nodes, {bytes} B: {count} of {n} communicators, query says \
+             {p}: {seen:?}"
+        );
+    }
+    // Every other communicator runs the table's answer.
+    let ring_ll128 = cell(Algo::Ring, Proto::LL128);
+    for nodes in [3, 8] {
+        let mine: u32 = seen
+            .iter()
+            .filter(|((m, b, _), _)| (*m, *b) == (nodes, mib))
+            .map(|(_, c)| c)
+            .sum();
+        assert_eq!(mine, n);
+        assert!(got(nodes, mib, ring_ll128) > 0, "{seen:?}");
+    }
+    assert_eq!(
+        got(8, big, -1),
+        n,
+        "no plan cell at 8 nodes, 64 MiB: {seen:?}"
+    );
+}
