@@ -5,7 +5,9 @@
 //! with the differences real ranks' sequences have (extra calls on one
 //! rank, a context created late, regBuff per rank); it compares the two
 //! ranks' cost tables and channel counts per common call and prints rank
-//! 0's answers, which the test compares with the table's own.
+//! 0's answers, which the test compares with the table's own. Over many
+//! communicators, the shares that try each plan candidate are the chances
+//! `dyncc query` prints.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
