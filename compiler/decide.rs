@@ -10,9 +10,10 @@
 use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, BucketDecision, Decision, NUM_BUCKETS};
 use serde::Serialize;
 
+use crate::explore::{self, Site};
 use crate::features::Grid;
 use crate::fit::{self, Fitted};
-use crate::nodes::{self, NodeModel, OffTrend, Widen};
+use crate::nodes::{self, Neighbours, NodeModel, OffTrend, Reading, Widen};
 use crate::record::Config;
 
 /// Default `--margin`: force only past a 3 % expected gain.
@@ -126,6 +127,9 @@ pub struct Anchor {
     pub measured: bool,
     /// One per grid size.
     pub per_size: Vec<Choice>,
+    /// Per grid size, what a job may try there (best first); empty where
+    /// the sweep measured this count (nothing for jobs to find out).
+    pub plan: Vec<Vec<explore::Candidate>>,
 }
 
 /// Every decision of one grid.
@@ -158,8 +162,10 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
     let within = |n: u32| reach.is_some_and(|(lo, hi)| n >= lo && n <= hi);
     // Where a count only traces measured is read at a size they did not
     // measure: at the point the sweep alone decides that count at (its
-    // node bin's), so a round's traces change what they measured and not,
-    // by splitting a bin, the reading of every other size at their count.
+    // node bin's), off the sweep's counts alone, so a round's traces change
+    // what they measured and not, by splitting a bin or by lending another
+    // traced count as a neighbour, the reading of every other size at
+    // their count (which its own jobs will measure).
     let swept: Vec<u32> = (0..grid.nodes.len())
         .filter(|&ni| grid.swept(ni))
         .map(|ni| grid.nodes[ni])
@@ -171,6 +177,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             .find(|b| b.span.0 <= n && n <= b.span.1)
             .map_or(n as f64, |b| b.at)
     };
+    let readings_at = |at: f64, si: usize, lean| readings(grid, &model, &widen, at, si, lean);
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
         let n = grid.nodes[ni];
@@ -179,11 +186,16 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             .map(|si| {
                 if grid.foreign(ni, si) {
                     Choice::default(Why::NothingHere, Basis::Measured)
-                } else if !grid.swept(ni) && !grid.any_at(ni, si) {
-                    // A count only traces measured, at a size they did
-                    // not: read off the sweep as an unmeasured count is.
+                } else if !grid.swept(ni) && grid.get(ni, si, 0).is_none() {
+                    // A count only traces measured, at a size where they
+                    // did not measure NCCL's choice (nothing, or only
+                    // settings jobs ran, each against nothing): read off
+                    // the sweep as an unmeasured count is, so a job that
+                    // tried another setting where the table forced one
+                    // does not take the force back for want of a baseline.
                     if within(n) {
-                        decide_unmeasured(grid, &model, &widen, at_n, si, ln_margin, opt)
+                        let r = readings_at(at_n, si, Neighbours::Swept);
+                        decide_unmeasured(grid, &model, &r, si, ln_margin, opt)
                     } else {
                         Choice::default(Why::BeyondReach, Basis::Extrapolated)
                     }
@@ -198,21 +210,49 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             at: n as f64,
             measured: true,
             per_size,
+            plan: Vec::new(),
         };
         smooth(grid, &mut a, fit, ln_margin, opt);
+        // A count only traces measured: what they have not tried yet.
+        if !grid.swept(ni) && within(n) && model.calibrated() {
+            a.plan = (0..grid.sizes.len())
+                .map(|si| {
+                    let r = readings_at(at_n, si, Neighbours::Swept);
+                    let site = Site {
+                        traced: Some(ni),
+                        readings: &r,
+                    };
+                    explore::candidates(grid, &model, &site, si, &a.per_size[si], ln_margin)
+                })
+                .collect();
+        }
         anchors.push(a);
     }
     if let Some((lo, hi)) = reach {
         for NodeBin { span, at } in node_bins(&grid.nodes, lo, hi) {
-            let per_size = (0..grid.sizes.len())
-                .map(|si| decide_unmeasured(grid, &model, &widen, at, si, ln_margin, opt))
-                .collect();
+            let (per_size, plan) = (0..grid.sizes.len())
+                .map(|si| {
+                    let r = readings_at(at, si, Neighbours::Any);
+                    let c = decide_unmeasured(grid, &model, &r, si, ln_margin, opt);
+                    let site = Site {
+                        traced: None,
+                        readings: &r,
+                    };
+                    let plan = if model.calibrated() {
+                        explore::candidates(grid, &model, &site, si, &c, ln_margin)
+                    } else {
+                        Vec::new()
+                    };
+                    (c, plan)
+                })
+                .unzip();
             anchors.push(Anchor {
                 nodes: span.0,
                 span,
                 at,
                 measured: false,
                 per_size,
+                plan,
             });
         }
     }
@@ -324,14 +364,32 @@ impl Candidate {
     }
 }
 
-/// At an unmeasured node count: the candidate whose reading clears the
-/// margin by the most uncertainty sds, if any.
-#[allow(clippy::too_many_arguments)]
-fn decide_unmeasured(
+/// Every setting's reading at node count `at` and size `si` off the counts
+/// `lean` allows (indexed as the grid's configs; NCCL's default, 0, is the
+/// baseline: `None`).
+fn readings(
     grid: &Grid,
     model: &NodeModel,
     widen: &Widen,
     at: f64,
+    si: usize,
+    lean: Neighbours,
+) -> Vec<Option<Reading>> {
+    (0..grid.configs.len())
+        .map(|c| match c {
+            0 => None,
+            c => nodes::read(grid, widen, model.align, at, si, c, None, lean),
+        })
+        .collect()
+}
+
+/// At an unmeasured node count: the candidate whose reading (`readings`,
+/// from [`readings`]) clears the margin by the most uncertainty sds, if
+/// any.
+fn decide_unmeasured(
+    grid: &Grid,
+    model: &NodeModel,
+    readings: &[Option<Reading>],
     si: usize,
     ln_margin: f64,
     opt: &DecideOptions,
@@ -349,17 +407,11 @@ fn decide_unmeasured(
     let mut best: Option<Candidate> = None;
     let mut why = Why::DefaultBest;
     let mut basis = Basis::Interpolated;
-    let readings: Vec<_> = (0..grid.configs.len())
-        .map(|c| match c {
-            0 => None,
-            c => nodes::read(grid, widen, model.align, at, si, c, None),
-        })
-        .collect();
     if readings.iter().all(Option::is_none) && !grid.swept_size(si) {
         // A size only traces measured, none at counts around this one.
         return Choice::default(Why::NothingHere, Basis::Interpolated);
     }
-    let agreed = nodes::agreed(&readings);
+    let agreed = nodes::agreed(readings);
     for (c, r) in readings.iter().enumerate() {
         let Some(r) = r else { continue };
         basis = basis.max(basis_of(r.between));
@@ -575,6 +627,35 @@ pub fn to_decision(cfg: &Config) -> Decision {
     }
 }
 
+/// The decided size (an index into `own`, the anchor's decided sizes in
+/// order, never empty) nearest to `bytes` in log2.
+fn nearest(grid: &Grid, own: &[usize], bytes: u64) -> usize {
+    let log = |n: u64| (n.max(1) as f64).log2();
+    match own.binary_search_by(|&si| grid.sizes[si].cmp(&bytes)) {
+        Ok(k) => k,
+        Err(0) => 0,
+        Err(k) if k >= own.len() => own.len() - 1,
+        Err(k) => {
+            let (x, below, above) = (
+                log(bytes),
+                log(grid.sizes[own[k - 1]]),
+                log(grid.sizes[own[k]]),
+            );
+            if x - below <= above - x {
+                k - 1
+            } else {
+                k
+            }
+        }
+    }
+}
+
+/// The grid size index whose decision a bucket starting at `bytes` takes:
+/// the nearest of the anchor's decided sizes `own` (never empty).
+pub fn nearest_size(grid: &Grid, own: &[usize], bytes: u64) -> usize {
+    own[nearest(grid, own, bytes)]
+}
+
 /// Spreads an anchor's per-size choices over the size buckets: every bucket
 /// takes the choice of the nearest measured size (in log space); outside the
 /// measured sizes, NCCL's default unless extrapolating.
@@ -589,30 +670,14 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecisio
     let (Some(&first), Some(&last)) = (own.first(), own.last()) else {
         return out;
     };
-    let size = |k: usize| grid.sizes[own[k]];
     let lo_b = size_bucket(grid.sizes[first]) as usize;
     let hi_b = size_bucket(grid.sizes[last]) as usize;
     for (b, slot) in out.iter_mut().enumerate() {
-        let x = (bucket_lower_bound(b as u8).max(1) as f64).log2();
         let outside = b < lo_b || b > hi_b;
         if outside && !extrapolate {
             continue;
         }
-        // Nearest decided size in log2 (`k` indexes `own`).
-        let k = match own.binary_search_by(|&si| grid.sizes[si].cmp(&bucket_lower_bound(b as u8))) {
-            Ok(k) => k,
-            Err(0) => 0,
-            Err(k) if k >= own.len() => own.len() - 1,
-            Err(k) => {
-                let below = (size(k - 1) as f64).log2();
-                let above = (size(k) as f64).log2();
-                if x - below <= above - x {
-                    k - 1
-                } else {
-                    k
-                }
-            }
-        };
+        let k = nearest(grid, &own, bucket_lower_bound(b as u8));
         let si = own[k];
         let c = a.per_size[si];
         let basis = if outside {
@@ -1104,6 +1169,34 @@ mod tests {
         let twelve = serving(&d, 12).unwrap();
         assert_eq!(twelve.per_size[0].cfg, 0);
         assert_eq!(twelve.per_size[0].why, Why::Uncertain);
+    }
+
+    /// The plan: at a count read between measured ones where the table
+    /// forces Tree/LL unconfirmed, NCCL's choice is listed first, with a
+    /// cost bound of at least the predicted loss; a measured count lists
+    /// nothing; the erratic sweep's unconfirmed default lists Tree/LL
+    /// first, whose reading may beat NCCL's choice.
+    #[test]
+    fn an_unconfirmed_force_is_planned_against_nccls_choice_first() {
+        let (g, d) = run(&sweep(&[2, 4, 8, 16, 32], 0.8), &DecideOptions::default());
+        let tree = tree_ll(&g);
+        let twelve = serving(&d, 12).unwrap();
+        assert_eq!(twelve.per_size[0].cfg, tree);
+        let first = twelve.plan[0].first().expect("a plan at 12 nodes");
+        assert_eq!(first.cfg, 0);
+        assert!(first.cost >= (1.0 / 0.8 - 1.0) * 0.999, "{first:?}");
+        assert!(twelve.plan[0].len() <= explore::MAX_CANDIDATES);
+        assert!(serving(&d, 8).unwrap().plan.iter().all(Vec::is_empty));
+        let mut cells = Vec::new();
+        for (n, r) in [(2u32, 0.8), (4, 1.05), (8, 0.8), (16, 1.05), (32, 0.8)] {
+            cells.extend(sweep(&[n], r));
+        }
+        let (g, d) = run(&cells, &DecideOptions::default());
+        let twelve = serving(&d, 12).unwrap();
+        assert_eq!(twelve.per_size[0].cfg, 0);
+        let plan = &twelve.plan[0];
+        assert_eq!(plan.first().map(|k| k.cfg), Some(tree_ll(&g)), "{plan:?}");
+        assert!(plan.iter().all(|k| k.cfg != 0 && k.cost >= explore::MIN_COST));
     }
 
     /// Tree/LL 4 % faster than the default below 64 KiB at 2, 4, 16 and 32

@@ -3,12 +3,13 @@
 
 use anyhow::Context;
 use dyncc_tables::{
-    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, TableBuilder,
-    TreeNode, NUM_BUCKETS,
+    rules_from_buckets, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, PlanCandidate,
+    RegBuff, TableBuilder, TreeNode, NUM_BUCKETS,
 };
 
 use crate::decide::{buckets, GridDecisions};
 use crate::distil::{Fidelity, Leaf};
+use crate::explore;
 use crate::features::Grid;
 use crate::record::State;
 use crate::tree::{FlatTree, Node};
@@ -25,6 +26,9 @@ pub struct PlannedContext {
     /// than decided from the measured ones.
     pub measured: bool,
     pub buckets: Box<[BucketDecision; NUM_BUCKETS]>,
+    /// What jobs may try where its answers stand on no measurement at its
+    /// node counts (the table's exploration plan), by runs of buckets.
+    pub plan: Vec<explore::Run>,
 }
 
 impl PlannedContext {
@@ -74,6 +78,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                 state: g.state,
                 measured: a.measured,
                 buckets: buckets(g, a, extrapolate),
+                plan: explore::runs(g, a),
             });
         }
         if extrapolate {
@@ -117,6 +122,8 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                     state,
                     measured: false,
                     buckets: b,
+                    // Another ranks per node: nothing read there to plan on.
+                    plan: Vec::new(),
                 }
             })
             .collect();
@@ -188,17 +195,18 @@ fn leaves_all(c: &PlannedContext) -> bool {
 
 /// The contexts the table stores, in order. A context that forces
 /// something is stored. One that leaves every size alone is stored when a
-/// broader (extrapolated) context after it would otherwise match, and at a
+/// broader (extrapolated) context after it would otherwise match, at a
 /// measured node count, so that the shape reads as covered (measured, NCCL's
-/// default kept) rather than unmeasured; but only where no other stored
-/// context of its collective matches, so no communicator's decisions change.
-/// Elsewhere it would cost bytes and say nothing.
+/// default kept) rather than unmeasured, and where it has a plan (the plugin
+/// reads a plan under the communicator's own context); but only where no
+/// other stored context of its collective matches, so no communicator's
+/// decisions change. Elsewhere it would cost bytes and say nothing.
 fn stored(contexts: &[PlannedContext], extrapolate: bool) -> Vec<&PlannedContext> {
     let forcing = |c: &PlannedContext| extrapolate || !leaves_all(c);
     let mut out: Vec<&PlannedContext> = Vec::new();
     for c in contexts {
         let keep = forcing(c)
-            || (c.measured
+            || ((c.measured || !c.plan.is_empty())
                 && !contexts.iter().any(|o| forcing(o) && o.overlaps(c))
                 && !out.iter().any(|o| o.overlaps(c)));
         if keep {
@@ -219,7 +227,8 @@ pub fn build(
     for (k, v) in meta {
         b.meta(k, v);
     }
-    for c in stored(contexts, extrapolate) {
+    let mut plan: Vec<PlanCandidate> = Vec::new();
+    for (index, c) in stored(contexts, extrapolate).into_iter().enumerate() {
         let rules = rules_from_buckets(&c.buckets);
         let gates = c.state.gates().with_context(|| {
             format!(
@@ -237,7 +246,30 @@ pub fn build(
         b.context(spec, &rules)
             .map_err(|e| anyhow::anyhow!("{e}"))
             .context("building a table context")?;
+        // One plan per context, from its first node count: the compiler
+        // decides a context's node counts together. Never under a regBuff
+        // gate: the plugin does not explore there (regBuff is each rank's
+        // own, and ranks must agree).
+        if spec.reg_buff != RegBuff::Any {
+            continue;
+        }
+        for run in &c.plan {
+            for (rank, k) in run.candidates.iter().enumerate() {
+                plan.push(PlanCandidate {
+                    context: index as u32,
+                    nodes: c.nodes.0,
+                    bucket: run.first,
+                    last_bucket: run.last,
+                    rank: rank as u8,
+                    decision: k.decision,
+                    gain: k.gain,
+                    spread: k.spread,
+                    cost_bound: k.cost_bound,
+                });
+            }
+        }
     }
+    b.plan(&plan);
     for t in trees {
         b.tree(t.coll, &tree_nodes(&t.tree))
             .map_err(|e| anyhow::anyhow!("{e}"))
@@ -272,6 +304,7 @@ mod tests {
             },
             measured,
             buckets,
+            plan: Vec::new(),
         }
     }
 

@@ -270,9 +270,18 @@ fn visible_at(compiled: &Compiled, margin: f64, key: &GroupKey, m: &Times) -> Op
             let none = Widen::none(grid);
             for (c, cfg) in grid.configs.iter().enumerate().skip(1) {
                 let Some(&t) = m.get(cfg) else { continue };
-                let shows = nodes::read(grid, &none, decided.model.align, at, si, c, None)
-                    .filter(|r| decided.model.sd(si, r).is_some())
-                    .is_some_and(|r| r.gain > lm);
+                let shows = nodes::read(
+                    grid,
+                    &none,
+                    decided.model.align,
+                    at,
+                    si,
+                    c,
+                    None,
+                    nodes::Neighbours::Any,
+                )
+                .filter(|r| decided.model.sd(si, r).is_some())
+                .is_some_and(|r| r.gain > lm);
                 if shows && t < best {
                     best = t;
                 }

@@ -18,6 +18,7 @@ pub mod decide;
 pub mod distil;
 pub mod emit;
 pub mod eval;
+pub mod explore;
 pub mod features;
 pub mod fit;
 pub mod ingest;

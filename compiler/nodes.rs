@@ -189,9 +189,19 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
     Some(GainPoint::blend(a, b, w))
 }
 
+/// Which measured counts a reading may lean on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Neighbours {
+    /// The sweep's counts, and counts only traces measured where they
+    /// measured this setting at this size.
+    Any,
+    /// The sweep's counts only: the reading the sweep alone gives.
+    Swept,
+}
+
 /// Reads the gain of `cfg` at `nodes` (not itself measured, or excluded)
-/// and grid size `si` off the measured multi-node counts, leaving out node
-/// index `exclude`.
+/// and grid size `si` off the measured multi-node counts `lean` allows,
+/// leaving out node index `exclude`.
 #[allow(clippy::too_many_arguments)]
 pub fn read(
     grid: &Grid,
@@ -201,6 +211,7 @@ pub fn read(
     si: usize,
     cfg: usize,
     exclude: Option<usize>,
+    lean: Neighbours,
 ) -> Option<Reading> {
     if nodes < 2.0 {
         return None;
@@ -219,7 +230,9 @@ pub fn read(
     // A count only traces measured stands beside this one only where its
     // traces measured this setting at this size.
     let multi = |ni: usize| {
-        grid.nodes[ni] >= 2 && Some(ni) != exclude && (grid.swept(ni) || at(ni).is_some())
+        grid.nodes[ni] >= 2
+            && Some(ni) != exclude
+            && (grid.swept(ni) || (lean == Neighbours::Any && at(ni).is_some()))
     };
     let lo = (0..grid.nodes.len())
         .rev()
@@ -297,8 +310,16 @@ fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
                 else {
                     continue;
                 };
-                let Some(r) = read(grid, widen, align, grid.nodes[ni] as f64, si, c, Some(ni))
-                else {
+                let Some(r) = read(
+                    grid,
+                    widen,
+                    align,
+                    grid.nodes[ni] as f64,
+                    si,
+                    c,
+                    Some(ni),
+                    Neighbours::Any,
+                ) else {
                     continue;
                 };
                 if p.gain.max(r.gain) <= RELEVANT {
@@ -599,20 +620,30 @@ mod tests {
         let g = &grids[0];
         let w = Widen::none(g);
         // 4 nodes lies a third of the way from 2 to 8 in log2... half: 1 of 2 octaves.
-        let r = read(g, &w, Align::TotalBytes, 4.0, 5, 1, None).unwrap();
+        let r = read(g, &w, Align::TotalBytes, 4.0, 5, 1, None, Neighbours::Any).unwrap();
         let expect = (1.0f64 + 0.05).ln() * 0.5 + (1.0f64 + 0.15).ln() * 0.5;
         assert!((r.gain - expect).abs() < 1e-9, "{} vs {expect}", r.gain);
         assert!(r.between);
         assert!((r.drift - 0.5).abs() < 1e-9, "bridge variance 1*1/2");
         // Beyond the largest: flat from it, drift growing with distance.
-        let r = read(g, &w, Align::TotalBytes, 128.0, 5, 1, None).unwrap();
+        let r = read(g, &w, Align::TotalBytes, 128.0, 5, 1, None, Neighbours::Any).unwrap();
         assert!((r.gain - 1.25f64.ln()).abs() < 1e-9);
         assert!((r.drift - 2.0).abs() < 1e-9);
         assert!(!r.between);
         // One node is never read off several.
-        assert!(read(g, &w, Align::TotalBytes, 1.0, 5, 1, None).is_none());
+        assert!(read(g, &w, Align::TotalBytes, 1.0, 5, 1, None, Neighbours::Any).is_none());
         // Leaving out 2 nodes, 2 nodes is read flat from 8 (not from 1).
-        let r = read(g, &w, Align::TotalBytes, 2.0, 5, 1, Some(1)).unwrap();
+        let r = read(
+            g,
+            &w,
+            Align::TotalBytes,
+            2.0,
+            5,
+            1,
+            Some(1),
+            Neighbours::Any,
+        )
+        .unwrap();
         assert!((r.gain - 1.15f64.ln()).abs() < 1e-9);
     }
 
@@ -630,11 +661,21 @@ mod tests {
         let ms = calibrate(&steady[0], &Widen::none(&steady[0]));
         let md = calibrate(&drifting[0], &Widen::none(&drifting[0]));
         let w = Widen::none(&steady[0]);
-        let near = read(&steady[0], &w, ms.align, 40.0, 5, 1, None).unwrap();
-        let far = read(&steady[0], &w, ms.align, 128.0, 5, 1, None).unwrap();
+        let near = read(&steady[0], &w, ms.align, 40.0, 5, 1, None, Neighbours::Any).unwrap();
+        let far = read(&steady[0], &w, ms.align, 128.0, 5, 1, None, Neighbours::Any).unwrap();
         assert!(ms.sd(5, &far).unwrap() > ms.sd(5, &near).unwrap());
-        let r = read(&drifting[0], &w, md.align, 12.0, 5, 1, None).unwrap();
-        let rs = read(&steady[0], &w, ms.align, 12.0, 5, 1, None).unwrap();
+        let r = read(
+            &drifting[0],
+            &w,
+            md.align,
+            12.0,
+            5,
+            1,
+            None,
+            Neighbours::Any,
+        )
+        .unwrap();
+        let rs = read(&steady[0], &w, ms.align, 12.0, 5, 1, None, Neighbours::Any).unwrap();
         assert!(
             md.sd(5, &r).unwrap() > 3.0 * ms.sd(5, &rs).unwrap(),
             "drifting gains must be less certain: {} vs {}",

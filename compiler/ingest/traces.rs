@@ -530,15 +530,13 @@ impl AtShape {
 }
 
 /// What every recording at one shape (of one NCCL version) says about
-/// who ran what: NCCL's own settings, the table's forced ones, and whether
-/// the table left any call there to NCCL. A record is read against these
-/// facts of all the recordings, not of its own communicator alone: a
-/// communicator that explored at a shape may run nothing else there.
+/// who ran what: the settings NCCL chose on its own there. A record is
+/// read against these facts of all the recordings, not of its own
+/// communicator alone: a setting forced in one job that NCCL runs on its
+/// own in another is NCCL's choice.
 #[derive(Clone, Debug, Default)]
 pub struct ShapeFacts {
     nccl: BTreeSet<Setting>,
-    forced: BTreeSet<Setting>,
-    left_to_nccl: bool,
 }
 
 /// [`ShapeFacts`] per shape.
@@ -563,14 +561,10 @@ pub fn add_facts(facts: &mut Facts, file: &TraceFile, keep: &dyn Fn(usize) -> bo
         let Some(s) = shape_of(file, r) else { continue };
         let f = facts.entry(s).or_default();
         match r.source {
-            Who::Nccl => {
-                f.left_to_nccl = true;
+            Who::Nccl | Who::ExploreNccl => {
                 f.nccl.insert(Setting::of(r));
             }
-            Who::Table => {
-                f.forced.insert(Setting::of(r));
-            }
-            Who::Explore | Who::Unknown => {}
+            Who::Table | Who::Explore | Who::Unknown => {}
         }
     }
 }
@@ -598,21 +592,13 @@ pub fn classify_comms(
                 at.unknown = at.unknown.saturating_add(r.count);
                 continue;
             }
-            Who::Nccl => true,
-            Who::Table | Who::Explore => {
-                // An exploring call at a shape where the table forced
-                // another setting ran NCCL's own choice (the only probe
-                // there), unless the table also left calls there to NCCL
-                // (another call state): those calls may have explored a
-                // neighbour's setting, and the record cannot tell which,
-                // so it is not used.
-                let inferred = r.source == Who::Explore && f.forced.iter().any(|&x| x != ran);
-                if inferred && f.left_to_nccl && !f.nccl.contains(&ran) {
-                    at.unknown = at.unknown.saturating_add(r.count);
-                    continue;
-                }
-                f.nccl.contains(&ran) || inferred
-            }
+            // Exploration left the choice to NCCL: NCCL's own choice ran.
+            Who::Nccl | Who::ExploreNccl => true,
+            // A setting the table or exploration forced (an exploring call
+            // runs a setting wherever the plan lists one, over a force
+            // too, so it is never taken for NCCL's choice but where NCCL
+            // runs the same on its own).
+            Who::Table | Who::Explore => f.nccl.contains(&ran),
         };
         if is_nccl {
             at.nccl.add(r);
@@ -1651,10 +1637,11 @@ mod tests {
 
     #[test]
     fn an_exploring_call_where_the_table_forced_another_setting_is_nccls_choice() {
-        // The table forced Tree/LL; exploration ran NCCL's own Ring/Simple.
+        // The table forced Tree/LL; exploration left the choice to NCCL,
+        // which ran Ring/Simple.
         let f = file(vec![
             rec(0, 4096, TREE, Who::Table, 90, 1000.0),
-            rec(0, 4096, RING, Who::Explore, 10, 900.0),
+            rec(0, 4096, RING, Who::ExploreNccl, 10, 900.0),
         ]);
         let m = classify(&f, &|_| true);
         let at = m.values().next().unwrap();
@@ -1662,6 +1649,23 @@ mod tests {
         assert_eq!(at.nccl_choice().map(|s| s.algo), Some(Algo::Ring));
         assert_eq!(at.others.len(), 1);
         assert_eq!(at.others.values().next().unwrap().by_table, 90);
+    }
+
+    /// A table's plan may try a setting where the table forces another:
+    /// such an exploring call ran that setting, not NCCL's choice. It was
+    /// taken for NCCL's choice (the only probe at a forced cell before the
+    /// plan), so a job that tried Ring/Simple/4 over a forced Tree/LL made
+    /// the compiler compare Tree/LL against it as if against NCCL.
+    #[test]
+    fn a_planned_setting_explored_where_the_table_forced_another_is_not_nccls_choice() {
+        let f = file(vec![
+            rec(0, 4096, TREE, Who::Table, 90, 1000.0),
+            rec(0, 4096, RING, Who::Explore, 10, 900.0),
+        ]);
+        let at = classify(&f, &|_| true).into_values().next().unwrap();
+        assert_eq!(at.nccl.count, 0, "{:?}", at.nccl_settings);
+        assert_eq!(at.others.len(), 2);
+        assert_eq!(at.unknown, 0);
     }
 
     #[test]
@@ -1786,10 +1790,12 @@ mod tests {
             at.nccl_settings
         );
         assert_eq!(at.nccl.count, 390);
-        assert_eq!(
-            at.unknown, 10,
-            "which setting it was cannot be told: not used"
-        );
+        // An exploring call that forced a setting is that setting.
+        assert_eq!(at.unknown, 0);
+        assert!(at
+            .others
+            .keys()
+            .any(|s| s.proto == Proto::LL && s.algo == Algo::Ring));
     }
 
     fn side(count: u64, ln: f64, sd: f64) -> Side {

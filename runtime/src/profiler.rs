@@ -232,13 +232,16 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     let ring = ctx.comm_id.and_then(trace::profiled_ring);
     let source = match ring.and_then(|r| trace::take_answer_in(r, coll, n_bytes)) {
         None => Source::Unknown,
+        // Exploration left the choice to NCCL: whatever ran is its choice.
+        Some(a) if a.source == Source::Explore && a.algo == trace::ANSWER_NCCL => {
+            Source::ExploreNccl
+        }
         Some(a) if a.source == Source::Table || a.source == Source::Explore => {
             // The forced setting ran only if NCCL ran its algorithm,
             // protocol and (when one was forced) channel count.
-            if (a.source == Source::Explore && a.algo == trace::ANSWER_NCCL)
-                || (a.algo == algo as u8
-                    && a.proto == proto as u8
-                    && (a.channels == 0 || a.channels == channels))
+            if a.algo == algo as u8
+                && a.proto == proto as u8
+                && (a.channels == 0 || a.channels == channels)
             {
                 a.source
             } else {

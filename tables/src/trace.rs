@@ -65,10 +65,15 @@ pub enum Source {
     Nccl = 0,
     /// The table's forced decision ran.
     Table = 1,
-    /// An exploration setting ran.
+    /// An exploration setting ran (one the plugin forced).
     Explore = 2,
     /// The plugin could not link the collective to a tuner answer.
     Unknown = 3,
+    /// Exploration left the choice to NCCL where the table forces a
+    /// setting, and NCCL's own choice ran. (Before this value, such calls
+    /// were written as `Explore`; a plan may now also try a setting where
+    /// the table forces another, so the two must be told apart.)
+    ExploreNccl = 4,
 }
 
 impl Source {
@@ -79,6 +84,7 @@ impl Source {
             1 => Some(Source::Table),
             2 => Some(Source::Explore),
             3 => Some(Source::Unknown),
+            4 => Some(Source::ExploreNccl),
             _ => None,
         }
     }
@@ -90,6 +96,7 @@ impl Source {
             Source::Table => "table",
             Source::Explore => "explore",
             Source::Unknown => "unknown",
+            Source::ExploreNccl => "explore-nccl",
         }
     }
 }
@@ -643,7 +650,7 @@ fn check_record(r: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
         return Err(bad(at + 5, "at most 64 channels"));
     }
     if Source::from_u8(r.u8(6)).is_none() {
-        return Err(bad(at + 6, "a source 0-3"));
+        return Err(bad(at + 6, "a source 0-4"));
     }
     if r.u8(7) != 0 {
         return Err(bad(at + 7, "a reserved byte of zero"));

@@ -88,7 +88,7 @@ pub fn explore_cost(files: &[TraceFile]) -> ExploreCost {
                 .entry((c.n_nodes, c.n_ranks, r.coll as u8, r.n_bytes))
                 .or_default();
             match r.source {
-                Source::Explore => at.explored.push((r.count, geo.exp())),
+                Source::Explore | Source::ExploreNccl => at.explored.push((r.count, geo.exp())),
                 Source::Table | Source::Nccl => {
                     at.answer.0 += r.count as f64;
                     at.answer.1 += r.sum_ln;

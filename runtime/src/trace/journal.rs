@@ -274,7 +274,7 @@ impl Journal {
         let side = match source {
             Source::Nccl => 0,
             Source::Table => 1,
-            Source::Explore => 2,
+            Source::Explore | Source::ExploreNccl => 2,
             Source::Unknown => return,
         };
         let Some(row) = self.recorded.get(coll) else {

@@ -1,0 +1,247 @@
+//! Explore: the exploration plan a table carries (format 1.1 PLAN), so that
+//! jobs measure what the sweep could not tell the compiler.
+//!
+//! Where an answer stands on no measurement at its node count (read
+//! between or beyond the sweep's counts, or a count only traces measured,
+//! at a size or setting they did not), [`candidates`] lists what a job may
+//! try instead, ranked by the reading's gain over the answer plus
+//! [`EXPLORE_Z`] sds of its uncertainty (optimism under uncertainty: a
+//! setting that may well win is tried before one sure to lose):
+//!
+//! * every setting of the grid (measured by the sweep for this collective
+//!   and ranks per node) whose optimistic gain over the answer clears the
+//!   margin, not yet measured at this count and size;
+//! * first, NCCL's own choice wherever the answer forces a setting the
+//!   count has not measured against it, whatever the predicted gain: a
+//!   confident guess is checked too (its cost bound makes it rare).
+//!
+//! Each candidate carries a cost bound, the extra time it is predicted to
+//! take over the answer at the reading's pessimistic end ([`COST_Z`]
+//! sds), floored at [`MIN_COST`]; the plugin tries it with
+//! probability `min(1, F / bound)`, so the expected extra time per cell is
+//! at most F. A setting whose bound passes [`MAX_COST`] is not listed.
+//!
+//! Traces retire and confirm: a setting measured at a count is no longer
+//! a candidate there (its measurement decides), so each round lists the
+//! next ones and a cell whose settings are all measured lists none.
+//! [`runs`] spreads the per-size lists over the size buckets as
+//! [`crate::decide::buckets`] spreads the choices.
+
+use dyncc_tables::{bucket_lower_bound, size_bucket, Decision, MAX_PLAN_CANDIDATES};
+
+use crate::decide::{to_decision, Anchor, Choice, Why};
+use crate::features::Grid;
+use crate::nodes::{NodeModel, Reading};
+
+/// Most candidates a cell lists (the format's limit).
+pub const MAX_CANDIDATES: usize = MAX_PLAN_CANDIDATES as usize;
+
+/// Uncertainty sds added to a reading's gain when ranking what to try.
+pub const EXPLORE_Z: f64 = 1.0;
+
+/// Uncertainty sds a cost bound allows for: the plugin weighs each draw
+/// by the bound, so the budget holds as long as the bound does; a reading
+/// two sds off is rare (about 1 in 40 one-sided).
+pub const COST_Z: f64 = 1.0;
+
+/// The smallest cost bound written (the plugin's own floor for NCCL's
+/// choice): a reading is unconfirmed, so a probe is never taken as free.
+pub const MIN_COST: f64 = 0.05;
+
+/// A setting predicted, at the pessimistic end, to take more than twice
+/// the answer's time is not worth a job's time to try (NCCL's choice
+/// excepted: a force is always checked against it).
+pub const MAX_COST: f64 = 1.0;
+
+/// One setting a job may try at one (node count, size).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Candidate {
+    /// Index into the grid's configs; 0 = NCCL's own choice.
+    pub cfg: usize,
+    /// Predicted ln(t_answer / t_candidate).
+    pub ln_gain: f64,
+    /// Its uncertainty (sd of the log).
+    pub sd: f64,
+    /// Predicted extra time over the answer when tried (fraction),
+    /// pessimistic and floored: what the plugin's draw is weighed by.
+    pub cost: f64,
+    /// What it was ranked by: `ln_gain + EXPLORE_Z * sd`.
+    pub score: f64,
+}
+
+/// Where the answer at one (node count, size) came from, for [`candidates`].
+pub struct Site<'a> {
+    /// The grid's node index of a count only traces measured (settings
+    /// measured there are retired or confirmed); `None` for a range of
+    /// unmeasured counts.
+    pub traced: Option<usize>,
+    /// Every setting's reading at the point the count is read at (indexed
+    /// as the grid's configs; 0 is `None`).
+    pub readings: &'a [Option<Reading>],
+}
+
+/// What a job may try instead of `answer` at size `si`, best first, at
+/// most [`MAX_CANDIDATES`].
+pub fn candidates(
+    grid: &Grid,
+    model: &NodeModel,
+    site: &Site<'_>,
+    si: usize,
+    answer: &Choice,
+    ln_margin: f64,
+) -> Vec<Candidate> {
+    if matches!(answer.why, Why::NothingHere | Why::BeyondReach) {
+        return Vec::new();
+    }
+    // Measured against NCCL's choice at this count: decided by the
+    // measurement (confirmed or retired). A setting jobs ran where NCCL's
+    // choice never ran there is still to be compared.
+    let measured = |c: usize| {
+        site.traced
+            .is_some_and(|ni| grid.get(ni, si, 0).is_some() && grid.get(ni, si, c).is_some())
+    };
+    let sd_of = |c: usize| -> Option<f64> {
+        let r = site.readings.get(c)?.as_ref()?;
+        model.sd(si, r)
+    };
+    // The answer's own log gain over NCCL's choice and its uncertainty:
+    // measured where the count measured it against the default.
+    let ln_ans = answer.gain.max(f64::MIN_POSITIVE).ln();
+    let ans_measured = answer.cfg == 0 || (measured(answer.cfg) && measured(0));
+    let sd_ans = if ans_measured {
+        0.0
+    } else {
+        sd_of(answer.cfg).unwrap_or(0.0)
+    };
+    let cost_of = |ln_gain: f64, sd: f64| ((-ln_gain + COST_Z * sd).exp() - 1.0).max(MIN_COST);
+    let mut out: Vec<Candidate> = Vec::new();
+    for c in 1..grid.configs.len() {
+        if c == answer.cfg || measured(c) {
+            continue;
+        }
+        let Some(r) = site.readings.get(c).and_then(Option::as_ref) else {
+            continue;
+        };
+        let Some(sd) = model.sd(si, r) else { continue };
+        let ln_gain = r.gain - ln_ans;
+        let score = ln_gain + EXPLORE_Z * sd;
+        let cost = cost_of(ln_gain, sd);
+        if score <= ln_margin || cost > MAX_COST {
+            continue;
+        }
+        out.push(Candidate {
+            cfg: c,
+            ln_gain,
+            sd,
+            cost,
+            score,
+        });
+    }
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.cfg.cmp(&b.cfg)));
+    // Settings the table writes alike (channel counts past the format's
+    // limit) are one candidate.
+    let mut seen: Vec<Decision> = vec![to_decision(&grid.configs[answer.cfg])];
+    out.retain(|k| {
+        let d = to_decision(&grid.configs[k.cfg]);
+        let new = !seen.contains(&d);
+        seen.push(d);
+        new
+    });
+    // A force no measurement here backs is checked against NCCL's own
+    // choice first: that is what confirms it or takes it back (a wrong
+    // force is a regression; a better setting is only a missed gain).
+    if !ans_measured && !measured(0) {
+        out.insert(
+            0,
+            Candidate {
+                cfg: 0,
+                ln_gain: -ln_ans,
+                sd: sd_ans,
+                cost: cost_of(-ln_ans, sd_ans),
+                score: -ln_ans + EXPLORE_Z * sd_ans,
+            },
+        );
+    }
+    out.truncate(MAX_CANDIDATES);
+    out
+}
+
+/// One run of size buckets listing the same candidates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    pub first: u8,
+    pub last: u8,
+    /// Best first; never empty.
+    pub candidates: Vec<Planned>,
+}
+
+/// A candidate as the table stores it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Planned {
+    pub decision: Decision,
+    /// Predicted gain over the answer (fraction: 0.1 = 10 % faster).
+    pub gain: f32,
+    pub spread: f32,
+    pub cost_bound: f32,
+}
+
+/// Spreads an anchor's per-size candidates over the size buckets between
+/// its first and last decided size (each bucket takes the nearest decided
+/// size's, as its decision does), merging equal neighbours into runs.
+pub fn runs(grid: &Grid, a: &Anchor) -> Vec<Run> {
+    if a.plan.iter().all(Vec::is_empty) {
+        return Vec::new();
+    }
+    let own: Vec<usize> = (0..grid.sizes.len())
+        .filter(|&si| a.per_size[si].why != Why::NothingHere)
+        .collect();
+    let (Some(&first), Some(&last)) = (own.first(), own.last()) else {
+        return Vec::new();
+    };
+    let (lo_b, hi_b) = (
+        size_bucket(grid.sizes[first]),
+        size_bucket(grid.sizes[last]),
+    );
+    let mut out: Vec<Run> = Vec::new();
+    for b in lo_b..=hi_b {
+        let si = crate::decide::nearest_size(grid, &own, bucket_lower_bound(b));
+        let list: Vec<Planned> = a.plan[si]
+            .iter()
+            .map(|k| Planned {
+                decision: to_decision(&grid.configs[k.cfg]),
+                gain: (k.ln_gain.exp() - 1.0) as f32,
+                spread: k.sd as f32,
+                cost_bound: k.cost as f32,
+            })
+            .collect();
+        if list.is_empty() {
+            continue;
+        }
+        let same = |r: &Run| {
+            r.candidates.len() == list.len()
+                && r.candidates
+                    .iter()
+                    .zip(&list)
+                    .all(|(x, y)| x.decision == y.decision)
+        };
+        match out.last_mut() {
+            // The same settings in the same order: one run, its numbers the
+            // most cautious of the sizes it covers (the draw's cost bound
+            // the largest).
+            Some(r) if r.last + 1 == b && same(r) => {
+                r.last = b;
+                for (x, y) in r.candidates.iter_mut().zip(&list) {
+                    x.gain = x.gain.min(y.gain);
+                    x.spread = x.spread.max(y.spread);
+                    x.cost_bound = x.cost_bound.max(y.cost_bound);
+                }
+            }
+            _ => out.push(Run {
+                first: b,
+                last: b,
+                candidates: list,
+            }),
+        }
+    }
+    out
+}
