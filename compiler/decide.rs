@@ -1196,7 +1196,9 @@ mod tests {
         assert_eq!(twelve.per_size[0].cfg, 0);
         let plan = &twelve.plan[0];
         assert_eq!(plan.first().map(|k| k.cfg), Some(tree_ll(&g)), "{plan:?}");
-        assert!(plan.iter().all(|k| k.cfg != 0 && k.cost >= explore::MIN_COST));
+        assert!(plan
+            .iter()
+            .all(|k| k.cfg != 0 && k.cost >= explore::MIN_COST));
     }
 
     /// Tree/LL 4 % faster than the default below 64 KiB at 2, 4, 16 and 32
