@@ -252,7 +252,7 @@ fn a_forced_setting_that_loses_in_production_is_reverted() {
         &[comm(1, 4, 0)],
         &[
             rec(0, 16384, TREE_SIMPLE, Source::Table, 490, 1000.0),
-            rec(0, 16384, RING_SIMPLE, Source::Explore, 10, 900.0),
+            rec(0, 16384, RING_SIMPLE, Source::ExploreNccl, 10, 900.0),
         ],
     );
     let after = d.path().join("after.tbl");

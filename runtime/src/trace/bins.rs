@@ -17,8 +17,9 @@ use super::{CHANGES, DROPPED_TABLE_FULL, MAX_COMMS, UNTIMED};
 /// Distinct (communicator, collective, size, setting, source) per process:
 /// 8192 records of 56 bytes stay well under the format's 1 MiB.
 pub const BINS: usize = 8192;
-/// Sizes above 2^40 bytes do not fit the key and are dropped.
-const MAX_KEY_BYTES: u64 = (1 << 40) - 1;
+/// Sizes of 2^39 bytes (512 GiB) and more do not fit the key and are
+/// dropped (the source takes 3 bits since who-chose 4, `explore-nccl`).
+const MAX_KEY_BYTES: u64 = (1 << 39) - 1;
 /// Linear probes before a bin insert gives up.
 const PROBES: usize = 64;
 
@@ -47,12 +48,12 @@ pub(super) static BIN_TABLE: [Bin; BINS] = [BIN_EMPTY; BINS];
 pub(super) const KEY_VALID: u64 = 1 << 63;
 
 /// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56,
-/// algo 51-53, proto 49-50, channels 42-48, source 40-41, nBytes 0-39.
+/// algo 51-53, proto 49-50, channels 42-48, source 39-41, nBytes 0-38.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Key(pub(super) u64);
 
 impl Key {
-    /// None when `n_bytes` does not fit (above 1 TiB).
+    /// None when `n_bytes` does not fit (512 GiB or more).
     pub fn new(
         comm: u8,
         coll: Coll,
@@ -69,7 +70,7 @@ impl Key {
                 | (algo as u64) << 51
                 | (proto as u64) << 49
                 | (channels.min(64) as u64) << 42
-                | (source as u64) << 40
+                | (source as u64) << 39
                 | n_bytes)
         })
     }
@@ -90,7 +91,7 @@ impl Key {
             algo: Algo::from_u8(((v >> 51) & 7) as u8)?,
             proto: Proto::from_u8(((v >> 49) & 3) as u8)?,
             channels: ((v >> 42) & 0x7f) as u8,
-            source: Source::from_u8(((v >> 40) & 3) as u8)?,
+            source: Source::from_u8(((v >> 39) & 7) as u8)?,
             n_bytes: v & MAX_KEY_BYTES,
             count,
             sum_ln: f64::from_bits(b.sum_ln.load(Ordering::Relaxed)),

@@ -741,3 +741,39 @@ fn a_ring_written_while_taken_gives_only_written_answers_once() {
     assert!(taken <= CALLS);
     journal_release(j);
 }
+
+/// Who-chose 4 (`explore-nccl`, exploration left the choice to NCCL) needs
+/// a third source bit in the bin key: with two, it ran into the channel
+/// bits and the record was lost (no `explore-nccl` record reached the
+/// trace). The key keeps it, 64 channels and the largest size it holds.
+#[test]
+fn a_bin_key_keeps_explore_nccl_beside_its_channels() {
+    let most = (1u64 << 39) - 1;
+    let k = Key::new(
+        3,
+        Coll::AllReduce,
+        most,
+        Algo::Ring,
+        Proto::Simple,
+        64,
+        Source::ExploreNccl,
+    )
+    .unwrap();
+    let b = BIN_EMPTY;
+    b.count.store(1, Ordering::Relaxed);
+    let r = k.record(&b).unwrap();
+    assert_eq!(
+        (r.source, r.channels, r.n_bytes, r.comm),
+        (Source::ExploreNccl, 64, most, 3)
+    );
+    assert!(Key::new(
+        3,
+        Coll::AllReduce,
+        most + 1,
+        Algo::Ring,
+        Proto::Simple,
+        1,
+        Source::Nccl
+    )
+    .is_none());
+}
