@@ -387,8 +387,10 @@ fn ranks_with_different_call_sequences_never_disagree_on_a_planned_table() {
         // Where the table leaves NCCL alone: two settings to try.
         at(mib, 0, force(Algo::Tree, Proto::Simple, 0), 0.1),
         at(mib, 1, force(Algo::Ring, Proto::LL128, 4), 0.3),
-        // Where it forces Tree/LL unconfirmed: NCCL's own choice.
+        // Where it forces Tree/LL unconfirmed: NCCL's own choice, and a
+        // setting tried over the force (the plan may list one there).
         at(size_bucket(1024), 0, Decision::Default, 0.1),
+        at(size_bucket(1024), 1, force(Algo::Ring, Proto::Simple, 0), 0.1),
     ]));
     for scenario in ["extra-one", "extra-per-size", "late", "state"] {
         let mut explored = 0;
