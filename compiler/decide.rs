@@ -181,7 +181,17 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
         let n = grid.nodes[ni];
-        let at_n = read_at(n);
+        // A count only traces measured, within reach: every setting read
+        // off the sweep's counts at each size, once, for the sizes they did
+        // not decide and for the plan of what they have not tried.
+        let reads: Vec<Vec<Option<Reading>>> = if !grid.swept(ni) && within(n) {
+            let at_n = read_at(n);
+            (0..grid.sizes.len())
+                .map(|si| readings_at(at_n, si, Neighbours::Swept))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let per_size = (0..grid.sizes.len())
             .map(|si| {
                 if grid.foreign(ni, si) {
@@ -193,11 +203,9 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
                     // the sweep as an unmeasured count is, so a job that
                     // tried another setting where the table forced one
                     // does not take the force back for want of a baseline.
-                    if within(n) {
-                        let r = readings_at(at_n, si, Neighbours::Swept);
-                        decide_unmeasured(grid, &model, &r, si, ln_margin, opt)
-                    } else {
-                        Choice::default(Why::BeyondReach, Basis::Extrapolated)
+                    match reads.get(si) {
+                        Some(r) => decide_unmeasured(grid, &model, r, si, ln_margin, opt),
+                        None => Choice::default(Why::BeyondReach, Basis::Extrapolated),
                     }
                 } else {
                     decide_measured(grid, fit, &widen, ni, si, ln_margin, opt)
@@ -214,13 +222,14 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
         };
         smooth(grid, &mut a, fit, ln_margin, opt);
         // A count only traces measured: what they have not tried yet.
-        if !grid.swept(ni) && within(n) && model.calibrated() {
-            a.plan = (0..grid.sizes.len())
-                .map(|si| {
-                    let r = readings_at(at_n, si, Neighbours::Swept);
+        if !reads.is_empty() && model.calibrated() {
+            a.plan = reads
+                .iter()
+                .enumerate()
+                .map(|(si, r)| {
                     let site = Site {
                         traced: Some(ni),
-                        readings: &r,
+                        readings: r,
                     };
                     explore::candidates(grid, &model, &site, si, &a.per_size[si], ln_margin)
                 })

@@ -390,7 +390,12 @@ fn ranks_with_different_call_sequences_never_disagree_on_a_planned_table() {
         // Where it forces Tree/LL unconfirmed: NCCL's own choice, and a
         // setting tried over the force (the plan may list one there).
         at(size_bucket(1024), 0, Decision::Default, 0.1),
-        at(size_bucket(1024), 1, force(Algo::Ring, Proto::Simple, 0), 0.1),
+        at(
+            size_bucket(1024),
+            1,
+            force(Algo::Ring, Proto::Simple, 0),
+            0.1,
+        ),
     ]));
     for scenario in ["extra-one", "extra-per-size", "late", "state"] {
         let mut explored = 0;

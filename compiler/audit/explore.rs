@@ -267,12 +267,9 @@ pub fn fmt_fraction(f: f32) -> String {
 }
 
 /// The share of communicators that pick rank `rank` of `n` candidates
-/// (runtime `Planned::pick`: weight `n - rank` of `n(n+1)/2`).
+/// (the plugin's rule, `dyncc_tables::plan_pick`).
 pub fn pick_chance(rank: usize, n: usize) -> f64 {
-    if rank >= n {
-        return 0.0;
-    }
-    (n - rank) as f64 / (n * (n + 1) / 2) as f64
+    dyncc_tables::plan_pick_share(rank, n)
 }
 
 /// The chance a picked candidate of cost bound `cost` is drawn at share

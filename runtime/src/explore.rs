@@ -278,17 +278,7 @@ impl Planned {
     /// weight n - r), from bits 32..64 of the cell's hash, so the first
     /// ranked is tried most and all are tried by some communicators.
     fn pick(&self, h: u64) -> usize {
-        let n = self.len() as u64;
-        let total = n * (n + 1) / 2;
-        let mut x = (h >> 32) % total.max(1);
-        for r in 0..n {
-            let w = n - r;
-            if x < w {
-                return r as usize;
-            }
-            x -= w;
-        }
-        0
+        dyncc_tables::plan_pick(self.len() as u64, h >> 32)
     }
 }
 
@@ -464,17 +454,25 @@ fn planned(
         if own.spec().reg_buff != RegBuff::Any {
             continue;
         }
-        for (b, slot) in out[coll as usize].iter_mut().enumerate() {
-            let cell = table.plan_cell(own.index(), nodes, b as u8);
+        // Each run of buckets read once, then copied over its buckets.
+        for cell in table.plan_cells(own.index(), nodes) {
+            let mut p = Planned {
+                max_pipe_ops: own.spec().max_pipe_ops,
+                ..NO_PLANNED
+            };
+            let mut run = None;
             for r in 0..cell.len().min(MAX_PLAN_CANDIDATES as usize) {
                 let Some(c) = cell.get(r) else { continue };
-                slot.probes[r] = match c.decision {
+                run = Some((c.bucket, c.last_bucket));
+                p.probes[r] = match c.decision {
                     Decision::Default => Probe::Nccl,
                     d => Probe::Setting(d),
                 };
-                slot.costs[r] = f64::from(c.cost_bound);
+                p.costs[r] = f64::from(c.cost_bound);
             }
-            slot.max_pipe_ops = own.spec().max_pipe_ops;
+            if let Some((first, last)) = run {
+                out[coll as usize][usize::from(first)..=usize::from(last)].fill(p);
+            }
         }
     }
     out

@@ -84,7 +84,7 @@ pub use nccl::{
     datatype_size, Algo, Coll, Machine, Proto, Refusal, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS,
     NUM_PROTOS,
 };
-pub use plan::{PlanCandidate, MAX_PLAN_CANDIDATES};
+pub use plan::{plan_pick, plan_pick_share, PlanCandidate, MAX_PLAN_CANDIDATES};
 pub use raw::{
     kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_TABLE_LEN, NCCL_ENUM, NCCL_LAYOUT,
 };

@@ -71,6 +71,37 @@ impl PlanCandidate {
     }
 }
 
+/// The rank a communicator picks in a cell of `n` candidates, from `x`
+/// (any value, uniform; the plugin uses bits 32..64 of the cell's hash):
+/// rank `r` has weight `n - r` of `n(n+1)/2`, so the first ranked is tried
+/// most and every candidate by some communicators. The plugin's draw and
+/// `dyncc query`'s chances both read it here.
+pub const fn plan_pick(n: u64, x: u64) -> usize {
+    let total = n * (n + 1) / 2;
+    if total == 0 {
+        return 0;
+    }
+    let mut x = x % total;
+    let mut r = 0;
+    while r < n {
+        let w = n - r;
+        if x < w {
+            return r as usize;
+        }
+        x -= w;
+        r += 1;
+    }
+    0
+}
+
+/// The share of communicators [`plan_pick`] gives rank `rank` of `n`.
+pub fn plan_pick_share(rank: usize, n: usize) -> f64 {
+    if rank >= n {
+        return 0.0;
+    }
+    (n - rank) as f64 / (n * (n + 1) / 2) as f64
+}
+
 /// Views and validates a PLAN section against the table's contexts.
 ///
 /// Records are strictly ordered by (context, nodes, bucket, rank), ranks of
@@ -146,35 +177,60 @@ pub(crate) fn parse_plan<'a>(
     Ok(recs)
 }
 
-/// The candidates of the cell serving (context, node count, bucket),
-/// ranked, from a validated plan: the context's last listed node count at
-/// or below `nodes`, then the bucket run holding `bucket`. Two binary
-/// searches, no allocation.
-pub(crate) fn cell(recs: &[PlanRecord], context: u32, nodes: u32, bucket: u8) -> &[PlanRecord] {
-    let upto = recs.partition_point(|r| (r.context.get(), r.nodes.get()) <= (context, nodes));
+/// The records of the node count serving `nodes` in `context` (its last
+/// listed node count at or below `nodes`): every cell of it, ordered by
+/// bucket run then rank. One binary search for each end, no allocation.
+pub(crate) fn group(recs: &[PlanRecord], context: u32, nodes: u32) -> &[PlanRecord] {
+    let key = |r: &PlanRecord| (r.context.get(), r.nodes.get());
+    let upto = recs.partition_point(|r| key(r) <= (context, nodes));
     let Some(last) = upto.checked_sub(1).map(|i| &recs[i]) else {
         return &[];
     };
     if last.context.get() != context {
         return &[];
     }
-    let from = (context, last.nodes.get());
-    let key = |r: &PlanRecord| (r.context.get(), r.nodes.get());
+    let from = key(last);
+    let start = recs[..upto].partition_point(|r| key(r) < from);
+    &recs[start..upto]
+}
+
+/// The candidates of the cell serving (context, node count, bucket),
+/// ranked, from a validated plan: the serving node count's records
+/// ([`group`]), then the run holding `bucket`.
+pub(crate) fn cell(recs: &[PlanRecord], context: u32, nodes: u32, bucket: u8) -> &[PlanRecord] {
+    let g = group(recs, context, nodes);
     // Runs of one node count do not overlap and are ordered, so their last
     // buckets are too: the first record whose run ends at or past `bucket`.
-    let start = recs.partition_point(|r| (key(r), r.last_bucket) < (from, bucket));
-    let Some(first) = recs.get(start) else {
-        return &[];
-    };
-    if key(first) != from || first.bucket > bucket {
-        return &[];
+    let start = g.partition_point(|r| r.last_bucket < bucket);
+    match g.get(start) {
+        Some(first) if first.bucket <= bucket => run_at(&g[start..]),
+        _ => &[],
     }
-    let end = start
-        + recs[start..]
-            .iter()
-            .take_while(|r| key(r) == from && r.bucket == first.bucket)
-            .count();
-    &recs[start..end]
+}
+
+/// The leading cell of `g` (records of one node count, from a cell's rank
+/// 0): its ranks, those sharing the first record's bucket run.
+fn run_at(g: &[PlanRecord]) -> &[PlanRecord] {
+    let n = g.iter().take_while(|r| r.bucket == g[0].bucket).count();
+    &g[..n]
+}
+
+/// Every cell of the node count serving `nodes` in `context`, in bucket
+/// order, as (its records): for readers that fill a whole row at once.
+pub(crate) fn cells(
+    recs: &[PlanRecord],
+    context: u32,
+    nodes: u32,
+) -> impl Iterator<Item = &[PlanRecord]> {
+    let mut rest = group(recs, context, nodes);
+    core::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let c = run_at(rest);
+        rest = &rest[c.len()..];
+        Some(c)
+    })
 }
 
 #[cfg(all(test, feature = "build"))]
@@ -273,6 +329,26 @@ mod tests {
         assert!(t.plan_cell(0, 16, 20).is_empty());
     }
 
+    /// The plugin's pick gives rank r of n exactly weight n - r over a
+    /// whole cycle of draws, the shares `dyncc query` prints.
+    #[test]
+    fn the_pick_follows_the_rank_weights() {
+        for n in 1..=4u64 {
+            let total = n * (n + 1) / 2;
+            let mut seen = [0u64; 4];
+            for x in 0..total * 3 {
+                seen[plan_pick(n, x)] += 1;
+            }
+            for r in 0..n as usize {
+                assert_eq!(seen[r], 3 * (n - r as u64), "n {n} rank {r}");
+                let share = plan_pick_share(r, n as usize);
+                assert!((share - (n - r as u64) as f64 / total as f64).abs() < 1e-12);
+            }
+        }
+        assert_eq!(plan_pick(0, 7), 0);
+        assert_eq!(plan_pick_share(4, 4), 0.0);
+    }
+
     /// A cell serves its run of buckets and the node counts up to the next
     /// one its context lists; lookups between runs find nothing.
     #[test]
@@ -298,6 +374,16 @@ mod tests {
         assert_eq!((len(6, 12), len(16, 0), len(16, 255)), (1, 1, 1));
         assert_eq!(len(1, 12), 0);
         assert_eq!(t.plan_cell(0, 3, 11).get(1).unwrap().last_bucket, 14);
+        // A whole row at once: the runs of the node count serving 5.
+        let runs: Vec<(u8, u8, usize)> = t
+            .plan_cells(0, 5)
+            .map(|c| {
+                let c0 = c.get(0).unwrap();
+                (c0.bucket, c0.last_bucket, c.len())
+            })
+            .collect();
+        assert_eq!(runs, [(10, 14, 2), (20, 20, 1)]);
+        assert_eq!(t.plan_cells(0, 1).count(), 0);
         // Overlapping runs of one node count are refused.
         let overlap = table_with(&[run(2, 10, 14, 0, ring_ll()), run(2, 14, 16, 0, ring_ll())]);
         assert!(matches!(overlap, Err(BuildError::Plan(_))), "{overlap:?}");

@@ -533,6 +533,14 @@ impl<'a> Table<'a> {
         PlanCell(crate::plan::cell(self.plan, context, nodes, bucket))
     }
 
+    /// Every cell of the node count serving `nodes` in `context`, in
+    /// bucket order (each [`PlanCell`] a run of buckets,
+    /// `get(0).bucket..=last_bucket`): a reader filling a whole row reads
+    /// each run once instead of looking up every bucket.
+    pub fn plan_cells(&self, context: u32, nodes: u32) -> impl Iterator<Item = PlanCell<'a>> + 'a {
+        crate::plan::cells(self.plan, context, nodes).map(PlanCell)
+    }
+
     /// Format (major, minor) of the file.
     pub fn version(&self) -> (u16, u16) {
         self.version

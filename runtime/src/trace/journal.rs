@@ -129,7 +129,31 @@ pub struct Answer {
     pub channels: u8,
 }
 
-/// Packs one answer (see [`ANSWER_VALID`] for the layout).
+/// The answer a call's record says: `Unknown` when aggregated; `by` (the
+/// table, or exploration) when it wrote a forced setting; exploration's
+/// NCCL probe (`Default`) marked [`ANSWER_NCCL`]; else NCCL's own choice.
+#[inline]
+fn answer(n_bytes: usize, aggregated: bool, d: Decision, applied: bool, by: Source) -> u64 {
+    match (d, applied) {
+        _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
+        (
+            Decision::Force {
+                algo,
+                proto,
+                channels,
+            },
+            true,
+        ) => pack(n_bytes, by, algo as u8, proto as u8, channels),
+        (Decision::Default, _) if by == Source::Explore => {
+            pack(n_bytes, Source::Explore, ANSWER_NCCL, 0, 0)
+        }
+        _ => pack(n_bytes, Source::Nccl, 0, 0, 0),
+    }
+}
+
+/// Packs one answer (see [`ANSWER_VALID`] for the layout). `source` has
+/// two bits here: never `ExploreNccl`, which the profiler derives from
+/// [`ANSWER_NCCL`].
 #[inline]
 pub(super) fn pack(n_bytes: usize, source: Source, algo: u8, proto: u8, channels: u8) -> u64 {
     ANSWER_VALID
@@ -157,18 +181,7 @@ impl Journal {
     /// to this answer: it is recorded as `Unknown`. No lock, no allocation.
     #[inline]
     pub fn record(&self, coll: i32, n_bytes: usize, aggregated: bool, d: Decision, applied: bool) {
-        let v = match (d, applied) {
-            _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
-            (
-                Decision::Force {
-                    algo,
-                    proto,
-                    channels,
-                },
-                true,
-            ) => pack(n_bytes, Source::Table, algo as u8, proto as u8, channels),
-            _ => pack(n_bytes, Source::Nccl, 0, 0, 0),
-        };
+        let v = answer(n_bytes, aggregated, d, applied, Source::Table);
         self.publish(coll, v, n_bytes, !aggregated);
     }
 
@@ -186,19 +199,7 @@ impl Journal {
         chosen: Decision,
         applied: bool,
     ) {
-        let v = match (chosen, applied) {
-            _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
-            (
-                Decision::Force {
-                    algo,
-                    proto,
-                    channels,
-                },
-                true,
-            ) => pack(n_bytes, Source::Explore, algo as u8, proto as u8, channels),
-            (Decision::Default, _) => pack(n_bytes, Source::Explore, ANSWER_NCCL, 0, 0),
-            (Decision::Force { .. }, false) => pack(n_bytes, Source::Nccl, 0, 0, 0),
-        };
+        let v = answer(n_bytes, aggregated, chosen, applied, Source::Explore);
         self.publish(coll, v, n_bytes, !aggregated);
         self.explore_at(coll, n_bytes);
     }
