@@ -10,9 +10,11 @@
 //! `p = min(1, F / cost_bound)`, F being `DYNCC_EXPLORE`; a picked
 //! candidate runs only where it changes the call (NCCL's choice where the
 //! table forces a setting, a setting wherever it differs from the table's
-//! answer, in the context's `numPipeOps` state). The compiler does not
-//! link the runtime, so the rule is written here again; the tests pin it
-//! with worked numbers.
+//! answer, in the context's `numPipeOps` state). The pick is the tables
+//! crate's (`plan_pick_share`, which the plugin's draw also reads); the
+//! compiler does not link the runtime, so `min(1, F / cost)` and the
+//! share's limits are written here again, and a test through the built
+//! plugin pins them (`explore_c::query_chances_are_what_the_plugin_draws`).
 
 use std::collections::BTreeMap;
 
@@ -121,12 +123,9 @@ fn cell_sizes(c: &CellJson) -> String {
 /// below the next node count its context's plan lists, else the
 /// context's last.
 fn served_to(table: &Table, context: u32, nodes: u32) -> u32 {
-    // The plan is ordered by (context, nodes): the first later count of
-    // this context is the next one.
     table
-        .plan()
-        .find(|x| x.context == context && x.nodes > nodes)
-        .map(|x| x.nodes - 1)
+        .plan_next_nodes(context, nodes)
+        .map(|n| n - 1)
         .or_else(|| table.context(context).map(|c| c.spec().nodes.1))
         .unwrap_or(nodes)
 }

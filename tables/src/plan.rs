@@ -194,6 +194,15 @@ pub(crate) fn group(recs: &[PlanRecord], context: u32, nodes: u32) -> &[PlanReco
     &recs[start..upto]
 }
 
+/// The first node count above `nodes` that `context`'s plan lists: where
+/// the cells listed at or below `nodes` stop serving.
+pub(crate) fn next_nodes(recs: &[PlanRecord], context: u32, nodes: u32) -> Option<u32> {
+    let i = recs.partition_point(|r| (r.context.get(), r.nodes.get()) <= (context, nodes));
+    recs.get(i)
+        .filter(|r| r.context.get() == context)
+        .map(|r| r.nodes.get())
+}
+
 /// The candidates of the cell serving (context, node count, bucket),
 /// ranked, from a validated plan: the serving node count's records
 /// ([`group`]), then the run holding `bucket`.
@@ -384,6 +393,10 @@ mod tests {
             .collect();
         assert_eq!(runs, [(10, 14, 2), (20, 20, 1)]);
         assert_eq!(t.plan_cells(0, 1).count(), 0);
+        assert_eq!(
+            [1, 2, 5, 6, 16].map(|n| t.plan_next_nodes(0, n)),
+            [Some(2), Some(6), Some(6), None, None]
+        );
         // Overlapping runs of one node count are refused.
         let overlap = table_with(&[run(2, 10, 14, 0, ring_ll()), run(2, 14, 16, 0, ring_ll())]);
         assert!(matches!(overlap, Err(BuildError::Plan(_))), "{overlap:?}");

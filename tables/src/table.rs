@@ -541,6 +541,13 @@ impl<'a> Table<'a> {
         crate::plan::cells(self.plan, context, nodes).map(PlanCell)
     }
 
+    /// The first node count above `nodes` that `context`'s plan lists (the
+    /// cells listed at or below `nodes` serve up to one below it), `None`
+    /// when they serve to the context's last. A binary search.
+    pub fn plan_next_nodes(&self, context: u32, nodes: u32) -> Option<u32> {
+        crate::plan::next_nodes(self.plan, context, nodes)
+    }
+
     /// Format (major, minor) of the file.
     pub fn version(&self) -> (u16, u16) {
         self.version
