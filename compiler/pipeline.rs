@@ -265,6 +265,11 @@ pub fn compile_cells(
         bytes: bytes.len(),
         digest: format!("{:016x}", table.digest()),
         contexts: table.context_count(),
+        plan_cells: crate::audit::explore::counts(&table)
+            .values()
+            .map(|c| c.cells)
+            .sum(),
+        plan_candidates: table.plan_len() as u32,
     };
     Ok(Compiled {
         bytes,

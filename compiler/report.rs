@@ -257,6 +257,10 @@ pub struct TableInfo {
     pub bytes: usize,
     pub digest: String,
     pub contexts: u32,
+    /// The exploration plan written (format 1.1): cells and candidates;
+    /// 0 and 0 when there is none (a 1.0 table).
+    pub plan_cells: u32,
+    pub plan_candidates: u32,
 }
 
 pub(crate) fn describe(

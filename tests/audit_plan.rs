@@ -293,3 +293,31 @@ fn explain_sums_up_the_plan_per_context() {
     assert!(out.contains("exploration plan: none"), "{out}");
     assert!(json(&["explain", &t, "--json"])["plan"].is_null());
 }
+
+/// `dyncc compile` writes a plan from the shipped sweep and says how big
+/// it is, in words and in `--json`, the same counts `verify` reads back.
+#[test]
+fn compile_says_what_plan_it_wrote() {
+    let d = tempfile::tempdir().unwrap();
+    let t = d.path().join("dgx1v.tbl");
+    let t = t.to_str().unwrap();
+    let sweep = root().join("datasets/real/nvidia-dgx1v-allreduce.csv");
+    let sweep = sweep.to_str().unwrap();
+    let o = dyncc_output(&["compile", sweep, "-o", t]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json(&["verify", t, "--json"]);
+    let (cells, cands) = (&v["plan_cells"], &v["plan_candidates"]);
+    assert!(cells.as_u64().unwrap() > 0, "{v}");
+    let line = format!("exploration plan: {cells} cells, {cands} candidates");
+    assert!(said.contains(&line), "{said}");
+    let r = json(&["compile", sweep, "-o", t, "--json"]);
+    assert_eq!(
+        (&r["table"]["plan_cells"], &r["table"]["plan_candidates"]),
+        (cells, cands)
+    );
+}

@@ -306,6 +306,20 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
         )?;
     }
     let t = &r.table;
+    if t.plan_cells > 0 {
+        writeln!(
+            w,
+            "\nexploration plan: {} cells, {} candidates (what jobs with DYNCC_EXPLORE try where \
+             the table stands on no measurement at their node count; \
+             `dyncc explain {} --contexts` lists them)",
+            t.plan_cells,
+            t.plan_candidates,
+            t.path
+                .as_ref()
+                .filter(|p| !crate::atomic::names_stdout(p))
+                .map_or("TABLE".into(), |p| p.display().to_string())
+        )?;
+    }
     writeln!(
         w,
         "\n{} ({} bytes, {} contexts, digest {})",
