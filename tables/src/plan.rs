@@ -348,8 +348,8 @@ mod tests {
             for x in 0..total * 3 {
                 seen[plan_pick(n, x)] += 1;
             }
-            for r in 0..n as usize {
-                assert_eq!(seen[r], 3 * (n - r as u64), "n {n} rank {r}");
+            for (r, &got) in seen.iter().enumerate().take(n as usize) {
+                assert_eq!(got, 3 * (n - r as u64), "n {n} rank {r}");
                 let share = plan_pick_share(r, n as usize);
                 assert!((share - (n - r as u64) as f64 / total as f64).abs() < 1e-12);
             }
