@@ -5,7 +5,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions
+.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions loop-draws
 STRIP ?= strip
 # The library `make install` copies (override with the portable build's).
 PLUGIN_SO ?= $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
@@ -98,3 +98,8 @@ bench:
 # Instructions per getCollInfo call (callgrind; deterministic).
 instructions:
 	runtime/benches/instructions.sh
+
+# The learning loop averaged over draws (README's loop table; minutes).
+# DYNCC_LOOP_DRAWS=N sets the draws per split (default 10).
+loop-draws: test-deps
+	$(CARGO) test --release --test integration -- --ignored the_loop_over_draws --nocapture

@@ -14,6 +14,7 @@ mod ingest_labels; // knobs per run, labels, copies and setups, checked values, 
 mod install_c; // every way of installing: plugin-path, both names as one object, the version
 mod loop_c; // the learning loop: sparse sweep, production round exploring (world.c), recompile from traces
 mod manifest; // Cargo.toml declares only what the code uses
+mod parity_c; // complete exploration given as traces vs the same measurements as sweep rows
 mod plan; // sweep scripts: shellcheck, run against fake nccl-tests/srun/mpirun
 mod plugin_c; // the built plugin: exported symbols, dependencies, C harness (+valgrind)
 mod profiler_c; // the plugin as NCCL's profiler: a stand-in NCCL, trace files, failures

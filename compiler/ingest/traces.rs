@@ -687,6 +687,13 @@ impl SweepView {
         v
     }
 
+    /// Whether the sweep measured `key`'s collective at its node count and
+    /// ranks (at any size).
+    pub fn measured_count(&self, key: PointKey) -> bool {
+        let at = |n_bytes| PointKey { n_bytes, ..key };
+        self.points.range(at(0)..=at(u64::MAX)).next().is_some()
+    }
+
     /// The size a trace's `n_bytes` stands at: the sweep's size in the
     /// same table bucket when it measured one, else the bucket's lower
     /// bound (a table decides per bucket).
@@ -1484,9 +1491,16 @@ fn point_cells(
     // the sweep measured worth forcing here. Evidence against settings
     // nobody would force changes nothing, and must not take the point from
     // what the sweep says of the others.
-    let speaks = admitted.iter().any(|(cfg, e, sweep_forces)| {
-        judge(e, bar) == Verdict::Wins || deployed == Deployed::Forced(*cfg) || *sweep_forces
-    });
+    //
+    // At a node count the sweep never measured, every admitted comparison
+    // speaks: the decision there sets what the jobs measured against the
+    // sweep's reading of the settings they did not (`crate::decide`), so
+    // a setting measured losing no longer stands on a reading, and one
+    // nobody tried keeps its reading.
+    let speaks = (!sweep.measured_count(key) && !admitted.is_empty())
+        || admitted.iter().any(|(cfg, e, sweep_forces)| {
+            judge(e, bar) == Verdict::Wins || deployed == Deployed::Forced(*cfg) || *sweep_forces
+        });
     for mut f in disagreements {
         if f.decides == "jobs" && !speaks {
             f.decides = if replaced { "sweep" } else { "table" };
