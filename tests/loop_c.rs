@@ -191,6 +191,17 @@ const SHARE: f64 = 0.02;
 /// Rounds of the loop each world runs (issue 27 item 8).
 const ROUNDS: usize = 3;
 
+/// Where the budget F is held: by every draw's rounds, or by their mean
+/// over draws ([`the_loop_over_draws`] asserts it).
+#[derive(Clone, Copy, PartialEq)]
+enum Budget {
+    /// A round's mean cost over its jobs is within F.
+    EveryDraw,
+    /// Left to the caller: F bounds the expected cost, and one draw's 32
+    /// jobs may pay more (a few probes in cells whose bound erred).
+    OverDraws,
+}
+
 /// Runs [`ROUNDS`] turns of the loop in `world` from `sweep`, in `dir`:
 /// each round runs [`JOBS`] exploring jobs per production count with the
 /// current table, then recompiles from the sweep and every round's traces
@@ -199,7 +210,13 @@ const ROUNDS: usize = 3;
 /// a count (each against the same round, same noise, without it), within
 /// its budget F (the expected extra time; one job may pay more), and no
 /// recompile captures less at any count than the table before it.
-fn rounds(world: &World<'_>, sweep: &[PathBuf], production: &[u32], dir: &Path) -> Loop {
+fn rounds(
+    world: &World<'_>,
+    sweep: &[PathBuf],
+    production: &[u32],
+    dir: &Path,
+    budget: Budget,
+) -> Loop {
     let t0 = dir.join("t0.tbl");
     compile(sweep, &t0);
     let share = SHARE.to_string();
@@ -250,7 +267,7 @@ fn rounds(world: &World<'_>, sweep: &[PathBuf], production: &[u32], dir: &Path) 
         // item 4).
         let mean = costs.iter().sum::<f64>() / costs.len() as f64;
         assert!(
-            mean <= SHARE,
+            budget == Budget::OverDraws || mean <= SHARE,
             "round {r}: exploration cost {:.3} % of a round on average over its {} jobs ({costs:?})",
             mean * 100.0,
             JOBS as usize * production.len()
@@ -333,7 +350,13 @@ fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_ski
     let production = [4, 16, 64];
     let dir = d.path().join("split-1-2-8-32");
     std::fs::create_dir(&dir).unwrap();
-    let l = rounds(&world, &swept(&[1, 2, 8, 32]), &production, &dir);
+    let l = rounds(
+        &world,
+        &swept(&[1, 2, 8, 32]),
+        &production,
+        &dir,
+        Budget::EveryDraw,
+    );
     eprintln!(
         "H100 world, sweep 1,2,8,32 (production 4,16,64): {}",
         l.describe(&production)
@@ -391,7 +414,7 @@ fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_ski
         let name = counts(sweep);
         let dir = d.path().join(format!("split-{name}"));
         std::fs::create_dir(&dir).unwrap();
-        let l = rounds(&world, &swept(sweep), production, &dir);
+        let l = rounds(&world, &swept(sweep), production, &dir, Budget::EveryDraw);
         eprintln!(
             "H100 world, sweep {name} (production {}): {}",
             counts(production),
@@ -518,7 +541,7 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
         std::fs::create_dir(&dir).unwrap();
         let rows = dir.join("sweep.csv");
         sweep_rows(&real, sweep, &rows);
-        let l = rounds(&world, &[rows], production, &dir);
+        let l = rounds(&world, &[rows], production, &dir, Budget::EveryDraw);
         eprintln!(
             "DGX-2V world, sweep {name} (production {}){draw}: {}",
             counts(production),
@@ -559,7 +582,8 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
 /// choice drawn with chance F / cost in none of 8 jobs); the mean over
 /// `DYNCC_LOOP_DRAWS` draws (default 10; each another table command line)
 /// per split of both worlds is what README's loop table quotes. Every
-/// draw is held to what [`rounds`] asserts. Ignored by `cargo test` (about
+/// draw is held to what [`rounds`] asserts, but for the budget, which
+/// holds in expectation: on the mean over draws. Ignored by `cargo test` (about
 /// 6 minutes on 2 cores at 10 draws); `make loop-draws` runs it.
 #[test]
 #[ignore = "minutes: make loop-draws"]
@@ -622,7 +646,7 @@ fn the_loop_over_draws() {
                         let inputs = &inputs;
                         s.spawn(move || {
                             std::fs::create_dir(&dir).unwrap();
-                            rounds(world, &inputs(&dir), production, &dir)
+                            rounds(world, &inputs(&dir), production, &dir, Budget::OverDraws)
                         })
                     })
                     .collect();
@@ -650,13 +674,25 @@ fn the_loop_over_draws() {
                 String::new()
             } else {
                 let mean: f64 = loops.iter().map(|l| l.mean_cost(k)).sum::<f64>() / n;
+                // F bounds the expected cost: the mean over draws.
+                assert!(
+                    mean <= SHARE,
+                    "{name} {}: round {k} cost {:.3} % on average over {draws} draws",
+                    counts(sweep),
+                    100.0 * mean
+                );
                 let worst = loops
                     .iter()
                     .flat_map(|l| l.cost[k - 1].iter().copied())
                     .fold(f64::MIN, f64::max);
+                let worst_draw = loops
+                    .iter()
+                    .map(|l| l.mean_cost(k))
+                    .fold(f64::MIN, f64::max);
                 format!(
-                    "; cost mean {:+.2} %, worst count {:+.2} %",
+                    "; cost mean {:+.2} %, worst draw {:+.2} %, worst count {:+.2} %",
                     100.0 * mean,
+                    100.0 * worst_draw,
                     100.0 * worst
                 )
             };
