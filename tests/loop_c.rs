@@ -321,6 +321,43 @@ fn rounds(
     l
 }
 
+/// The simulated H100 world (`dyncc simulate`, every collective, 1 KiB
+/// to 64 MiB, 1 to 64 nodes, 3 repeats) in `DIR/sim`.
+pub(crate) struct SimWorld {
+    sim: PathBuf,
+    truth: PathBuf,
+}
+
+impl SimWorld {
+    pub(crate) fn new(dir: &Path) -> SimWorld {
+        let sim = dir.join("sim");
+        simulate_colls(
+            &sim,
+            "1,2,4,8,16,32,64",
+            "allreduce,allgather,reducescatter,broadcast,reduce",
+            "3",
+        );
+        let truth = sim.join("truth.csv");
+        SimWorld { sim, truth }
+    }
+
+    pub(crate) fn world(&self) -> World<'_> {
+        World {
+            truth: &self.truth,
+            ppn: PPN,
+            nccl: SIMULATED_NCCL,
+        }
+    }
+
+    /// The sweep's logs at `nodes`.
+    pub(crate) fn swept(&self, nodes: &[u32]) -> Vec<PathBuf> {
+        nodes
+            .iter()
+            .map(|n| self.sim.join("h100").join(format!("n{n}")))
+            .collect()
+    }
+}
+
 /// The simulated H100 world: a sweep of 1, 2, 8 and 32 nodes, a round at
 /// 4 and 16 (between its counts) and 64 (above); at least 70 % of the gain
 /// at each count after one round, and no more than 0.5 % of the shapes
@@ -329,24 +366,9 @@ fn rounds(
 #[test]
 fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_skipped_counts() {
     let d = tempfile::tempdir().unwrap();
-    let sim = d.path().join("sim");
-    simulate_colls(
-        &sim,
-        "1,2,4,8,16,32,64",
-        "allreduce,allgather,reducescatter,broadcast,reduce",
-        "3",
-    );
-    let world = World {
-        truth: &sim.join("truth.csv"),
-        ppn: PPN,
-        nccl: SIMULATED_NCCL,
-    };
-    let swept = |nodes: &[u32]| -> Vec<PathBuf> {
-        nodes
-            .iter()
-            .map(|n| sim.join("h100").join(format!("n{n}")))
-            .collect()
-    };
+    let h100 = SimWorld::new(d.path());
+    let world = h100.world();
+    let swept = |nodes: &[u32]| h100.swept(nodes);
     let production = [4, 16, 64];
     let dir = d.path().join("split-1-2-8-32");
     std::fs::create_dir(&dir).unwrap();
@@ -500,6 +522,22 @@ pub(crate) fn world_from_real_sweep(csv: &Path, dir: &Path) -> PathBuf {
     truth
 }
 
+/// The shipped DGX-2V AllReduce sweep (real).
+pub(crate) fn dgx2v_csv() -> PathBuf {
+    crate::support::cli::root().join("datasets/real/nvidia-dgx2v-allreduce.csv")
+}
+
+/// The world whose truth [`world_from_real_sweep`] built from
+/// [`dgx2v_csv`]: 16 GPUs per node; the CSV names no NCCL version, so
+/// the world claims none either.
+pub(crate) fn dgx2v(truth: &Path) -> World<'_> {
+    World {
+        truth,
+        ppn: 16,
+        nccl: "0",
+    }
+}
+
 /// The sweep's rows at `nodes` only.
 pub(crate) fn sweep_rows(csv: &Path, nodes: &[u32], out: &Path) {
     let text = std::fs::read_to_string(csv).unwrap();
@@ -525,14 +563,9 @@ pub(crate) fn sweep_rows(csv: &Path, nodes: &[u32], out: &Path) {
 #[test]
 fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() {
     let d = tempfile::tempdir().unwrap();
-    let real = crate::support::cli::root().join("datasets/real/nvidia-dgx2v-allreduce.csv");
+    let real = dgx2v_csv();
     let truth = world_from_real_sweep(&real, d.path());
-    // The CSV names no NCCL version: the world claims none either.
-    let world = World {
-        truth: &truth,
-        ppn: 16,
-        nccl: "0",
-    };
+    let world = dgx2v(&truth);
     // `draw`: another table command line (its directory), so another
     // digest and other cells and candidates drawn per communicator.
     let split = |sweep: &[u32], production: &[u32], draw: &str| -> Loop {
@@ -594,25 +627,11 @@ fn the_loop_over_draws() {
         .unwrap_or(10);
     assert!(draws > 0, "DYNCC_LOOP_DRAWS: at least 1");
     let d = tempfile::tempdir().unwrap();
-    let sim = d.path().join("sim");
-    simulate_colls(
-        &sim,
-        "1,2,4,8,16,32,64",
-        "allreduce,allgather,reducescatter,broadcast,reduce",
-        "3",
-    );
-    let h100 = World {
-        truth: &sim.join("truth.csv"),
-        ppn: PPN,
-        nccl: SIMULATED_NCCL,
-    };
-    let real = crate::support::cli::root().join("datasets/real/nvidia-dgx2v-allreduce.csv");
+    let sim = SimWorld::new(d.path());
+    let h100 = sim.world();
+    let real = dgx2v_csv();
     let truth = world_from_real_sweep(&real, d.path());
-    let dgx2v = World {
-        truth: &truth,
-        ppn: 16,
-        nccl: "0",
-    };
+    let dgx2v = dgx2v(&truth);
     let splits: [(&str, &World<'_>, &[u32], &[u32]); 6] = [
         ("H100", &h100, &[1, 2, 8, 32], &[4, 16, 64]),
         ("H100", &h100, &[1, 2, 16], &[4, 8, 32, 64]),
@@ -624,10 +643,7 @@ fn the_loop_over_draws() {
     for (name, world, sweep, production) in splits {
         let inputs = |dir: &Path| -> Vec<PathBuf> {
             if name == "H100" {
-                sweep
-                    .iter()
-                    .map(|n| sim.join("h100").join(format!("n{n}")))
-                    .collect()
+                sim.swept(sweep)
             } else {
                 let rows = dir.join("sweep.csv");
                 sweep_rows(&real, sweep, &rows);

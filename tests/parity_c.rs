@@ -18,8 +18,11 @@ use std::path::{Path, PathBuf};
 use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
 use dyncc_tables::{Algo, Coll, Proto};
 
-use crate::loop_c::{captured, compile, counts, slower, sweep_rows, world_from_real_sweep, World};
-use crate::world_c::{simulate_colls, WorldRound, PPN, SIMULATED_NCCL};
+use crate::loop_c::{
+    captured, compile, counts, dgx2v, dgx2v_csv, slower, sweep_rows, world_from_real_sweep,
+    SimWorld, World,
+};
+use crate::world_c::WorldRound;
 
 /// Calls of NCCL's own choice per shape in a complete-exploration trace.
 const NCCL_CALLS: u64 = 500;
@@ -283,24 +286,9 @@ fn split(
 #[test]
 fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_h100() {
     let d = tempfile::tempdir().unwrap();
-    let sim = d.path().join("sim");
-    simulate_colls(
-        &sim,
-        "1,2,4,8,16,32,64",
-        "allreduce,allgather,reducescatter,broadcast,reduce",
-        "3",
-    );
-    let world = World {
-        truth: &sim.join("truth.csv"),
-        ppn: PPN,
-        nccl: SIMULATED_NCCL,
-    };
-    let at = |nodes: &[u32]| -> Vec<PathBuf> {
-        nodes
-            .iter()
-            .map(|n| sim.join("h100").join(format!("n{n}")))
-            .collect()
-    };
+    let sim = SimWorld::new(d.path());
+    let world = sim.world();
+    let at = |nodes: &[u32]| sim.swept(nodes);
     for (sweep, production) in [
         (&[1, 2, 8, 32][..], &[4, 16, 64][..]),
         (&[1, 2, 4, 8, 16], &[32, 64]),
@@ -322,13 +310,9 @@ fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_h100() {
 #[test]
 fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_dgx2v() {
     let d = tempfile::tempdir().unwrap();
-    let real = crate::support::cli::root().join("datasets/real/nvidia-dgx2v-allreduce.csv");
+    let real = dgx2v_csv();
     let truth = world_from_real_sweep(&real, d.path());
-    let world = World {
-        truth: &truth,
-        ppn: 16,
-        nccl: "0",
-    };
+    let world = dgx2v(&truth);
     for (sweep, production) in [
         (&[1, 2, 8, 32][..], &[4, 16, 64][..]),
         (&[1, 2, 4, 8, 16], &[32, 64]),
