@@ -49,7 +49,6 @@ fn normal(seed: u64, i: u64) -> f64 {
 
 /// `count` calls of true time `us` with the world's noise, aggregated as
 /// the plugin aggregates them.
-#[allow(clippy::too_many_arguments)]
 fn record(
     coll: Coll,
     n_bytes: u64,
