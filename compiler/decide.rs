@@ -192,6 +192,19 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
         } else {
             Vec::new()
         };
+        // What the jobs measured of each setting here, carried to the
+        // sizes around as far as the sweep's reading errors are alike
+        // across sizes (`nodes::borrow_across_sizes`): it steers the plan,
+        // and takes back a force on a reading that no longer clears the
+        // margin; it never forces a setting (a decision moves to a setting
+        // only on a measurement of its own cell or the sweep's reading).
+        let steer = if reads.is_empty() || !model.calibrated() {
+            Vec::new()
+        } else {
+            let mut steer = reads.clone();
+            nodes::borrow_across_sizes(grid, &model, ni, &mut steer);
+            steer
+        };
         let per_size = (0..grid.sizes.len())
             .map(|si| {
                 if grid.foreign(ni, si) {
@@ -226,6 +239,8 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
                     decide_measured(grid, fit, &widen, ni, si, ln_margin, opt)
                 }
             })
+            .enumerate()
+            .map(|(si, c)| taken_back(grid, ni, si, c, steer.get(si), ln_margin))
             .collect();
         let mut a = Anchor {
             nodes: n,
@@ -236,9 +251,10 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             plan: Vec::new(),
         };
         smooth(grid, &mut a, fit, ln_margin, opt);
-        // A count only traces measured: what they have not tried yet.
-        if !reads.is_empty() && model.calibrated() {
-            a.plan = reads
+        // A count only traces measured: what they have not tried yet,
+        // steered by what they did try.
+        if !steer.is_empty() {
+            a.plan = steer
                 .iter()
                 .enumerate()
                 .map(|(si, r)| {
@@ -286,6 +302,27 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
         model,
         off_trend,
         reach,
+    }
+}
+
+/// At a count only traces measured: a force that stands on the sweep's
+/// reading (no job measured the setting at this size) is taken back to
+/// NCCL's choice where what the jobs measured of it at the sizes around
+/// (`steer`, the corrected readings) no longer puts it past the margin.
+fn taken_back(
+    grid: &Grid,
+    ni: usize,
+    si: usize,
+    c: Choice,
+    steer: Option<&Vec<Option<Reading>>>,
+    ln_margin: f64,
+) -> Choice {
+    if c.cfg == 0 || c.basis == Basis::Measured || grid.get(ni, si, c.cfg).is_some() {
+        return c;
+    }
+    match steer.and_then(|s| s.get(c.cfg)).and_then(Option::as_ref) {
+        Some(r) if r.gain <= ln_margin => Choice::default(Why::Uncertain, c.basis),
+        _ => c,
     }
 }
 
@@ -939,6 +976,35 @@ mod tests {
         let (g, c) = at_16_1mib(&cells);
         assert_eq!(c.cfg, tree_ll(&g), "{c:?}");
         assert!(c.gain > 1.1, "{c:?}");
+    }
+
+    /// Jobs at 16 nodes measured Tree/LL losing at 1 MiB, where the
+    /// sweep's reading forces it at every size: the sweep's reading errors
+    /// are alike across sizes, so at the sizes around (which no job
+    /// measured) the force is taken back too, and the plan there lists no
+    /// check of it (NCCL's choice is the answer). Before, the reading
+    /// forced it at every size but the one measured.
+    #[test]
+    fn a_force_is_taken_back_where_jobs_measured_its_setting_losing_at_the_sizes_around() {
+        let (g, d) = run(
+            &traced_at_16(cfg(Algo::Tree, Proto::LL), 1.1),
+            &DecideOptions::default(),
+        );
+        let a = d.anchors.iter().find(|a| a.span == (16, 16)).unwrap();
+        let at = |b: u64| g.sizes.iter().position(|&s| s == b).unwrap();
+        for b in [1u64 << 19, 1 << 21, 1 << 22] {
+            let c = a.per_size[at(b)];
+            assert_eq!((c.cfg, c.why), (0, Why::Uncertain), "{b} bytes: {c:?}");
+            assert!(a.plan[at(b)].iter().all(|k| k.cfg != 0), "{b} bytes");
+        }
+        // Without the jobs' measurement the reading forces it there.
+        let (_, d) = run(&drifting(false), &DecideOptions::default());
+        let bin = d
+            .anchors
+            .iter()
+            .find(|a| a.span.0 <= 16 && 16 <= a.span.1)
+            .unwrap();
+        assert_eq!(bin.per_size[at(1 << 21)].cfg, tree_ll(&g));
     }
 
     #[test]

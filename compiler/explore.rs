@@ -25,7 +25,11 @@
 //!
 //! Traces retire and confirm: a setting measured at a count is no longer
 //! a candidate there (its measurement decides), so each round lists the
-//! next ones and a cell whose settings are all measured lists none.
+//! next ones and a cell whose settings are all measured lists none. They
+//! also steer: at a count they measured, every reading (the answer's too)
+//! is first corrected by what they measured of that setting at the sizes
+//! around ([`crate::nodes::borrow_across_sizes`]), so a setting found
+//! winning at one size is tried first, and cheaply, at the next.
 //! [`runs`] spreads the per-size lists over the size buckets as
 //! [`crate::decide::buckets`] spreads the choices.
 
@@ -107,9 +111,16 @@ pub fn candidates(
         model.sd(si, r)
     };
     // The answer's own log gain over NCCL's choice and its uncertainty:
-    // measured where the count measured it against the default.
-    let ln_ans = answer.gain.max(f64::MIN_POSITIVE).ln();
+    // measured where the count measured it against the default, else the
+    // site's reading of it (at a count traces measured, corrected by what
+    // they measured of it at the sizes around).
     let ans_measured = answer.cfg == 0 || (measured(answer.cfg) && measured(0));
+    let ans_read = site
+        .readings
+        .get(answer.cfg)
+        .and_then(Option::as_ref)
+        .filter(|_| !ans_measured);
+    let ln_ans = ans_read.map_or_else(|| answer.gain.max(f64::MIN_POSITIVE).ln(), |r| r.gain);
     let sd_ans = if ans_measured {
         0.0
     } else {

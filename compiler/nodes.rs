@@ -19,6 +19,13 @@
 //!
 //! [`consistency`] finds runs that sit off the trend of their neighbours; the
 //! uncertainty of every decision leaning on them is widened.
+//!
+//! At a count only jobs' traces measured, they measured some settings at
+//! some sizes; [`borrow_across_sizes`] carries what they found to the
+//! sizes around, as far as the same cross-validation shows the readings'
+//! errors alike across sizes ([`NodeModel::size_corr`]): a count in a
+//! regime the sweep's counts do not show is mispredicted over a run of
+//! sizes, not at one.
 
 use serde::Serialize;
 
@@ -84,6 +91,10 @@ pub struct Reading {
     /// count above (`None` where there is no such count, or the candidate
     /// was not measured there).
     pub ends: [Option<f64>; 2],
+    /// Share of the calibrated variance left once jobs' measurements of
+    /// this setting at nearby sizes of the same count were borrowed
+    /// ([`borrow_across_sizes`]); 1 where none was.
+    pub left: f64,
 }
 
 /// The calibrated model of one grid.
@@ -98,6 +109,10 @@ pub struct NodeModel {
     pub extrapolates_down: bool,
     /// Internal cross-validation: RMS error of the readings, per alignment.
     pub cv: Vec<(Align, f64, usize)>,
+    /// Correlation per octave of size between the standardised errors of
+    /// one setting's readings at one count (from the same
+    /// cross-validation); `None` where too few neighbouring pairs tell.
+    pub size_corr: Option<f64>,
 }
 
 impl NodeModel {
@@ -108,7 +123,7 @@ impl NodeModel {
             return None;
         }
         let k = self.kappa.as_ref()?.get(si)?;
-        Some((k * r.drift + r.widen_var).max(0.0).sqrt())
+        Some(((k * r.drift + r.widen_var) * r.left).max(0.0).sqrt())
     }
 
     /// Whether unmeasured node counts can be decided at all.
@@ -251,6 +266,7 @@ pub fn read(
                 between: true,
                 below: false,
                 ends,
+                left: 1.0,
             })
         }
         (Some((p, l)), None) | (None, Some((p, l))) => Some(Reading {
@@ -260,6 +276,7 @@ pub fn read(
             between: lo.is_some() && hi.is_some(),
             below: lo.is_none(),
             ends,
+            left: 1.0,
         }),
         (None, None) => None,
     }
@@ -290,10 +307,15 @@ pub fn agreed(readings: &[Option<Reading>]) -> Option<usize> {
 
 /// One internal cross-validation error.
 struct CvError {
+    ni: usize,
     si: usize,
+    cfg: usize,
+    /// The measured gain less the reading's.
+    err: f64,
     /// Squared error of the reading against the measured gain.
     sq: f64,
     drift: f64,
+    widen_var: f64,
 }
 
 fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
@@ -332,9 +354,13 @@ fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
                     continue;
                 }
                 out.push(CvError {
+                    ni,
                     si,
+                    cfg: c,
+                    err: p.gain - r.gain,
                     sq: (p.gain - r.gain).powi(2),
                     drift: r.drift,
+                    widen_var: r.widen_var,
                 });
             }
         }
@@ -385,6 +411,7 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
             kappa: None,
             extrapolates_down: false,
             cv,
+            size_corr: None,
         };
     }
     let lsz: Vec<f64> = grid
@@ -392,7 +419,7 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
         .iter()
         .map(|&s| (s.max(1) as f64).log2())
         .collect();
-    let kappa = (0..grid.sizes.len())
+    let kappa: Vec<f64> = (0..grid.sizes.len())
         .map(|si| {
             let (mut ex, mut dr) = (0.0, 0.0);
             for e in &errs {
@@ -408,11 +435,125 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
             }
         })
         .collect();
+    let size_corr = size_correlation(grid, &errs, &kappa);
     NodeModel {
         align,
         kappa: Some(kappa),
         extrapolates_down: multi >= MIN_COUNTS_TO_EXTRAPOLATE_DOWN,
         cv,
+        size_corr,
+    }
+}
+
+/// Fewest pairs of neighbouring sizes [`size_correlation`] estimates from:
+/// a correlation from n pairs has a standard error of about 1/sqrt(n).
+const MIN_SIZE_PAIRS: usize = 16;
+
+/// How alike one setting's reading errors are at neighbouring sizes of one
+/// count, per octave: from the cross-validation's errors (each standardised
+/// by its calibrated sd), the pooled correlation of every pair of
+/// neighbouring sizes read for the same setting at the same held-out count,
+/// taken per octave of their distance. A count whose regime the sweep's
+/// others mispredict (NCCL changing algorithm there, a link saturating) is
+/// mispredicted alike over a run of sizes, which is what lets one size's
+/// measurement correct its neighbours' readings.
+fn size_correlation(grid: &Grid, errs: &[CvError], kappa: &[f64]) -> Option<f64> {
+    let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
+    let z = |e: &CvError| {
+        let v = kappa[e.si] * e.drift + e.widen_var;
+        (v > 0.0).then(|| e.err / v.sqrt())
+    };
+    let mut order: Vec<&CvError> = errs.iter().collect();
+    order.sort_by_key(|e| (e.ni, e.cfg, e.si));
+    let (mut cross, mut own, mut octaves, mut n) = (0.0, 0.0, 0.0, 0usize);
+    for w in order.windows(2) {
+        let (a, b) = (w[0], w[1]);
+        if (a.ni, a.cfg) != (b.ni, b.cfg) {
+            continue;
+        }
+        let (Some(za), Some(zb)) = (z(a), z(b)) else {
+            continue;
+        };
+        cross += za * zb;
+        own += (za * za + zb * zb) / 2.0;
+        octaves += lsz(b.si) - lsz(a.si);
+        n += 1;
+    }
+    if n < MIN_SIZE_PAIRS || own <= 0.0 {
+        return None;
+    }
+    let r = (cross / own).clamp(0.0, 1.0);
+    let per = octaves / n as f64;
+    Some(if per > 0.0 { r.powf(1.0 / per) } else { r })
+}
+
+/// At a count only traces measured, moves each setting's readings (read
+/// off the sweep, per size: `reads[si][cfg]`) by what the jobs measured of
+/// that setting at the nearest sizes on either side: the reading errors of
+/// neighbouring sizes are correlated ([`NodeModel::size_corr`], an
+/// Ornstein-Uhlenbeck process along log2 size), so a measured error at
+/// one size predicts part of it at the next, and takes the same part of
+/// its variance away. A reading where the jobs measured the setting (and
+/// NCCL's choice) stays as it is: the measurement decides there.
+pub fn borrow_across_sizes(
+    grid: &Grid,
+    model: &NodeModel,
+    ni: usize,
+    reads: &mut [Vec<Option<Reading>>],
+) {
+    let Some(rho) = model.size_corr.filter(|&r| r > 0.0) else {
+        return;
+    };
+    let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
+    for c in 1..grid.configs.len() {
+        // The standardised errors the jobs measured: (log2 size, z).
+        let known: Vec<(usize, f64)> = (0..grid.sizes.len())
+            .filter_map(|si| {
+                let (d, m) = (grid.get(ni, si, 0)?, grid.get(ni, si, c)?);
+                let r = reads.get(si)?.get(c)?.as_ref()?;
+                let sd = model.sd(si, r)?;
+                (sd > 0.0).then(|| (si, ((d.ln_t - m.ln_t) - r.gain) / sd))
+            })
+            .collect();
+        if known.is_empty() {
+            continue;
+        }
+        for si in 0..grid.sizes.len() {
+            if known.iter().any(|k| k.0 == si) {
+                continue;
+            }
+            let Some(Some(r)) = reads.get(si).and_then(|v| v.get(c)) else {
+                continue;
+            };
+            let Some(sd) = model.sd(si, r) else { continue };
+            let below = known.iter().rev().find(|k| k.0 < si);
+            let above = known.iter().find(|k| k.0 > si);
+            let corr = |k: &(usize, f64)| rho.powf((lsz(si) - lsz(k.0)).abs());
+            // The process is Markov: the nearest measured size on each side
+            // carries all the others say.
+            let (mean, left) = match (below, above) {
+                (Some(lo), Some(hi)) => {
+                    let (a, b) = (corr(lo), corr(hi));
+                    let ab = rho.powf(lsz(hi.0) - lsz(lo.0));
+                    let det = 1.0 - ab * ab;
+                    if det <= 1e-12 {
+                        continue;
+                    }
+                    let wa = (a - b * ab) / det;
+                    let wb = (b - a * ab) / det;
+                    (wa * lo.1 + wb * hi.1, 1.0 - (a * wa + b * wb))
+                }
+                (Some(k), None) | (None, Some(k)) => {
+                    let a = corr(k);
+                    (a * k.1, 1.0 - a * a)
+                }
+                (None, None) => continue,
+            };
+            let mut moved = *r;
+            moved.gain += mean * sd;
+            moved.left = r.left * left.clamp(0.0, 1.0);
+            reads[si][c] = Some(moved);
+        }
     }
 }
 
@@ -740,6 +881,119 @@ mod tests {
             m.sd(at(g), &rd).unwrap()
         };
         assert_eq!(r(p, &mp), r(t, &mt));
+    }
+
+    /// Tree/LL's gain at every count off by one amount at every size (a
+    /// regime of the count) reads with errors alike across sizes; off by
+    /// an amount of its own per size, with errors unrelated.
+    #[test]
+    fn reading_errors_alike_across_sizes_are_found_correlated() {
+        let irregular =
+            |x: u64| ((x.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) % 1000) as f64 / 1000.0;
+        let corr = |per_size: bool| {
+            let mut v = Vec::new();
+            for n in [2u32, 4, 8, 16, 32, 64] {
+                for k in 3..28u64 {
+                    let b = 1u64 << k;
+                    let t = 10.0 + b as f64 / 1e4;
+                    let key = if per_size {
+                        u64::from(n) * 100 + k
+                    } else {
+                        u64::from(n)
+                    };
+                    let f = 1.0 / (1.2 + 0.3 * irregular(key));
+                    v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
+                    v.push(cell(
+                        Collective::AllReduce,
+                        n,
+                        8,
+                        b,
+                        cfg(Algo::Tree, Proto::LL),
+                        t * f,
+                    ));
+                }
+            }
+            let (grids, _) = build_grids(&v);
+            let g = &grids[0];
+            calibrate(g, &Widen::none(g)).size_corr.unwrap()
+        };
+        let (alike, unrelated) = (corr(false), corr(true));
+        assert!(alike > 0.9, "{alike}");
+        assert!(unrelated < 0.3, "{unrelated}");
+    }
+
+    /// Jobs measured Tree/LL at 4 nodes at 1 KiB only, 60 % faster where
+    /// the sweep reads 10 %: its readings at the sizes around move toward
+    /// that by the size correlation per octave of distance, and lose that
+    /// share of their variance; the measured size keeps its reading.
+    #[test]
+    fn a_setting_jobs_measured_at_one_size_moves_its_readings_at_the_sizes_around() {
+        let mut cells = sweep(&[2, 8, 32], |_| 1.1);
+        let b = 1u64 << 10;
+        let t = (10.0 + b as f64 / 1e4) * 4f64.powf(0.3);
+        let base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
+        let mut d = cell(Collective::AllReduce, 4, 8, b, Config::DEFAULT, t);
+        d.base = base;
+        let mut x = cell(
+            Collective::AllReduce,
+            4,
+            8,
+            b,
+            cfg(Algo::Tree, Proto::LL),
+            t / 1.6,
+        );
+        x.base = base;
+        cells.extend([d, x]);
+        let (grids, _) = build_grids(&cells);
+        let g = &grids[0];
+        let w = Widen::none(g);
+        let mut model = calibrate(g, &w);
+        model.size_corr = Some(0.5);
+        let ni = g.nodes.iter().position(|&n| n == 4).unwrap();
+        let reads = || -> Vec<Vec<Option<Reading>>> {
+            (0..g.sizes.len())
+                .map(|si| {
+                    (0..g.configs.len())
+                        .map(|c| {
+                            (c > 0)
+                                .then(|| {
+                                    read(g, &w, model.align, 4.0, si, c, None, Neighbours::Swept)
+                                })
+                                .flatten()
+                        })
+                        .collect()
+                })
+                .collect()
+        };
+        let before = reads();
+        let mut after = reads();
+        borrow_across_sizes(g, &model, ni, &mut after);
+        let at = |b: u64| g.sizes.iter().position(|&s| s == b).unwrap();
+        let (m, r0) = (at(1 << 10), before[at(1 << 10)][1].unwrap());
+        let sd = model.sd(m, &r0).unwrap();
+        let z = (1.6f64.ln() - r0.gain) / sd;
+        assert!(z > 1.0, "the jobs measured well off the reading: z {z}");
+        assert_eq!(
+            after[m][1].unwrap().gain,
+            r0.gain,
+            "the measured size keeps its reading"
+        );
+        for (k, rho) in [
+            (1u64 << 11, 0.5),
+            (1 << 9, 0.5),
+            (1 << 12, 0.25),
+            (1 << 20, 0.5f64.powi(10)),
+        ] {
+            let (b0, b1) = (before[at(k)][1].unwrap(), after[at(k)][1].unwrap());
+            let sd_k = model.sd(at(k), &b0).unwrap();
+            assert!(
+                (b1.gain - (b0.gain + rho * z * sd_k)).abs() < 1e-9,
+                "{k} bytes"
+            );
+            assert!((b1.left - (1.0 - rho * rho)).abs() < 1e-9, "{k} bytes");
+        }
+        // NCCL's default has no reading; no other setting was measured.
+        assert!(after.iter().all(|v| v[0].is_none()));
     }
 
     #[test]
