@@ -194,16 +194,41 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
         };
         // What the jobs measured of each setting here, carried to the
         // sizes around as far as the sweep's reading errors are alike
-        // across sizes (`nodes::borrow_across_sizes`): it steers the plan,
-        // and takes back a force on a reading that no longer clears the
-        // margin; it never forces a setting (a decision moves to a setting
-        // only on a measurement of its own cell or the sweep's reading).
-        let steer = if reads.is_empty() || !model.calibrated() {
-            Vec::new()
+        // across sizes (`nodes::borrow_across_sizes`), takes back a force on
+        // a reading it no longer puts past the margin (`back`); it never
+        // forces a setting (a decision moves to a setting only on a
+        // measurement of its own cell or on the sweep's reading). The plan
+        // is steered by every job's measurements (`steer`): read off the
+        // counts around where jobs measured the setting at this size too,
+        // then corrected across sizes. Jobs at other counts steer what is
+        // tried here, never what is decided: a setting that loses at 4
+        // nodes may well win at 8.
+        let (back, steer) = if reads.is_empty() || !model.calibrated() {
+            (Vec::new(), Vec::new())
         } else {
-            let mut steer = reads.clone();
+            let mut back = reads.clone();
+            nodes::borrow_across_sizes(grid, &model, ni, &mut back);
+            let mut steer: Vec<Vec<Option<Reading>>> = (0..grid.sizes.len())
+                .map(|si| {
+                    (0..grid.configs.len())
+                        .map(|c| match c {
+                            0 => None,
+                            c => nodes::read(
+                                grid,
+                                &widen,
+                                model.align,
+                                n as f64,
+                                si,
+                                c,
+                                Some(ni),
+                                Neighbours::Any,
+                            ),
+                        })
+                        .collect()
+                })
+                .collect();
             nodes::borrow_across_sizes(grid, &model, ni, &mut steer);
-            steer
+            (back, steer)
         };
         let per_size = (0..grid.sizes.len())
             .map(|si| {
@@ -240,7 +265,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
                 }
             })
             .enumerate()
-            .map(|(si, c)| taken_back(grid, ni, si, c, steer.get(si), ln_margin))
+            .map(|(si, c)| taken_back(grid, ni, si, c, back.get(si), ln_margin))
             .collect();
         let mut a = Anchor {
             nodes: n,
@@ -308,19 +333,19 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
 /// At a count only traces measured: a force that stands on the sweep's
 /// reading (no job measured the setting at this size) is taken back to
 /// NCCL's choice where what the jobs measured of it at the sizes around
-/// (`steer`, the corrected readings) no longer puts it past the margin.
+/// (`back`, the corrected readings) no longer puts it past the margin.
 fn taken_back(
     grid: &Grid,
     ni: usize,
     si: usize,
     c: Choice,
-    steer: Option<&Vec<Option<Reading>>>,
+    back: Option<&Vec<Option<Reading>>>,
     ln_margin: f64,
 ) -> Choice {
     if c.cfg == 0 || c.basis == Basis::Measured || grid.get(ni, si, c.cfg).is_some() {
         return c;
     }
-    match steer.and_then(|s| s.get(c.cfg)).and_then(Option::as_ref) {
+    match back.and_then(|s| s.get(c.cfg)).and_then(Option::as_ref) {
         Some(r) if r.gain <= ln_margin => Choice::default(Why::Uncertain, c.basis),
         _ => c,
     }
@@ -1005,6 +1030,46 @@ mod tests {
             .find(|a| a.span.0 <= 16 && 16 <= a.span.1)
             .unwrap();
         assert_eq!(bin.per_size[at(1 << 21)].cfg, tree_ll(&g));
+    }
+
+    /// Jobs at 4 nodes measured Tree/LL losing at 1 MiB; jobs at 6 nodes
+    /// measured only Ring/Simple there (exploring). At 6 nodes
+    /// the sweep's reading still forces Tree/LL (4 nodes' jobs do not decide
+    /// at 6: a setting that loses at 4 nodes may win at 8), but the plan
+    /// there reads 4 nodes' measurement: it predicts less for the force,
+    /// so its check against NCCL's choice is cheaper and drawn more often.
+    #[test]
+    fn jobs_at_another_count_steer_the_plan_here_but_never_the_decision() {
+        let traced = |n: u32, c: Config, f: f64| {
+            let b = 1u64 << 20;
+            let t = 10.0 + b as f64 / 1e4;
+            let mut x = cell(Collective::AllReduce, n, 8, b, c, t * f);
+            x.base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
+            x
+        };
+        let at_6 = |four: bool| {
+            let mut cells = drifting(false);
+            cells.push(traced(6, cfg(Algo::Ring, Proto::Simple), 1.2));
+            if four {
+                cells.push(traced(4, Config::DEFAULT, 1.0));
+                cells.push(traced(4, cfg(Algo::Tree, Proto::LL), 1.1));
+            }
+            let (g, d) = run(&cells, &DecideOptions::default());
+            let si = g.sizes.iter().position(|&b| b == 1 << 20).unwrap();
+            let a = d.anchors.iter().find(|a| a.span == (6, 6)).unwrap();
+            let check = a.plan[si].iter().find(|k| k.cfg == 0).copied().unwrap();
+            (a.per_size[si].cfg == tree_ll(&g), check)
+        };
+        let (forced_alone, check_alone) = at_6(false);
+        let (forced, check) = at_6(true);
+        assert!(
+            forced_alone && forced,
+            "the reading forces Tree/LL at 6 nodes either way"
+        );
+        assert!(
+            check.ln_gain > check_alone.ln_gain + 0.05 && check.cost < check_alone.cost,
+            "{check:?} vs {check_alone:?}"
+        );
     }
 
     #[test]

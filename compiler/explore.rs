@@ -27,9 +27,10 @@
 //! a candidate there (its measurement decides), so each round lists the
 //! next ones and a cell whose settings are all measured lists none. They
 //! also steer: at a count they measured, every reading (the answer's too)
-//! is first corrected by what they measured of that setting at the sizes
-//! around ([`crate::nodes::borrow_across_sizes`]), so a setting found
-//! winning at one size is tried first, and cheaply, at the next.
+//! is read off the counts around where jobs measured that setting at that
+//! size, then corrected by what they measured of it at the sizes around
+//! here ([`crate::nodes::borrow_across_sizes`]), so a setting found winning
+//! at one size or count is tried first, and cheaply, at the next.
 //! [`runs`] spreads the per-size lists over the size buckets as
 //! [`crate::decide::buckets`] spreads the choices.
 
