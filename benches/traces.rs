@@ -24,7 +24,7 @@ fn sweep() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("datasets/sim")
 }
 
-/// Writes the trace files (once) and returns them.
+/// Writes the trace files and returns them.
 fn trace_files() -> Vec<PathBuf> {
     let dir = std::env::temp_dir().join("dyncc-bench-traces-1m");
     let mut files = Vec::new();
@@ -38,11 +38,10 @@ fn trace_files() -> Vec<PathBuf> {
     std::fs::create_dir_all(&dir).unwrap();
     for (ni, nodes) in [3u32, 6, 12, 24].into_iter().enumerate() {
         for job in 0..6u64 {
+            // Written every run (24 small files): a file left by an older
+            // build would be read as today's.
             let path = dir.join(format!("dyncc-n{nodes}-j{job}.trace"));
             files.push(path.clone());
-            if path.exists() {
-                continue;
-            }
             let mut recs = Vec::new();
             for coll in colls {
                 for k in 10..=28 {
@@ -106,10 +105,12 @@ fn rec(
         channels: 16,
         source,
         count,
+        // A 3 % spread of ln(time), within a range of +-10 % (a record's
+        // spread must fit its range: the reader checks).
         sum_ln: count as f64 * ln,
         sum_ln2: count as f64 * ln * ln + (count as f64 - 1.0) * 0.03f64.powi(2),
-        min_ns: ns as u64,
-        max_ns: ns as u64,
+        min_ns: (ns * 0.9) as u64,
+        max_ns: (ns * 1.1) as u64,
     }
 }
 

@@ -763,6 +763,25 @@ mod tests {
         v
     }
 
+    /// What jobs at `n` nodes traced at `b` bytes: NCCL's default at the
+    /// sweep helper's time there, Tree/LL `speedup` times faster.
+    fn traced_pair(n: u32, b: u64, speedup: f64) -> [Cell; 2] {
+        let t = (10.0 + b as f64 / 1e4) * (n as f64).powf(0.3);
+        let base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
+        let mut d = cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t);
+        d.base = base;
+        let mut x = cell(
+            Collective::AllReduce,
+            n,
+            8,
+            b,
+            cfg(Algo::Tree, Proto::LL),
+            t / speedup,
+        );
+        x.base = base;
+        [d, x]
+    }
+
     const SIGMA: f64 = 0.01;
 
     #[test]
@@ -848,21 +867,7 @@ mod tests {
         let (plain, _) = build_grids(&cells);
         let mut traced = cells.clone();
         for k in 3..16 {
-            let b = 1u64 << k;
-            let t = (10.0 + b as f64 / 1e4) * 4f64.powf(0.3);
-            let base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
-            let mut d = cell(Collective::AllReduce, 4, 8, b, Config::DEFAULT, t);
-            d.base = base;
-            let mut x = cell(
-                Collective::AllReduce,
-                4,
-                8,
-                b,
-                cfg(Algo::Tree, Proto::LL),
-                t / 1.6,
-            );
-            x.base = base;
-            traced.extend([d, x]);
+            traced.extend(traced_pair(4, 1 << k, 1.6));
         }
         let (traced, _) = build_grids(&traced);
         let (p, t) = (&plain[0], &traced[0]);
@@ -933,21 +938,7 @@ mod tests {
     #[test]
     fn a_setting_jobs_measured_at_one_size_moves_its_readings_at_the_sizes_around() {
         let mut cells = sweep(&[2, 8, 32], |_| 1.1);
-        let b = 1u64 << 10;
-        let t = (10.0 + b as f64 / 1e4) * 4f64.powf(0.3);
-        let base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
-        let mut d = cell(Collective::AllReduce, 4, 8, b, Config::DEFAULT, t);
-        d.base = base;
-        let mut x = cell(
-            Collective::AllReduce,
-            4,
-            8,
-            b,
-            cfg(Algo::Tree, Proto::LL),
-            t / 1.6,
-        );
-        x.base = base;
-        cells.extend([d, x]);
+        cells.extend(traced_pair(4, 1 << 10, 1.6));
         let (grids, _) = build_grids(&cells);
         let g = &grids[0];
         let w = Widen::none(g);
@@ -1012,15 +1003,8 @@ mod tests {
             measured in proptest::collection::btree_map(3u32..28, 0.4f64..2.5, 1..4),
         ) {
             let mut cells = sweep(&[2, 8, 32], |_| 1.1);
-            let base = crate::record::TimeBase::Trace { sd_ln: 0.02 };
             for (&k, &f) in &measured {
-                let b = 1u64 << k;
-                let t = (10.0 + b as f64 / 1e4) * 4f64.powf(0.3);
-                let mut d = cell(Collective::AllReduce, 4, 8, b, Config::DEFAULT, t);
-                d.base = base;
-                let mut x = cell(Collective::AllReduce, 4, 8, b, cfg(Algo::Tree, Proto::LL), t / f);
-                x.base = base;
-                cells.extend([d, x]);
+                cells.extend(traced_pair(4, 1 << k, f));
             }
             let (grids, _) = build_grids(&cells);
             let g = &grids[0];
