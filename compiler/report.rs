@@ -397,7 +397,14 @@ pub(crate) fn describe(
                 decide.node_reach
             ),
         };
-        r.reach.push(format!("{coll} ppn {}: {reach}", g.ppn));
+        // How far a traced size steers the plan at the next (nodes.rs).
+        let steer = match d.model.size_corr {
+            Some(rho) if d.model.calibrated() && d.reach.is_some() => format!(
+                "; the readings' errors correlate {rho:.2} per octave of size (how far jobs' measurements at one size steer the exploration plan at the next)"
+            ),
+            _ => String::new(),
+        };
+        r.reach.push(format!("{coll} ppn {}: {reach}{steer}", g.ppn));
     }
     if !decide.extrapolate {
         let colls: BTreeSet<&str> = grids.iter().map(|g| g.coll.name()).collect();
