@@ -90,6 +90,11 @@ pub enum Why {
     /// Nothing measured or read at this size here: a size only other node
     /// counts' traces measured. The size buckets pass it over.
     NothingHere,
+    /// A count only traces measured: the sweep's reading forced a setting
+    /// no job measured at this size, and what they measured of it at the
+    /// sizes around (`nodes::borrow_across_sizes`) no longer puts it past
+    /// the margin.
+    TakenBack,
 }
 
 /// The choice at one (node count, measured size).
@@ -346,7 +351,7 @@ fn taken_back(
         return c;
     }
     match back.and_then(|s| s.get(c.cfg)).and_then(Option::as_ref) {
-        Some(r) if r.gain <= ln_margin => Choice::default(Why::Uncertain, c.basis),
+        Some(r) if r.gain <= ln_margin => Choice::default(Why::TakenBack, c.basis),
         _ => c,
     }
 }
@@ -1019,7 +1024,7 @@ mod tests {
         let at = |b: u64| g.sizes.iter().position(|&s| s == b).unwrap();
         for b in [1u64 << 19, 1 << 21, 1 << 22] {
             let c = a.per_size[at(b)];
-            assert_eq!((c.cfg, c.why), (0, Why::Uncertain), "{b} bytes: {c:?}");
+            assert_eq!((c.cfg, c.why), (0, Why::TakenBack), "{b} bytes: {c:?}");
             assert!(a.plan[at(b)].iter().all(|k| k.cfg != 0), "{b} bytes");
         }
         // Without the jobs' measurement the reading forces it there.

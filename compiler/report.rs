@@ -370,6 +370,24 @@ pub(crate) fn describe(
         for o in &d.off_trend {
             r.notes.push(o.describe(coll, g.ppn));
         }
+        for a in &d.anchors {
+            let n = a
+                .per_size
+                .iter()
+                .filter(|c| c.why == Why::TakenBack)
+                .count();
+            if n > 0 {
+                let what = if n == 1 {
+                    "1 size's force".to_string()
+                } else {
+                    format!("{n} sizes' forces")
+                };
+                r.notes.push(format!(
+                    "{coll} ppn {}: at {} nodes, {what} on the sweep's reading taken back to NCCL's choice: jobs there measured the setting at the sizes around, and it no longer reads past the margin",
+                    g.ppn, a.nodes
+                ));
+            }
+        }
         let measured = g
             .nodes
             .iter()
@@ -404,7 +422,8 @@ pub(crate) fn describe(
             ),
             _ => String::new(),
         };
-        r.reach.push(format!("{coll} ppn {}: {reach}{steer}", g.ppn));
+        r.reach
+            .push(format!("{coll} ppn {}: {reach}{steer}", g.ppn));
     }
     if !decide.extrapolate {
         let colls: BTreeSet<&str> = grids.iter().map(|g| g.coll.name()).collect();
