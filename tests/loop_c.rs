@@ -445,17 +445,21 @@ fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_ski
     }
 }
 
-/// A world from a real sweep: the shipped DGX-2V AllReduce sweep (1-64
-/// nodes, 16 GPUs each, every size with NCCL's default and six forced
-/// settings) as `truth.csv`, each setting at its median time. The CSV does
-/// not say what NCCL's default ran; the world takes the forced setting
-/// whose time is nearest the default's. Returns the truth file.
-pub(crate) fn world_from_real_sweep(csv: &Path, dir: &Path) -> PathBuf {
+/// A world from a real sweep (the shipped DGX-2V or DGX-1V AllReduce
+/// sweep: every size with NCCL's default and six forced settings) as
+/// `truth.csv`, each setting at its median time, under the CSV's platform.
+/// The CSV does not say what NCCL's default ran; the world takes the forced
+/// setting whose time is nearest the default's. Nor how many channels a
+/// kernel ran: the world claims `ran_channels` (the Coll events' count).
+/// Returns the truth file.
+pub(crate) fn world_from_real_sweep(csv: &Path, dir: &Path, ran_channels: u32) -> PathBuf {
     use std::collections::BTreeMap;
     let text = std::fs::read_to_string(csv).unwrap();
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().unwrap().split(',').collect();
     let col = |name: &str| head.iter().position(|h| *h == name).unwrap();
+    let cpl = col("platform");
+    let mut platform = String::new();
     let (cn, cr, cb, ca, cp, cc, ct) = (
         col("nodes"),
         col("ranks"),
@@ -471,6 +475,18 @@ pub(crate) fn world_from_real_sweep(csv: &Path, dir: &Path) -> PathBuf {
     let mut times: BTreeMap<Point, BTreeMap<Setting, Vec<f64>>> = BTreeMap::new();
     for l in lines {
         let f: Vec<&str> = l.split(',').collect();
+        // "DGX-2V" -> "dgx2v": the label the world's rows carry.
+        let label: String = f[cpl]
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .map(|c| c.to_ascii_lowercase())
+            .collect();
+        assert!(
+            platform.is_empty() || platform == label,
+            "{}: one platform per world",
+            csv.display()
+        );
+        platform = label;
         times
             .entry((
                 f[cn].parse().unwrap(),
@@ -508,12 +524,12 @@ pub(crate) fn world_from_real_sweep(csv: &Path, dir: &Path) -> PathBuf {
             continue;
         };
         out.push_str(&format!(
-            "dgx2v,allreduce,{n},{r},{b},default,default,-1,{td},{},{},16\n",
+            "{platform},allreduce,{n},{r},{b},default,default,-1,{td},{},{},{ran_channels}\n",
             ran.0, ran.1
         ));
         for ((a, p, c), t) in &forced {
             out.push_str(&format!(
-                "dgx2v,allreduce,{n},{r},{b},{a},{p},{c},{t},{a},{p},16\n"
+                "{platform},allreduce,{n},{r},{b},{a},{p},{c},{t},{a},{p},{ran_channels}\n"
             ));
         }
     }
@@ -528,12 +544,27 @@ pub(crate) fn dgx2v_csv() -> PathBuf {
 }
 
 /// The world whose truth [`world_from_real_sweep`] built from
-/// [`dgx2v_csv`]: 16 GPUs per node; the CSV names no NCCL version, so
-/// the world claims none either.
+/// [`dgx2v_csv`] (16 channels claimed): 16 GPUs per node; the CSV names no
+/// NCCL version, so the world claims none either.
 pub(crate) fn dgx2v(truth: &Path) -> World<'_> {
     World {
         truth,
         ppn: 16,
+        nccl: "0",
+    }
+}
+
+pub(crate) fn dgx1v_csv() -> PathBuf {
+    crate::support::cli::root().join("datasets/real/nvidia-dgx1v-allreduce.csv")
+}
+
+/// The world whose truth [`world_from_real_sweep`] built from
+/// [`dgx1v_csv`] (8 channels claimed): 8 GPUs per node, 1-32 nodes; no
+/// NCCL version, as for DGX-2V.
+pub(crate) fn dgx1v(truth: &Path) -> World<'_> {
+    World {
+        truth,
+        ppn: 8,
         nccl: "0",
     }
 }
@@ -564,7 +595,7 @@ pub(crate) fn sweep_rows(csv: &Path, nodes: &[u32], out: &Path) {
 fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() {
     let d = tempfile::tempdir().unwrap();
     let real = dgx2v_csv();
-    let truth = world_from_real_sweep(&real, d.path());
+    let truth = world_from_real_sweep(&real, d.path(), 16);
     let world = dgx2v(&truth);
     // `draw`: another table command line (its directory), so another
     // digest and other cells and candidates drawn per communicator.
@@ -609,15 +640,44 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
     }
 }
 
+/// The loop in a world from the other shipped real sweep, DGX-1V (8 GPUs
+/// per node, 1-32 nodes): a sparse, a between and an upward split, each
+/// held to what [`rounds`] asserts for every split and round (no rank
+/// disagreement, no WARN, cost within F, no count losing gain).
+#[test]
+fn the_loop_in_a_world_from_the_dgx1v_sweep() {
+    let d = tempfile::tempdir().unwrap();
+    let real = dgx1v_csv();
+    let truth = world_from_real_sweep(&real, d.path(), 8);
+    let world = dgx1v(&truth);
+    for (sweep, production) in [
+        (&[1, 2, 8, 32][..], &[4, 16][..]),
+        (&[1, 2, 16], &[4, 8, 32]),
+        (&[1, 2, 4], &[8, 16, 32]),
+    ] {
+        let name = counts(sweep);
+        let dir = d.path().join(format!("split-{name}"));
+        std::fs::create_dir(&dir).unwrap();
+        let rows = dir.join("sweep.csv");
+        sweep_rows(&real, sweep, &rows);
+        let l = rounds(&world, &[rows], production, &dir, Budget::EveryDraw);
+        eprintln!(
+            "DGX-1V world, sweep {name} (production {}): {}",
+            counts(production),
+            l.describe(production)
+        );
+    }
+}
+
 /// Draws of the loop averaged: what one split's figures are worth. Which
 /// cells and candidates a communicator explores is drawn from the table's
 /// digest, so one draw of a split can be lucky or not (a probe of NCCL's
 /// choice drawn with chance F / cost in none of 8 jobs); the mean over
 /// `DYNCC_LOOP_DRAWS` draws (default 10; each another table command line)
-/// per split of both worlds is what README's loop table quotes. Every
+/// per split of the three worlds is what README's loop table quotes. Every
 /// draw is held to what [`rounds`] asserts, but for the budget, which
 /// holds in expectation: on the mean over draws. Ignored by `cargo test` (about
-/// 6 minutes on 2 cores at 10 draws); `make loop-draws` runs it.
+/// 7 minutes on 2 cores at 10 draws); `make loop-draws` runs it.
 #[test]
 #[ignore = "minutes: make loop-draws"]
 fn the_loop_over_draws() {
@@ -630,25 +690,33 @@ fn the_loop_over_draws() {
     let sim = SimWorld::new(d.path());
     let h100 = sim.world();
     let real = dgx2v_csv();
-    let truth = world_from_real_sweep(&real, d.path());
+    let truth = world_from_real_sweep(&real, d.path(), 16);
     let dgx2v = dgx2v(&truth);
-    let splits: [(&str, &World<'_>, &[u32], &[u32]); 6] = [
+    let real1 = dgx1v_csv();
+    let dir1 = d.path().join("dgx1v");
+    std::fs::create_dir(&dir1).unwrap();
+    let truth1 = world_from_real_sweep(&real1, &dir1, 8);
+    let dgx1v = dgx1v(&truth1);
+    let splits: [(&str, &World<'_>, &[u32], &[u32]); 9] = [
         ("H100", &h100, &[1, 2, 8, 32], &[4, 16, 64]),
         ("H100", &h100, &[1, 2, 16], &[4, 8, 32, 64]),
         ("H100", &h100, &[1, 2, 4], &[8, 16, 32]),
         ("DGX-2V", &dgx2v, &[1, 2, 8, 32], &[4, 16, 64]),
         ("DGX-2V", &dgx2v, &[1, 2, 16], &[4, 8, 32, 64]),
         ("DGX-2V", &dgx2v, &[1, 2, 4], &[8, 16, 32]),
+        ("DGX-1V", &dgx1v, &[1, 2, 8, 32], &[4, 16]),
+        ("DGX-1V", &dgx1v, &[1, 2, 16], &[4, 8, 32]),
+        ("DGX-1V", &dgx1v, &[1, 2, 4], &[8, 16, 32]),
     ];
     for (name, world, sweep, production) in splits {
         let inputs = |dir: &Path| -> Vec<PathBuf> {
-            if name == "H100" {
-                sim.swept(sweep)
-            } else {
-                let rows = dir.join("sweep.csv");
-                sweep_rows(&real, sweep, &rows);
-                vec![rows]
+            let rows = dir.join("sweep.csv");
+            match name {
+                "H100" => return sim.swept(sweep),
+                "DGX-2V" => sweep_rows(&real, sweep, &rows),
+                _ => sweep_rows(&real1, sweep, &rows),
             }
+            vec![rows]
         };
         // Two draws at a time (2 cores; each runs its world processes one
         // by one). A draw's directory sits beside the simulated world, so

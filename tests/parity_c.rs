@@ -310,7 +310,7 @@ fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_h100() {
 fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_dgx2v() {
     let d = tempfile::tempdir().unwrap();
     let real = dgx2v_csv();
-    let truth = world_from_real_sweep(&real, d.path());
+    let truth = world_from_real_sweep(&real, d.path(), 16);
     let world = dgx2v(&truth);
     for (sweep, production) in [
         (&[1, 2, 8, 32][..], &[4, 16, 64][..]),
