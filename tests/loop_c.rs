@@ -597,21 +597,8 @@ fn a_round_in_a_world_from_a_real_sweep_mends_what_the_sparse_sweep_got_wrong() 
     let real = dgx2v_csv();
     let truth = world_from_real_sweep(&real, d.path(), 16);
     let world = dgx2v(&truth);
-    // `draw`: another table command line (its directory), so another
-    // digest and other cells and candidates drawn per communicator.
     let split = |sweep: &[u32], production: &[u32], draw: &str| -> Loop {
-        let name = counts(sweep);
-        let dir = d.path().join(format!("split-{name}{draw}"));
-        std::fs::create_dir(&dir).unwrap();
-        let rows = dir.join("sweep.csv");
-        sweep_rows(&real, sweep, &rows);
-        let l = rounds(&world, &[rows], production, &dir, Budget::EveryDraw);
-        eprintln!(
-            "DGX-2V world, sweep {name} (production {}){draw}: {}",
-            counts(production),
-            l.describe(production)
-        );
-        l
+        real_split("DGX-2V", &world, &real, sweep, production, d.path(), draw)
     };
     let production = [4, 8, 32, 64];
     let l = split(&[1, 2, 16], &production, "");
@@ -655,18 +642,36 @@ fn the_loop_in_a_world_from_the_dgx1v_sweep() {
         (&[1, 2, 16], &[4, 8, 32]),
         (&[1, 2, 4], &[8, 16, 32]),
     ] {
-        let name = counts(sweep);
-        let dir = d.path().join(format!("split-{name}"));
-        std::fs::create_dir(&dir).unwrap();
-        let rows = dir.join("sweep.csv");
-        sweep_rows(&real, sweep, &rows);
-        let l = rounds(&world, &[rows], production, &dir, Budget::EveryDraw);
-        eprintln!(
-            "DGX-1V world, sweep {name} (production {}): {}",
-            counts(production),
-            l.describe(production)
-        );
+        real_split("DGX-1V", &world, &real, sweep, production, d.path(), "");
     }
+}
+
+/// One split of a world from a real sweep (`real`, the CSV the world was
+/// built from): its rows at `sweep` compile the first table, then
+/// [`rounds`] at `production`, printed. `draw`: another table command line
+/// (its directory), so another digest and other cells and candidates drawn
+/// per communicator.
+fn real_split(
+    label: &str,
+    world: &World<'_>,
+    real: &Path,
+    sweep: &[u32],
+    production: &[u32],
+    root: &Path,
+    draw: &str,
+) -> Loop {
+    let name = counts(sweep);
+    let dir = root.join(format!("split-{name}{draw}"));
+    std::fs::create_dir(&dir).unwrap();
+    let rows = dir.join("sweep.csv");
+    sweep_rows(real, sweep, &rows);
+    let l = rounds(world, &[rows], production, &dir, Budget::EveryDraw);
+    eprintln!(
+        "{label} world, sweep {name} (production {}){draw}: {}",
+        counts(production),
+        l.describe(production)
+    );
+    l
 }
 
 /// Draws of the loop averaged: what one split's figures are worth. Which
