@@ -182,7 +182,7 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             .find(|b| b.span.0 <= n && n <= b.span.1)
             .map_or(n as f64, |b| b.at)
     };
-    let readings_at = |at: f64, si: usize, lean| readings(grid, &model, &widen, at, si, lean);
+    let readings_at = |at: f64, si: usize, lean| readings(grid, &model, &widen, at, si, lean, None);
     let mut anchors: Vec<Anchor> = Vec::new();
     for ni in 0..grid.nodes.len() {
         let n = grid.nodes[ni];
@@ -213,23 +213,17 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
         } else {
             let mut back = reads.clone();
             nodes::borrow_across_sizes(grid, &model, ni, &mut back);
-            let mut steer: Vec<Vec<Option<Reading>>> = (0..grid.sizes.len())
+            let mut steer: Vec<_> = (0..grid.sizes.len())
                 .map(|si| {
-                    (0..grid.configs.len())
-                        .map(|c| match c {
-                            0 => None,
-                            c => nodes::read(
-                                grid,
-                                &widen,
-                                model.align,
-                                n as f64,
-                                si,
-                                c,
-                                Some(ni),
-                                Neighbours::Any,
-                            ),
-                        })
-                        .collect()
+                    readings(
+                        grid,
+                        &model,
+                        &widen,
+                        n as f64,
+                        si,
+                        Neighbours::Any,
+                        Some(ni),
+                    )
                 })
                 .collect();
             nodes::borrow_across_sizes(grid, &model, ni, &mut steer);
@@ -456,8 +450,8 @@ impl Candidate {
 }
 
 /// Every setting's reading at node count `at` and size `si` off the counts
-/// `lean` allows (indexed as the grid's configs; NCCL's default, 0, is the
-/// baseline: `None`).
+/// `lean` allows, leaving out node index `exclude` (indexed as the grid's
+/// configs; NCCL's default, 0, is the baseline: `None`).
 fn readings(
     grid: &Grid,
     model: &NodeModel,
@@ -465,11 +459,12 @@ fn readings(
     at: f64,
     si: usize,
     lean: Neighbours,
+    exclude: Option<usize>,
 ) -> Vec<Option<Reading>> {
     (0..grid.configs.len())
         .map(|c| match c {
             0 => None,
-            c => nodes::read(grid, widen, model.align, at, si, c, None, lean),
+            c => nodes::read(grid, widen, model.align, at, si, c, exclude, lean),
         })
         .collect()
 }

@@ -312,8 +312,6 @@ struct CvError {
     cfg: usize,
     /// The measured gain less the reading's.
     err: f64,
-    /// Squared error of the reading against the measured gain.
-    sq: f64,
     drift: f64,
     widen_var: f64,
 }
@@ -358,7 +356,6 @@ fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
                     si,
                     cfg: c,
                     err: p.gain - r.gain,
-                    sq: (p.gain - r.gain).powi(2),
                     drift: r.drift,
                     widen_var: r.widen_var,
                 });
@@ -381,7 +378,7 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
     for align in [Align::TotalBytes, Align::BytesPerRank] {
         let errs = cv_errors(grid, widen, align);
         let drift: f64 = errs.iter().map(|e| e.drift).sum();
-        let sq: f64 = errs.iter().map(|e| e.sq).sum();
+        let sq: f64 = errs.iter().map(|e| e.err.powi(2)).sum();
         let kappa = if drift > 0.0 {
             (sq / drift).max(MIN_KAPPA)
         } else {
@@ -424,7 +421,7 @@ pub fn calibrate(grid: &Grid, widen: &Widen) -> NodeModel {
             let (mut ex, mut dr) = (0.0, 0.0);
             for e in &errs {
                 if (lsz[e.si] - lsz[si]).abs() <= REGION_OCTAVES {
-                    ex += e.sq;
+                    ex += e.err.powi(2);
                     dr += e.drift;
                 }
             }
