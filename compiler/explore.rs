@@ -60,6 +60,12 @@ pub const MIN_COST: f64 = 0.05;
 /// excepted: a force is always checked against it).
 pub const MAX_COST: f64 = 1.0;
 
+/// Neighbouring size buckets share one run of the plan (its largest cost
+/// bound) only where their own bounds lie within this ratio: the draw's
+/// chance at any bucket is then at least 1 / RUN_COST_RATIO of its own,
+/// and the plan stays a few runs per context rather than one per bucket.
+pub const RUN_COST_RATIO: f32 = 1.25;
+
 /// One setting a job may try at one (node count, size).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
@@ -208,7 +214,8 @@ pub struct Planned {
 
 /// Spreads an anchor's per-size candidates over the size buckets between
 /// its first and last decided size (each bucket takes the nearest decided
-/// size's, as its decision does), merging equal neighbours into runs.
+/// size's, as its decision does), merging neighbours that list the same
+/// settings at cost bounds within [`RUN_COST_RATIO`] into runs.
 pub fn runs(grid: &Grid, a: &Anchor) -> Vec<Run> {
     if a.plan.iter().all(Vec::is_empty) {
         return Vec::new();
@@ -224,6 +231,8 @@ pub fn runs(grid: &Grid, a: &Anchor) -> Vec<Run> {
         size_bucket(grid.sizes[last]),
     );
     let mut out: Vec<Run> = Vec::new();
+    // The last run's smallest cost bound per candidate.
+    let mut lows: Vec<f32> = Vec::new();
     for b in lo_b..=hi_b {
         let si = crate::decide::nearest_size(grid, &own, bucket_lower_bound(b));
         let list: Vec<Planned> = a.plan[si]
@@ -238,30 +247,43 @@ pub fn runs(grid: &Grid, a: &Anchor) -> Vec<Run> {
         if list.is_empty() {
             continue;
         }
-        let same = |r: &Run| {
-            r.candidates.len() == list.len()
+        // One run: the same settings in the same order, each cost bound
+        // within RUN_COST_RATIO of every bucket's own, so the draw's chance
+        // (from the run's largest bound) stays within it too. A run over
+        // every size listing the same settings, at its most confident
+        // size's bound, left a wrong force unchecked (see the test
+        // `a_plan_run_draws_each_size_near_its_own_cost_bound`).
+        let fits = |r: &Run, lows: &[f32]| {
+            r.last + 1 == b
+                && r.candidates.len() == list.len()
                 && r.candidates
                     .iter()
+                    .zip(lows)
                     .zip(&list)
-                    .all(|(x, y)| x.decision == y.decision)
+                    .all(|((x, &lo), y)| {
+                        x.decision == y.decision
+                            && y.cost_bound.max(x.cost_bound)
+                                <= RUN_COST_RATIO * y.cost_bound.min(lo)
+                    })
         };
         match out.last_mut() {
-            // The same settings in the same order: one run, its numbers the
-            // most cautious of the sizes it covers (the draw's cost bound
-            // the largest).
-            Some(r) if r.last + 1 == b && same(r) => {
+            Some(r) if fits(r, &lows) => {
                 r.last = b;
-                for (x, y) in r.candidates.iter_mut().zip(&list) {
+                for ((x, lo), y) in r.candidates.iter_mut().zip(lows.iter_mut()).zip(&list) {
                     x.gain = x.gain.min(y.gain);
                     x.spread = x.spread.max(y.spread);
                     x.cost_bound = x.cost_bound.max(y.cost_bound);
+                    *lo = lo.min(y.cost_bound);
                 }
             }
-            _ => out.push(Run {
-                first: b,
-                last: b,
-                candidates: list,
-            }),
+            _ => {
+                lows = list.iter().map(|k| k.cost_bound).collect();
+                out.push(Run {
+                    first: b,
+                    last: b,
+                    candidates: list,
+                });
+            }
         }
     }
     out
