@@ -176,6 +176,12 @@ impl GainPoint {
     }
 }
 
+/// log2 of grid size `si` (bytes; 0 read as 1), the axis sizes are read
+/// along.
+fn log2_size(grid: &Grid, si: usize) -> f64 {
+    (grid.sizes[si].max(1) as f64).log2()
+}
+
 /// Measured gain of `cfg` at node index `ni`, at log2 size `ls`, read
 /// linearly in log2 size between the measured sizes around it. `None`
 /// outside the sizes measured there.
@@ -188,7 +194,6 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
             widen: widen.get(ni, 0) + widen.get(ni, cfg),
         })
     };
-    let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
     // Exact size, or the measured sizes on either side; sizes only other
     // node counts' traces measured are not this count's (passed over, with
     // no list built: this runs for every reading).
@@ -197,12 +202,12 @@ pub fn gain_at(grid: &Grid, widen: &Widen, ni: usize, cfg: usize, ls: f64) -> Op
         .sizes
         .partition_point(|&s| (s.max(1) as f64).log2() < ls - 1e-9);
     let hi_si = (hi..grid.sizes.len()).find(own)?;
-    if (lsz(hi_si) - ls).abs() < 1e-9 {
+    if (log2_size(grid, hi_si) - ls).abs() < 1e-9 {
         return point(hi_si);
     }
     let lo_si = (0..hi).rev().find(own)?;
     let (a, b) = (point(lo_si)?, point(hi_si)?);
-    let w = (ls - lsz(lo_si)) / (lsz(hi_si) - lsz(lo_si));
+    let w = (ls - log2_size(grid, lo_si)) / (log2_size(grid, hi_si) - log2_size(grid, lo_si));
     Some(GainPoint::blend(a, b, w))
 }
 
@@ -234,7 +239,7 @@ pub fn read(
         return None;
     }
     let lk = nodes.log2();
-    let ls = (grid.sizes[si].max(1) as f64).log2();
+    let ls = log2_size(grid, si);
     // `edge`: past the sizes count `ni` measured, read its edge size.
     let at = |ni: usize, edge: bool| -> Option<(GainPoint, f64)> {
         let ln = (grid.nodes[ni] as f64).log2();
@@ -244,10 +249,9 @@ pub fn read(
             Align::BytesPerRank if !edge => ls + ln - lk,
             Align::BytesPerRank => {
                 let measured = |si: &usize| grid.get(ni, *si, 0).is_some();
-                let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
                 let first = (0..grid.sizes.len()).find(measured)?;
                 let last = (0..grid.sizes.len()).rev().find(measured)?;
-                (ls + ln - lk).clamp(lsz(first), lsz(last))
+                (ls + ln - lk).clamp(log2_size(grid, first), log2_size(grid, last))
             }
         };
         Some((gain_at(grid, widen, ni, cfg, ls_n)?, ln))
@@ -353,8 +357,7 @@ fn cv_errors(grid: &Grid, widen: &Widen, align: Align) -> Vec<CvError> {
         }
         for si in (0..grid.sizes.len()).filter(|&si| grid.swept_size(si)) {
             for c in 1..grid.configs.len() {
-                let Some(p) = gain_at(grid, widen, ni, c, (grid.sizes[si].max(1) as f64).log2())
-                else {
+                let Some(p) = gain_at(grid, widen, ni, c, log2_size(grid, si)) else {
                     continue;
                 };
                 let Some(r) = read(
@@ -482,7 +485,6 @@ const MIN_SIZE_PAIRS: usize = 16;
 /// mispredicted alike over a run of sizes, which is what lets one size's
 /// measurement correct its neighbours' readings.
 fn size_correlation(grid: &Grid, errs: &[CvError], kappa: &[f64]) -> Option<f64> {
-    let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
     let z = |e: &CvError| {
         let v = kappa[e.si] * e.drift + e.widen_var;
         (v > 0.0).then(|| e.err / v.sqrt())
@@ -500,7 +502,7 @@ fn size_correlation(grid: &Grid, errs: &[CvError], kappa: &[f64]) -> Option<f64>
         };
         cross += za * zb;
         own += (za * za + zb * zb) / 2.0;
-        octaves += lsz(b.si) - lsz(a.si);
+        octaves += log2_size(grid, b.si) - log2_size(grid, a.si);
         n += 1;
     }
     if n < MIN_SIZE_PAIRS || own <= 0.0 {
@@ -528,7 +530,6 @@ pub fn borrow_across_sizes(
     let Some(rho) = model.size_corr.filter(|&r| r > 0.0) else {
         return;
     };
-    let lsz = |si: usize| (grid.sizes[si].max(1) as f64).log2();
     for c in 1..grid.configs.len() {
         // The standardised errors the jobs measured: (log2 size, z).
         let known: Vec<(usize, f64)> = (0..grid.sizes.len())
@@ -552,18 +553,20 @@ pub fn borrow_across_sizes(
             let Some(sd) = model.sd(si, r) else { continue };
             let below = known.iter().rev().find(|k| k.0 < si);
             let above = known.iter().find(|k| k.0 > si);
-            let corr = |k: &(usize, f64)| rho.powf((lsz(si) - lsz(k.0)).abs());
+            let corr =
+                |k: &(usize, f64)| rho.powf((log2_size(grid, si) - log2_size(grid, k.0)).abs());
             // The process is Markov: the nearest measured size on each side
             // carries all the others say.
             let (mean, left) = match (below, above) {
                 (Some(lo), Some(hi)) => {
                     let (a, b) = (corr(lo), corr(hi));
-                    let ab = rho.powf(lsz(hi.0) - lsz(lo.0));
+                    let ab = rho.powf(log2_size(grid, hi.0) - log2_size(grid, lo.0));
                     let det = 1.0 - ab * ab;
                     if det <= 1e-9 {
                         // Errors alike over the whole span: read between
                         // the two, linearly in log2 size.
-                        let w = (lsz(si) - lsz(lo.0)) / (lsz(hi.0) - lsz(lo.0));
+                        let w = (log2_size(grid, si) - log2_size(grid, lo.0))
+                            / (log2_size(grid, hi.0) - log2_size(grid, lo.0));
                         ((1.0 - w) * lo.1 + w * hi.1, 0.0)
                     } else {
                         let wa = (a - b * ab) / det;
