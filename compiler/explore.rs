@@ -10,7 +10,8 @@
 //!
 //! * every setting of the grid (measured by the sweep for this collective
 //!   and ranks per node) whose optimistic gain over the answer clears the
-//!   margin, not yet measured at this count and size;
+//!   margin, not yet measured at this count and size, and not what NCCL
+//!   runs there on its own where jobs traced that (a no-op to force);
 //! * first, NCCL's own choice wherever the answer forces a setting the
 //!   count has not measured against it, whatever the predicted gain: a
 //!   confident guess is checked too (its cost bound makes it rare).
@@ -113,6 +114,13 @@ pub fn candidates(
         site.traced
             .is_some_and(|ni| grid.get(ni, si, 0).is_some() && grid.get(ni, si, c).is_some())
     };
+    // What NCCL runs on its own here (jobs traced it): forcing it runs the
+    // same, so trying it measures nothing and only takes a draw from the
+    // settings that may differ.
+    let nccl_runs = |c: usize| {
+        site.traced
+            .is_some_and(|ni| grid.nccl_runs(ni, si) == Some(c))
+    };
     let sd_of = |c: usize| -> Option<f64> {
         let r = site.readings.get(c)?.as_ref()?;
         model.sd(si, r)
@@ -136,7 +144,7 @@ pub fn candidates(
     let cost_of = |ln_gain: f64, sd: f64| ((-ln_gain + COST_Z * sd).exp() - 1.0).max(MIN_COST);
     let mut out: Vec<Candidate> = Vec::new();
     for c in 1..grid.configs.len() {
-        if c == answer.cfg || measured(c) {
+        if c == answer.cfg || measured(c) || nccl_runs(c) {
             continue;
         }
         let Some(r) = site.readings.get(c).and_then(Option::as_ref) else {

@@ -61,6 +61,10 @@ pub struct Grid {
     swept_size: Vec<bool>,
     /// One source per (node, size) for evidence.
     pub sources: BTreeMap<(usize, usize), String>,
+    /// Per (node, size), `node * sizes + size`: the configuration NCCL ran
+    /// on its own there, where jobs traced it at a count the sweep never
+    /// measured (one setting in every communicator; `None` elsewhere).
+    nccl_runs: Vec<Option<usize>>,
 }
 
 impl Grid {
@@ -87,6 +91,16 @@ impl Grid {
     /// of jobs; `None` at a sweep's point (or an empty one).
     pub fn traced(&self, node: usize, size: usize) -> Option<f64> {
         self.traced
+            .get(node * self.sizes.len() + size)
+            .copied()
+            .flatten()
+    }
+
+    /// The configuration (index into `configs`) NCCL ran on its own at
+    /// (node, size) of a count only traces measured: forcing it there runs
+    /// the same, so a job learns nothing by trying it.
+    pub fn nccl_runs(&self, node: usize, size: usize) -> Option<usize> {
+        self.nccl_runs
             .get(node * self.sizes.len() + size)
             .copied()
             .flatten()
@@ -184,7 +198,11 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
     }
     let grids = groups
         .into_iter()
-        .map(|((coll, ppn, state), cs)| {
+        .map(|((coll, ppn, state), all)| {
+            // Marks of what NCCL ran name a point and a configuration
+            // already there; they add none.
+            let (marks, cs): (Vec<&Cell>, Vec<&Cell>) =
+                all.into_iter().partition(|c| !c.base.is_time());
             let nodes: Vec<u32> = cs
                 .iter()
                 .map(|c| c.key.nnodes)
@@ -245,6 +263,19 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
                     .entry((ni, si))
                     .or_insert_with(|| c.source.to_string());
             }
+            let mut nccl_runs = vec![None; nodes.len() * sizes.len()];
+            for c in marks {
+                let (Ok(ni), Ok(si), Ok(ci)) = (
+                    nodes.binary_search(&c.key.nnodes),
+                    sizes.binary_search(&c.key.nbytes),
+                    configs.binary_search_by(|x| cmp_cfg(x, &c.key.config)),
+                ) else {
+                    continue;
+                };
+                if ci != 0 && !swept[ni] {
+                    nccl_runs[ni * sizes.len() + si] = Some(ci);
+                }
+            }
             Grid {
                 coll,
                 ppn,
@@ -257,6 +288,7 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
                 swept,
                 swept_size,
                 sources,
+                nccl_runs,
             }
         })
         .collect();
@@ -340,5 +372,42 @@ pub(crate) mod tests {
         assert!(g.get(0, 0, 1).is_none());
         assert_eq!(notes.untunable, 1);
         assert_eq!(notes.partial_cells, 1);
+    }
+
+    /// A mark of what NCCL ran names a point of a count only traces
+    /// measured; it is no time, adds no node, size or configuration, and
+    /// means nothing at a count the sweep measured.
+    #[test]
+    fn a_mark_of_what_nccl_ran_is_read_only_at_a_traced_point() {
+        let tree = cfg(Algo::Tree, Proto::LL);
+        let traced = |n: u32, c: Config, t: f64| {
+            let mut x = cell(Collective::AllReduce, n, 8, 1024, c, t);
+            x.base = TimeBase::Trace { sd_ln: 0.02 };
+            x
+        };
+        let mark = |n: u32, bytes: u64, c: Config| {
+            let mut x = cell(Collective::AllReduce, n, 8, bytes, c, 0.0);
+            x.base = TimeBase::NcclRan;
+            x
+        };
+        let ring = cfg(Algo::Ring, Proto::Simple);
+        let cells = vec![
+            cell(Collective::AllReduce, 2, 8, 1024, Config::DEFAULT, 12.0),
+            cell(Collective::AllReduce, 2, 8, 1024, tree, 10.0),
+            traced(4, Config::DEFAULT, 12.0),
+            traced(4, tree, 11.0),
+            mark(4, 1024, tree),
+            mark(2, 1024, tree),
+            mark(8, 1024, tree),
+            mark(4, 2048, tree),
+            mark(4, 1024, ring),
+        ];
+        let (grids, _) = build_grids(&cells);
+        let g = &grids[0];
+        assert_eq!((g.nodes.clone(), g.sizes.clone()), (vec![2, 4], vec![1024]));
+        assert_eq!(g.configs, vec![Config::DEFAULT, tree]);
+        assert_eq!(g.nccl_runs(1, 0), Some(1));
+        assert_eq!(g.nccl_runs(0, 0), None, "the sweep measured 2 nodes");
+        assert_eq!(g.get(1, 0, 1).unwrap().ln_t, 11f64.ln());
     }
 }

@@ -144,7 +144,7 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
             .map(|g| g.samples.len())
             .sum(),
         skipped: ds.skipped.len(),
-        cells: cells.len(),
+        cells: cells.iter().filter(|c| c.base.is_time()).count(),
     };
     // The measurements are in the cells now: their groups go before the
     // fitting, which holds the grids.

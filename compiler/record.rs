@@ -475,4 +475,17 @@ pub enum TimeBase {
         /// sd of one collective's ln(time), from the traces' own counts.
         sd_ln: f64,
     },
+    /// Not a time: the configuration NCCL ran on its own where jobs traced
+    /// a shape at a node count the sweep never measured
+    /// ([`crate::ingest::traces`]). Forcing it there runs what NCCL runs
+    /// anyway, so it is no probe ([`crate::features::Grid::nccl_runs`]).
+    NcclRan,
+}
+
+impl TimeBase {
+    /// Whether the cell holds a time at all (not a [`TimeBase::NcclRan`]
+    /// mark).
+    pub fn is_time(self) -> bool {
+        self != TimeBase::NcclRan
+    }
 }

@@ -373,6 +373,13 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             t.read.one_sided_shapes
         )?;
     }
+    if t.read.nccl_ran_points > 0 {
+        writeln!(
+            w,
+            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: the exploration plan does not try it there (forcing it runs the same)",
+            t.read.nccl_ran_points
+        )?;
+    }
     if t.read.older_nccl_points > 0 {
         writeln!(
             w,

@@ -1107,6 +1107,10 @@ pub struct TraceCounts {
     /// Points where only one side ran in every communicator and too few
     /// communicators ran to pair across them: nothing to compare.
     pub one_sided_shapes: usize,
+    /// Points of counts the sweep skipped where every job that let NCCL
+    /// choose saw it run one setting (the sweep's): the plan does not try
+    /// that setting there ([`TimeBase::NcclRan`]).
+    pub nccl_ran_points: usize,
     /// Points set aside because a newer NCCL measured them (the sweep's or
     /// other traces').
     pub older_nccl_points: usize,
@@ -1252,6 +1256,10 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
             e.0 += 1;
             continue;
         }
+        if let Some(mark) = nccl_ran(files, &parts, key, ppn, sweep) {
+            out.push(mark);
+            notes.read.nccl_ran_points += 1;
+        }
         let bar = if replaced { bar.swept() } else { bar };
         if let Some((cells, point)) = point_cells(
             files,
@@ -1361,6 +1369,55 @@ struct Part {
 /// the decision reads exactly it: the point's noise figure is the largest
 /// sd, NCCL's choice counts as exact, and each setting's count is what
 /// brings the noise down to its own sd.
+/// At a count the sweep never measured, the mark of the configuration NCCL
+/// ran on its own at `key` (one setting in every communicator that let it
+/// choose, standing for a configuration the sweep measured): forcing it
+/// there runs what NCCL runs anyway, so the plan does not list it. Jobs
+/// that only let NCCL choose measure no gain, but they do say this.
+fn nccl_ran(
+    files: &[TraceFile],
+    parts: &[Part],
+    key: PointKey,
+    ppn: u32,
+    sweep: &SweepView,
+) -> Option<Cell> {
+    if sweep.measured_count(key) {
+        return None;
+    }
+    let mut ran = parts
+        .iter()
+        .flat_map(|p| p.at.nccl_settings.iter())
+        .filter(|(_, n)| **n > 0)
+        .map(|(s, _)| *s);
+    let first = ran.next()?;
+    if ran.any(|s| s != first) {
+        return None;
+    }
+    let config = sweep.config_of(key.coll, ppn, first);
+    let known = sweep
+        .configs
+        .get(&(key.coll, ppn))
+        .is_some_and(|c| c.contains(&config));
+    (known && !config.is_default()).then(|| Cell {
+        key: CellKey {
+            collective: Collective::from_coll(key.coll),
+            nbytes: key.n_bytes,
+            nranks: key.ranks,
+            nnodes: key.nodes,
+            state: State::BASELINE,
+            config,
+        },
+        time_us: 0.0,
+        n: 0,
+        spread: 0.0,
+        source: Source {
+            file: files[parts[0].file].path.clone(),
+            line: 0,
+        },
+        base: TimeBase::NcclRan,
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn point_cells(
     files: &[TraceFile],
@@ -1762,6 +1819,63 @@ mod tests {
             Some(12),
             "no sweep config at 4 ranks per node: the channels that ran"
         );
+    }
+
+    /// Jobs that let NCCL choose at a count the sweep skipped measure no
+    /// gain, but say what NCCL runs there: a mark the plan reads (forcing
+    /// it would run the same). Only one setting in every communicator, one
+    /// the sweep measured, and never at a count the sweep measured.
+    #[test]
+    fn what_nccl_ran_alone_at_a_skipped_count_is_marked_and_nothing_else() {
+        let auto = |(algo, proto): (Algo, Proto)| Config {
+            algo: Some(algo),
+            proto: Some(proto),
+            channels: None,
+        };
+        let mut v = SweepView::default();
+        for b in [4096u64, 8192] {
+            v.sizes.entry(Coll::AllReduce).or_default().insert(b);
+            v.points.insert(PointKey {
+                coll: Coll::AllReduce,
+                nodes: 2,
+                ranks: 16,
+                n_bytes: b,
+            });
+        }
+        v.configs.entry((Coll::AllReduce, 8)).or_default().extend([
+            Config::DEFAULT,
+            auto(RING),
+            auto(TREE),
+        ]);
+        let mut f = file(vec![
+            // 4096 at 4 nodes: NCCL ran Ring/Simple in both communicators.
+            rec(0, 4096, RING, Who::Nccl, 100, 1000.0),
+            rec(1, 4096, RING, Who::Nccl, 100, 1000.0),
+            // 8192 at 4 nodes: the two communicators' NCCL ran differently.
+            rec(0, 8192, RING, Who::Nccl, 100, 1000.0),
+            rec(1, 8192, TREE, Who::Nccl, 100, 1000.0),
+            // 4096 at 2 nodes, a count the sweep measured.
+            rec(2, 4096, RING, Who::Nccl, 100, 1000.0),
+        ]);
+        let comm = f.comms[0];
+        f.comms = vec![
+            comm,
+            Comm { comm_id: 2, ..comm },
+            Comm {
+                comm_id: 3,
+                n_nodes: 2,
+                n_ranks: 16,
+                ..comm
+            },
+        ];
+        let (cells, notes) = cells(&[f], &v, Bar::new(0.03, 0.5));
+        assert!(notes.points.is_empty(), "nothing compared: no point");
+        assert_eq!(notes.read.nccl_ran_points, 1);
+        let marks: Vec<_> = cells
+            .iter()
+            .map(|c| (c.key.nnodes, c.key.nbytes, c.key.config, c.base))
+            .collect();
+        assert_eq!(marks, vec![(4, 4096, auto(RING), TimeBase::NcclRan)]);
     }
 
     #[test]
