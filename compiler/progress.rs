@@ -85,6 +85,9 @@ impl Progress {
             // Hidden by indicatif itself when stderr is not a terminal.
             p.bar.set_draw_target(ProgressDrawTarget::stderr());
             p.bar.enable_steady_tick(Duration::from_millis(200));
+            // Drawn now: work that ends before the next update or tick
+            // (a quick read on a busy machine) would otherwise show nothing.
+            p.bar.tick();
         }
     }
 }
