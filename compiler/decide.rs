@@ -1514,31 +1514,38 @@ mod tests {
     fn a_plan_run_draws_each_size_near_its_own_cost_bound() {
         let (g, d) = run(&sweep(&[2, 4, 8, 16, 32], 0.8), &DecideOptions::default());
         let mut a = serving(&d, 12).unwrap().clone();
-        // NCCL's choice listed at every decided size, its bound rising
-        // from 8 % to 29 % across the sizes (as a force's per-size
-        // predicted gain does).
         let n = a.plan.len();
-        for (si, list) in a.plan.iter_mut().enumerate() {
-            let cost = 0.08 + 0.21 * si as f64 / (n - 1) as f64;
-            *list = vec![explore::Candidate {
-                cfg: 0,
-                ln_gain: -(1.0 + cost).ln(),
-                sd: 0.05,
-                cost,
-                score: 0.0,
-            }];
-        }
-        let runs = explore::runs(&g, &a);
-        assert!(runs.len() > 1, "{runs:?}");
-        for b in runs.first().unwrap().first..=runs.last().unwrap().last {
-            let si = nearest_size(&g, &(0..n).collect::<Vec<_>>(), bucket_lower_bound(b));
-            let own = a.plan[si][0].cost as f32;
-            let r = runs.iter().find(|r| r.first <= b && b <= r.last).unwrap();
-            let drawn_at = r.candidates[0].cost_bound;
-            assert!(
-                drawn_at >= own && drawn_at <= explore::RUN_COST_RATIO * own,
-                "bucket {b}: drawn at {drawn_at}, its own bound {own}"
-            );
+        let own_sizes: Vec<usize> = (0..n)
+            .filter(|&si| a.per_size[si].why != Why::NothingHere)
+            .collect();
+        // NCCL's choice listed at every decided size, its bound from 8 % to
+        // 29 % across the sizes (as a force's per-size predicted gain
+        // runs): rising, falling, and down then up (a run's smallest bound
+        // is then not its first bucket's).
+        let profiles: [&dyn Fn(f64) -> f64; 3] = [&|x| x, &|x| 1.0 - x, &|x| (2.0 * x - 1.0).abs()];
+        for (p, shape) in profiles.iter().enumerate() {
+            for (si, list) in a.plan.iter_mut().enumerate() {
+                let cost = 0.08 + 0.21 * shape(si as f64 / (n - 1) as f64);
+                *list = vec![explore::Candidate {
+                    cfg: 0,
+                    ln_gain: -(1.0 + cost).ln(),
+                    sd: 0.05,
+                    cost,
+                    score: 0.0,
+                }];
+            }
+            let runs = explore::runs(&g, &a);
+            assert!(runs.len() > 1, "profile {p}: {runs:?}");
+            for b in runs.first().unwrap().first..=runs.last().unwrap().last {
+                let si = nearest_size(&g, &own_sizes, bucket_lower_bound(b));
+                let own = a.plan[si][0].cost as f32;
+                let r = runs.iter().find(|r| r.first <= b && b <= r.last).unwrap();
+                let drawn_at = r.candidates[0].cost_bound;
+                assert!(
+                    drawn_at >= own && drawn_at <= explore::RUN_COST_RATIO * own,
+                    "profile {p}, bucket {b}: drawn at {drawn_at}, its own bound {own}"
+                );
+            }
         }
         // Equal bounds still share one run.
         for list in a.plan.iter_mut() {

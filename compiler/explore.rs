@@ -201,7 +201,8 @@ pub fn candidates(
     out
 }
 
-/// One run of size buckets listing the same candidates.
+/// One run of size buckets listing the same candidates, each at a cost
+/// bound within [`RUN_COST_RATIO`] of every bucket's own ([`runs`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Run {
     pub first: u8,
