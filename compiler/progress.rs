@@ -84,10 +84,11 @@ impl Progress {
         if !p.drawn.swap(true, Ordering::Relaxed) {
             // Hidden by indicatif itself when stderr is not a terminal.
             p.bar.set_draw_target(ProgressDrawTarget::stderr());
-            p.bar.enable_steady_tick(Duration::from_millis(200));
             // Drawn now: work that ends before the next update or tick
             // (a quick read on a busy machine) would otherwise show nothing.
+            // Before the steady tick: once its ticker runs, `tick` is a no-op.
             p.bar.tick();
+            p.bar.enable_steady_tick(Duration::from_millis(200));
         }
     }
 }

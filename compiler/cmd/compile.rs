@@ -376,7 +376,7 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
     if t.read.nccl_ran_points > 0 {
         writeln!(
             w,
-            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: the exploration plan does not try it there (forcing it runs the same)",
+            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: where jobs also measured a point at that count, the exploration plan does not try it there (forcing it runs the same)",
             t.read.nccl_ran_points
         )?;
     }

@@ -1362,13 +1362,6 @@ struct Part {
     at: AtShape,
 }
 
-/// Judges a point's settings against NCCL's choice ([`evidence`],
-/// [`judge`]) and turns those whose evidence decides into cells: NCCL's
-/// choice at its geometric mean GPU time over communicators, each setting
-/// at that time over its gain. The cells carry the evidence's sd so that
-/// the decision reads exactly it: the point's noise figure is the largest
-/// sd, NCCL's choice counts as exact, and each setting's count is what
-/// brings the noise down to its own sd.
 /// At a count the sweep never measured, the mark of the configuration NCCL
 /// ran on its own at `key` (one setting in every communicator that let it
 /// choose, standing for a configuration the sweep measured): forcing it
@@ -1418,6 +1411,13 @@ fn nccl_ran(
     })
 }
 
+/// Judges a point's settings against NCCL's choice ([`evidence`],
+/// [`judge`]) and turns those whose evidence decides into cells: NCCL's
+/// choice at its geometric mean GPU time over communicators, each setting
+/// at that time over its gain. The cells carry the evidence's sd so that
+/// the decision reads exactly it: the point's noise figure is the largest
+/// sd, NCCL's choice counts as exact, and each setting's count is what
+/// brings the noise down to its own sd.
 #[allow(clippy::too_many_arguments)]
 fn point_cells(
     files: &[TraceFile],
