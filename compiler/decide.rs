@@ -95,6 +95,11 @@ pub enum Why {
     /// sizes around (`nodes::borrow_across_sizes`) no longer puts it past
     /// the margin.
     TakenBack,
+    /// A count only traces measured: the setting a reading would force is
+    /// the one NCCL runs here on its own (jobs that left the call to NCCL
+    /// traced it), so forcing it changes nothing and claims a gain no job
+    /// would see. Left to NCCL, whose choice it is.
+    NcclRunsIt,
 }
 
 /// The choice at one (node count, measured size).
@@ -275,6 +280,13 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             plan: Vec::new(),
         };
         smooth(grid, &mut a, fit, ln_margin, opt);
+        // Forcing what NCCL runs here on its own changes nothing: the call
+        // is left to NCCL, and the plan has no force to check.
+        for (si, c) in a.per_size.iter_mut().enumerate() {
+            if grid.runs_as_nccl(ni, si, c.cfg) {
+                *c = Choice::default(Why::NcclRunsIt, c.basis);
+            }
+        }
         // A count only traces measured: what they have not tried yet,
         // steered by what they did try.
         if !steer.is_empty() {
@@ -1003,6 +1015,158 @@ mod tests {
         ran.base = crate::record::TimeBase::NcclRan;
         cells.push(ran);
         assert_eq!(plan_at_16(&cells), (false, true), "with it");
+    }
+
+    /// A force of the very setting NCCL runs on its own at a count jobs
+    /// traced changes nothing: the call is left to NCCL there, and the plan
+    /// lists neither that setting nor a check of a force against NCCL's
+    /// choice. (Before, the force stayed, claiming the reading's gain, and
+    /// its check against NCCL's choice was drawn round after round, each
+    /// time running what the force runs.)
+    #[test]
+    fn a_force_of_what_nccl_runs_on_its_own_is_left_to_nccl_and_never_checked() {
+        let b = 4u64 << 20;
+        let at_16 = |cells: &[Cell]| {
+            let (g, d) = run(cells, &DecideOptions::default());
+            let si = g.sizes.iter().position(|&s| s == b).unwrap();
+            let a = d.anchors.iter().find(|a| a.span == (16, 16)).unwrap();
+            let plan: Vec<usize> = a.plan[si].iter().map(|k| k.cfg).collect();
+            (tree_ll(&g), a.per_size[si], plan)
+        };
+        let mut cells = drifting(true);
+        let (tree, c, plan) = at_16(&cells);
+        assert_eq!((c.cfg, c.why), (tree, Why::Forced), "the sweep's reading");
+        assert_eq!(plan.first(), Some(&0), "its check: {plan:?}");
+        let mut ran = cell(
+            Collective::AllReduce,
+            16,
+            8,
+            b,
+            cfg(Algo::Tree, Proto::LL),
+            0.0,
+        );
+        ran.base = crate::record::TimeBase::NcclRan;
+        cells.push(ran);
+        let (tree, c, plan) = at_16(&cells);
+        assert_eq!((c.cfg, c.why, c.gain), (0, Why::NcclRunsIt, 1.0));
+        assert!(!plan.contains(&0) && !plan.contains(&tree), "{plan:?}");
+    }
+
+    /// Where jobs saw NCCL run Tree/LL on its own, an answer that runs it
+    /// is weighed as Tree/LL where Tree/LL reads as winning: a candidate's
+    /// gain over it is its reading less Tree/LL's, both read off counts
+    /// where NCCL ran something else; where Tree/LL reads as losing, as NCCL's
+    /// choice there (NCCL picking it here says the reading errs). Read as
+    /// a gain over nothing, a candidate beside a winning Tree/LL looked
+    /// better and cheaper to try than it was (turning such no-op forces
+    /// into NCCL's choice cost DGX-2V 1, 2, 16 a quarter of its 64-node
+    /// gain in round 2 of a 10-draw replay); read below zero, every
+    /// candidate looked cheap and the round spent past its budget.
+    #[test]
+    fn a_candidate_is_weighed_against_the_setting_nccl_runs_here() {
+        let b = 4u64 << 20;
+        let mut cells = drifting(true);
+        cells.extend([2u32, 8, 32].into_iter().map(|n| {
+            let t = 10.0 + b as f64 / 1e4;
+            cell(
+                Collective::AllReduce,
+                n,
+                8,
+                b,
+                cfg(Algo::Ring, Proto::Simple),
+                t,
+            )
+        }));
+        let mut ran = cell(
+            Collective::AllReduce,
+            16,
+            8,
+            b,
+            cfg(Algo::Tree, Proto::LL),
+            0.0,
+        );
+        ran.base = crate::record::TimeBase::NcclRan;
+        cells.push(ran);
+        let (g, d) = run(&cells, &DecideOptions::default());
+        let (si, ni) = (
+            g.sizes.iter().position(|&s| s == b).unwrap(),
+            g.nodes.iter().position(|&n| n == 16).unwrap(),
+        );
+        let (tree, ring) = (
+            tree_ll(&g),
+            g.configs
+                .iter()
+                .position(|c| c.algo == Some(Algo::Ring))
+                .unwrap(),
+        );
+        let read = |gain: f64| Reading {
+            gain,
+            drift: 0.5,
+            widen_var: 0.0,
+            between: true,
+            below: false,
+            ends: [None; 2],
+            left: 1.0,
+        };
+        let mut readings = vec![None; g.configs.len()];
+        readings[ring] = Some(read(0.35));
+        // Tree/LL reads as losing: weighed as NCCL's choice there.
+        readings[tree] = Some(read(-0.3));
+        let site = Site {
+            traced: Some(ni),
+            readings: &readings,
+        };
+        let answer = Choice::default(Why::NcclRunsIt, Basis::Interpolated);
+        let plan = explore::candidates(&g, &d.model, &site, si, &answer, 0.0);
+        let k = plan
+            .iter()
+            .find(|k| k.cfg == ring)
+            .expect("Ring/Simple listed");
+        assert!((k.ln_gain - 0.35).abs() < 1e-12, "{plan:?}");
+        // Tree/LL reads as winning: Ring/Simple gains only its reading's
+        // lead over Tree/LL's.
+        readings[tree] = Some(read(0.3));
+        for (traced, answer) in [
+            (
+                Some(ni),
+                Choice::default(Why::NcclRunsIt, Basis::Interpolated),
+            ),
+            (
+                Some(ni),
+                Choice {
+                    cfg: tree,
+                    basis: Basis::Interpolated,
+                    gain: 1.35,
+                    why: Why::Forced,
+                },
+            ),
+            (
+                None,
+                Choice {
+                    cfg: tree,
+                    basis: Basis::Interpolated,
+                    gain: 0.3f64.exp(),
+                    why: Why::Forced,
+                },
+            ),
+        ] {
+            let site = Site {
+                traced,
+                readings: &readings,
+            };
+            let plan = explore::candidates(&g, &d.model, &site, si, &answer, 0.0);
+            let k = plan
+                .iter()
+                .find(|k| k.cfg == ring)
+                .expect("Ring/Simple listed");
+            assert!((k.ln_gain - 0.05).abs() < 1e-12, "{answer:?}: {plan:?}");
+            assert_eq!(
+                plan.iter().any(|k| k.cfg == 0),
+                traced.is_none(),
+                "{plan:?}"
+            );
+            assert!(plan.iter().all(|k| k.cfg != tree), "{plan:?}");
+        }
     }
 
     /// `drifting(false)` plus, at 16 nodes and 1 MiB, jobs' traces of

@@ -106,6 +106,27 @@ impl Grid {
             .flatten()
     }
 
+    /// How many (node, size) points hold a mark of what NCCL runs there.
+    pub fn nccl_run_marks(&self) -> usize {
+        self.nccl_runs.iter().flatten().count()
+    }
+
+    /// Whether forcing configuration `cfg` at (node, size) runs what NCCL
+    /// runs there on its own ([`Grid::nccl_runs`]): the marked
+    /// configuration, or its algorithm and protocol with the channels left
+    /// to NCCL or forced to the count it ran (NCCL counts channels per
+    /// algorithm and protocol, whoever chose them).
+    pub fn runs_as_nccl(&self, node: usize, size: usize, cfg: usize) -> bool {
+        let Some(m) = self.nccl_runs(node, size) else {
+            return false;
+        };
+        let (m, x) = (&self.configs[m], &self.configs[cfg]);
+        cfg != 0
+            && x.algo == m.algo
+            && x.proto == m.proto
+            && (x.channels.is_none() || x.channels == m.channels)
+    }
+
     /// Whether the sweep measured anything at this node count.
     pub fn swept(&self, node: usize) -> bool {
         self.swept.get(node).copied().unwrap_or(false)
@@ -409,5 +430,50 @@ pub(crate) mod tests {
         assert_eq!(g.nccl_runs(1, 0), Some(1));
         assert_eq!(g.nccl_runs(0, 0), None, "the sweep measured 2 nodes");
         assert_eq!(g.get(1, 0, 1).unwrap().ln_t, 11f64.ln());
+    }
+
+    /// NCCL counts channels per algorithm and protocol, whoever chose them:
+    /// where it ran Tree/LL on 8 channels on its own, forcing Tree/LL with
+    /// the channels left to it runs the same as forcing 8; forcing 4, or
+    /// another protocol, does not. A mark without a channel count covers
+    /// only the configuration that leaves them to NCCL.
+    #[test]
+    fn what_nccl_runs_covers_its_channel_variants() {
+        let tree = cfg(Algo::Tree, Proto::LL);
+        let ch = |k: u32| Config {
+            channels: Some(k),
+            ..tree
+        };
+        let at = |c: Config, t: f64, base: TimeBase| {
+            let mut x = cell(Collective::AllReduce, 4, 8, 1024, c, t);
+            x.base = base;
+            x
+        };
+        let configs = [
+            Config::DEFAULT,
+            tree,
+            ch(4),
+            ch(8),
+            cfg(Algo::Tree, Proto::Simple),
+        ];
+        let runs = |marked: Config| {
+            let mut cells: Vec<Cell> = configs
+                .iter()
+                .map(|&c| cell(Collective::AllReduce, 2, 8, 1024, c, 10.0))
+                .collect();
+            cells.push(at(Config::DEFAULT, 10.0, TimeBase::Trace { sd_ln: 0.02 }));
+            cells.push(at(marked, 0.0, TimeBase::NcclRan));
+            let (grids, _) = build_grids(&cells);
+            let g = &grids[0];
+            configs
+                .iter()
+                .map(|c| {
+                    let ci = g.configs.iter().position(|x| x == c).unwrap();
+                    g.runs_as_nccl(1, 0, ci)
+                })
+                .collect::<Vec<bool>>()
+        };
+        assert_eq!(runs(ch(8)), [false, true, false, true, false]);
+        assert_eq!(runs(tree), [false, true, false, false, false]);
     }
 }

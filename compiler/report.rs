@@ -70,6 +70,11 @@ pub struct TracedDecision {
 pub struct TraceChanges {
     #[serde(flatten)]
     pub read: ingest::traces::TraceCounts,
+    /// Points of counts the sweep skipped where jobs that let NCCL choose
+    /// saw it run one setting, at a count where they also measured a point:
+    /// forcing that setting there runs what NCCL runs, so it is no
+    /// candidate and no force ([`crate::features::Grid::nccl_runs`]).
+    pub nccl_runs_marked: usize,
     /// Points the sweep did not measure (another node count or size).
     pub added: usize,
     /// Points the sweep measured too, now decided by the traces.
@@ -90,6 +95,7 @@ impl TraceChanges {
     ) -> TraceChanges {
         let mut t = TraceChanges {
             read: notes.read,
+            nccl_runs_marked: grids.iter().map(Grid::nccl_run_marks).sum(),
             added: 0,
             replaced: 0,
             confirmed: 0,

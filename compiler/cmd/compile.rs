@@ -373,11 +373,11 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             t.read.one_sided_shapes
         )?;
     }
-    if t.read.nccl_ran_points > 0 {
+    if t.nccl_runs_marked > 0 {
         writeln!(
             w,
-            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: where jobs also measured a point at that count, the exploration plan does not try it there (forcing it runs the same)",
-            t.read.nccl_ran_points
+            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: the table neither forces it there nor has jobs try it (forcing it runs the same)",
+            t.nccl_runs_marked
         )?;
     }
     if t.read.older_nccl_points > 0 {

@@ -637,6 +637,21 @@ pub struct PointKey {
     pub n_bytes: u64,
 }
 
+impl PointKey {
+    /// The key of `config`'s cell at this point (jobs run in the baseline
+    /// call state).
+    fn cell_key(&self, config: Config) -> CellKey {
+        CellKey {
+            collective: Collective::from_coll(self.coll),
+            nbytes: self.n_bytes,
+            nranks: self.ranks,
+            nnodes: self.nodes,
+            state: State::BASELINE,
+            config,
+        }
+    }
+}
+
 /// What the sweep holds that trace points are placed against.
 #[derive(Clone, Debug, Default)]
 pub struct SweepView {
@@ -1107,10 +1122,6 @@ pub struct TraceCounts {
     /// Points where only one side ran in every communicator and too few
     /// communicators ran to pair across them: nothing to compare.
     pub one_sided_shapes: usize,
-    /// Points of counts the sweep skipped where every job that let NCCL
-    /// choose saw it run one setting (the sweep's): the plan does not try
-    /// that setting there ([`TimeBase::NcclRan`]).
-    pub nccl_ran_points: usize,
     /// Points set aside because a newer NCCL measured them (the sweep's or
     /// other traces').
     pub older_nccl_points: usize,
@@ -1256,10 +1267,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
             e.0 += 1;
             continue;
         }
-        if let Some(mark) = nccl_ran(files, &parts, key, ppn, sweep) {
-            out.push(mark);
-            notes.read.nccl_ran_points += 1;
-        }
+        out.extend(nccl_ran(files, &parts, key, ppn, sweep));
         let bar = if replaced { bar.swept() } else { bar };
         if let Some((cells, point)) = point_cells(
             files,
@@ -1374,16 +1382,21 @@ fn nccl_ran(
     ppn: u32,
     sweep: &SweepView,
 ) -> Option<Cell> {
-    if sweep.measured_count(key) {
+    // An NCCL older than the sweep's may choose otherwise than the one the
+    // table is for (`parts` hold the newest NCCL that traced the point).
+    let version = files[parts.first()?.file].nccl_version;
+    if sweep.measured_count(key) || (version != 0 && sweep.nccl_version > version) {
         return None;
     }
-    let mut ran = parts
-        .iter()
-        .flat_map(|p| p.at.nccl_settings.iter())
-        .filter(|(_, n)| **n > 0)
-        .map(|(s, _)| *s);
-    let first = ran.next()?;
-    if ran.any(|s| s != first) {
+    let ran = || {
+        parts
+            .iter()
+            .flat_map(|p| p.at.nccl_settings.iter())
+            .filter(|(_, n)| **n > 0)
+    };
+    let first = *ran().next()?.0;
+    let calls: u64 = ran().map(|(_, n)| *n).sum();
+    if ran().any(|(s, _)| *s != first) || calls < rule::MIN_CALLS {
         return None;
     }
     let config = sweep.config_of(key.coll, ppn, first);
@@ -1392,14 +1405,7 @@ fn nccl_ran(
         .get(&(key.coll, ppn))
         .is_some_and(|c| c.contains(&config));
     (known && !config.is_default()).then(|| Cell {
-        key: CellKey {
-            collective: Collective::from_coll(key.coll),
-            nbytes: key.n_bytes,
-            nranks: key.ranks,
-            nnodes: key.nodes,
-            state: State::BASELINE,
-            config,
-        },
+        key: key.cell_key(config),
         time_us: 0.0,
         n: 0,
         spread: 0.0,
@@ -1578,21 +1584,12 @@ fn point_cells(
         .fold(0.0f64, f64::max)
         .clamp(crate::fit::MIN_SIGMA, crate::fit::MAX_SIGMA);
     let base = TimeBase::Trace { sd_ln: sd_point };
-    let collective = Collective::from_coll(key.coll);
-    let cell_key = |config: Config| CellKey {
-        collective,
-        nbytes: key.n_bytes,
-        nranks: key.ranks,
-        nnodes: key.nodes,
-        state: State::BASELINE,
-        config,
-    };
     // NCCL's choice counts as exact: the setting's count carries the sd.
     const EXACT: u32 = 1 << 24;
     // ns -> us.
     let t_nccl = nccl_ln.exp() / 1e3;
     let mut cells = vec![Cell {
-        key: cell_key(Config::DEFAULT),
+        key: key.cell_key(Config::DEFAULT),
         time_us: t_nccl,
         n: EXACT,
         spread: 0.0,
@@ -1605,7 +1602,7 @@ fn point_cells(
         // sd_point^2 / n >= sd^2: the decision's noise is never below it.
         let n = ((sd_point / sd).powi(2).floor() as u32).clamp(1, EXACT);
         cells.push(Cell {
-            key: cell_key(*cfg),
+            key: key.cell_key(*cfg),
             time_us: t_nccl / e.ln_gain.exp(),
             n,
             spread: 0.0,
@@ -1824,7 +1821,8 @@ mod tests {
     /// Jobs that let NCCL choose at a count the sweep skipped measure no
     /// gain, but say what NCCL runs there: a mark the plan reads (forcing
     /// it would run the same). Only one setting in every communicator, one
-    /// the sweep measured, and never at a count the sweep measured.
+    /// the sweep measured, over enough calls, by an NCCL no older than the
+    /// sweep's, and never at a count the sweep measured.
     #[test]
     fn what_nccl_ran_alone_at_a_skipped_count_is_marked_and_nothing_else() {
         let auto = |(algo, proto): (Algo, Proto)| Config {
@@ -1833,7 +1831,7 @@ mod tests {
             channels: None,
         };
         let mut v = SweepView::default();
-        for b in [4096u64, 8192] {
+        for b in [4096u64, 8192, 16384] {
             v.sizes.entry(Coll::AllReduce).or_default().insert(b);
             v.points.insert(PointKey {
                 coll: Coll::AllReduce,
@@ -1856,6 +1854,8 @@ mod tests {
             rec(1, 8192, TREE, Who::Nccl, 100, 1000.0),
             // 4096 at 2 nodes, a count the sweep measured.
             rec(2, 4096, RING, Who::Nccl, 100, 1000.0),
+            // 16384 at 4 nodes: fewer calls than any evidence needs.
+            rec(0, 16384, RING, Who::Nccl, rule::MIN_CALLS - 1, 1000.0),
         ]);
         let comm = f.comms[0];
         f.comms = vec![
@@ -1868,14 +1868,18 @@ mod tests {
                 ..comm
             },
         ];
-        let (cells, notes) = cells(&[f], &v, Bar::new(0.03, 0.5));
+        let (cells, notes) = cells(std::slice::from_ref(&f), &v, Bar::new(0.03, 0.5));
         assert!(notes.points.is_empty(), "nothing compared: no point");
-        assert_eq!(notes.read.nccl_ran_points, 1);
         let marks: Vec<_> = cells
             .iter()
             .map(|c| (c.key.nnodes, c.key.nbytes, c.key.config, c.base))
             .collect();
         assert_eq!(marks, vec![(4, 4096, auto(RING), TimeBase::NcclRan)]);
+        // Traces of an NCCL older than the sweep's say nothing of what the
+        // table's NCCL runs.
+        v.nccl_version = f.nccl_version + 1;
+        let (older, _) = super::cells(&[f], &v, Bar::new(0.03, 0.5));
+        assert!(older.is_empty(), "{older:?}");
     }
 
     #[test]
