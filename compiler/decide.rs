@@ -95,11 +95,6 @@ pub enum Why {
     /// sizes around (`nodes::borrow_across_sizes`) no longer puts it past
     /// the margin.
     TakenBack,
-    /// A count only traces measured: the setting a reading would force is
-    /// the one NCCL runs here on its own (jobs that left the call to NCCL
-    /// traced it), so forcing it changes nothing and claims a gain no job
-    /// would see. Left to NCCL, whose choice it is.
-    NcclRunsIt,
 }
 
 /// The choice at one (node count, measured size).
@@ -280,13 +275,6 @@ pub fn decide(grid: &Grid, opt: &DecideOptions, done: &(dyn Fn() + Sync)) -> Gri
             plan: Vec::new(),
         };
         smooth(grid, &mut a, fit, ln_margin, opt);
-        // Forcing what NCCL runs here on its own changes nothing: the call
-        // is left to NCCL, and the plan has no force to check.
-        for (si, c) in a.per_size.iter_mut().enumerate() {
-            if grid.runs_as_nccl(ni, si, c.cfg) {
-                *c = Choice::default(Why::NcclRunsIt, c.basis);
-            }
-        }
         // A count only traces measured: what they have not tried yet,
         // steered by what they did try.
         if !steer.is_empty() {
@@ -1018,13 +1006,14 @@ mod tests {
     }
 
     /// A force of the very setting NCCL runs on its own at a count jobs
-    /// traced changes nothing: the call is left to NCCL there, and the plan
-    /// lists neither that setting nor a check of a force against NCCL's
-    /// choice. (Before, the force stayed, claiming the reading's gain, and
-    /// its check against NCCL's choice was drawn round after round, each
-    /// time running what the force runs.)
+    /// traced is never checked against NCCL's choice: the check would run
+    /// what the force runs. The force stays (where the two are alike it
+    /// costs nothing; in the DGX-1V loop world, where NCCL's default runs
+    /// the nearest forced setting only nearly, leaving such forces to NCCL
+    /// lost 4 nodes' 1.8 % gain), and the plan lists neither. (Before, its
+    /// check was drawn round after round, each time measuring nothing.)
     #[test]
-    fn a_force_of_what_nccl_runs_on_its_own_is_left_to_nccl_and_never_checked() {
+    fn a_force_of_what_nccl_runs_on_its_own_is_never_checked() {
         let b = 4u64 << 20;
         let at_16 = |cells: &[Cell]| {
             let (g, d) = run(cells, &DecideOptions::default());
@@ -1048,7 +1037,7 @@ mod tests {
         ran.base = crate::record::TimeBase::NcclRan;
         cells.push(ran);
         let (tree, c, plan) = at_16(&cells);
-        assert_eq!((c.cfg, c.why, c.gain), (0, Why::NcclRunsIt, 1.0));
+        assert_eq!((c.cfg, c.why), (tree, Why::Forced), "the force stays");
         assert!(!plan.contains(&0) && !plan.contains(&tree), "{plan:?}");
     }
 
@@ -1058,10 +1047,10 @@ mod tests {
     /// where NCCL ran something else; where Tree/LL reads as losing, as NCCL's
     /// choice there (NCCL picking it here says the reading errs). Read as
     /// a gain over nothing, a candidate beside a winning Tree/LL looked
-    /// better and cheaper to try than it was (turning such no-op forces
-    /// into NCCL's choice cost DGX-2V 1, 2, 16 a quarter of its 64-node
-    /// gain in round 2 of a 10-draw replay); read below zero, every
-    /// candidate looked cheap and the round spent past its budget.
+    /// better and cheaper to try than it was (with such no-op forces left
+    /// to NCCL, DGX-2V 1, 2, 16 lost a quarter of its 64-node gain in
+    /// round 2 of a 10-draw replay); read below zero, every candidate
+    /// looked cheap and the round spent past its budget.
     #[test]
     fn a_candidate_is_weighed_against_the_setting_nccl_runs_here() {
         let b = 4u64 << 20;
@@ -1116,7 +1105,7 @@ mod tests {
             traced: Some(ni),
             readings: &readings,
         };
-        let answer = Choice::default(Why::NcclRunsIt, Basis::Interpolated);
+        let answer = Choice::default(Why::Uncertain, Basis::Interpolated);
         let plan = explore::candidates(&g, &d.model, &site, si, &answer, 0.0);
         let k = plan
             .iter()
@@ -1129,7 +1118,7 @@ mod tests {
         for (traced, answer) in [
             (
                 Some(ni),
-                Choice::default(Why::NcclRunsIt, Basis::Interpolated),
+                Choice::default(Why::Uncertain, Basis::Interpolated),
             ),
             (
                 Some(ni),

@@ -145,7 +145,6 @@ pub fn candidates(
         None if ans_measured => None,
         None => reading(answer.cfg),
     };
-
     let ln_ans = ans_read.map_or_else(|| answer.gain.max(f64::MIN_POSITIVE).ln(), |r| r.gain);
     let ln_ans = if nccl_here.is_some() {
         ln_ans.max(0.0)
