@@ -73,8 +73,7 @@ pub struct TraceChanges {
     /// Points of counts the sweep skipped where jobs that let NCCL choose
     /// saw it run one setting, at a count where they also measured a point:
     /// forcing that setting there runs what NCCL runs, so it is no
-    /// candidate, and a force of it no check
-    /// ([`crate::features::Grid::nccl_runs`]).
+    /// candidate there ([`crate::features::Grid::nccl_runs`]).
     pub nccl_runs_marked: usize,
     /// Points the sweep did not measure (another node count or size).
     pub added: usize,

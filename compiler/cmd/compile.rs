@@ -376,7 +376,7 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
     if t.nccl_runs_marked > 0 {
         writeln!(
             w,
-            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: jobs neither try it there nor check a force of it against NCCL's choice (forcing it runs the same)",
+            "  {} point(s) at node counts the sweep skipped show the one setting NCCL runs there on its own: the exploration plan does not try it there (forcing it runs the same)",
             t.nccl_runs_marked
         )?;
     }
