@@ -120,42 +120,19 @@ pub fn candidates(
     let nccl_runs = |c: usize| site.traced.is_some_and(|ni| grid.runs_as_nccl(ni, si, c));
     let reading = |c: usize| site.readings.get(c).and_then(Option::as_ref);
     let sd_of = |c: usize| model.sd(si, reading(c)?);
-    // Whether the answer runs what NCCL runs here on its own. A force of
-    // the setting jobs saw NCCL run here is still checked against NCCL's
-    // choice: the check measures nothing where the two run alike, but in
-    // the loop worlds (built from sweeps whose NCCL default is only nearly
-    // the forced setting it is named after) dropping it lost DGX-2V
-    // 1, 2, 4 about 5 points at round 3 over 20 draws (79.6 -> 74.8 %),
-    // and no GPU has yet shown the two alike.
-    let as_nccl = answer.cfg == 0;
     // The answer's own log gain over NCCL's choice and its uncertainty:
     // measured where the count measured it against the default, else the
     // site's reading of it (at a count traces measured, corrected by what
-    // they measured of it at the sizes around). Where jobs saw which
-    // setting NCCL runs here, an answer leaving the call to NCCL is
-    // weighed as the stronger of two views: that setting's reading (the readings are
-    // gains over NCCL's choice at the counts they are read off, where NCCL
-    // may run another), or NCCL's choice here as good as theirs. A reading
-    // of NCCL's own pick below zero is most often the reading's error, and
-    // taking it at its word made every candidate look cheap: DGX-2V
-    // 1, 2, 16's round 2 spent 2.5 % exploring, over the 2 % budget, 6-9 %
-    // at 4 nodes, where NCCL's pick already captured 97 % of the gain.
-    let ans_measured = as_nccl || (measured(answer.cfg) && measured(0));
-    let nccl_here = site
-        .traced
-        .and_then(|ni| grid.nccl_runs(ni, si))
-        .filter(|_| as_nccl);
-    let ans_read = match nccl_here {
-        Some(m) => reading(m),
-        None if ans_measured => None,
-        None => reading(answer.cfg),
-    };
+    // they measured of it at the sizes around). A force of the setting
+    // jobs saw NCCL run here is still checked against NCCL's choice: the
+    // check measures nothing where the two run alike, but in the loop
+    // worlds (built from sweeps whose NCCL default is only nearly the
+    // forced setting it is named after) a replay that dropped it measured
+    // DGX-2V 1, 2, 4 lower at round 3 (79.6 -> 74.8 % over 20 draws, about
+    // the noise of so few), and no GPU has yet shown the two alike.
+    let ans_measured = answer.cfg == 0 || (measured(answer.cfg) && measured(0));
+    let ans_read = reading(answer.cfg).filter(|_| !ans_measured);
     let ln_ans = ans_read.map_or_else(|| answer.gain.max(f64::MIN_POSITIVE).ln(), |r| r.gain);
-    let ln_ans = if nccl_here.is_some() {
-        ln_ans.max(0.0)
-    } else {
-        ln_ans
-    };
     let sd_ans = if ans_measured {
         0.0
     } else {
