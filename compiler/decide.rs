@@ -811,7 +811,7 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecisio
 mod tests {
     use super::*;
     use crate::features::build_grids;
-    use crate::features::tests::{cell, cfg};
+    use crate::features::tests::{cell, cfg, nccl_ran};
     use crate::record::{Algo, Cell, Collective, Proto};
 
     /// Default 10 us + size/10 GB/s; Tree/LL `ratio` times the default below
@@ -992,16 +992,7 @@ mod tests {
             )
         };
         assert_eq!(plan_at_16(&cells), (true, false), "without the mark");
-        let mut ran = cell(
-            Collective::AllReduce,
-            16,
-            8,
-            b,
-            cfg(Algo::Ring, Proto::Simple),
-            0.0,
-        );
-        ran.base = crate::record::TimeBase::NcclRan;
-        cells.push(ran);
+        cells.push(nccl_ran(16, b, cfg(Algo::Ring, Proto::Simple)));
         assert_eq!(plan_at_16(&cells), (false, true), "with it");
     }
 
@@ -1027,16 +1018,7 @@ mod tests {
         let (tree, c, plan) = at_16(&cells);
         assert_eq!((c.cfg, c.why), (tree, Why::Forced), "the sweep's reading");
         assert_eq!(plan.first(), Some(&0), "its check: {plan:?}");
-        let mut ran = cell(
-            Collective::AllReduce,
-            16,
-            8,
-            b,
-            cfg(Algo::Tree, Proto::LL),
-            0.0,
-        );
-        ran.base = crate::record::TimeBase::NcclRan;
-        cells.push(ran);
+        cells.push(nccl_ran(16, b, cfg(Algo::Tree, Proto::LL)));
         let (tree, c, plan) = at_16(&cells);
         assert_eq!((c.cfg, c.why), (tree, Why::Forced), "the force stays");
         assert_eq!(plan.first(), Some(&0), "its check: {plan:?}");

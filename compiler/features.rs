@@ -348,6 +348,14 @@ pub(crate) mod tests {
         }
     }
 
+    /// A mark that jobs saw NCCL run `cfg` on its own at (nodes, bytes)
+    /// (AllReduce, 8 ranks per node).
+    pub fn nccl_ran(nodes: u32, bytes: u64, cfg: Config) -> Cell {
+        let mut x = cell(Collective::AllReduce, nodes, 8, bytes, cfg, 0.0);
+        x.base = crate::record::TimeBase::NcclRan;
+        x
+    }
+
     pub fn cfg(a: Algo, p: Proto) -> Config {
         Config {
             algo: Some(a),
@@ -406,22 +414,17 @@ pub(crate) mod tests {
             x.base = TimeBase::Trace { sd_ln: 0.02 };
             x
         };
-        let mark = |n: u32, bytes: u64, c: Config| {
-            let mut x = cell(Collective::AllReduce, n, 8, bytes, c, 0.0);
-            x.base = TimeBase::NcclRan;
-            x
-        };
         let ring = cfg(Algo::Ring, Proto::Simple);
         let cells = vec![
             cell(Collective::AllReduce, 2, 8, 1024, Config::DEFAULT, 12.0),
             cell(Collective::AllReduce, 2, 8, 1024, tree, 10.0),
             traced(4, Config::DEFAULT, 12.0),
             traced(4, tree, 11.0),
-            mark(4, 1024, tree),
-            mark(2, 1024, tree),
-            mark(8, 1024, tree),
-            mark(4, 2048, tree),
-            mark(4, 1024, ring),
+            nccl_ran(4, 1024, tree),
+            nccl_ran(2, 1024, tree),
+            nccl_ran(8, 1024, tree),
+            nccl_ran(4, 2048, tree),
+            nccl_ran(4, 1024, ring),
         ];
         let (grids, _) = build_grids(&cells);
         let g = &grids[0];
@@ -462,7 +465,7 @@ pub(crate) mod tests {
                 .map(|&c| cell(Collective::AllReduce, 2, 8, 1024, c, 10.0))
                 .collect();
             cells.push(at(Config::DEFAULT, 10.0, TimeBase::Trace { sd_ln: 0.02 }));
-            cells.push(at(marked, 0.0, TimeBase::NcclRan));
+            cells.push(nccl_ran(4, 1024, marked));
             let (grids, _) = build_grids(&cells);
             let g = &grids[0];
             configs

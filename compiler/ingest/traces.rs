@@ -1388,15 +1388,19 @@ fn nccl_ran(
     if sweep.measured_count(key) || (version != 0 && sweep.nccl_version > version) {
         return None;
     }
-    let ran = || {
-        parts
-            .iter()
-            .flat_map(|p| p.at.nccl_settings.iter())
-            .filter(|(_, n)| **n > 0)
-    };
-    let first = *ran().next()?.0;
-    let calls: u64 = ran().map(|(_, n)| *n).sum();
-    if ran().any(|(s, _)| *s != first) || calls < rule::MIN_CALLS {
+    let mut ran = parts
+        .iter()
+        .flat_map(|p| p.at.nccl_settings.iter())
+        .filter(|(_, n)| **n > 0);
+    let (&first, &n) = ran.next()?;
+    let mut calls = n;
+    for (&s, &n) in ran {
+        if s != first {
+            return None;
+        }
+        calls = calls.saturating_add(n);
+    }
+    if calls < rule::MIN_CALLS {
         return None;
     }
     let config = sweep.config_of(key.coll, ppn, first);
