@@ -5,7 +5,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions loop-draws
+.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions loop-draws gpu-bundle
 STRIP ?= strip
 # The library `make install` copies (override with the portable build's).
 PLUGIN_SO ?= $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
@@ -98,6 +98,13 @@ bench:
 # Instructions per getCollInfo call (callgrind; deterministic).
 instructions:
 	runtime/benches/instructions.sh
+
+# The wheel a user's `pip install .` builds, into .gpu/, for the check on a
+# real GPU and NCCL: tests/gpu/check.sh .gpu OUT, run where PyTorch and a GPU
+# are (README "On a GPU").
+gpu-bundle:
+	rm -rf .gpu
+	python3 -m pip wheel -q --no-deps -w .gpu .
 
 # The learning loop averaged over draws (README's loop table; minutes).
 # DYNCC_LOOP_DRAWS=N sets the draws per split (default 10).

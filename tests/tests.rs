@@ -6,6 +6,7 @@ mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
 mod compile; // compile and eval end to end on the shipped datasets
 mod explore_c; // DYNCC_EXPLORE through the built plugin: ranks agree, share, bounds
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
+mod gpu_check; // tests/gpu/ (run on a GPU by hand): shellcheck, Python parses, usage
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
 mod ingest; // every real log format, golden row counts
 mod ingest_cli; // `dyncc inspect` as users run it
