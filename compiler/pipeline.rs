@@ -82,6 +82,31 @@ pub fn compile_dataset(ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Com
     with_jobs(opts.jobs, || compile_in_pool(ds, opts))?
 }
 
+/// The NCCL version a sweep measured with: its newest run's (0: no run
+/// says).
+pub fn sweep_nccl_version(f: &Folded) -> u32 {
+    f.groups
+        .iter()
+        .filter_map(|g| g.key.run.nccl_version)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Jobs' traces read as measurements against a sweep's cells (measured
+/// with NCCL `sweep_nccl`): the cells they add, points of their own, and
+/// what the report says of them. One reading for `compile` and `query
+/// --data`, so both judge the same evidence by the same bar.
+pub fn trace_cells(
+    sweep: &[Cell],
+    sweep_nccl: u32,
+    traces: &[ingest::traces::TraceFile],
+    decide: &DecideOptions,
+) -> (Vec<Cell>, ingest::traces::TraceNotes) {
+    let view = ingest::traces::SweepView::of_cells(sweep, sweep_nccl);
+    let bar = ingest::traces::Bar::new(decide.margin, decide.z);
+    ingest::traces::cells(traces, &view, bar)
+}
+
 /// [`compile_dataset`] on the pool the caller runs in (cross-validation
 /// compiles its folds on one pool).
 pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow::Result<Compiled> {
@@ -114,15 +139,8 @@ pub(crate) fn compile_in_pool(mut ds: Dataset, opts: &CompileOptions) -> anyhow:
     let mut cells = f.cells();
     // Jobs' traces join as points of their own (`ingest::traces`).
     let traced = (!ds.traces.is_empty()).then(|| {
-        let newest = f
-            .groups
-            .iter()
-            .filter_map(|g| g.key.run.nccl_version)
-            .max()
-            .unwrap_or(0);
-        let view = ingest::traces::SweepView::of_cells(&cells, newest);
-        let bar = ingest::traces::Bar::new(opts.decide.margin, opts.decide.z);
-        let (more, mut notes) = ingest::traces::cells(&ds.traces, &view, bar);
+        let (more, mut notes) =
+            trace_cells(&cells, sweep_nccl_version(&f), &ds.traces, &opts.decide);
         cells.extend(more);
         notes.read.provenance = provenance;
         notes

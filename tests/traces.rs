@@ -1421,3 +1421,148 @@ fn inspect_shows_calls_answered_beside_collectives_recorded() {
         "{human}"
     );
 }
+
+/// `dyncc query TABLE ... --data SWEEP TRACES --json`.
+fn query_traced(
+    table: &Path,
+    sweep: &Path,
+    traces: &Path,
+    nodes: u32,
+    bytes: u64,
+) -> serde_json::Value {
+    let o = dyncc()
+        .arg("query")
+        .arg(table)
+        .args(["--coll", "allreduce", "--bytes", &bytes.to_string()])
+        .args([
+            "--nodes",
+            &nodes.to_string(),
+            "--ranks",
+            &(nodes * 8).to_string(),
+        ])
+        .arg("--data")
+        .arg(sweep)
+        .arg(traces)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `query --data` with trace directories shows what the jobs measured at
+/// the call: the setting that decides the point and its evidence, a
+/// setting short of the evidence rule and why it decides nothing, and
+/// where jobs only let NCCL choose at a count the sweep skipped, what
+/// NCCL runs there. Before, trace files in --data were passed over in
+/// silence (the sweep reader skips them).
+#[test]
+fn query_shows_what_jobs_measured_near_a_call() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    const RING_LL128: (Algo, Proto) = (Algo::Ring, Proto::LL128);
+    // 4 nodes: Tree/Simple explored and faster at 1 MiB; one explored
+    // call at 2 MiB (too little); NCCL alone at 4 MiB.
+    write_trace(
+        &traces.join("job1"),
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+            rec(0, 2 << 20, RING_LL128, Source::Nccl, 499, 2000.0),
+            rec(0, 2 << 20, TREE_SIMPLE, Source::Explore, 1, 1500.0),
+            rec(0, 4 << 20, RING_LL128, Source::Nccl, 500, 4000.0),
+        ],
+    );
+    let table = d.path().join("t.tbl");
+    compile_json(&[&s, &traces], &table);
+
+    let v = query_traced(&table, &s, &traces, 4, 1 << 20);
+    let t = &v["traced"];
+    assert_eq!(t["nodes"], 4, "{t}");
+    assert_eq!(t["exact_shape"], true, "{t}");
+    let at = &t["sizes"][0];
+    assert_eq!(at["bytes"], 1 << 20, "{t}");
+    let won = &at["point"]["settings"][0];
+    assert_eq!(won["config"], "tree/simple", "{t}");
+    assert_eq!(won["verdict"], "wins", "{t}");
+    assert!(
+        (won["gain"].as_f64().unwrap() - 1000.0 / 750.0).abs() < 0.01,
+        "{t}"
+    );
+
+    let v = query_traced(&table, &s, &traces, 4, 2 << 20);
+    let at = &v["traced"]["sizes"][0];
+    assert_eq!(at["bytes"], 2 << 20, "{v}");
+    assert_eq!(at["findings"][0]["config"], "tree/simple", "{v}");
+    assert_eq!(at["findings"][0]["verdict"], "too_little", "{v}");
+    assert!(at["point"].is_null(), "{v}");
+
+    let v = query_traced(&table, &s, &traces, 4, 4 << 20);
+    let at = &v["traced"]["sizes"][0];
+    assert_eq!(at["nccl_runs"], "ring/ll128", "{v}");
+
+    // The text names the same, and a shape the jobs never ran is said to
+    // be the nearest.
+    let o = dyncc()
+        .arg("query")
+        .arg(&table)
+        .args([
+            "--coll",
+            "allreduce",
+            "--bytes",
+            "1MiB",
+            "--nodes",
+            "2",
+            "--ranks",
+            "16",
+        ])
+        .arg("--data")
+        .arg(&s)
+        .arg(&traces)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("jobs' measurements"), "{text}");
+    assert!(
+        text.contains("nearest at 4 nodes, 32 ranks (no trace of this exact shape)"),
+        "{text}"
+    );
+    assert!(text.contains("tree/simple +33.3 %"), "{text}");
+    assert!(text.contains(": wins"), "{text}");
+}
+
+#[test]
+fn query_with_only_traces_as_data_says_to_give_the_sweep() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let table = d.path().join("t.tbl");
+    compile_json(&[&s], &table);
+    let traces = d.path().join("traces");
+    nccl_only_trace(&traces);
+    let o = dyncc()
+        .arg("query")
+        .arg(&table)
+        .args([
+            "--coll",
+            "allreduce",
+            "--bytes",
+            "1MiB",
+            "--nodes",
+            "4",
+            "--ranks",
+            "32",
+        ])
+        .arg("--data")
+        .arg(&traces)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--data holds only trace files (1)"), "{err}");
+    assert!(err.contains("--data SWEEP_DIR TRACE_DIR"), "{err}");
+}

@@ -9,7 +9,7 @@
 //! gains ([`evidence`]), JSON ([`json`]) and colours ([`colour`]); a summary
 //! tree is checked against the plugin once ([`agreement`]); the exploration
 //! plan and the chance a job tries each candidate, by the runtime's rule
-//! ([`explore`]).
+//! ([`explore`]); what jobs' traces measured near a call ([`traced`]).
 
 pub mod agreement;
 pub mod colour;
@@ -20,6 +20,7 @@ pub mod json;
 pub mod names;
 pub mod plane;
 pub mod text;
+pub mod traced;
 
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -3,7 +3,8 @@
 //! plugin's own path), with the context and rule that produced it, the
 //! path through the collective's explain tree, what a job exploring may
 //! try on it (the table's exploration plan, format 1.1) and, given the
-//! sweep data, the measured cells nearest to the call.
+//! sweep data, the measured cells nearest to the call (and given jobs'
+//! traces, what they measured near it: [`crate::audit::traced`]).
 
 use std::path::PathBuf;
 
@@ -18,6 +19,7 @@ use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, RuleJson};
 use crate::audit::names::{algo_name, channels, feature_label, parse_coll, proto_name};
 use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then};
+use crate::audit::traced::{self, Traced, TracedEvidence};
 use crate::ingest::args::IngestArgs;
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
@@ -32,12 +34,17 @@ use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
 /// may try on this call instead (the table's exploration plan: each
 /// candidate, its predicted gain over the table's answer and cost, and the
 /// share of communicators that try it), and with --data the measured
-/// cells nearest to the call and their times.
+/// cells nearest to the call and their times; trace directories
+/// (DYNCC_TRACE) given beside the sweep add what jobs measured near the
+/// call, judged as `dyncc compile` judges it: the setting that decides,
+/// any short of the evidence rule and why, and what NCCL runs on its own
+/// at a count the sweep skipped.
 ///
 /// Examples:
 ///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 16 --ranks 128
 ///   dyncc query cluster.tbl --coll all_gather --bytes 64K --nodes 2 --ranks 16 --data sweeps/
 ///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 3 --ranks 24 --explore 0.05
+///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 3 --ranks 24 --data sweeps/ traces/
 ///   dyncc query cluster.tbl --batch calls.csv  # coll,bytes,nodes,ranks[,pipe_ops,reg_buff]
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -64,7 +71,10 @@ pub struct QueryArgs {
     /// force for one value only is left to NCCL.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub reg_buff: i32,
-    /// Sweep files or directories to show the nearest measured cells from.
+    /// Sweep files or directories to show the nearest measured cells from,
+    /// and jobs' trace files or directories (DYNCC_TRACE) to show what jobs
+    /// measured near the call, read against the sweep as `dyncc compile`
+    /// reads them.
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
     /// How to read and label the --data inputs, as for `dyncc compile`
@@ -190,6 +200,9 @@ pub struct Answer {
     pub explore: CallPlan,
     /// Nearest measured cells (only with --data).
     pub evidence: Option<Evidence>,
+    /// Jobs' measurements near the call (only with trace files or
+    /// directories in --data).
+    pub traced: Option<TracedEvidence>,
 }
 
 /// The summary trees' audits ([`audit_tree`]), each computed once for a
@@ -394,6 +407,7 @@ pub fn answer_with(
             share,
         ),
         evidence: None,
+        traced: None,
     })
 }
 
@@ -670,7 +684,18 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     let share = explore::check_share(a.explore)?;
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
-    let data = if a.data.is_empty() {
+    // Jobs' trace files are read apart, against the sweep, as compile
+    // reads them.
+    let mut sweeps = a.data.clone();
+    let trace_files = crate::ingest::traces::split(&mut sweeps);
+    if !trace_files.is_empty() && sweeps.is_empty() {
+        bail!(
+            "--data holds only trace files ({}); jobs' measurements are read against the sweep \
+             the table was compiled from: give it too, e.g. `--data SWEEP_DIR TRACE_DIR`",
+            trace_files.len()
+        );
+    }
+    let data = if sweeps.is_empty() {
         None
     } else {
         // The one read of a sweep (folded), always lenient here.
@@ -678,14 +703,36 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             lenient: true,
             ..a.ingest.clone()
         };
-        let mut ds = read.read_sweep(&a.data, false).context("reading --data")?;
+        let mut ds = read.read_sweep(&sweeps, false).context("reading --data")?;
         let mut trusted = ds.take_folded();
         trusted.retain(|g| g.key.flags == 0);
-        Some((trusted.cells(), ds.skipped.len()))
+        Some((trusted, ds.skipped.len()))
     };
+    let traced = match &data {
+        Some((sweep, _)) if !trace_files.is_empty() => {
+            let (files, skipped) = crate::ingest::traces::read(&trace_files, true)?;
+            let (cells, notes) = crate::pipeline::trace_cells(
+                &sweep.cells(),
+                crate::pipeline::sweep_nccl_version(sweep),
+                &files,
+                &crate::decide::DecideOptions::default(),
+            );
+            Some(Traced::new(cells, notes, skipped.len()))
+        }
+        _ => None,
+    };
+    let data = data.map(|(sweep, skipped)| (sweep.cells(), skipped));
     let with_evidence = |mut ans: Answer, call: &Call, d: Decision| {
         if let Some((cells, skipped)) = &data {
             ans.evidence = evidence(cells, call, d, *skipped);
+        }
+        if let Some(t) = &traced {
+            ans.traced = t.near(
+                Collective::from_coll(call.coll),
+                call.bytes,
+                call.nodes,
+                call.ranks,
+            );
         }
         ans
     };
@@ -726,6 +773,9 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         println!("{}", serde_json::to_string_pretty(&ans)?);
     } else {
         print_answer(&ans, data.is_some());
+        if traced.is_some() {
+            println!("{}", traced::text(ans.traced.as_ref(), ans.collective));
+        }
     }
     Ok(0)
 }

@@ -1,0 +1,248 @@
+//! What jobs measured near one call, for `dyncc query --data SWEEP TRACES`:
+//! the points compile reads from the same traces (through the pipeline's
+//! one reading, [`crate::pipeline::trace_cells`]), at the traced
+//! communicator shape nearest the call and the traced sizes around it. A
+//! decision at a count jobs ran rests on these; a setting short of the
+//! evidence rule is shown with why it decides nothing.
+
+use serde::Serialize;
+
+use crate::ingest::traces::{Finding, TraceNotes, TracedGain, TracedPoint, Verdict};
+use crate::record::{Cell, Collective, TimeBase};
+use crate::units::fmt_bytes;
+
+/// Jobs' measurements at one size of the traced shape nearest a call.
+#[derive(Clone, Debug, Serialize)]
+pub struct TracedSize {
+    pub bytes: u64,
+    /// The setting jobs that let NCCL choose saw it run here, at a count
+    /// the sweep skipped (forcing it runs the same, so the plan does not
+    /// list it).
+    pub nccl_runs: Option<String>,
+    /// Where a setting met the evidence rule: NCCL's choice, what the
+    /// jobs' table did and each setting's gain over NCCL's choice.
+    pub point: Option<TracedPoint>,
+    /// Settings measured here whose evidence decides nothing (too few
+    /// calls or communicators, or within the noise), or where jobs and the
+    /// sweep disagree.
+    pub findings: Vec<Finding>,
+}
+
+/// Jobs' measurements near a call.
+#[derive(Clone, Debug, Serialize)]
+pub struct TracedEvidence {
+    pub nodes: u32,
+    pub ranks: u32,
+    /// Whether jobs measured this exact communicator shape.
+    pub exact_shape: bool,
+    pub sizes: Vec<TracedSize>,
+    /// Trace files that could not be read (skipped).
+    pub skipped: usize,
+}
+
+/// What traces say, kept for a run of calls: the points, the findings and
+/// the marks of what NCCL runs at counts the sweep skipped.
+pub struct Traced {
+    notes: TraceNotes,
+    marks: Vec<Cell>,
+    skipped: usize,
+}
+
+/// Where one thing jobs said sits: collective, shape and size.
+#[derive(Clone, Copy, PartialEq)]
+struct At {
+    coll: &'static str,
+    nodes: u32,
+    ranks: u32,
+    bytes: u64,
+}
+
+impl At {
+    fn point(p: &TracedPoint) -> At {
+        At {
+            coll: p.collective,
+            nodes: p.nodes,
+            ranks: p.ranks,
+            bytes: p.bytes,
+        }
+    }
+
+    fn finding(f: &Finding) -> At {
+        At {
+            coll: f.collective,
+            nodes: f.nodes,
+            ranks: f.ranks,
+            bytes: f.bytes,
+        }
+    }
+
+    fn mark(c: &Cell) -> At {
+        At {
+            coll: c.key.collective.name(),
+            nodes: c.key.nnodes,
+            ranks: c.key.nranks,
+            bytes: c.key.nbytes,
+        }
+    }
+}
+
+impl Traced {
+    /// From what [`crate::pipeline::trace_cells`] returned (`cells` may
+    /// hold every traced cell: only the marks are kept) and the number of
+    /// trace files skipped.
+    pub fn new(cells: Vec<Cell>, notes: TraceNotes, skipped: usize) -> Traced {
+        let marks = cells
+            .into_iter()
+            .filter(|c| c.base == TimeBase::NcclRan)
+            .collect();
+        Traced {
+            notes,
+            marks,
+            skipped,
+        }
+    }
+
+    fn findings(&self) -> impl Iterator<Item = &Finding> {
+        let r = &self.notes.read;
+        r.short_of_evidence.iter().chain(&r.disagree_with_sweep)
+    }
+
+    fn places(&self) -> impl Iterator<Item = At> + '_ {
+        let points = self.notes.points.iter().map(At::point);
+        let findings = self.findings().map(At::finding);
+        let marks = self.marks.iter().map(At::mark);
+        points.chain(findings).chain(marks)
+    }
+
+    /// Jobs' measurements at the traced shape nearest (log distance in
+    /// nodes and ranks per node, as the sweep's evidence is found) to a
+    /// call of `coll` at `bytes` on `nodes` and `ranks`, at the traced
+    /// sizes nearest below and above it; None where no trace measured
+    /// this collective.
+    pub fn near(
+        &self,
+        coll: Collective,
+        bytes: u64,
+        nodes: u64,
+        ranks: u64,
+    ) -> Option<TracedEvidence> {
+        let coll = coll.name();
+        let lg = |v: f64| v.max(1.0).log2();
+        let ppn = ranks as f64 / nodes.max(1) as f64;
+        let dist = |a: &At| {
+            let appn = a.ranks as f64 / a.nodes.max(1) as f64;
+            (lg(a.nodes as f64) - lg(nodes as f64)).abs() + (lg(appn) - lg(ppn)).abs()
+        };
+        let best = self
+            .places()
+            .filter(|a| a.coll == coll)
+            .min_by(|a, b| dist(a).total_cmp(&dist(b)))?;
+        let mut sizes: Vec<u64> = self
+            .places()
+            .filter(|a| a.coll == coll && a.nodes == best.nodes && a.ranks == best.ranks)
+            .map(|a| a.bytes)
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let below = sizes.iter().rev().find(|s| **s <= bytes).copied();
+        let above = sizes.iter().find(|s| **s >= bytes).copied();
+        let mut pick: Vec<u64> = below.into_iter().chain(above).collect();
+        pick.dedup();
+        let here = |b: u64| At { bytes: b, ..best };
+        let sizes = pick
+            .into_iter()
+            .map(|b| TracedSize {
+                bytes: b,
+                nccl_runs: (self.marks.iter())
+                    .find(|c| At::mark(c) == here(b))
+                    .map(|c| c.key.config.to_string()),
+                point: (self.notes.points.iter())
+                    .find(|p| At::point(p) == here(b))
+                    .cloned(),
+                findings: self
+                    .findings()
+                    .filter(|f| At::finding(f) == here(b))
+                    .cloned()
+                    .collect(),
+            })
+            .collect();
+        Some(TracedEvidence {
+            nodes: best.nodes,
+            ranks: best.ranks,
+            exact_shape: best.nodes as u64 == nodes && best.ranks as u64 == ranks,
+            sizes,
+            skipped: self.skipped,
+        })
+    }
+}
+
+fn verdict_text(v: Verdict) -> &'static str {
+    match v {
+        Verdict::TooLittle => "too few calls or communicators: decides nothing",
+        Verdict::Unclear => "within the noise: decides nothing",
+        Verdict::Wins => "wins",
+        Verdict::Short => "short of the margin",
+        Verdict::Loses => "loses",
+    }
+}
+
+fn gain_line(g: &TracedGain) -> String {
+    format!("{}: {}", g.describe(), verdict_text(g.verdict))
+}
+
+/// The text `dyncc query` prints for jobs' measurements near a call.
+pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
+    let Some(e) = e else {
+        return format!("jobs' measurements: the traces hold no {collective} measurements");
+    };
+    let mut out = format!(
+        "jobs' measurements (traces, read as `dyncc compile` reads them at its default --margin and \
+         --noise-z): {}at {} node{}, {} ranks{}:",
+        if e.exact_shape { "" } else { "nearest " },
+        e.nodes,
+        if e.nodes == 1 { "" } else { "s" },
+        e.ranks,
+        if e.exact_shape { "" } else { " (no trace of this exact shape)" }
+    );
+    for s in &e.sizes {
+        out.push_str(&format!("\n  {}:", fmt_bytes(s.bytes)));
+        if let Some(m) = &s.nccl_runs {
+            out.push_str(&format!(
+                "\n    NCCL runs {m} here on its own (jobs that let it choose): the plan does not try it here"
+            ));
+        }
+        if let Some(p) = &s.point {
+            out.push_str(&format!(
+                "\n    NCCL's choice {}; the jobs' table ran {}{}",
+                p.nccl_choice.as_deref().unwrap_or("(not seen)"),
+                p.deployed_name,
+                if p.replaced_sweep {
+                    "; the jobs decide this point, not the sweep"
+                } else {
+                    ""
+                }
+            ));
+            for g in &p.settings {
+                out.push_str(&format!("\n    {}", gain_line(g)));
+            }
+        }
+        for f in &s.findings {
+            out.push_str(&format!(
+                "\n    {} {:+.1} %{}: {}; the {} decide{}",
+                f.config,
+                (f.gain - 1.0) * 100.0,
+                crate::ingest::traces::counts(&f.evidence),
+                verdict_text(f.verdict),
+                f.decides,
+                if f.decides == "jobs" { "" } else { "s" }
+            ));
+        }
+    }
+    if e.skipped > 0 {
+        out.push_str(&format!(
+            "\n  ({} trace files could not be read and were skipped)",
+            e.skipped
+        ));
+    }
+    out
+}
