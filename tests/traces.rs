@@ -1566,3 +1566,36 @@ fn query_with_only_traces_as_data_says_to_give_the_sweep() {
     assert!(err.contains("--data holds only trace files (1)"), "{err}");
     assert!(err.contains("--data SWEEP_DIR TRACE_DIR"), "{err}");
 }
+
+/// Traces given to `eval` as measurements (not with --traces) were passed
+/// over by the sweep reader, and the score printed as if they counted:
+/// now refused, naming the file and the command that scores on traces.
+#[test]
+fn eval_with_traces_among_the_sweeps_says_to_use_traces() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let table = d.path().join("t.tbl");
+    compile_json(&[&s], &table);
+    let traces = d.path().join("traces");
+    nccl_only_trace(&traces);
+    for args in [
+        vec![table.as_os_str(), s.as_os_str(), traces.as_os_str()],
+        vec![
+            "--cv".as_ref(),
+            "upward".as_ref(),
+            s.as_os_str(),
+            traces.as_os_str(),
+        ],
+    ] {
+        let o = dyncc().arg("eval").args(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("1 trace file(s) among the measurements"),
+            "{err}"
+        );
+        assert!(err.contains("a.trace"), "{err}");
+        assert!(err.contains("dyncc eval TABLE --traces DIR"), "{err}");
+        assert!(o.stdout.is_empty(), "nothing scored");
+    }
+}

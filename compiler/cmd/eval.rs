@@ -105,6 +105,20 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
     if !a.traces.is_empty() {
         return run_traces(&a);
     }
+    // Sweeps and traces are scored apart: a trace among the measurements
+    // would be passed over by the sweep reader, and the score read as if
+    // it counted.
+    let traces = crate::ingest::traces::split(&mut a.paths.clone());
+    if let Some(first) = traces.first() {
+        bail!(
+            "{} trace file(s) among the measurements ({}{}): `dyncc eval` scores a table on \
+             sweeps; score it on jobs' traces with `dyncc eval TABLE --traces DIR`, and give \
+             traces to `dyncc compile SWEEP DIR` to learn from them",
+            traces.len(),
+            first.display(),
+            if traces.len() > 1 { ", ..." } else { "" }
+        );
+    }
     let scenarios: Vec<Scenario> = if let Some(cv) = &a.cv {
         let modes: Vec<CvMode> = match cv.as_str() {
             "nodes" => vec![CvMode::Nodes],
