@@ -4,7 +4,7 @@
 //! states exactly what the jobs measured; tests/world_c.rs runs the whole
 //! loop through the built plugin.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
 use dyncc_tables::{Algo, Coll, Proto};
@@ -1422,6 +1422,28 @@ fn inspect_shows_calls_answered_beside_collectives_recorded() {
     );
 }
 
+/// `dyncc query TABLE` of AllReduce at `bytes` on `nodes` x 8 ranks,
+/// `--data DATA...`, and `extra`.
+fn query_data(
+    table: &Path,
+    bytes: &str,
+    nodes: u32,
+    data: &[&Path],
+    extra: &[&str],
+) -> std::process::Output {
+    dyncc()
+        .arg("query")
+        .arg(table)
+        .args(["--coll", "allreduce", "--bytes", bytes])
+        .args(["--nodes", &nodes.to_string()])
+        .args(["--ranks", &(nodes * 8).to_string()])
+        .arg("--data")
+        .args(data)
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 /// `dyncc query TABLE ... --data SWEEP TRACES --json`.
 fn query_traced(
     table: &Path,
@@ -1430,22 +1452,13 @@ fn query_traced(
     nodes: u32,
     bytes: u64,
 ) -> serde_json::Value {
-    let o = dyncc()
-        .arg("query")
-        .arg(table)
-        .args(["--coll", "allreduce", "--bytes", &bytes.to_string()])
-        .args([
-            "--nodes",
-            &nodes.to_string(),
-            "--ranks",
-            &(nodes * 8).to_string(),
-        ])
-        .arg("--data")
-        .arg(sweep)
-        .arg(traces)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let o = query_data(
+        table,
+        &bytes.to_string(),
+        nodes,
+        &[sweep, traces],
+        &["--json"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -1507,24 +1520,7 @@ fn query_shows_what_jobs_measured_near_a_call() {
 
     // The text names the same, and a shape the jobs never ran is said to
     // be the nearest.
-    let o = dyncc()
-        .arg("query")
-        .arg(&table)
-        .args([
-            "--coll",
-            "allreduce",
-            "--bytes",
-            "1MiB",
-            "--nodes",
-            "2",
-            "--ranks",
-            "16",
-        ])
-        .arg("--data")
-        .arg(&s)
-        .arg(&traces)
-        .output()
-        .unwrap();
+    let o = query_data(&table, "1MiB", 2, &[&s, &traces], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("jobs' measurements"), "{text}");
@@ -1536,31 +1532,22 @@ fn query_shows_what_jobs_measured_near_a_call() {
     assert!(text.contains(": wins"), "{text}");
 }
 
+/// In `dir`: a sweep of 1, 2 and 8 nodes, its table and a trace
+/// directory of one job at 4 nodes ([`nccl_only_trace`]).
+fn table_and_nccl_only_traces(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let s = sweep(dir, &[1, 2, 8], |_, _| 1.2);
+    let table = dir.join("t.tbl");
+    compile_json(&[&s], &table);
+    let traces = dir.join("traces");
+    nccl_only_trace(&traces);
+    (s, table, traces)
+}
+
 #[test]
 fn query_with_only_traces_as_data_says_to_give_the_sweep() {
     let d = tempfile::tempdir().unwrap();
-    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
-    let table = d.path().join("t.tbl");
-    compile_json(&[&s], &table);
-    let traces = d.path().join("traces");
-    nccl_only_trace(&traces);
-    let o = dyncc()
-        .arg("query")
-        .arg(&table)
-        .args([
-            "--coll",
-            "allreduce",
-            "--bytes",
-            "1MiB",
-            "--nodes",
-            "4",
-            "--ranks",
-            "32",
-        ])
-        .arg("--data")
-        .arg(&traces)
-        .output()
-        .unwrap();
+    let (s, table, traces) = table_and_nccl_only_traces(d.path());
+    let o = query_data(&table, "1MiB", 4, &[&traces], &[]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--data holds only trace files (1)"), "{err}");
@@ -1573,11 +1560,7 @@ fn query_with_only_traces_as_data_says_to_give_the_sweep() {
 #[test]
 fn eval_with_traces_among_the_sweeps_says_to_use_traces() {
     let d = tempfile::tempdir().unwrap();
-    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
-    let table = d.path().join("t.tbl");
-    compile_json(&[&s], &table);
-    let traces = d.path().join("traces");
-    nccl_only_trace(&traces);
+    let (s, table, traces) = table_and_nccl_only_traces(d.path());
     for args in [
         vec![table.as_os_str(), s.as_os_str(), traces.as_os_str()],
         vec![
