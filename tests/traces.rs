@@ -1546,7 +1546,7 @@ fn table_and_nccl_only_traces(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 fn query_with_only_traces_as_data_says_to_give_the_sweep() {
     let d = tempfile::tempdir().unwrap();
-    let (s, table, traces) = table_and_nccl_only_traces(d.path());
+    let (_, table, traces) = table_and_nccl_only_traces(d.path());
     let o = query_data(&table, "1MiB", 4, &[&traces], &[]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
