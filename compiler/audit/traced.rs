@@ -176,13 +176,11 @@ impl Traced {
     }
 }
 
-fn verdict_text(v: Verdict) -> &'static str {
-    match v {
-        Verdict::TooLittle => "too few calls or communicators: decides nothing",
-        Verdict::Unclear => "within the noise: decides nothing",
-        Verdict::Wins => "wins",
-        Verdict::Short => "short of the margin",
-        Verdict::Loses => "loses",
+fn verdict_text(v: Verdict) -> String {
+    if v.decides() {
+        v.describe().to_string()
+    } else {
+        format!("{}: decides nothing", v.describe())
     }
 }
 

@@ -10,7 +10,7 @@ use super::evidence::{evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 use super::files::TraceFile;
 use super::notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 use super::points::{PointKey, SweepView};
-use super::shapes::{AtShape, Readings, Setting, Side};
+use super::shapes::{most_run, AtShape, Readings, Setting, Side};
 use crate::record::{Cell, Config, Source, TimeBase};
 
 /// The cells traces contribute, and what the report says of them; `bar` is
@@ -417,10 +417,7 @@ fn point_cells(
             verdict: judge(e, bar),
         });
     }
-    let nccl_choice = nccl_settings
-        .iter()
-        .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
-        .map(|(s, _)| s.name());
+    let nccl_choice = most_run(&nccl_settings).map(|s| s.name());
     let point = TracedPoint {
         collective: key.coll.name(),
         nodes: key.nodes,

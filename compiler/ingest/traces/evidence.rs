@@ -83,6 +83,17 @@ impl Verdict {
     pub fn decides(self) -> bool {
         matches!(self, Verdict::Wins | Verdict::Short | Verdict::Loses)
     }
+
+    /// The verdict in words, as the report and `query` print it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Verdict::TooLittle => "too few calls or communicators",
+            Verdict::Unclear => "within the noise",
+            Verdict::Wins => "wins",
+            Verdict::Short => "short of the margin",
+            Verdict::Loses => "loses",
+        }
+    }
 }
 
 /// The bar a comparison is judged against: the margin (ln) and `z`.

@@ -112,13 +112,7 @@ impl Finding {
             self.config,
             (self.gain - 1.0) * 100.0,
             counts(&self.evidence),
-            match self.verdict {
-                Verdict::TooLittle => "too few calls or communicators",
-                Verdict::Unclear => "within the noise",
-                Verdict::Wins => "wins",
-                Verdict::Short => "short of the margin",
-                Verdict::Loses => "loses",
-            },
+            self.verdict.describe(),
             self.decides,
             if self.decides == "jobs" { "" } else { "s" }
         )

@@ -116,13 +116,19 @@ pub struct AtShape {
     pub unknown: u64,
 }
 
+/// The setting run most often (ties: the first in order, so every reading
+/// names the same one).
+pub(super) fn most_run(settings: &BTreeMap<Setting, u64>) -> Option<Setting> {
+    settings
+        .iter()
+        .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
+        .map(|(s, _)| *s)
+}
+
 impl AtShape {
     /// What NCCL ran on its own most often.
     pub fn nccl_choice(&self) -> Option<Setting> {
-        self.nccl_settings
-            .iter()
-            .max_by_key(|(s, n)| (**n, std::cmp::Reverse(**s)))
-            .map(|(s, _)| *s)
+        most_run(&self.nccl_settings)
     }
 
     /// Adds another recording's measurements at the same shape.
@@ -154,8 +160,8 @@ pub struct ShapeFacts {
 /// [`ShapeFacts`] per shape.
 pub type Facts = BTreeMap<Shape, ShapeFacts>;
 
-/// The shape a record of `file` measured, when `keep` admits its
-/// communicator.
+/// The shape a record of `file` measured (None: a record of a communicator
+/// the file does not hold).
 fn shape_of(file: &TraceFile, r: &TraceRecord) -> Option<Shape> {
     let c = file.comms.get(r.comm as usize)?;
     Some(Shape {
