@@ -7,26 +7,27 @@ use serde::Serialize;
 
 use super::shapes::Side;
 
-/// The rule a traced comparison meets before it decides a point (compile)
-/// or scores a table (`eval --traces`): one definition, [`evidence`] and
-/// [`judge`]. A trace is evidence, never an order:
-///
-/// - each side (NCCL's choice, the setting) holds at least [`MIN_CALLS`]
-///   calls;
-/// - the gain is read within each communicator that ran both sides, with
-///   the noise of its own calls' spread plus a job-to-job floor
-///   ([`GAIN_SD_FLOOR`], or the spread of the gains between communicators
-///   where it is larger), and across communicators that ran one side each
-///   (per-communicator geometric means; the noise from the spread between
-///   communicators of a side, pooled over the sides, never below
-///   [`BETWEEN_SD_FLOOR`]), needing [`MIN_COMMS_ACROSS`] communicators in
-///   all; both pooled by inverse variance; its sd is never below
-///   [`SD_FLOOR`], whatever the counts;
-/// - a setting wins where its gain clears the margin by `z` sds, falls
-///   short where it misses the margin by `z` sds, loses where it is slower
-///   than NCCL's choice by `z` sds; at a point the sweep measured, `z` is
-///   at least [`Z_SWEPT`].
 pub mod rule {
+    //! The rule a traced comparison meets before it decides a point (compile)
+    //! or scores a table (`eval --traces`): one definition, [`evidence`](super::evidence) and
+    //! [`judge`](super::judge). A trace is evidence, never an order:
+    //!
+    //! - each side (NCCL's choice, the setting) holds at least [`MIN_CALLS`]
+    //!   calls;
+    //! - the gain is read within each communicator that ran both sides, with
+    //!   the noise of its own calls' spread plus a job-to-job floor
+    //!   ([`GAIN_SD_FLOOR`], or the spread of the gains between communicators
+    //!   where it is larger), and across communicators that ran one side each
+    //!   (per-communicator geometric means; the noise from the spread between
+    //!   communicators of a side, pooled over the sides, never below
+    //!   [`BETWEEN_SD_FLOOR`]), needing [`MIN_COMMS_ACROSS`] communicators in
+    //!   all; both pooled by inverse variance; its sd is never below
+    //!   [`SD_FLOOR`], whatever the counts;
+    //! - a setting wins where its gain clears the margin by `z` sds, falls
+    //!   short where it misses the margin by `z` sds, loses where it is slower
+    //!   than NCCL's choice by `z` sds; at a point the sweep measured, `z` is
+    //!   at least [`Z_SWEPT`].
+
     /// Fewest calls on each side of a comparison.
     /// Defined by the tables crate, which the plugin reads too: it stops
     /// recording a shape once each side has this many.

@@ -27,7 +27,7 @@ const MAX_DEPTH: usize = 8;
 /// Takes the trace files out of `paths`: a file named directly that starts
 /// with the trace magic or is named `*.trace`, and every entry named
 /// `*.trace` below a named directory (one directory per job, or deeper, up
-/// to [`MAX_DEPTH`] levels; damaged ones and non-regular files too, which
+/// to `MAX_DEPTH` levels; damaged ones and non-regular files too, which
 /// [`read`] names). A directory stays in `paths` only if it holds anything
 /// else below it but traces, their temporaries and directories (for the
 /// sweep reader), or nothing at all (which the sweep reader names). Sorted
@@ -323,7 +323,7 @@ fn read_one(f: &Path) -> anyhow::Result<TraceFile> {
 const MAX_COUNT: u64 = 1 << 50;
 
 /// Checks what the format's own validation cannot (it has no logarithm):
-/// per record, a count that fits ([`MAX_COUNT`], and the file's total),
+/// per record, a count that fits (`MAX_COUNT`, and the file's total),
 /// finite sums, the mean of ln(time) within [ln min, ln max], and a spread
 /// no wider than that range. Says which record and what was expected.
 pub fn check_records(t: &Trace<'_>) -> Result<(), String> {
