@@ -99,6 +99,8 @@ tail -15 "$work/compile.log" >>"$summary"
 cat "$work/query.log" >>"$summary"
 
 # 3. The loop of steps at 3 nodes.
+# DYNCC_TRACE names an existing, writable directory (README, "Learning from your jobs").
+mkdir -p "$work/traces/explore" "$work/traces/trace"
 both=(NCCL_TUNER_PLUGIN=dyncc NCCL_PROFILER_PLUGIN=dyncc DYNCC_TABLE="$work/sweep.tbl")
 launch steps-off 3 steps "$work/steps-off.json"
 launch steps-explore 3 steps "$work/steps-explore.json" "${both[@]}" DYNCC_TRACE="$work/traces/explore" DYNCC_EXPLORE=0.1
@@ -127,7 +129,7 @@ PY
 
 # 4. What the traces say.
 for t in explore trace; do
-  if [ -d "$work/traces/$t" ]; then
+  if [ -n "$(find "$work/traces/$t" -type f 2>/dev/null)" ]; then
     say "traces/$t: $(find "$work/traces/$t" -type f | wc -l) files"
     "$dyncc" inspect "$work/traces/$t" >"$work/inspect-$t.log" 2>&1 || say "FAIL: dyncc inspect traces/$t"
     head -40 "$work/inspect-$t.log" >>"$summary"
