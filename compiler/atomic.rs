@@ -11,7 +11,7 @@
 //!
 //! A writer killed between creating its temporary file and the rename
 //! leaves `.dyncc-HOST-PID-XXXXXX.tmp` behind; the next write into that
-//! directory removes such files that are provably stale ([`is_stale`]).
+//! directory removes such files that are provably stale (`is_stale`).
 
 use std::io::Write;
 use std::path::Path;

@@ -64,7 +64,7 @@ pub struct Score {
     pub regressions: usize,
     pub regression_share: f64,
     /// Cross-validation only: the share of the available gain the kept
-    /// node counts showed (see [`reachable`]), the bound on `captured` of
+    /// node counts showed (see `reachable`), the bound on `captured` of
     /// any table read off them at this margin.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reachable: Option<f64>,

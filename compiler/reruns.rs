@@ -23,7 +23,7 @@
 //!
 //! Cost: one pass over every sample, on every core, keeping two figures a
 //! group; the noise is estimated only when some cell's passes are further
-//! apart than [`REPEAT_MIN_FACTOR`], from at most [`NOISE_PASSES`] passes a
+//! apart than [`REPEAT_MIN_FACTOR`], from at most `NOISE_PASSES` passes a
 //! group.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};

@@ -2,7 +2,7 @@
 //! skipped and why, and what looks suspicious. Always lenient: it reports
 //! problems instead of failing on them. Trace files the plugin writes
 //! (`DYNCC_TRACE`) are recognised by their magic and summarised apart
-//! ([`traces`]).
+//! (`traces`).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use crate::record::flags;
 /// Read sweep files and summarise what they hold.
 ///
 /// Reads nccl-tests text logs (any era, srun/OpenMPI prefixes, NCCL INFO
-/// noise), nccl-tests -J JSON, tuner-schema CSV and NVIDIA data/<nodes>.csv,
+/// noise), nccl-tests -J JSON, tuner-schema CSV and NVIDIA `data/<nodes>.csv`,
 /// from files or whole directory trees. Shows, per file, where each knob
 /// (NCCL_ALGO, NCCL_PROTO, channels) came from; rows whose knobs cannot be
 /// established are counted and reported as "knobs unknown". Ends with the

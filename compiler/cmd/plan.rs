@@ -35,7 +35,7 @@ use crate::units::parse_bytes;
 /// partition, qos, constraint, ...) also become #SBATCH lines, so a site
 /// that requires them accepts `sbatch sweep.sh`.
 ///
-/// Logs land in OUT/logs/<coll>/nodes=N/NCCL_ALGO=A/NCCL_PROTO=P/channels=C/repeat=R.log
+/// Logs land in `OUT/logs/<coll>/nodes=N/NCCL_ALGO=A/NCCL_PROTO=P/channels=C/repeat=R.log`
 /// with `# dyncc:` knob headers and NCCL INFO output; -J JSON (nccl-tests
 /// 2.17.3 or later) in OUT/json/...; failed runs in OUT/failed/ (a run NCCL
 /// refuses is recorded, not fatal). Re-running the script skips finished

@@ -45,7 +45,7 @@ use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
 ///   dyncc query cluster.tbl --coll all_gather --bytes 64K --nodes 2 --ranks 16 --data sweeps/
 ///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 3 --ranks 24 --explore 0.05
 ///   dyncc query cluster.tbl --coll allreduce --bytes 4MiB --nodes 3 --ranks 24 --data sweeps/ traces/
-///   dyncc query cluster.tbl --batch calls.csv  # coll,bytes,nodes,ranks[,pipe_ops,reg_buff]
+///   dyncc query cluster.tbl --batch calls.csv  # lines coll,bytes,nodes,ranks, then pipe_ops,reg_buff if given
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct QueryArgs {

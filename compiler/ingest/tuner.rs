@@ -3,15 +3,15 @@
 //! bandwidth_gbps,latency_us`, extra columns such as `platform` allowed),
 //! read at the speed of the disk: a multi-gigabyte sweep is cut into chunks
 //! of whole lines, the chunks' rows are parsed on every core
-//! ([`parse_chunk`]), and the parsed rows are taken in file order by one
-//! [`Sink`], so what is read (cells, their order, the report, the first bad
+//! (`parse_chunk`), and the parsed rows are taken in file order by one
+//! `Sink`, so what is read (cells, their order, the report, the first bad
 //! line) does not depend on the number of threads.
 //!
 //! Rows are split at commas and trimmed, as the `csv` crate does; a file
 //! with quotes or lone carriage returns (which only a real CSV parser reads
 //! right) is read by the `csv` crate from the first chunk that has one on.
 //! Every row carries its own knobs and shape; labelling a row (see
-//! [`super::run`]) is done once per distinct set of columns and reused.
+//! `super::run`) is done once per distinct set of columns and reused.
 
 use std::borrow::Cow;
 use std::cell::RefCell;

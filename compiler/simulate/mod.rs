@@ -3,7 +3,7 @@
 //! [`profile`] describes a machine; [`physics`] is the "true" time of every
 //! (collective, algorithm, protocol, channels, shape, size) with noise;
 //! [`nccl_model`] is NCCL's own cost model, which picks what default runs
-//! execute; [`sweep`] lays out the runs and writes them through [`format`]
+//! execute; [`sweep`] lays out the runs and writes them through [`format`](mod@format)
 //! (nccl-tests text) with the ground truth beside them; [`calibrate`]
 //! compares the physics with a real sweep. The command is `crate::cmd::simulate`.
 

@@ -7,7 +7,7 @@
 //! alone". `getCollInfo` always returns success, writes 0.0 only into a
 //! non-negative cell inside `numAlgo x numProto`, never writes more than
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
-//! point runs inside [`crate::guard::ffi_guard`] anyway.
+//! point runs inside `crate::guard::ffi_guard` anyway.
 //!
 //! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets some communicators run
 //! another setting where the table could not confirm its answer, drawn at

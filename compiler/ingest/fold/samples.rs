@@ -57,8 +57,8 @@ fn fewest_decimals(t: f64) -> Option<(u8, u64)> {
     (0..=MAX_DECIMALS).find_map(|d| digits_at(t, d).map(|m| (d, m)))
 }
 
-/// A time as read, with the decimal it reads back from ([`fewest_decimals`],
-/// packed: the decimals above the 53 bits of digits; [`Time::NONE`]: no
+/// A time as read, with the decimal it reads back from (`fewest_decimals`,
+/// packed: the decimals above the 53 bits of digits; `Time::NONE`: no
 /// short decimal), found by the reader on its own thread: folding it then
 /// takes no division on the thread that folds every row.
 #[derive(Clone, Copy, Debug, PartialEq)]

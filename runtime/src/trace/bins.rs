@@ -4,7 +4,7 @@
 //! Open addressing on one packed `u64` key ([`Key`]), claimed by CAS;
 //! count, sums of `ln(ns)` and its square (f64 bits, CAS), min and max.
 //! Full: the collective is counted as dropped. A finalized communicator's
-//! bins are moved out ([`take_bins`]) and left as tombstones that later
+//! bins are moved out (`take_bins`) and left as tombstones that later
 //! keys take. Lock-free, no allocation on the event path.
 
 use core::sync::atomic::{AtomicU64, Ordering};

@@ -417,7 +417,7 @@ pub fn note_recorded(ring: &Journal, coll: Coll, n_bytes: u64, source: Source) {
 
 /// A profiler `init` of communicator `comm_id` (every rank, tracing on):
 /// links rank 0's profiler to the ring its tuner context takes on this
-/// thread, before or after (see [`InitLink`]).
+/// thread, before or after (see `InitLink`).
 pub fn link_rank0(comm_id: u64, rank: i32) {
     let link = INIT_LINK.with(|l| l.replace(InitLink::None));
     if rank != 0 {

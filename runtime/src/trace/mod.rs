@@ -18,7 +18,7 @@
 //! The order of dependence is mask, journal (counts shapes for the mask),
 //! bins, pool (adds to bins), writer (reads bins and rings, reclaims the
 //! pool); nothing here reaches up to the entry
-//! points but [`crate::guard`] and [`crate::log`].
+//! points but `crate::guard` and [`crate::log`].
 //!
 //! A `Coll` event with `nChannels` 0 (NCCL's CollNet and multi-node NVLS)
 //! takes no slot and is counted as untimed: its channels arrive after the
