@@ -244,3 +244,56 @@ pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::features::tests::{cell, cfg, nccl_ran};
+    use dyncc_tables::{Algo, Proto};
+
+    /// Marks at 4 nodes (1, 4 and 16 MiB) and 16 nodes (1 MiB), beside a
+    /// timed cell, which is no mark.
+    fn traced() -> Traced {
+        let ring = cfg(Algo::Ring, Proto::Simple);
+        let cells = vec![
+            nccl_ran(4, 1 << 20, ring),
+            nccl_ran(4, 4 << 20, ring),
+            nccl_ran(4, 16 << 20, cfg(Algo::Tree, Proto::LL128)),
+            nccl_ran(16, 1 << 20, ring),
+            cell(Collective::AllReduce, 8, 8, 1 << 20, ring, 10.0),
+        ];
+        Traced::new(cells, TraceNotes::default(), 0)
+    }
+
+    #[test]
+    fn the_nearest_traced_shape_and_the_sizes_around_the_call() {
+        let t = traced();
+        // 7 nodes: the timed cell at 8 would be nearest, but it is no
+        // mark; of the marks, 4 nodes is nearer than 16.
+        let e = t.near(Collective::AllReduce, 8 << 20, 7, 56).unwrap();
+        assert_eq!((e.nodes, e.ranks, e.exact_shape), (4, 32, false));
+        let sizes: Vec<(u64, Option<&str>)> = e
+            .sizes
+            .iter()
+            .map(|s| (s.bytes, s.nccl_runs.as_deref()))
+            .collect();
+        assert_eq!(
+            sizes,
+            [
+                (4 << 20, Some("ring/simple")),
+                (16 << 20, Some("tree/ll128"))
+            ]
+        );
+        // An exact size is one size; an exact shape says so.
+        let e = t.near(Collective::AllReduce, 1 << 20, 16, 128).unwrap();
+        assert!(e.exact_shape);
+        assert_eq!(e.sizes.len(), 1);
+        assert_eq!(e.sizes[0].bytes, 1 << 20);
+        // Beyond the traced sizes: the nearest one.
+        let e = t.near(Collective::AllReduce, 1 << 30, 4, 32).unwrap();
+        assert_eq!(e.sizes.len(), 1);
+        assert_eq!(e.sizes[0].bytes, 16 << 20);
+        // Another collective: nothing traced.
+        assert!(t.near(Collective::AllGather, 1 << 20, 4, 32).is_none());
+    }
+}
