@@ -1,0 +1,226 @@
+//! Walking the input paths: every file under them, each file and directory
+//! once, read in sorted order; content read twice (a copy of a file, a run
+//! section repeated) is counted once, and warm-up outliers are flagged over
+//! the whole input.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use super::outliers::flag_outliers_folded;
+use super::read::{read_file_sections, FileRead};
+use super::{Dataset, IngestOptions};
+
+/// Identity of a file or directory on disk: two paths naming the same one
+/// (symlinks, a path given twice) are read once.
+type FileId = (u64, u64);
+
+fn file_id(m: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt as _;
+    (m.dev(), m.ino())
+}
+
+/// Reads every file under `paths` (files, or directories walked
+/// recursively in sorted order, each directory and file once), counts
+/// identical content once, then flags warm-up outliers. The records come
+/// in the order read.
+pub fn read_paths(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dataset> {
+    let mut ds = read_paths_folded(paths, opts)?;
+    ds.unfold();
+    Ok(ds)
+}
+
+/// [`read_paths`], with the measurements folded as they are read
+/// ([`Dataset::folded`]): memory grows with the distinct cells of the
+/// input, not its rows. What `compile` reads.
+pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Result<Dataset> {
+    let mut walk = Walk::default();
+    for p in paths {
+        let meta = std::fs::metadata(p)
+            .with_context(|| format!("{}: cannot read it (does it exist?)", p.display()))?;
+        if meta.is_dir() {
+            walk.dir(p, &meta)?;
+        } else {
+            walk.file(p, &meta);
+        }
+    }
+    let files = walk.files;
+    let mut ds = Dataset {
+        notes: walk.notes,
+        ..Default::default()
+    };
+    let bar = crate::progress::Progress::new(
+        opts.progress,
+        walk.bytes,
+        "{spinner} reading {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
+         ({binary_bytes_per_sec}, {eta} left)",
+    );
+    // Content is one measurement only under the same labels: identical rows
+    // under different knobs are kept (and reported: a copy or a mislabel).
+    let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
+    let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
+    // Reading order over all files (records of later files come after).
+    let mut base: u64 = 0;
+    for (i, f) in files.iter().enumerate() {
+        bar.set_message(format!(
+            "file {}/{}: {}",
+            i + 1,
+            files.len(),
+            f.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        let FileRead {
+            ds: mut d,
+            mut fold,
+            sections,
+        } = match read_file_sections(f, opts, &bar) {
+            Ok(d) => d,
+            Err(e) => {
+                bar.finish();
+                return Err(e);
+            }
+        };
+        let pushed = fold.len() as u64;
+        let Some(report) = d.reports.first_mut() else {
+            ds.absorb(d);
+            continue;
+        };
+        // The same bytes twice: one measurement, not two repeats.
+        if !report.sha256.is_empty() && !fold.is_empty() {
+            let id = (report.sha256.clone(), fold.file_keys());
+            if let Some(first) = seen_files.get(&id) {
+                ds.notes.push(format!(
+                    "{} has the same content as {} (sha256 {}): counted once",
+                    f.display(),
+                    first.display(),
+                    &report.sha256[..16]
+                ));
+                report.duplicate_of = Some(first.clone());
+                report.records = 0;
+                d.anomalies.clear();
+                ds.absorb(d);
+                continue;
+            }
+            seen_files.insert(id, f.clone());
+        }
+        // A run section repeated (a file concatenated with itself, a log
+        // pasted into another): counted once.
+        let mut drop: Vec<std::ops::Range<usize>> = Vec::new();
+        for sec in sections {
+            if sec.records.is_empty() {
+                continue;
+            }
+            match seen_sections.get(&sec.digest) {
+                Some((ff, fl, fk)) if *fk != sec.keys => {
+                    ds.notes.push(format!(
+                        "{}:{}: the same {} rows as {}:{} but labelled differently: kept both; \
+                         is one a copy of the other, or mislabelled?",
+                        f.display(),
+                        sec.line,
+                        sec.records.len(),
+                        ff.display(),
+                        fl
+                    ));
+                }
+                Some((ff, fl, _)) => {
+                    ds.notes.push(format!(
+                        "{}:{}: the same {} rows as {}:{}: counted once",
+                        f.display(),
+                        sec.line,
+                        sec.records.len(),
+                        ff.display(),
+                        fl
+                    ));
+                    drop.push(sec.records);
+                }
+                None => {
+                    seen_sections.insert(sec.digest, (f.clone(), sec.line, sec.keys));
+                }
+            }
+        }
+        if !drop.is_empty() {
+            fold.drop_ranges(&drop);
+            // Rows already counted once (read twice within the section)
+            // are not dropped twice.
+            report.records = fold.kept();
+        }
+        let Ok(b) = u32::try_from(base + pushed).map(|_| base as u32) else {
+            anyhow::bail!(
+                "{}: more than {} measurements in the inputs; compile fewer at a time",
+                f.display(),
+                u32::MAX
+            );
+        };
+        ds.folded.append(fold.finish(), b);
+        base += pushed;
+        ds.absorb(d);
+    }
+    bar.finish();
+    if let Some(m) = &opts.manifest {
+        ds.notes.extend(m.unused_rows(&files));
+    }
+    flag_outliers_folded(&mut ds.folded, &mut ds.anomalies);
+    Ok(ds)
+}
+
+/// The files to read, each once.
+#[derive(Default)]
+struct Walk {
+    files: Vec<PathBuf>,
+    /// Their bytes, for progress.
+    bytes: u64,
+    seen: HashSet<FileId>,
+    notes: Vec<String>,
+}
+
+impl Walk {
+    fn file(&mut self, p: &Path, meta: &std::fs::Metadata) {
+        if self.seen.insert(file_id(meta)) {
+            self.files.push(p.to_path_buf());
+            if meta.is_file() {
+                self.bytes += meta.len();
+            }
+        } else {
+            self.notes.push(format!(
+                "{}: the same file as one already read (given twice, or reached through a \
+                 symlink): read once",
+                p.display()
+            ));
+        }
+    }
+
+    fn dir(&mut self, dir: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+        // A directory reached again (a symlink loop, or two paths into one
+        // tree) would be walked again, and again: read each one once.
+        if !self.seen.insert(file_id(meta)) {
+            self.notes.push(format!(
+                "{}: a directory already read (a symlink loop, or given twice): read once",
+                dir.display()
+            ));
+            return Ok(());
+        }
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .with_context(|| format!("{}: cannot list directory", dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        for p in entries {
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy())
+                .unwrap_or_default();
+            if name.starts_with('.') {
+                continue;
+            }
+            // A dangling symlink is left to `read_file`, which reports it.
+            match std::fs::metadata(&p) {
+                Ok(m) if m.is_dir() => self.dir(&p, &m)?,
+                Ok(m) => self.file(&p, &m),
+                Err(_) => self.files.push(p),
+            }
+        }
+        Ok(())
+    }
+}
