@@ -706,14 +706,15 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         let mut ds = read.read_sweep(&sweeps, false).context("reading --data")?;
         let mut trusted = ds.take_folded();
         trusted.retain(|g| g.key.flags == 0);
-        Some((trusted, ds.skipped.len()))
+        let nccl = crate::pipeline::sweep_nccl_version(&trusted);
+        Some((trusted.cells(), nccl, ds.skipped.len()))
     };
     let traced = match &data {
-        Some((sweep, _)) if !trace_files.is_empty() => {
+        Some((cells, nccl, _)) if !trace_files.is_empty() => {
             let (files, skipped) = crate::ingest::traces::read(&trace_files, true)?;
             let (cells, notes) = crate::pipeline::trace_cells(
-                &sweep.cells(),
-                crate::pipeline::sweep_nccl_version(sweep),
+                cells,
+                *nccl,
                 &files,
                 &crate::decide::DecideOptions::default(),
             );
@@ -721,9 +722,8 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         }
         _ => None,
     };
-    let data = data.map(|(sweep, skipped)| (sweep.cells(), skipped));
     let with_evidence = |mut ans: Answer, call: &Call, d: Decision| {
-        if let Some((cells, skipped)) = &data {
+        if let Some((cells, _, skipped)) = &data {
             ans.evidence = evidence(cells, call, d, *skipped);
         }
         if let Some(t) = &traced {
