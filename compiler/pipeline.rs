@@ -265,6 +265,9 @@ pub fn compile_cells(
         ("nccl_enum", NCCL_ENUM.to_string()),
         ("coverage", coverage_text),
         ("margin", format!("{}", opts.decide.margin)),
+        // `query --data SWEEP TRACES` judges jobs' traces by the table's
+        // own bar (margin and noise_z), not compile's defaults.
+        ("noise_z", format!("{}", opts.decide.z)),
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
         ("node_reach", format!("{}", opts.decide.node_reach)),
     ];

@@ -1389,6 +1389,23 @@ fn a_trace_of_a_table_from_another_sweep_is_refused_unless_told() {
         err.contains("another platform or sweep than the table's"),
         "{err}"
     );
+    // query --data shows traces against the table's sweep likewise: a
+    // trace of another sweep's table is refused, naming the file and the
+    // option (before, it was shown as this table's evidence).
+    let o = query_data(&tb, "1MiB", 4, &[&sb, &traces], &[]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("job.trace") && err.contains("--foreign-traces"),
+        "{err}"
+    );
+    let o = query_data(&tb, "1MiB", 4, &[&sb, &traces], &["--foreign-traces"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains("job.trace") && text.contains("another platform or sweep than the table's"),
+        "{text}"
+    );
     // inspect says which sweep the trace's table came from.
     let o = dyncc().arg("inspect").arg(&traces).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
@@ -1530,6 +1547,49 @@ fn query_shows_what_jobs_measured_near_a_call() {
     );
     assert!(text.contains("tree/simple +33.3 %"), "{text}");
     assert!(text.contains(": wins"), "{text}");
+}
+
+/// `query --data SWEEP TRACES` judges the jobs' evidence by the bar the
+/// table was compiled with (its `margin` and `noise_z`), not compile's
+/// defaults: under `--margin 0.5`, a setting 33 % faster decided nothing
+/// when the table was compiled, and query says so. Before, query read
+/// the traces at the defaults and showed it winning.
+#[test]
+fn query_judges_traces_by_the_bar_the_table_was_compiled_with() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces.join("job1"),
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 490, 1000.0),
+            rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
+        ],
+    );
+    let table = d.path().join("t.tbl");
+    let o = dyncc()
+        .arg("compile")
+        .arg(&s)
+        .arg(&traces)
+        .args(["--margin", "0.5", "--noise-z", "1.5", "-o"])
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v = query_traced(&table, &s, &traces, 4, 1 << 20);
+    let t = &v["traced"];
+    assert_eq!(t["bar"]["margin"], 0.5, "{t}");
+    assert_eq!(t["bar"]["noise_z"], 1.5, "{t}");
+    let setting = &t["sizes"][0]["point"]["settings"][0];
+    assert_eq!(setting["config"], "tree/simple", "{t}");
+    assert_eq!(setting["verdict"], "short", "{t}");
+    let o = query_data(&table, "1MiB", 4, &[&s, &traces], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("at --margin 0.5 and --noise-z 1.5"), "{text}");
+    assert!(text.contains("short of the margin"), "{text}");
 }
 
 /// In `dir`: a sweep of 1, 2 and 8 nodes, its table and a trace

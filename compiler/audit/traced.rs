@@ -7,6 +7,9 @@
 
 use serde::Serialize;
 
+use dyncc_tables::Table;
+
+use crate::decide::DecideOptions;
 use crate::ingest::traces::{Finding, TraceNotes, TracedGain, TracedPoint, Verdict};
 use crate::record::{Cell, Collective, TimeBase};
 use crate::units::fmt_bytes;
@@ -28,9 +31,65 @@ pub struct TracedSize {
     pub findings: Vec<Finding>,
 }
 
+/// The bar traces are judged by: the table's own (`margin` and `noise_z`
+/// in its metadata, as `dyncc compile` wrote them), so `query` reads the
+/// jobs' evidence as the compile that made the table read it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct TraceBar {
+    pub margin: f64,
+    pub noise_z: f64,
+    /// Whether the table said its noise_z (tables compiled before it was
+    /// recorded did not: compile's default is used, and the text says so).
+    pub noise_z_from_table: bool,
+}
+
+impl TraceBar {
+    /// The bar `table` was compiled with. A value that is not a
+    /// non-negative number is an error naming the key: a table with an
+    /// edited or damaged bar would have its evidence judged by another.
+    pub fn of_table(table: &Table<'_>) -> anyhow::Result<TraceBar> {
+        // Compile's own bounds on --margin and --noise-z.
+        let read = |key: &str, default: f64, max: f64| -> anyhow::Result<(f64, bool)> {
+            let Some(v) = table.meta(key).filter(|v| !v.is_empty()) else {
+                return Ok((default, false));
+            };
+            match v.parse::<f64>() {
+                Ok(x) if x.is_finite() && (0.0..max).contains(&x) => Ok((x, true)),
+                _ => anyhow::bail!(
+                    "the table's metadata {key} = {v:?} is not a number compile takes, so the \
+                     traces cannot be judged by the bar the table was compiled with; recompile \
+                     the table (`dyncc compile SWEEP TRACES -o TABLE`)"
+                ),
+            }
+        };
+        let defaults = DecideOptions::default();
+        let (margin, _) = read("margin", defaults.margin, 1.0)?;
+        let (noise_z, noise_z_from_table) = read("noise_z", defaults.z, f64::INFINITY)?;
+        Ok(TraceBar {
+            margin,
+            noise_z,
+            noise_z_from_table,
+        })
+    }
+
+    /// Compile's options with this bar.
+    pub fn decide(&self) -> DecideOptions {
+        DecideOptions {
+            margin: self.margin,
+            z: self.noise_z,
+            ..DecideOptions::default()
+        }
+    }
+}
+
 /// Jobs' measurements near a call.
 #[derive(Clone, Debug, Serialize)]
 pub struct TracedEvidence {
+    /// The bar the evidence was judged by.
+    pub bar: TraceBar,
+    /// Trace files used though of another platform or sweep than the
+    /// table's (`--foreign-traces`).
+    pub foreign: Vec<String>,
     pub nodes: u32,
     pub ranks: u32,
     /// Whether jobs measured this exact communicator shape.
@@ -46,6 +105,7 @@ pub struct Traced {
     notes: TraceNotes,
     marks: Vec<Cell>,
     skipped: usize,
+    bar: TraceBar,
 }
 
 /// Where one thing jobs said sits: collective, shape and size.
@@ -90,7 +150,7 @@ impl Traced {
     /// From what [`crate::pipeline::trace_cells`] returned (`cells` may
     /// hold every traced cell: only the marks are kept) and the number of
     /// trace files skipped.
-    pub fn new(cells: Vec<Cell>, notes: TraceNotes, skipped: usize) -> Traced {
+    pub fn new(cells: Vec<Cell>, notes: TraceNotes, skipped: usize, bar: TraceBar) -> Traced {
         let marks = cells
             .into_iter()
             .filter(|c| c.base == TimeBase::NcclRan)
@@ -99,6 +159,7 @@ impl Traced {
             notes,
             marks,
             skipped,
+            bar,
         }
     }
 
@@ -166,7 +227,15 @@ impl Traced {
                     .collect(),
             })
             .collect();
+        let pv = &self.notes.read.provenance;
         Some(TracedEvidence {
+            bar: self.bar,
+            foreign: pv
+                .foreign_used
+                .iter()
+                .chain(&pv.other_sweep_used)
+                .cloned()
+                .collect(),
             nodes: best.nodes,
             ranks: best.ranks,
             exact_shape: best.nodes as u64 == nodes && best.ranks as u64 == ranks,
@@ -194,13 +263,24 @@ pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
         return format!("jobs' measurements: the traces hold no {collective} measurements");
     };
     let mut out = format!(
-        "jobs' measurements (traces, read as `dyncc compile` reads them at its default --margin and \
-         --noise-z): {}at {} node{}, {} ranks{}:",
+        "jobs' measurements (traces, read as `dyncc compile` read them for this table, at \
+         --margin {} and --noise-z {}{}): {}at {} node{}, {} ranks{}:",
+        e.bar.margin,
+        e.bar.noise_z,
+        if e.bar.noise_z_from_table {
+            ""
+        } else {
+            " (compile's default: the table does not record its own)"
+        },
         if e.exact_shape { "" } else { "nearest " },
         e.nodes,
         if e.nodes == 1 { "" } else { "s" },
         e.ranks,
-        if e.exact_shape { "" } else { " (no trace of this exact shape)" }
+        if e.exact_shape {
+            ""
+        } else {
+            " (no trace of this exact shape)"
+        }
     );
     for s in &e.sizes {
         out.push_str(&format!("\n  {}:", fmt_bytes(s.bytes)));
@@ -236,6 +316,11 @@ pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
             ));
         }
     }
+    for f in &e.foreign {
+        out.push_str(&format!(
+            "\n  (used {f}: another platform or sweep than the table's, --foreign-traces)"
+        ));
+    }
     if e.skipped > 0 {
         out.push_str(&format!(
             "\n  ({} trace files could not be read and were skipped)",
@@ -262,7 +347,12 @@ mod tests {
             nccl_ran(16, 1 << 20, ring),
             cell(Collective::AllReduce, 8, 8, 1 << 20, ring, 10.0),
         ];
-        Traced::new(cells, TraceNotes::default(), 0)
+        let bar = TraceBar {
+            margin: 0.03,
+            noise_z: 0.5,
+            noise_z_from_table: true,
+        };
+        Traced::new(cells, TraceNotes::default(), 0, bar)
     }
 
     #[test]

@@ -36,7 +36,9 @@ use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
 /// share of communicators that try it), and with --data the measured
 /// cells nearest to the call and their times; trace directories
 /// (DYNCC_TRACE) given beside the sweep add what jobs measured near the
-/// call, judged as `dyncc compile` judges it: the setting that decides,
+/// call, judged as the compile that made the table judged it (its margin
+/// and noise-z; traces of another platform or sweep only with
+/// --foreign-traces): the setting that decides,
 /// any short of the evidence rule and why, and what NCCL runs on its own
 /// at a count the sweep skipped.
 ///
@@ -77,6 +79,11 @@ pub struct QueryArgs {
     /// reads them.
     #[arg(long, num_args = 1..)]
     pub data: Vec<PathBuf>,
+    /// Show trace files of jobs on another platform than the table's, or
+    /// of a table compiled from another sweep; without it they are refused,
+    /// as `dyncc compile` refuses them.
+    #[arg(long)]
+    pub foreign_traces: bool,
     /// How to read and label the --data inputs, as for `dyncc compile`
     /// (they are always read leniently: what cannot be read is counted).
     #[command(flatten)]
@@ -711,14 +718,29 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     };
     let traced = match &data {
         Some((cells, nccl, _)) if !trace_files.is_empty() => {
-            let (files, skipped) = crate::ingest::traces::read(&trace_files, true)?;
-            let (cells, notes) = crate::pipeline::trace_cells(
-                cells,
-                *nccl,
-                &files,
-                &crate::decide::DecideOptions::default(),
-            );
-            Some(Traced::new(cells, notes, skipped.len()))
+            let (mut files, skipped) = crate::ingest::traces::read(&trace_files, true)?;
+            let meta = |k| table.meta(k).filter(|v| !v.is_empty());
+            // Traces of the table's platform and sweep only, as compile
+            // takes them (unless --foreign-traces).
+            let provenance = crate::ingest::traces::check_provenance(
+                &mut files,
+                meta("platform"),
+                meta("gpu"),
+                table.sweep_fingerprint(),
+                None,
+                a.foreign_traces,
+            )
+            .with_context(|| {
+                format!(
+                    "reading --data's traces against {} (the table's platform and sweep)",
+                    a.table.display()
+                )
+            })?;
+            let bar = traced::TraceBar::of_table(&table)?;
+            let (cells, mut notes) =
+                crate::pipeline::trace_cells(cells, *nccl, &files, &bar.decide());
+            notes.read.provenance = provenance;
+            Some(Traced::new(cells, notes, skipped.len(), bar))
         }
         _ => None,
     };
