@@ -12,7 +12,8 @@
 #     with its own NCCL_HOSTID: NCCL refuses two ranks of one host on one device, so
 #     every rank is a node and the ranks talk over sockets on loopback), writing
 #     dyncc's CSV; compiles it; the table then decides 3 nodes from 2 and 4, so the
-#     plan explores there;
+#     plan explores there; compares, per size, NCCL's own pick (its TUNING line)
+#     with the same algorithm and protocol forced (picks.py);
 #  3. runs a loop of steps (one all_reduce per size) at 3 nodes: without the plugin;
 #     with both halves (NCCL_TUNER_PLUGIN=dyncc NCCL_PROFILER_PLUGIN=dyncc),
 #     DYNCC_TRACE and DYNCC_EXPLORE=0.1 (its most, so a few jobs explore); with the
@@ -91,6 +92,10 @@ for n in 2 4; do
   launch "sweep-$n" "$n" sweep "$work/sweep.csv"
   grep -h "^sweep" "$work/sweep-$n.rank0.log" | tee -a "$summary"
   say "  NCCL said it took NCCL_ALGO from the environment $(grep -c 'NCCL_ALGO set by environment' "$work/sweep-$n.rank0.log") times, NCCL_PROTO $(grep -c 'NCCL_PROTO set by environment' "$work/sweep-$n.rank0.log") times (6 settings force both)"
+done
+# Does NCCL's own pick run as fast as the same setting forced? (picks.py says why it matters.)
+for n in 2 4; do
+  "$py" "$here/picks.py" "$work/sweep.csv" "$n" "$work/sweep-$n.rank0.log" 2>&1 | tee -a "$summary"
 done
 "$dyncc" compile "$work/sweep.csv" -o "$work/sweep.tbl" >"$work/compile.log" 2>&1 \
   || { say "FAIL: dyncc compile of the sweep"; tail -20 "$work/compile.log" | tee -a "$summary"; }
