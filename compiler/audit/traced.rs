@@ -44,9 +44,9 @@ pub struct TraceBar {
 }
 
 impl TraceBar {
-    /// The bar `table` was compiled with. A value that is not a
-    /// non-negative number is an error naming the key: a table with an
-    /// edited or damaged bar would have its evidence judged by another.
+    /// The bar `table` was compiled with. A value compile would not take
+    /// is an error naming the key: a table with an edited or damaged bar
+    /// would have its evidence judged by another.
     pub fn of_table(table: &Table<'_>) -> anyhow::Result<TraceBar> {
         // Compile's own bounds on --margin and --noise-z.
         let read = |key: &str, default: f64, max: f64| -> anyhow::Result<(f64, bool)> {
