@@ -355,6 +355,46 @@ mod tests {
         Traced::new(cells, TraceNotes::default(), 0, bar)
     }
 
+    /// A table with `meta` (key, value) pairs beside the sample's.
+    fn table_with(meta: &[(&str, &str)]) -> Vec<u8> {
+        let mut b = dyncc_tables::TableBuilder::new();
+        for (k, v) in meta {
+            b.meta(k, v);
+        }
+        crate::audit::testutil::sample_contexts(&mut b);
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn the_bar_is_the_tables_own_and_a_damaged_one_is_refused() {
+        let bytes = table_with(&[("margin", "0.1"), ("noise_z", "2")]);
+        let bar = TraceBar::of_table(&Table::from_bytes(&bytes).unwrap()).unwrap();
+        assert_eq!(
+            (bar.margin, bar.noise_z, bar.noise_z_from_table),
+            (0.1, 2.0, true)
+        );
+        assert_eq!((bar.decide().margin, bar.decide().z), (0.1, 2.0));
+        // A table compiled before noise_z was recorded: compile's default,
+        // and said.
+        let bytes = table_with(&[("margin", "0.1")]);
+        let bar = TraceBar::of_table(&Table::from_bytes(&bytes).unwrap()).unwrap();
+        assert_eq!(bar.noise_z, DecideOptions::default().z);
+        assert!(!bar.noise_z_from_table);
+        for (k, v) in [
+            ("margin", "1.5"),
+            ("margin", "x"),
+            ("noise_z", "-1"),
+            ("noise_z", "NaN"),
+        ] {
+            let bytes = table_with(&[(k, v)]);
+            let e = TraceBar::of_table(&Table::from_bytes(&bytes).unwrap()).unwrap_err();
+            assert!(
+                e.to_string().contains(k) && e.to_string().contains("recompile"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn the_nearest_traced_shape_and_the_sizes_around_the_call() {
         let t = traced();
