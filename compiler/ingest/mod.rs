@@ -31,7 +31,9 @@
 //!
 //! - [`args`]: the reading options the commands share, as one clap struct;
 //! - `walk`: the files under the paths given, each file and directory
-//!   once, each read in turn; content seen twice counted once;
+//!   once, each read in turn;
+//! - `copies`: content seen twice (a file's bytes, a run section) counted
+//!   once;
 //! - `read`: one file: opened, its format found, its labels looked up and
 //!   handed to the reader of its format;
 //! - `digest`: each file's sha256, computed while it is read;
@@ -55,6 +57,7 @@
 mod aggregate;
 pub mod args;
 mod check;
+mod copies;
 pub mod csv;
 mod detect;
 mod digest;

@@ -1,13 +1,14 @@
 //! Walking the input paths: every file under them, each file and directory
-//! once, read in sorted order; content read twice (a copy of a file, a run
-//! section repeated) is counted once, and warm-up outliers are flagged over
-//! the whole input.
+//! once, read in sorted order; content read twice is counted once
+//! ([`super::copies`]), and warm-up outliers are flagged over the whole
+//! input.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
+use super::copies::Copies;
 use super::outliers::flag_outliers_folded;
 use super::read::{read_file_sections, FileRead};
 use super::{Dataset, IngestOptions};
@@ -56,10 +57,8 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         "{spinner} reading {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} \
          ({binary_bytes_per_sec}, {eta} left)",
     );
-    // Content is one measurement only under the same labels: identical rows
-    // under different knobs are kept (and reported: a copy or a mislabel).
-    let mut seen_files: HashMap<(String, u64), PathBuf> = HashMap::new();
-    let mut seen_sections: HashMap<[u8; 32], (PathBuf, u32, u64)> = HashMap::new();
+    // Content is one measurement only under the same labels.
+    let mut copies = Copies::default();
     // Reading order over all files (records of later files come after).
     let mut base: u64 = 0;
     for (i, f) in files.iter().enumerate() {
@@ -89,57 +88,21 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         };
         // The same bytes twice: one measurement, not two repeats.
         if !report.sha256.is_empty() && !fold.is_empty() {
-            let id = (report.sha256.clone(), fold.file_keys());
-            if let Some(first) = seen_files.get(&id) {
+            if let Some(first) = copies.same_file(f, &report.sha256, fold.file_keys()) {
                 ds.notes.push(format!(
                     "{} has the same content as {} (sha256 {}): counted once",
                     f.display(),
                     first.display(),
                     &report.sha256[..16]
                 ));
-                report.duplicate_of = Some(first.clone());
+                report.duplicate_of = Some(first);
                 report.records = 0;
                 d.anomalies.clear();
                 ds.absorb(d);
                 continue;
             }
-            seen_files.insert(id, f.clone());
         }
-        // A run section repeated (a file concatenated with itself, a log
-        // pasted into another): counted once.
-        let mut drop: Vec<std::ops::Range<usize>> = Vec::new();
-        for sec in sections {
-            if sec.records.is_empty() {
-                continue;
-            }
-            match seen_sections.get(&sec.digest) {
-                Some((ff, fl, fk)) if *fk != sec.keys => {
-                    ds.notes.push(format!(
-                        "{}:{}: the same {} rows as {}:{} but labelled differently: kept both; \
-                         is one a copy of the other, or mislabelled?",
-                        f.display(),
-                        sec.line,
-                        sec.records.len(),
-                        ff.display(),
-                        fl
-                    ));
-                }
-                Some((ff, fl, _)) => {
-                    ds.notes.push(format!(
-                        "{}:{}: the same {} rows as {}:{}: counted once",
-                        f.display(),
-                        sec.line,
-                        sec.records.len(),
-                        ff.display(),
-                        fl
-                    ));
-                    drop.push(sec.records);
-                }
-                None => {
-                    seen_sections.insert(sec.digest, (f.clone(), sec.line, sec.keys));
-                }
-            }
-        }
+        let drop = copies.repeated_sections(f, sections, &mut ds.notes);
         if !drop.is_empty() {
             fold.drop_ranges(&drop);
             // Rows already counted once (read twice within the section)
