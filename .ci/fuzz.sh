@@ -5,7 +5,8 @@
 # out-of-memory). Prints executions per target and the total, and fails if
 # any target finds a crash.
 #
-# Targets: tables/fuzz (table from_bytes + lookup + specialisation),
+# Targets: tables/fuzz (table from_bytes + lookup + specialisation; the
+# trace reader, trace_from_bytes: traces are jobs' files compile reads),
 # runtime/fuzz (the plugin's environment, NCCL version strings and codes)
 # and fuzz/ (the compiler's parsers of untrusted bytes: the four ingest
 # readers, format detection, path knobs and `# dyncc:` lines, --manifest,
@@ -89,7 +90,10 @@ run_target() {
   fi
 }
 
-run_target "$root/tables/fuzz" from_bytes "$root/tables/golden" "$root/tables/testdata/fuzz"
+# The table and trace readers, seeded with the golden tables and traces.
+for t in $(cd "$root/tables/fuzz" && cargo fuzz list); do
+  run_target "$root/tables/fuzz" "$t" "$root/tables/golden" "$root/tables/testdata/fuzz"
+done
 # Each crate's targets as its Cargo.toml lists them; seeds in the directory
 # named for the target.
 for t in $(cd "$root/runtime/fuzz" && cargo fuzz list); do
