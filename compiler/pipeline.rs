@@ -820,7 +820,7 @@ mod tests {
     use crate::decide::DecideOptions;
     use crate::features::tests::{cell, cfg};
     use crate::record::{Collective, Config, Record};
-    use dyncc_tables::{Algo, Basis, Decision, Proto};
+    use dyncc_tables::{Algo, Basis, Decision, Proto, Setting};
 
     fn sweep() -> Vec<Cell> {
         let mut v = Vec::new();
@@ -950,16 +950,16 @@ mod tests {
             t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0)
                 .decision
         };
-        let tree_ll = Decision::Force {
+        let tree_ll = Decision::Force(Setting {
             algo: Algo::Tree,
             proto: Proto::LL,
             channels: 0,
-        };
-        let ring_simple = Decision::Force {
+        });
+        let ring_simple = Decision::Force(Setting {
             algo: Algo::Ring,
             proto: Proto::Simple,
             channels: 0,
-        };
+        });
         assert_eq!(d(Coll::AllReduce, 2, 1024), tree_ll);
         assert_eq!(d(Coll::AllReduce, 2, 1 << 20), Decision::Default);
         assert_eq!(d(Coll::AllReduce, 16, 1 << 26), ring_simple);
@@ -985,11 +985,11 @@ mod tests {
         assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);
         assert_eq!(
             d(Coll::AllGather, 2, 1024),
-            Decision::Force {
+            Decision::Force(Setting {
                 algo: Algo::Ring,
                 proto: Proto::LL,
                 channels: 0
-            }
+            })
         );
         // Never measured: broadcast.
         assert_eq!(d(Coll::Broadcast, 2, 1024), Decision::Default);

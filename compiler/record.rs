@@ -245,11 +245,11 @@ impl From<dyncc_tables::Decision> for Config {
     fn from(d: dyncc_tables::Decision) -> Config {
         match d {
             dyncc_tables::Decision::Default => Config::DEFAULT,
-            dyncc_tables::Decision::Force {
+            dyncc_tables::Decision::Force(dyncc_tables::Setting {
                 algo,
                 proto,
                 channels,
-            } => Config {
+            }) => Config {
                 algo: Some(algo),
                 proto: Some(proto),
                 channels: (channels > 0).then_some(channels as u32),

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision};
+use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision, Setting};
 use serde::Serialize;
 
 use crate::audit::evidence::{Evidence, Ground};
@@ -337,11 +337,11 @@ pub(crate) fn describe(
                     evidence.add(Ground::of_basis(r.basis), r.gain as f64);
                 }
             }
-            if let Decision::Force {
+            if let Decision::Force(Setting {
                 algo,
                 proto,
                 channels,
-            } = d
+            }) = d
             {
                 let to = if gate.splits(d) {
                     &mut split_by_reg_buff

@@ -47,8 +47,7 @@ pub use files::{
 pub use notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 pub use points::{PointKey, SweepView};
 pub use shapes::{
-    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Setting, Shape,
-    ShapeFacts, Side,
+    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Shape, ShapeFacts, Side,
 };
 
 /// Records and files the submodules' tests build their traces from.
@@ -57,7 +56,7 @@ mod test_util {
     use std::sync::Arc;
 
     use dyncc_tables::trace::Source as Who;
-    use dyncc_tables::{Algo, Coll, Proto, TraceRecord};
+    use dyncc_tables::{Algo, Coll, Proto, Setting, TraceRecord};
 
     use super::files::{Comm, TraceFile};
 
@@ -74,9 +73,11 @@ mod test_util {
             comm,
             coll: Coll::AllReduce,
             n_bytes: bytes,
-            algo: ran.0,
-            proto: ran.1,
-            channels: 4,
+            setting: Setting {
+                algo: ran.0,
+                proto: ran.1,
+                channels: 4,
+            },
             source,
             count,
             sum_ln: count as f64 * ln,

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, size_bucket, Coll};
 
-use super::shapes::Setting;
 use crate::record::{Cell, CellKey, Collective, Config, State};
+use dyncc_tables::Setting;
 
 /// The key of a point: where a table decides (size on the table's bucket
 /// grid, or the sweep's size in that bucket).
