@@ -690,6 +690,7 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecisio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::Config;
     use crate::features::build_grids;
     use crate::features::tests::{cell, cfg, nccl_ran};
     use crate::record::{Algo, Cell, Collective, Proto};

@@ -8,11 +8,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dyncc_tables::Setting;
 
+use super::evidence::Side;
 use super::evidence::{evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 use super::files::TraceFile;
 use super::notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 use super::points::{PointKey, SweepView};
-use super::shapes::{most_run, AtShape, Readings, Side};
+use super::shapes::{most_run, AtShape, Readings};
 use crate::record::{Cell, Config, Source, TimeBase};
 
 /// The cells traces contribute, and what the report says of them; `bar` is

@@ -39,6 +39,7 @@ mod shapes;
 // Every item keeps one path, `ingest::traces::X`, whichever submodule
 // holds it: the crate and the library's users (the benchmarks) name it so.
 pub use cells::cells;
+pub use evidence::Side;
 pub use evidence::{counts, evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 pub use files::{
     check_provenance, check_records, holds_nothing, is_trace, read, split, Comm, Provenance,
@@ -47,7 +48,7 @@ pub use files::{
 pub use notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 pub use points::{PointKey, SweepView};
 pub use shapes::{
-    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Shape, ShapeFacts, Side,
+    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Shape, ShapeFacts,
 };
 
 /// Records and files the submodules' tests build their traces from.

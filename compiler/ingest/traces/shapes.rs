@@ -9,54 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use dyncc_tables::trace::Source as Who;
 use dyncc_tables::{Coll, Setting, TraceRecord};
 
+use super::evidence::Side;
 use super::files::TraceFile;
 use super::notes::TraceCounts;
-
-/// Pooled log GPU times of one side of a comparison.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Side {
-    pub count: u64,
-    pub sum_ln: f64,
-    pub sum_ln2: f64,
-}
-
-impl Side {
-    pub fn add(&mut self, r: &TraceRecord) {
-        self.merge(&Side {
-            count: r.count,
-            sum_ln: r.sum_ln,
-            sum_ln2: r.sum_ln2,
-        });
-    }
-
-    /// Adds another side's collectives (counts saturate: a file may claim
-    /// any count).
-    pub fn merge(&mut self, o: &Side) {
-        self.count = self.count.saturating_add(o.count);
-        self.sum_ln += o.sum_ln;
-        self.sum_ln2 += o.sum_ln2;
-    }
-
-    pub fn mean_ln(&self) -> f64 {
-        self.sum_ln / self.count.max(1) as f64
-    }
-
-    /// Variance of the mean of ln(time): the sample variance over the
-    /// count; infinite with fewer than two collectives (no spread known).
-    pub fn var_of_mean(&self) -> f64 {
-        if self.count < 2 {
-            return f64::INFINITY;
-        }
-        let n = self.count as f64;
-        self.ss() / (n - 1.0) / n
-    }
-
-    /// Sum of squared deviations from the mean (for pooled variances).
-    pub(super) fn ss(&self) -> f64 {
-        let n = self.count as f64;
-        (self.sum_ln2 - n * self.mean_ln().powi(2)).max(0.0)
-    }
-}
 
 /// Where a job measured: the communicator's shape, the collective and the
 /// size NCCL passed the tuner.

@@ -453,12 +453,15 @@ pub fn journal_acquire(comm_id: u64) -> Option<&'static Journal> {
 }
 
 /// Gives back [`journal_acquire`]'s ring (the tuner's finalize only).
-pub fn journal_release(j: &'static Journal) {
+/// `keep(comm_id, ring)` runs first, under the journals' lock, when the
+/// ring was rank 0's (the writer keeps its calls per shape: passed in so
+/// the journal stays below the writer).
+pub fn journal_release_with(j: &'static Journal, keep: impl FnOnce(u64, &Journal)) {
     let _g = lock();
     let i = j.index();
     if let Some(t) = JOURNAL_TAGS.get(i) {
         if JOURNAL_RANK0[i].load(Ordering::Relaxed) {
-            super::writer::keep_shape_calls(t.load(Ordering::Relaxed).wrapping_sub(1), j);
+            keep(t.load(Ordering::Relaxed).wrapping_sub(1), j);
         }
         t.store(0, Ordering::Release);
         JOURNAL_RANK0[i].store(false, Ordering::Relaxed);
