@@ -100,11 +100,7 @@ fn rec(
         comm: 0,
         coll,
         n_bytes: bytes,
-        setting: Setting {
-            algo: ran.0,
-            proto: ran.1,
-            channels: 16,
-        },
+        setting: Setting::new(ran.0, ran.1).with_channels(16),
         source,
         count,
         // A 3 % spread of ln(time), within a range of +-10 % (a record's

@@ -105,14 +105,13 @@ pub struct Candidate {
 /// Converts a grid config into a table decision.
 pub fn to_decision(cfg: &Config) -> Decision {
     match (cfg.algo, cfg.proto) {
-        (Some(algo), Some(proto)) => Decision::Force(Setting {
-            algo,
-            proto,
-            channels: cfg
-                .channels
-                .map(|c| c.min(dyncc_tables::MAX_CHANNELS as u32) as u8)
-                .unwrap_or(0),
-        }),
+        (Some(algo), Some(proto)) => Decision::Force(
+            Setting::new(algo, proto).with_channels(
+                cfg.channels
+                    .map(|c| c.min(dyncc_tables::MAX_CHANNELS as u32) as u8)
+                    .unwrap_or(0),
+            ),
+        ),
         _ => Decision::Default,
     }
 }

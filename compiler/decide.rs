@@ -690,9 +690,9 @@ pub fn buckets(grid: &Grid, a: &Anchor, extrapolate: bool) -> Box<[BucketDecisio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Config;
     use crate::features::build_grids;
     use crate::features::tests::{cell, cfg, nccl_ran};
+    use crate::record::Config;
     use crate::record::{Algo, Cell, Collective, Proto};
 
     /// Default 10 us + size/10 GB/s; Tree/LL `ratio` times the default below

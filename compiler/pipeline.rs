@@ -931,16 +931,8 @@ mod tests {
             t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0)
                 .decision
         };
-        let tree_ll = Decision::Force(Setting {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        });
-        let ring_simple = Decision::Force(Setting {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 0,
-        });
+        let tree_ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
+        let ring_simple = Decision::Force(Setting::new(Algo::Ring, Proto::Simple));
         assert_eq!(d(Coll::AllReduce, 2, 1024), tree_ll);
         assert_eq!(d(Coll::AllReduce, 2, 1 << 20), Decision::Default);
         assert_eq!(d(Coll::AllReduce, 16, 1 << 26), ring_simple);
@@ -966,11 +958,7 @@ mod tests {
         assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);
         assert_eq!(
             d(Coll::AllGather, 2, 1024),
-            Decision::Force(Setting {
-                algo: Algo::Ring,
-                proto: Proto::LL,
-                channels: 0
-            })
+            Decision::Force(Setting::new(Algo::Ring, Proto::LL))
         );
         // Never measured: broadcast.
         assert_eq!(d(Coll::Broadcast, 2, 1024), Decision::Default);

@@ -219,7 +219,9 @@ impl Record {
     }
 }
 
-/// A configuration a run was made under; all `None` is NCCL's default.
+/// A configuration a run was made under: a partial
+/// [`Setting`](dyncc_tables::Setting), one `Option` per knob (`None`: left to
+/// NCCL); all `None` is NCCL's default.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct Config {
     pub algo: Option<Algo>,
@@ -249,6 +251,7 @@ impl From<dyncc_tables::Decision> for Config {
                 algo,
                 proto,
                 channels,
+                ..
             }) => Config {
                 algo: Some(algo),
                 proto: Some(proto),

@@ -310,6 +310,7 @@ pub(crate) fn describe(
                 algo,
                 proto,
                 channels,
+                ..
             }) = d
             {
                 let to = if gate.splits(d) {

@@ -598,11 +598,7 @@ fn one_record_trace(mutate: fn(&mut dyncc_tables::trace::TraceRecord)) -> Vec<u8
         comm: 0,
         coll: Coll::AllReduce,
         n_bytes: 1 << 20,
-        setting: Setting {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 8,
-        },
+        setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(8),
         source: Source::Nccl,
         count: n,
         sum_ln: n as f64 * ln,

@@ -236,6 +236,7 @@ fn table_answer(t: &Table<'_>, nodes: u64, coll: u32, bytes: u64) -> (i32, i32) 
             algo,
             proto,
             channels,
+            ..
         }) => (algo as i32 * 3 + proto as i32, i32::from(channels)),
     }
 }

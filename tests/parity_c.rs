@@ -120,11 +120,8 @@ fn complete_exploration(truth: &Path, nodes: u32, ppn: u32, nccl: u32, dir: &Pat
             continue;
         }
         let coll = Coll::parse(f[cc]).unwrap();
-        let ran = Setting {
-            algo: Algo::parse(f[ra]).unwrap(),
-            proto: Proto::parse(f[rp]).unwrap(),
-            channels: f[rc].parse::<i64>().unwrap().clamp(0, 64) as u8,
-        };
+        let ran = Setting::new(Algo::parse(f[ra]).unwrap(), Proto::parse(f[rp]).unwrap())
+            .with_channels(f[rc].parse::<i64>().unwrap().clamp(0, 64) as u8);
         let us: f64 = f[ct].parse().unwrap();
         let at = shapes.entry((coll, f[cb].parse().unwrap())).or_default();
         if f[ca] == "default" {

@@ -52,11 +52,7 @@ fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
     let rules = [
         Rule {
             last_bucket: size_bucket(65536),
-            decision: Decision::Force(Setting {
-                algo: Algo::Ring,
-                proto: Proto::Simple,
-                channels: 2,
-            }),
+            decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(2)),
             basis,
             gain,
         },

@@ -39,11 +39,7 @@ fn table_b() -> Vec<u8> {
     };
     let rule = Rule {
         last_bucket: 255,
-        decision: Decision::Force(Setting {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 0,
-        }),
+        decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple)),
         basis: Basis::Measured,
         gain: 1.3,
     };

@@ -57,11 +57,7 @@ fn rec(
         comm,
         coll: Coll::AllReduce,
         n_bytes: bytes,
-        setting: Setting {
-            algo: ran.0,
-            proto: ran.1,
-            channels: 8,
-        },
+        setting: Setting::new(ran.0, ran.1).with_channels(8),
         source,
         count,
         sum_ln: count as f64 * ln,

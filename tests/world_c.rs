@@ -477,11 +477,7 @@ fn a_forced_setting_the_truth_lacks_stops_the_round() {
     };
     let rule = Rule {
         last_bucket: 255,
-        decision: Decision::Force(Setting {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 2,
-        }),
+        decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(2)),
         basis: Basis::Measured,
         gain: 1.2,
     };

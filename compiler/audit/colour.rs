@@ -58,11 +58,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for a in Algo::ALL {
             for p in Proto::ALL {
-                assert!(seen.insert(colour_hex(Decision::Force(Setting {
-                    algo: a,
-                    proto: p,
-                    channels: 0
-                }))));
+                assert!(seen.insert(colour_hex(Decision::Force(Setting::new(a, p)))));
             }
         }
     }

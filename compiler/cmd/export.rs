@@ -197,6 +197,7 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
                         algo,
                         proto,
                         channels,
+                        ..
                     }) = d
                     else {
                         continue;

@@ -119,6 +119,7 @@ pub fn render(
             algo,
             proto,
             channels,
+            ..
         }) => (*algo as u8, *proto as u8, *channels),
     });
     // x range: 8 B .. 4 GiB, widened to every forced size that is not open-ended.

@@ -144,6 +144,7 @@ pub unsafe extern "C" fn dyncc_table_lookup(
                 algo,
                 proto,
                 channels,
+                ..
             }) => Some((algo as c_int, proto as c_int, channels as c_int)),
         }
     });

@@ -666,11 +666,7 @@ mod tests {
     }
 
     fn force(algo: Algo, proto: Proto) -> Decision {
-        Decision::Force(Setting {
-            algo,
-            proto,
-            channels: 0,
-        })
+        Decision::Force(Setting::new(algo, proto))
     }
 
     fn ctx_gated(

@@ -678,6 +678,7 @@ unsafe fn apply(
         algo,
         proto,
         channels,
+        ..
     }) = d
     {
         let (a, p) = (algo as usize, proto as usize);
@@ -786,6 +787,7 @@ unsafe extern "C" fn get_coll_info_v2(
             algo,
             proto,
             channels,
+            ..
         }) = d
         else {
             return;

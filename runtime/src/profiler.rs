@@ -229,11 +229,7 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
     let channels = d.nChannels.min(64);
-    let ran = Setting {
-        algo,
-        proto,
-        channels,
-    };
+    let ran = Setting::new(algo, proto).with_channels(channels);
     let ring = ctx.comm_id.and_then(trace::profiled_ring);
     let source = match ring.and_then(|r| trace::take_answer_in(r, coll, n_bytes)) {
         None => Source::Unknown,

@@ -11,7 +11,7 @@
 //! ```
 //! # #[cfg(feature = "build")] {
 //! use dyncc_tables::*;
-//! let ll = Decision::Force(Setting { algo: Algo::Tree, proto: Proto::LL, channels: 0 });
+//! let ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
 //! let spec = ContextSpec { coll: Coll::AllReduce, nodes: (2, 2), ppn: (8, 8),
 //!                          max_pipe_ops: 0, reg_buff: RegBuff::Any };
 //! let rules = [

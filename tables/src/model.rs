@@ -481,11 +481,7 @@ mod tests {
         for a in Algo::ALL {
             for p in Proto::ALL {
                 for ch in [0u8, 1, 16, 64] {
-                    let d = Decision::Force(Setting {
-                        algo: a,
-                        proto: p,
-                        channels: ch,
-                    });
+                    let d = Decision::Force(Setting::new(a, p).with_channels(ch));
                     assert_eq!(Decision::from_packed(d.to_packed()), Some(d));
                 }
             }
@@ -553,11 +549,7 @@ mod tests {
     /// other got NCCL's choice). The agreed answer is the same for both.
     #[test]
     fn a_reg_buff_gate_agrees_only_on_what_every_value_gets() {
-        let ll = Decision::Force(Setting {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        });
+        let ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
         for d in [ll, Decision::Default] {
             assert!(!RegBuff::Any.splits(d));
             assert_eq!(RegBuff::Any.agreed(d), d);

@@ -224,12 +224,14 @@ impl Proto {
 /// A new knob (NCCL's chunk size, say) is a field here, and it touches:
 /// this type (the field, [`Setting::to_rule_bits`]/[`Setting::from_rule_bits`]
 /// if tables store it, [`Setting::to_word`]/[`Setting::from_word`] and
-/// [`Setting::WORD_BITS`], `Display`/`parse`, [`Setting::ran_as`]), the
-/// trace format if traces record it (`trace.rs`, `FORMAT.md`), the ABI
-/// callback that sets it (`runtime/src/plugin.rs`), the compiler's partial
-/// setting (`compiler/record.rs::Config`) and its JSON (`SettingJson` in
-/// `compiler/audit/json.rs`), and the sweep reader if sweeps vary it
-/// (`compiler/ingest/knobs.rs`).
+/// [`Setting::WORD_BITS`], `Display`/`parse`, [`Setting::ran_as`]); the
+/// trace format if traces record it (`trace.rs`, `FORMAT.md`); the ABI
+/// callback that sets it (`runtime/src/plugin.rs`) and the bin key, whose
+/// budget assert fails first (`runtime/src/trace/bins.rs`: no spare bit);
+/// the compiler's partial setting (`compiler/record.rs::Config`,
+/// `compiler/choice.rs::to_decision`), the report structs that spell the
+/// setting out and their printers (README, "Layout", counts them), and the
+/// sweep reader if sweeps vary it (`compiler/ingest/knobs.rs`).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Setting {
     /// The algorithm.
@@ -277,11 +279,7 @@ impl Setting {
         if reserved != 0 || ch > MAX_CHANNELS {
             return None;
         }
-        Some(Setting {
-            algo: Algo::from_u8(a)?,
-            proto: Proto::from_u8(p)?,
-            channels: ch,
-        })
+        Some(Setting::new(Algo::from_u8(a)?, Proto::from_u8(p)?).with_channels(ch))
     }
 
     /// The runtime's encoding, in the low [`Setting::WORD_BITS`] bits:

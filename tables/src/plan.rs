@@ -250,11 +250,7 @@ mod tests {
     use alloc::vec::Vec;
 
     fn ring_ll() -> Decision {
-        Decision::Force(Setting {
-            algo: Algo::Ring,
-            proto: Proto::LL,
-            channels: 0,
-        })
+        Decision::Force(Setting::new(Algo::Ring, Proto::LL))
     }
 
     fn cand(nodes: u32, bucket: u8, rank: u8, decision: Decision, cost: f32) -> PlanCandidate {

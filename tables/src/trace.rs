@@ -667,11 +667,8 @@ fn read_record(r: Le<'_>) -> Option<TraceRecord> {
     Some(TraceRecord {
         comm: r.u16(0),
         coll: Coll::from_nccl(r.u8(2) as u32)?,
-        setting: Setting {
-            algo: Algo::from_u8(r.u8(3))?,
-            proto: Proto::from_u8(r.u8(4))?,
-            channels: r.u8(5),
-        },
+        setting: Setting::new(Algo::from_u8(r.u8(3))?, Proto::from_u8(r.u8(4))?)
+            .with_channels(r.u8(5)),
         source: Source::from_u8(r.u8(6))?,
         n_bytes: r.u64(8),
         count: r.u64(16),
@@ -846,11 +843,7 @@ mod tests {
             comm: 0,
             coll: Coll::AllReduce,
             n_bytes: 1 << 20,
-            setting: Setting {
-                algo: Algo::Ring,
-                proto: Proto::Simple,
-                channels: 8,
-            },
+            setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(8),
             source: Source::Table,
             count: 3,
             sum_ln: 30.0,
@@ -937,11 +930,7 @@ mod tests {
             comm: 0,
             coll: Coll::Broadcast,
             n_bytes: 1,
-            setting: Setting {
-                algo: Algo::Ring,
-                proto: Proto::LL,
-                channels: 1,
-            },
+            setting: Setting::new(Algo::Ring, Proto::LL).with_channels(1),
             source: Source::Nccl,
             count: 1,
             sum_ln: 1.0,

@@ -132,11 +132,7 @@ mod tests {
             comm,
             coll: Coll::AllReduce,
             n_bytes: 1 << 20,
-            setting: Setting {
-                algo: Algo::Ring,
-                proto: Proto::Simple,
-                channels: 8,
-            },
+            setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(8),
             source,
             count,
             sum_ln: count as f64 * ns.ln(),

@@ -74,11 +74,7 @@ mod test_util {
             comm,
             coll: Coll::AllReduce,
             n_bytes: bytes,
-            setting: Setting {
-                algo: ran.0,
-                proto: ran.1,
-                channels: 4,
-            },
+            setting: Setting::new(ran.0, ran.1).with_channels(4),
             source,
             count,
             sum_ln: count as f64 * ln,

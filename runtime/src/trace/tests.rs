@@ -20,11 +20,7 @@ static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// So are the bins: tests that count them or add many take turns.
 static BIN_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-const FORCE: Decision = Decision::Force(Setting {
-    algo: Algo::Tree,
-    proto: Proto::LL,
-    channels: 4,
-});
+const FORCE: Decision = Decision::Force(Setting::new(Algo::Tree, Proto::LL).with_channels(4));
 
 #[test]
 fn a_journal_answer_is_found_by_size() {
@@ -363,11 +359,7 @@ fn rec(n_bytes: u64, count: u64) -> TraceRecord {
     TraceRecord {
         comm: 0,
         coll: Coll::AllReduce,
-        setting: Setting {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 4,
-        },
+        setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(4),
         source: Source::Nccl,
         n_bytes,
         count,
