@@ -12,8 +12,9 @@ pub struct MeasuredSizes {
     pub max_bytes: u64,
 }
 
-/// Reads the `coverage` metadata ([`Coverage::meta_text`](crate::report::Coverage::meta_text) entries joined by
-/// `; `); entries it cannot read are left out. Sizes are as printed (one
+/// Reads the `coverage` metadata
+/// ([`Coverage::meta_text`](crate::report::Coverage::meta_text) entries
+/// joined by `; `); entries it cannot read are left out. Sizes are as printed (one
 /// decimal above 1 KiB), so exact for the powers of two sweeps use.
 pub fn measured_sizes(meta: &str) -> Vec<MeasuredSizes> {
     meta.split("; ")
