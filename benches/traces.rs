@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use dyncc::ingest::{read_paths_folded, traces, IngestOptions};
 use dyncc::pipeline::{compile_dataset, CompileOptions};
 use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Algo, Coll, Proto, Setting};
 
 fn main() {
     divan::main();
@@ -100,9 +100,7 @@ fn rec(
         comm: 0,
         coll,
         n_bytes: bytes,
-        algo: ran.0,
-        proto: ran.1,
-        channels: 16,
+        setting: Setting::new(ran.0, ran.1).with_channels(16),
         source,
         count,
         // A 3 % spread of ln(time), within a range of +-10 % (a record's

@@ -217,15 +217,11 @@ fn best_split(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dyncc_tables::{Algo, Proto};
+    use dyncc_tables::{Algo, Proto, Setting};
 
     #[test]
     fn reproduces_a_two_region_grid_exactly() {
-        let tree_ll = Decision::Force {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        };
+        let tree_ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
         let mut s = Vec::new();
         for nodes in [1u32, 2, 4, 8] {
             for k in 3..30 {

@@ -283,16 +283,12 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dyncc_tables::{Algo, Proto};
+    use dyncc_tables::{Algo, Proto, Setting};
 
     fn ctx(nodes: (u32, u32), reg_buff: bool, measured: bool, forced: bool) -> PlannedContext {
         let mut buckets = Box::new([BucketDecision::leave(Basis::Measured); NUM_BUCKETS]);
         if forced {
-            buckets[10].decision = Decision::Force {
-                algo: Algo::Tree,
-                proto: Proto::LL,
-                channels: 0,
-            };
+            buckets[10].decision = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
         }
         PlannedContext {
             coll: Coll::AllReduce,

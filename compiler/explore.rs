@@ -37,7 +37,8 @@
 
 use dyncc_tables::{bucket_lower_bound, size_bucket, Decision, MAX_PLAN_CANDIDATES};
 
-use crate::decide::{to_decision, Anchor, Choice, Why};
+pub use crate::choice::Candidate;
+use crate::choice::{nearest_size, to_decision, Anchor, Choice, Why};
 use crate::features::Grid;
 use crate::nodes::{NodeModel, Reading};
 
@@ -66,22 +67,6 @@ pub const MAX_COST: f64 = 1.0;
 /// chance at any bucket is then at least 1 / RUN_COST_RATIO of its own,
 /// and the plan stays a few runs per context rather than one per bucket.
 pub const RUN_COST_RATIO: f32 = 1.25;
-
-/// One setting a job may try at one (node count, size).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Candidate {
-    /// Index into the grid's configs; 0 = NCCL's own choice.
-    pub cfg: usize,
-    /// Predicted ln(t_answer / t_candidate).
-    pub ln_gain: f64,
-    /// Its uncertainty (sd of the log).
-    pub sd: f64,
-    /// Predicted extra time over the answer when tried (fraction),
-    /// pessimistic and floored: what the plugin's draw is weighed by.
-    pub cost: f64,
-    /// What it was ranked by: `ln_gain + EXPLORE_Z * sd`.
-    pub score: f64,
-}
 
 /// Where the answer at one (node count, size) came from, for [`candidates`].
 pub struct Site<'a> {
@@ -240,7 +225,7 @@ pub fn runs(grid: &Grid, a: &Anchor) -> Vec<Run> {
     // The last run's smallest cost bound per candidate.
     let mut lows: Vec<f32> = Vec::new();
     for b in lo_b..=hi_b {
-        let si = crate::decide::nearest_size(grid, &own, bucket_lower_bound(b));
+        let si = nearest_size(grid, &own, bucket_lower_bound(b));
         let list: Vec<Planned> = a.plan[si]
             .iter()
             .map(|k| Planned {

@@ -13,6 +13,7 @@
 pub mod atomic;
 pub mod audit;
 pub mod boost;
+pub mod choice;
 pub mod cmd;
 pub mod decide;
 pub mod distil;

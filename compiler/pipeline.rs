@@ -32,7 +32,7 @@ use crate::ingest::fold::{Folded, Group};
 use crate::ingest::{self, Dataset};
 use crate::record::{Cell, CellKey};
 use crate::report::{describe, Inputs, Platform, Report, TableInfo};
-use crate::reruns::Disagreeing;
+use crate::reruns::{Disagreeing, REPEAT_MIN_CELLS, REPEAT_MIN_FACTOR, REPEAT_SD};
 
 /// Deepest distilled tree; deeper ones stop being readable.
 const MAX_TREE_DEPTH: usize = 8;
@@ -526,25 +526,6 @@ fn check_default_runs(
     Ok(())
 }
 
-/// Repeats of one cell from two files disagree when the log of their
-/// medians' ratio exceeds this many standard deviations of the difference
-/// of two measurements (sqrt(2) times the sweep's own noise, see
-/// [`sweep_noise`]). Noise of 5 sd or more happens about once in 1.7
-/// million cells for normal noise; a broken run must also show it at
-/// [`REPEAT_MIN_CELLS`] cells.
-pub const REPEAT_SD: f64 = 5.0;
-
-/// Runs of one setting from different jobs (another day, another
-/// allocation, other traffic on the links) differ by more than one run's
-/// own noise; real sweeps repeated across jobs differ by 10-20 % at places.
-/// Below this factor a disagreement is read as that, not as a broken run
-/// (the degraded reruns this check exists for are 2-5x off).
-pub const REPEAT_MIN_FACTOR: f64 = 1.5;
-
-/// ... at this many cells between the same two files (fewer is a warm-up
-/// artefact, not a broken run).
-pub const REPEAT_MIN_CELLS: usize = 3;
-
 /// The sweep's own noise: the sd of ln(time) of one measurement, estimated
 /// as [`crate::fit::noise`] does per grid, over the whole sweep. Repeats
 /// within one file (one run) measure it directly (range / d_n); without
@@ -820,7 +801,7 @@ mod tests {
     use crate::decide::DecideOptions;
     use crate::features::tests::{cell, cfg};
     use crate::record::{Collective, Config, Record};
-    use dyncc_tables::{Algo, Basis, Decision, Proto};
+    use dyncc_tables::{Algo, Basis, Decision, Proto, Setting};
 
     fn sweep() -> Vec<Cell> {
         let mut v = Vec::new();
@@ -950,16 +931,8 @@ mod tests {
             t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0)
                 .decision
         };
-        let tree_ll = Decision::Force {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        };
-        let ring_simple = Decision::Force {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 0,
-        };
+        let tree_ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
+        let ring_simple = Decision::Force(Setting::new(Algo::Ring, Proto::Simple));
         assert_eq!(d(Coll::AllReduce, 2, 1024), tree_ll);
         assert_eq!(d(Coll::AllReduce, 2, 1 << 20), Decision::Default);
         assert_eq!(d(Coll::AllReduce, 16, 1 << 26), ring_simple);
@@ -985,11 +958,7 @@ mod tests {
         assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);
         assert_eq!(
             d(Coll::AllGather, 2, 1024),
-            Decision::Force {
-                algo: Algo::Ring,
-                proto: Proto::LL,
-                channels: 0
-            }
+            Decision::Force(Setting::new(Algo::Ring, Proto::LL))
         );
         // Never measured: broadcast.
         assert_eq!(d(Coll::Broadcast, 2, 1024), Decision::Default);

@@ -219,7 +219,9 @@ impl Record {
     }
 }
 
-/// A configuration a run was made under; all `None` is NCCL's default.
+/// A configuration a run was made under: a partial
+/// [`Setting`](dyncc_tables::Setting), one `Option` per knob (`None`: left to
+/// NCCL); all `None` is NCCL's default.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct Config {
     pub algo: Option<Algo>,
@@ -245,11 +247,12 @@ impl From<dyncc_tables::Decision> for Config {
     fn from(d: dyncc_tables::Decision) -> Config {
         match d {
             dyncc_tables::Decision::Default => Config::DEFAULT,
-            dyncc_tables::Decision::Force {
+            dyncc_tables::Decision::Force(dyncc_tables::Setting {
                 algo,
                 proto,
                 channels,
-            } => Config {
+                ..
+            }) => Config {
                 algo: Some(algo),
                 proto: Some(proto),
                 channels: (channels > 0).then_some(channels as u32),

@@ -5,9 +5,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision};
+use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision, Setting};
 use serde::Serialize;
 
+pub use crate::audit::coverage::{measured_sizes, MeasuredSizes};
 use crate::audit::evidence::{Evidence, Ground};
 use crate::decide::{DecideOptions, GridDecisions, Why};
 use crate::distil::Fidelity;
@@ -203,38 +204,6 @@ impl Coverage {
     }
 }
 
-/// The sizes a sweep measured for one collective at one ranks per node, as
-/// the table's `coverage` metadata records them.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MeasuredSizes {
-    pub collective: String,
-    pub ppn: u32,
-    pub min_bytes: u64,
-    pub max_bytes: u64,
-}
-
-/// Reads the `coverage` metadata ([`Coverage::meta_text`] entries joined by
-/// `; `); entries it cannot read are left out. Sizes are as printed (one
-/// decimal above 1 KiB), so exact for the powers of two sweeps use.
-pub fn measured_sizes(meta: &str) -> Vec<MeasuredSizes> {
-    meta.split("; ")
-        .filter_map(|e| {
-            let mut w = e.split_whitespace();
-            let collective = w.next()?.to_string();
-            (w.next()? == "ppn").then_some(())?;
-            let ppn = w.next()?.parse().ok()?;
-            let (_, sizes) = e.rsplit_once("] ")?;
-            let (lo, hi) = sizes.split_once("..")?;
-            Some(MeasuredSizes {
-                collective,
-                ppn,
-                min_bytes: crate::units::parse_bytes(lo).ok()?,
-                max_bytes: crate::units::parse_bytes(hi).ok()?,
-            })
-        })
-        .collect()
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct Forced {
     pub collective: String,
@@ -337,11 +306,12 @@ pub(crate) fn describe(
                     evidence.add(Ground::of_basis(r.basis), r.gain as f64);
                 }
             }
-            if let Decision::Force {
+            if let Decision::Force(Setting {
                 algo,
                 proto,
                 channels,
-            } = d
+                ..
+            }) = d
             {
                 let to = if gate.splits(d) {
                     &mut split_by_reg_buff

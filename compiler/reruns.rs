@@ -35,8 +35,26 @@ use rayon::prelude::*;
 use crate::fit::{repeat_variance, sigma_from_curves};
 use crate::ingest::fold::{Folded, Group, Sample};
 use crate::ingest::Skip;
-use crate::pipeline::{REPEAT_MIN_CELLS, REPEAT_MIN_FACTOR, REPEAT_SD};
 use crate::record::CellKey;
+
+/// Repeats of one cell from two files disagree when the log of their
+/// medians' ratio exceeds this many standard deviations of the difference
+/// of two measurements (sqrt(2) times the sweep's own noise, see
+/// `pipeline::sweep_noise`). Noise of 5 sd or more happens about once in 1.7
+/// million cells for normal noise; a broken run must also show it at
+/// [`REPEAT_MIN_CELLS`] cells.
+pub const REPEAT_SD: f64 = 5.0;
+
+/// Runs of one setting from different jobs (another day, another
+/// allocation, other traffic on the links) differ by more than one run's
+/// own noise; real sweeps repeated across jobs differ by 10-20 % at places.
+/// Below this factor a disagreement is read as that, not as a broken run
+/// (the degraded reruns this check exists for are 2-5x off).
+pub const REPEAT_MIN_FACTOR: f64 = 1.5;
+
+/// ... at this many cells between the same two files (fewer is a warm-up
+/// artefact, not a broken run).
+pub const REPEAT_MIN_CELLS: usize = 3;
 
 /// Passes a group contributes to the noise estimate, at most: the first
 /// ones (a sweep repeated 700 times in one file does not need all 700 to

@@ -1299,7 +1299,7 @@ fn audit_commands_on_tables_compiled_from_real_sweeps() {
         "--json",
     ]))
     .unwrap();
-    let Decision::Force { algo, proto, .. } = rule.decision else {
+    let Decision::Force(Setting { algo, proto, .. }) = rule.decision else {
         unreachable!()
     };
     assert_eq!(j["algorithm"], algo.name());

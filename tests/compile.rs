@@ -756,7 +756,7 @@ fn sweep_with_registered_buffers(dir: &Path) -> PathBuf {
 /// run different algorithms), and the report says so.
 #[test]
 fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
-    use dyncc_tables::{Algo, Decision, Proto, Table};
+    use dyncc_tables::{Algo, Decision, Proto, Setting, Table};
     let dir = tempfile::tempdir().unwrap();
     let csv = sweep_with_registered_buffers(dir.path());
     // Mixed states are not repeats: refused, naming how to pick each.
@@ -779,10 +779,12 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
         // allreduce (ncclFunc_t 4), 8 ranks on 1 node, 4 KiB, one operation.
         t.lookup(4, 8, 1, 4096, 1, reg_buff).decision
     };
-    let force = |algo, proto| Decision::Force {
-        algo,
-        proto,
-        channels: 0,
+    let force = |algo, proto| {
+        Decision::Force(Setting {
+            algo,
+            proto,
+            channels: 0,
+        })
     };
     let compile_with = |out: &Path, setup: &str| {
         run_json(

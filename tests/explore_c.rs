@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use dyncc_tables::{
-    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Table,
+    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting, Table,
     TableBuilder,
 };
 
@@ -22,11 +22,11 @@ use crate::plugin_c::{compile_c, plugin_lib, HARNESS_LINK_FLAGS};
 use crate::support::tools::require_c_compiler;
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force {
+    Decision::Force(Setting {
         algo,
         proto,
         channels,
-    }
+    })
 }
 
 fn rule(last: u64, decision: Decision, basis: Basis, gain: f32) -> Rule {
@@ -226,17 +226,18 @@ struct Run {
 fn table_answer(t: &Table<'_>, nodes: u64, coll: u32, bytes: u64) -> (i32, i32) {
     match t.lookup(coll, nodes * 8, nodes, bytes, 1, 0).decision {
         // Tree/LL128 is unavailable: NCCL's choice stands.
-        Decision::Force {
+        Decision::Force(Setting {
             algo: Algo::Tree,
             proto: Proto::LL128,
             ..
-        }
+        })
         | Decision::Default => (-1, 0),
-        Decision::Force {
+        Decision::Force(Setting {
             algo,
             proto,
             channels,
-        } => (algo as i32 * 3 + proto as i32, i32::from(channels)),
+            ..
+        }) => (algo as i32 * 3 + proto as i32, i32::from(channels)),
     }
 }
 

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Algo, Coll, Proto, Setting};
 
 use crate::loop_c::{
     captured, compile, counts, dgx2v, dgx2v_csv, slower, sweep_rows, world_from_real_sweep,
@@ -72,9 +72,7 @@ fn record(
         comm: 0,
         coll,
         n_bytes,
-        algo: ran.0,
-        proto: ran.1,
-        channels: ran.2,
+        setting: ran,
         source,
         count,
         sum_ln,
@@ -83,9 +81,6 @@ fn record(
         max_ns,
     }
 }
-
-/// What ran: algorithm, protocol, channels (0: NCCL's count).
-type Setting = (Algo, Proto, u8);
 
 /// What the world runs at one collective and size.
 #[derive(Default)]
@@ -125,11 +120,8 @@ fn complete_exploration(truth: &Path, nodes: u32, ppn: u32, nccl: u32, dir: &Pat
             continue;
         }
         let coll = Coll::parse(f[cc]).unwrap();
-        let ran: Setting = (
-            Algo::parse(f[ra]).unwrap(),
-            Proto::parse(f[rp]).unwrap(),
-            f[rc].parse::<i64>().unwrap().clamp(0, 64) as u8,
-        );
+        let ran = Setting::new(Algo::parse(f[ra]).unwrap(), Proto::parse(f[rp]).unwrap())
+            .with_channels(f[rc].parse::<i64>().unwrap().clamp(0, 64) as u8);
         let us: f64 = f[ct].parse().unwrap();
         let at = shapes.entry((coll, f[cb].parse().unwrap())).or_default();
         if f[ca] == "default" {

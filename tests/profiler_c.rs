@@ -11,8 +11,8 @@ use std::process::{Command, Output, Stdio};
 
 use dyncc_tables::trace::Source;
 use dyncc_tables::{
-    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
-    Trace,
+    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting,
+    TableBuilder, Trace,
 };
 
 use crate::plugin_c::{compile_c, plugin_lib, HARNESS_LINK_FLAGS};
@@ -52,11 +52,7 @@ fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
     let rules = [
         Rule {
             last_bucket: size_bucket(65536),
-            decision: Decision::Force {
-                algo: Algo::Ring,
-                proto: Proto::Simple,
-                channels: 2,
-            },
+            decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(2)),
             basis,
             gain,
         },
@@ -290,9 +286,9 @@ pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
             .find(|k| {
                 k.0 == nccl_name(r.coll)
                     && k.1 == r.n_bytes
-                    && k.2 == algo_name(r.algo)
-                    && k.3 == proto_name(r.proto)
-                    && k.4 == r.channels
+                    && k.2 == algo_name(r.setting.algo)
+                    && k.3 == proto_name(r.setting.proto)
+                    && k.4 == r.setting.channels
                     && source.as_ref().is_none_or(|s| *s == k.5)
             })
             .cloned()
@@ -949,9 +945,11 @@ fn trace_record(
         comm: 0,
         coll: Coll::AllReduce,
         n_bytes,
-        algo,
-        proto,
-        channels,
+        setting: Setting {
+            algo,
+            proto,
+            channels,
+        },
         source,
         count: n,
         sum_ln: n as f64 * m,

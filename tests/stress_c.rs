@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use dyncc_tables::{Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder};
+use dyncc_tables::{
+    Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting, TableBuilder,
+};
 
 use crate::plugin_c::{
     check_harness_output, compile_c, harness, harness_command, harness_table, plugin_lib, run,
@@ -37,11 +39,7 @@ fn table_b() -> Vec<u8> {
     };
     let rule = Rule {
         last_bucket: 255,
-        decision: Decision::Force {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 0,
-        },
+        decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple)),
         basis: Basis::Measured,
         gain: 1.3,
     };

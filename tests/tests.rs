@@ -8,6 +8,7 @@ mod explore_c; // DYNCC_EXPLORE through the built plugin: ranks agree, share, bo
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod gpu_check; // tests/gpu/ (run on a GPU by hand): shellcheck, Python parses, usage
 mod hardening; // malformed-input matrix of `dyncc compile`: strict errors, --lenient skips
+mod imports; // no import circle inside a crate: the sources read, circles named
 mod ingest; // every real log format, golden row counts
 mod ingest_cli; // `dyncc inspect` as users run it
 mod ingest_errors; // malformed input: file, line, what was expected

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Algo, Coll, Proto, Setting};
 
 use crate::support::cli::dyncc;
 
@@ -57,9 +57,7 @@ fn rec(
         comm,
         coll: Coll::AllReduce,
         n_bytes: bytes,
-        algo: ran.0,
-        proto: ran.1,
-        channels: 8,
+        setting: Setting::new(ran.0, ran.1).with_channels(8),
         source,
         count,
         sum_ln: count as f64 * ln,

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use dyncc_tables::trace::Source;
 use dyncc_tables::{
-    Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder, Trace,
+    Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting, TableBuilder, Trace,
 };
 
 use crate::plugin_c::{compile_c, plugin_lib, HARNESS_LINK_FLAGS};
@@ -477,11 +477,7 @@ fn a_forced_setting_the_truth_lacks_stops_the_round() {
     };
     let rule = Rule {
         last_bucket: 255,
-        decision: Decision::Force {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 2,
-        },
+        decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(2)),
         basis: Basis::Measured,
         gain: 1.2,
     };

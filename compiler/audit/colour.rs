@@ -1,12 +1,12 @@
 //! A colour per decision, shared by the SVG map (`plot`) and the Graphviz
 //! trees (`explain --format dot`) so that a setting looks the same in both.
 
-use dyncc_tables::{Algo, Decision, Proto};
+use dyncc_tables::{Algo, Decision, Proto, Setting};
 
 /// A colour per (algorithm, protocol): hue by algorithm, lightness by
 /// protocol, so related settings look related.
 fn colour(d: Decision) -> (f64, f64, f64) {
-    let Decision::Force { algo, proto, .. } = d else {
+    let Decision::Force(Setting { algo, proto, .. }) = d else {
         return (0.0, 0.0, 0.86);
     };
     let h = match algo {
@@ -58,11 +58,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for a in Algo::ALL {
             for p in Proto::ALL {
-                assert!(seen.insert(colour_hex(Decision::Force {
-                    algo: a,
-                    proto: p,
-                    channels: 0
-                })));
+                assert!(seen.insert(colour_hex(Decision::Force(Setting::new(a, p)))));
             }
         }
     }

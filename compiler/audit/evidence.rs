@@ -88,7 +88,7 @@ pub fn sweep_sizes(table: &Table, coll: Coll, nodes: u64, ranks: u64) -> Option<
         return None;
     }
     let ppn = u32::try_from(ranks / nodes).ok()?;
-    crate::report::measured_sizes(table.meta("coverage")?)
+    crate::audit::coverage::measured_sizes(table.meta("coverage")?)
         .into_iter()
         .filter(|m| m.collective == coll.name() && m.ppn == ppn)
         .map(|m| SweepSizes {

@@ -13,6 +13,7 @@
 
 pub mod agreement;
 pub mod colour;
+pub mod coverage;
 pub mod evidence;
 pub mod explore;
 pub mod files;

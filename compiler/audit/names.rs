@@ -2,13 +2,13 @@
 //! algorithms, protocols and tree features, as NCCL's example CSV and the
 //! JSON reports spell them.
 
-use dyncc_tables::{Coll, Decision, Feature};
+use dyncc_tables::{Coll, Decision, Feature, Setting};
 
 /// Lower-case NCCL example-CSV algorithm name, `default` when NCCL chooses.
 pub fn algo_name(d: Decision) -> &'static str {
     match d {
         Decision::Default => "default",
-        Decision::Force { algo, .. } => algo.name(),
+        Decision::Force(Setting { algo, .. }) => algo.name(),
     }
 }
 
@@ -16,7 +16,7 @@ pub fn algo_name(d: Decision) -> &'static str {
 pub fn proto_name(d: Decision) -> &'static str {
     match d {
         Decision::Default => "default",
-        Decision::Force { proto, .. } => proto.name(),
+        Decision::Force(Setting { proto, .. }) => proto.name(),
     }
 }
 
@@ -24,7 +24,7 @@ pub fn proto_name(d: Decision) -> &'static str {
 pub fn channels(d: Decision) -> u8 {
     match d {
         Decision::Default => 0,
-        Decision::Force { channels, .. } => channels,
+        Decision::Force(Setting { channels, .. }) => channels,
     }
 }
 

@@ -4,11 +4,7 @@
 use dyncc_tables::*;
 
 pub fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force {
-        algo,
-        proto,
-        channels,
-    }
+    Decision::Force(Setting::new(algo, proto).with_channels(channels))
 }
 
 /// allreduce: 2 nodes x 8 ppn forces tree/ll up to 64 KiB; 4 nodes

@@ -11,7 +11,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use dyncc_tables::{
-    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Table,
+    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Setting,
+    Table,
 };
 
 use crate::audit::files::{open, read_table, write_output_or_stdout};
@@ -192,11 +193,12 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
             };
             for &(n, r) in &shapes {
                 for &(lo, hi, d) in &forced {
-                    let Decision::Force {
+                    let Decision::Force(Setting {
                         algo,
                         proto,
                         channels,
-                    } = d
+                        ..
+                    }) = d
                     else {
                         continue;
                     };

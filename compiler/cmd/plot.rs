@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use dyncc_tables::{bucket_lower_bound, size_bucket, Basis, Coll, Decision, Lookup, Table};
+use dyncc_tables::{
+    bucket_lower_bound, size_bucket, Basis, Coll, Decision, Lookup, Setting, Table,
+};
 
 use crate::audit::colour::colour_hex;
 use crate::audit::files::{open, read_table, write_output_or_stdout};
@@ -113,11 +115,12 @@ pub fn render(
     }
     decisions.sort_by_key(|d| match d {
         Decision::Default => (0, 0, 0),
-        Decision::Force {
+        Decision::Force(Setting {
             algo,
             proto,
             channels,
-        } => (*algo as u8, *proto as u8, *channels),
+            ..
+        }) => (*algo as u8, *proto as u8, *channels),
     });
     // x range: 8 B .. 4 GiB, widened to every forced size that is not open-ended.
     let mut x0 = size_bucket(8);

@@ -7,7 +7,7 @@ use std::io::BufRead;
 use std::sync::Arc;
 
 use super::knobs::{self, Assumptions};
-use super::run::{Labeller, Shown, ShownKnobs};
+use super::run::{platform_gpus_per_node, Labeller, Shown, ShownKnobs};
 use super::{quote, FileCtx, FileOutput, Format};
 use crate::record::{Algo, Collective, Config, Measurement, Proto, Run};
 
@@ -49,21 +49,6 @@ pub fn looks_like_nvidia_raw(name: &str, head: &[u8]) -> bool {
     let l = String::from_utf8_lossy(first);
     let f: Vec<&str> = l.trim().split(',').collect();
     f.len() == 7 && f.iter().all(|x| x.trim().parse::<f64>().is_ok())
-}
-
-/// GPUs per node of the platforms NVIDIA's raw files come from.
-pub fn platform_gpus_per_node(platform: &str) -> Option<u32> {
-    let p: String = platform
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .collect::<String>()
-        .to_ascii_uppercase();
-    Some(match p.as_str() {
-        "DGX1V" | "DGX1" | "DGX1P" => 8,
-        "DGX2V" | "DGX2" | "DGX2H" => 16,
-        "DGXA100" | "DGXH100" | "DGXH200" | "DGXB200" => 8,
-        _ => return None,
-    })
 }
 
 /// The run of an NVIDIA raw file (its knobs are the columns'), once labelled.

@@ -27,9 +27,7 @@
 
 use std::sync::Arc;
 
-use super::csv::platform_gpus_per_node;
 use super::knobs::{self, Assumptions, KnobSource};
-use super::text::collective_from_name;
 use super::{FileCtx, UNRESOLVED};
 use crate::record::{Collective, Config, PartialState, Run};
 
@@ -303,4 +301,42 @@ impl Labeller {
             problem,
         })
     }
+}
+
+/// GPUs per node of the platforms NVIDIA's raw files come from.
+pub fn platform_gpus_per_node(platform: &str) -> Option<u32> {
+    let p: String = platform
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_uppercase();
+    Some(match p.as_str() {
+        "DGX1V" | "DGX1" | "DGX1P" => 8,
+        "DGX2V" | "DGX2" | "DGX2H" => 16,
+        "DGXA100" | "DGXH100" | "DGXH200" | "DGXB200" => 8,
+        _ => return None,
+    })
+}
+
+/// Collective from a file name (`all_reduce_output.dat.1`, `ag.log` no).
+pub fn collective_from_name(name: &str) -> Option<Collective> {
+    let k: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    for (pat, c) in [
+        ("reducescatter", Collective::ReduceScatter),
+        ("allreduce", Collective::AllReduce),
+        ("allgather", Collective::AllGather),
+        ("alltoall", Collective::AllToAll),
+        ("sendrecv", Collective::SendRecv),
+        ("broadcast", Collective::Broadcast),
+        ("hypercube", Collective::HyperCube),
+    ] {
+        if k.contains(pat) {
+            return Some(c);
+        }
+    }
+    None
 }

@@ -808,29 +808,6 @@ fn try_row(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Resu
     Ok(true)
 }
 
-/// Collective from a file name (`all_reduce_output.dat.1`, `ag.log` no).
-pub fn collective_from_name(name: &str) -> Option<Collective> {
-    let k: String = name
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric())
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
-    for (pat, c) in [
-        ("reducescatter", Collective::ReduceScatter),
-        ("allreduce", Collective::AllReduce),
-        ("allgather", Collective::AllGather),
-        ("alltoall", Collective::AllToAll),
-        ("sendrecv", Collective::SendRecv),
-        ("broadcast", Collective::Broadcast),
-        ("hypercube", Collective::HyperCube),
-    ] {
-        if k.contains(pat) {
-            return Some(c);
-        }
-    }
-    None
-}
-
 fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<FileOutput> {
     out.report.rows = st.rows;
     out.report.zero_size_rows = st.zero_rows;
@@ -1067,6 +1044,7 @@ fn chosen_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ingest::run::collective_from_name;
 
     #[test]
     fn prefixes_are_stripped() {

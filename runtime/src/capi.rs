@@ -11,7 +11,7 @@
 
 use core::ffi::{c_char, c_int};
 
-use dyncc_tables::{Decision, Error};
+use dyncc_tables::{Decision, Error, Setting};
 
 use crate::guard::ffi_guard;
 use crate::owned::OwnedTable;
@@ -140,11 +140,12 @@ pub unsafe extern "C" fn dyncc_table_lookup(
         );
         match l.decision {
             Decision::Default => Some((-1, -1, 0)),
-            Decision::Force {
+            Decision::Force(Setting {
                 algo,
                 proto,
                 channels,
-            } => Some((algo as c_int, proto as c_int, channels as c_int)),
+                ..
+            }) => Some((algo as c_int, proto as c_int, channels as c_int)),
         }
     });
     match r {

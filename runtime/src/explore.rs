@@ -85,7 +85,7 @@
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use dyncc_tables::{
-    pipe_ops_allowed, Basis, Coll, Decision, RegBuff, Specialised, Table, MAX_CHANNELS,
+    pipe_ops_allowed, Basis, Coll, Decision, RegBuff, Setting, Specialised, Table, MAX_CHANNELS,
     MAX_PLAN_CANDIDATES, NUM_BUCKETS, NUM_COLLS,
 };
 
@@ -372,10 +372,10 @@ impl Plan {
                     let mut first = 0usize;
                     for r in n.rules() {
                         let last = usize::from(r.last_bucket);
-                        if let d @ Decision::Force {
+                        if let d @ Decision::Force(Setting {
                             channels: ..=MAX_CHANNELS,
                             ..
-                        } = r.decision
+                        }) = r.decision
                         {
                             for w in lent[i].iter_mut().take(last + 1).skip(first) {
                                 w.get_or_insert(d);
@@ -666,11 +666,7 @@ mod tests {
     }
 
     fn force(algo: Algo, proto: Proto) -> Decision {
-        Decision::Force {
-            algo,
-            proto,
-            channels: 0,
-        }
+        Decision::Force(Setting::new(algo, proto))
     }
 
     fn ctx_gated(

@@ -23,7 +23,7 @@ use core::ffi::{c_int, c_void};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 
-use dyncc_tables::{size_bucket, Coll, Decision, Machine, Specialised};
+use dyncc_tables::{size_bucket, Coll, Decision, Machine, Setting, Specialised};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::explore::{self, BadShare, Counts, Explorer, Plan, Probe, Share};
@@ -674,11 +674,12 @@ unsafe fn apply(
     n_channels: *mut c_int,
 ) -> bool {
     let mut applied = false;
-    if let Decision::Force {
+    if let Decision::Force(Setting {
         algo,
         proto,
         channels,
-    } = d
+        ..
+    }) = d
     {
         let (a, p) = (algo as usize, proto as usize);
         // Negative dimensions become huge and fail the bounds test.
@@ -782,11 +783,12 @@ unsafe extern "C" fn get_coll_info_v2(
         let d = ctx
             .spec
             .decide(coll_type as u32, n_bytes as u64, num_pipe_ops, 0);
-        let Decision::Force {
+        let Decision::Force(Setting {
             algo,
             proto,
             channels,
-        } = d
+            ..
+        }) = d
         else {
             return;
         };

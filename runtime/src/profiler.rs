@@ -22,14 +22,14 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use std::path::PathBuf;
 
 use dyncc_tables::trace::Source;
-use dyncc_tables::{datatype_size, Algo, Coll, Proto};
+use dyncc_tables::{datatype_size, Algo, Coll, Proto, Setting};
 
 use crate::ffi::{ncclDebugLogger_t, ncclResult_t, NCCL_SUCCESS};
 use crate::guard::{c_bytes, ffi_guard, write_out, PLUGIN_NAME};
 use crate::log::{Escaped, Logger};
 use crate::nccl_version;
 use crate::profiler_ffi::*;
-use crate::trace::{self, Handle, Key};
+use crate::trace::{self, Answer, Handle, Key};
 
 /// One communicator rank's profiler state.
 pub struct ProfContext {
@@ -229,21 +229,23 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
     let channels = d.nChannels.min(64);
+    let ran = Setting::new(algo, proto).with_channels(channels);
     let ring = ctx.comm_id.and_then(trace::profiled_ring);
     let source = match ring.and_then(|r| trace::take_answer_in(r, coll, n_bytes)) {
         None => Source::Unknown,
         // Exploration left the choice to NCCL: whatever ran is its choice.
-        Some(a) if a.source == Source::Explore && a.algo == trace::ANSWER_NCCL => {
-            Source::ExploreNccl
-        }
-        Some(a) if a.source == Source::Table || a.source == Source::Explore => {
+        Some(Answer {
+            source: Source::Explore,
+            setting: None,
+        }) => Source::ExploreNccl,
+        Some(Answer {
+            source: s @ (Source::Table | Source::Explore),
+            setting: Some(set),
+        }) => {
             // The forced setting ran only if NCCL ran its algorithm,
             // protocol and (when one was forced) channel count.
-            if a.algo == algo as u8
-                && a.proto == proto as u8
-                && (a.channels == 0 || a.channels == channels)
-            {
-                a.source
+            if set.ran_as(&ran) {
+                s
             } else {
                 // NCCL ran something else than was forced.
                 Source::Nccl
@@ -256,7 +258,7 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
         // shape has enough (trace::mask).
         trace::note_recorded(r, coll, n_bytes, source);
     }
-    let Some(key) = Key::new(comm, coll, n_bytes, algo, proto, channels, source) else {
+    let Some(key) = Key::new(comm, coll, n_bytes, ran, source) else {
         return core::ptr::null_mut();
     };
     if channels == 0 {

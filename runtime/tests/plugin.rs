@@ -229,18 +229,18 @@ fn v2_answers_algorithm_and_protocol_only_when_supported() {
 #[test]
 fn v2_answers_only_what_nccl_can_run_for_the_collective_and_shape() {
     use dyncc_tables::{
-        Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
+        Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting, TableBuilder,
     };
     let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let force = |algo, proto| {
         [Rule {
             last_bucket: 255,
-            decision: Decision::Force {
+            decision: Decision::Force(Setting {
                 algo,
                 proto,
                 channels: 0,
-            },
+            }),
             basis: Basis::Measured,
             gain: 1.2,
         }]

@@ -447,7 +447,7 @@ mod tests {
     use super::*;
     use crate::model::{Basis, Decision};
     use crate::model::{Feature, RegBuff};
-    use crate::nccl::{Algo, Proto};
+    use crate::nccl::{Algo, Proto, Setting};
     use crate::Table;
 
     fn all(d: Decision) -> [Rule; 1] {
@@ -537,22 +537,14 @@ mod tests {
     fn output_is_byte_stable() {
         let mut b = TableBuilder::new();
         b.meta("b", "2").meta("a", "1");
-        let d = Decision::Force {
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 4,
-        };
+        let d = Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(4));
         b.context(spec(Coll::AllGather), &all(d)).unwrap();
         assert_eq!(b.build().unwrap(), b.clone().build().unwrap());
     }
 
     #[test]
     fn rules_from_buckets_merges_and_takes_min_gain() {
-        let tree_ll = Decision::Force {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        };
+        let tree_ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
         let mut per = [BucketDecision::leave(Basis::Measured); NUM_BUCKETS];
         for (b, cell) in per.iter_mut().enumerate().take(20) {
             *cell = BucketDecision {

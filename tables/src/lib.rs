@@ -11,7 +11,7 @@
 //! ```
 //! # #[cfg(feature = "build")] {
 //! use dyncc_tables::*;
-//! let ll = Decision::Force { algo: Algo::Tree, proto: Proto::LL, channels: 0 };
+//! let ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
 //! let spec = ContextSpec { coll: Coll::AllReduce, nodes: (2, 2), ppn: (8, 8),
 //!                          max_pipe_ops: 0, reg_buff: RegBuff::Any };
 //! let rules = [
@@ -81,8 +81,8 @@ pub use model::{
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{
-    datatype_size, Algo, Coll, Machine, Proto, Refusal, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS,
-    NUM_PROTOS,
+    datatype_size, Algo, Coll, Machine, Proto, Refusal, Setting, MAX_CHANNELS, NUM_ALGOS,
+    NUM_COLLS, NUM_PROTOS,
 };
 pub use plan::{plan_pick, plan_pick_share, PlanCandidate, MAX_PLAN_CANDIDATES};
 pub use raw::{

@@ -3,41 +3,30 @@
 //! These are the values the reader hands out and the builder takes in; the
 //! byte layout they are stored in lives in `raw.rs`.
 
-use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_PROTOS};
+use crate::nccl::{Coll, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_PROTOS};
 
 /// What the plugin tells NCCL for one collective call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
 pub enum Decision {
     /// Leave NCCL's own choice alone.
     Default,
-    /// Force this algorithm and protocol; `channels == 0` leaves the channel
-    /// count to NCCL.
-    Force {
-        /// The algorithm to force.
-        algo: Algo,
-        /// The protocol to force.
-        proto: Proto,
-        /// Channel count, 0 = NCCL's choice; at most
-        /// [`MAX_CHANNELS`] (64, NCCL's `MAXCHANNELS`).
-        channels: u8,
-    },
+    /// Force this setting (its `channels == 0` leaves the channel count to
+    /// NCCL).
+    Force(Setting),
 }
 
 /// `to_packed()` of [`Decision::Default`].
 pub const PACKED_DEFAULT: u32 = 0x0000_FFFF;
 
 impl Decision {
-    /// The file encoding: byte0 algo (0xFF = Default), byte1 proto (0xFF for
-    /// Default), byte2 channels, byte3 reserved 0.
+    /// The file encoding: a forced decision is [`Setting::to_rule_bits`]
+    /// (byte0 algo, byte1 proto, byte2 channels, byte3 reserved 0);
+    /// Default is byte0 and byte1 0xFF.
     #[inline]
     pub const fn to_packed(self) -> u32 {
         match self {
             Decision::Default => PACKED_DEFAULT,
-            Decision::Force {
-                algo,
-                proto,
-                channels,
-            } => algo as u32 | (proto as u32) << 8 | (channels as u32) << 16,
+            Decision::Force(s) => s.to_rule_bits(),
         }
     }
 
@@ -47,43 +36,32 @@ impl Decision {
     #[inline]
     pub fn from_packed(v: u32) -> Option<Decision> {
         let [a, p, ch, reserved] = v.to_le_bytes();
-        if reserved != 0 || ch > MAX_CHANNELS {
-            return None;
-        }
         if a == 0xFF {
-            return (p == 0xFF && ch == 0).then_some(Decision::Default);
+            return (p == 0xFF && ch == 0 && reserved == 0).then_some(Decision::Default);
         }
-        Some(Decision::Force {
-            algo: Algo::from_u8(a)?,
-            proto: Proto::from_u8(p)?,
-            channels: ch,
-        })
+        Setting::from_rule_bits(v).map(Decision::Force)
     }
 
     /// True unless this is [`Decision::Default`].
     pub const fn is_forced(self) -> bool {
-        matches!(self, Decision::Force { .. })
+        matches!(self, Decision::Force(..))
+    }
+
+    /// The forced setting; `None` for [`Decision::Default`].
+    pub const fn setting(self) -> Option<Setting> {
+        match self {
+            Decision::Default => None,
+            Decision::Force(s) => Some(s),
+        }
     }
 }
 
 impl core::fmt::Display for Decision {
+    /// `default`, or the setting (`tree/ll`, `ring/simple/8ch`).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match *self {
+        match self {
             Decision::Default => f.write_str("default"),
-            Decision::Force {
-                algo,
-                proto,
-                channels: 0,
-            } => {
-                write!(f, "{}/{}", algo.name(), proto.name())
-            }
-            Decision::Force {
-                algo,
-                proto,
-                channels,
-            } => {
-                write!(f, "{}/{}/{}ch", algo.name(), proto.name(), channels)
-            }
+            Decision::Force(s) => s.fmt(f),
         }
     }
 }
@@ -491,6 +469,7 @@ pub(crate) fn check_gain(gain: f32) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nccl::{Algo, Proto};
 
     #[test]
     fn packed_round_trip_and_rejects() {
@@ -502,11 +481,7 @@ mod tests {
         for a in Algo::ALL {
             for p in Proto::ALL {
                 for ch in [0u8, 1, 16, 64] {
-                    let d = Decision::Force {
-                        algo: a,
-                        proto: p,
-                        channels: ch,
-                    };
+                    let d = Decision::Force(Setting::new(a, p).with_channels(ch));
                     assert_eq!(Decision::from_packed(d.to_packed()), Some(d));
                 }
             }
@@ -574,11 +549,7 @@ mod tests {
     /// other got NCCL's choice). The agreed answer is the same for both.
     #[test]
     fn a_reg_buff_gate_agrees_only_on_what_every_value_gets() {
-        let ll = Decision::Force {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        };
+        let ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
         for d in [ll, Decision::Default] {
             assert!(!RegBuff::Any.splits(d));
             assert_eq!(RegBuff::Any.agreed(d), d);

@@ -216,6 +216,151 @@ impl Proto {
     }
 }
 
+/// What the plugin sets for one collective: algorithm, protocol and channel
+/// count (0 = NCCL's). One value for every layer: a table's forced
+/// decision ([`crate::Decision::Force`]), what a trace record says ran, the
+/// runtime's journal and bin words, and the compiler's configurations.
+///
+/// A new knob (NCCL's chunk size, say) is a field here, and it touches:
+/// this type (the field, [`Setting::to_rule_bits`]/[`Setting::from_rule_bits`]
+/// if tables store it, [`Setting::to_word`]/[`Setting::from_word`] and
+/// [`Setting::WORD_BITS`], `Display`/`parse`, [`Setting::ran_as`]); the
+/// trace format if traces record it (`trace.rs`, `FORMAT.md`); the ABI
+/// callback that sets it (`runtime/src/plugin.rs`) and the bin key, whose
+/// budget assert fails first (`runtime/src/trace/bins.rs`: no spare bit);
+/// the compiler's partial setting (`compiler/record.rs::Config`,
+/// `compiler/choice.rs::to_decision`), the report structs that spell the
+/// setting out and their printers (README, "Layout", counts them), and the
+/// sweep reader if sweeps vary it (`compiler/ingest/knobs.rs`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Setting {
+    /// The algorithm.
+    pub algo: Algo,
+    /// The protocol.
+    pub proto: Proto,
+    /// Channel count, 0 = NCCL's choice; at most [`MAX_CHANNELS`].
+    pub channels: u8,
+}
+
+impl Setting {
+    /// Bits [`Setting::to_word`] uses (algorithm 3, protocol 2, channels 7).
+    /// Each runtime word that packs a setting asserts its budget with it,
+    /// so a new field here fails to build where a word has no room.
+    pub const WORD_BITS: u32 = 12;
+
+    /// Algorithm and protocol with NCCL's channel count.
+    pub const fn new(algo: Algo, proto: Proto) -> Setting {
+        Setting {
+            algo,
+            proto,
+            channels: 0,
+        }
+    }
+
+    /// The same setting with `channels` (0 = NCCL's).
+    pub const fn with_channels(self, channels: u8) -> Setting {
+        Setting { channels, ..self }
+    }
+
+    /// The rule record's encoding: byte0 algorithm, byte1 protocol, byte2
+    /// channels, byte3 reserved 0 (the bytes `FORMAT.md` gives a forced
+    /// decision).
+    #[inline]
+    pub const fn to_rule_bits(self) -> u32 {
+        self.algo as u32 | (self.proto as u32) << 8 | (self.channels as u32) << 16
+    }
+
+    /// Decodes [`Setting::to_rule_bits`]; `None` for an unknown algorithm
+    /// or protocol, more than [`MAX_CHANNELS`] channels or a reserved byte
+    /// set.
+    #[inline]
+    pub fn from_rule_bits(v: u32) -> Option<Setting> {
+        let [a, p, ch, reserved] = v.to_le_bytes();
+        if reserved != 0 || ch > MAX_CHANNELS {
+            return None;
+        }
+        Some(Setting::new(Algo::from_u8(a)?, Proto::from_u8(p)?).with_channels(ch))
+    }
+
+    /// The runtime's encoding, in the low [`Setting::WORD_BITS`] bits:
+    /// algorithm 9-11, protocol 7-8, channels 0-6. Ordered as the setting
+    /// is (algorithm, then protocol, then channels). The journal word, the
+    /// bin key and the trace writer's record key hold it shifted.
+    #[inline]
+    pub const fn to_word(self) -> u64 {
+        (self.algo as u64) << 9 | (self.proto as u64) << 7 | (self.channels as u64 & 0x7f)
+    }
+
+    /// Decodes [`Setting::to_word`] (bits above [`Setting::WORD_BITS`]
+    /// ignored); `None` for an algorithm or protocol NCCL does not number
+    /// (the journal's "NCCL chose" mark among them) or too many channels.
+    #[inline]
+    pub const fn from_word(w: u64) -> Option<Setting> {
+        let channels = (w & 0x7f) as u8;
+        if channels > MAX_CHANNELS {
+            return None;
+        }
+        let (Some(algo), Some(proto)) = (
+            Algo::from_u8(((w >> 9) & 7) as u8),
+            Proto::from_u8(((w >> 7) & 3) as u8),
+        ) else {
+            return None;
+        };
+        Some(Setting {
+            algo,
+            proto,
+            channels,
+        })
+    }
+
+    /// Whether `ran` is what this setting asked for: the same algorithm and
+    /// protocol, and the same channel count when this one forces one.
+    #[inline]
+    pub const fn ran_as(&self, ran: &Setting) -> bool {
+        self.algo as u8 == ran.algo as u8
+            && self.proto as u8 == ran.proto as u8
+            && (self.channels == 0 || self.channels == ran.channels)
+    }
+
+    /// Parses what `Display` writes: `tree/ll`, `ring/simple/8ch` (any
+    /// spelling [`Algo::parse`] and [`Proto::parse`] take; `0ch` is NCCL's
+    /// count).
+    pub fn parse(s: &str) -> Option<Setting> {
+        let mut parts = s.trim().split('/');
+        let algo = Algo::parse(parts.next()?)?;
+        let proto = Proto::parse(parts.next()?)?;
+        let channels = match parts.next() {
+            None => 0,
+            Some(c) => {
+                let n: u8 = c.strip_suffix("ch")?.parse().ok()?;
+                if n > MAX_CHANNELS {
+                    return None;
+                }
+                n
+            }
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(Setting {
+            algo,
+            proto,
+            channels,
+        })
+    }
+}
+
+impl core::fmt::Display for Setting {
+    /// `tree/ll` (NCCL's channel count) or `ring/simple/8ch`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "{}/{}", self.algo.name(), self.proto.name())?;
+        if self.channels > 0 {
+            write!(f, "/{}ch", self.channels)?;
+        }
+        Ok(())
+    }
+}
+
 /// What NCCL knows about a communicator and its machines that decides
 /// which (algorithm, protocol) it can run: the shape, and the facts NCCL
 /// finds at init (NVLS and CollNet support, NVSwitch, PAT, LL128).
@@ -425,6 +570,78 @@ fn normalise(s: &str, buf: &mut [u8; 32]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    extern crate alloc;
+    use alloc::string::ToString;
+
+    #[test]
+    fn setting_encodings_round_trip_and_rule_bits_match_the_format() {
+        for algo in Algo::ALL {
+            for proto in Proto::ALL {
+                for channels in [0, 1, 8, MAX_CHANNELS] {
+                    let s = Setting::new(algo, proto).with_channels(channels);
+                    assert_eq!(
+                        s.to_rule_bits(),
+                        algo as u32 | (proto as u32) << 8 | (channels as u32) << 16
+                    );
+                    assert_eq!(Setting::from_rule_bits(s.to_rule_bits()), Some(s));
+                    assert!(s.to_word() < 1 << Setting::WORD_BITS);
+                    assert_eq!(Setting::from_word(s.to_word()), Some(s));
+                    assert_eq!(Setting::parse(&s.to_string()), Some(s));
+                }
+            }
+        }
+        assert_eq!(Setting::from_rule_bits(0x0100_0001), None);
+        assert_eq!(Setting::from_rule_bits(65 << 16), None);
+        // The journal's "NCCL chose" mark (algorithm 7) is no setting.
+        assert_eq!(Setting::from_word(7 << 9), None);
+    }
+
+    #[test]
+    fn setting_words_sort_as_settings() {
+        let mut all = std::vec::Vec::new();
+        for algo in Algo::ALL {
+            for proto in Proto::ALL {
+                for channels in [0, 3, 64] {
+                    all.push(Setting::new(algo, proto).with_channels(channels));
+                }
+            }
+        }
+        let mut by_word = all.clone();
+        by_word.sort_by_key(|s| s.to_word());
+        all.sort();
+        assert_eq!(all, by_word);
+    }
+
+    #[test]
+    fn setting_prints_and_parses() {
+        let s = Setting::new(Algo::Ring, Proto::Simple);
+        assert_eq!(s.to_string(), "ring/simple");
+        assert_eq!(s.with_channels(8).to_string(), "ring/simple/8ch");
+        assert_eq!(
+            Setting::parse("Ring/LL128/4ch"),
+            Some(Setting::new(Algo::Ring, Proto::LL128).with_channels(4))
+        );
+        assert_eq!(Setting::parse("ring/simple/0ch"), Some(s));
+        for bad in [
+            "ring",
+            "ring/simple/65ch",
+            "ring/simple/8",
+            "ring/simple/8ch/x",
+            "foo/ll",
+        ] {
+            assert_eq!(Setting::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn ran_as_checks_channels_only_when_forced() {
+        let ran = Setting::new(Algo::Ring, Proto::LL).with_channels(16);
+        assert!(Setting::new(Algo::Ring, Proto::LL).ran_as(&ran));
+        assert!(ran.ran_as(&ran));
+        assert!(!ran.with_channels(8).ran_as(&ran));
+        assert!(!Setting::new(Algo::Tree, Proto::LL).ran_as(&ran));
+        assert!(!Setting::new(Algo::Ring, Proto::Simple).ran_as(&ran));
+    }
 
     /// The profiler's `Coll` events name what ran as NCCL's own strings
     /// (`ncclFuncToString`, `ncclAlgoToString`, `ncclProtoToString`,

@@ -245,16 +245,12 @@ pub(crate) fn cells(
 #[cfg(all(test, feature = "build"))]
 mod tests {
     use super::*;
-    use crate::nccl::{Algo, Coll, Proto};
+    use crate::nccl::{Algo, Coll, Proto, Setting};
     use crate::{Basis, BuildError, ContextSpec, RegBuff, Rule, Table, TableBuilder};
     use alloc::vec::Vec;
 
     fn ring_ll() -> Decision {
-        Decision::Force {
-            algo: Algo::Ring,
-            proto: Proto::LL,
-            channels: 0,
-        }
+        Decision::Force(Setting::new(Algo::Ring, Proto::LL))
     }
 
     fn cand(nodes: u32, bucket: u8, rank: u8, decision: Decision, cost: f32) -> PlanCandidate {

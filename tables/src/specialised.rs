@@ -141,11 +141,7 @@ mod tests {
     /// answer where it did not, and ungated contexts are untouched.
     #[test]
     fn reg_buff_gated_contexts_answer_every_reg_buff_alike() {
-        let ll = Decision::Force {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 0,
-        };
+        let ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
         let rules = [
             Rule {
                 last_bucket: size_bucket(65536),

@@ -14,7 +14,7 @@
 
 use core::fmt;
 
-use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
+use crate::nccl::{Algo, Coll, Proto, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
 
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
@@ -163,12 +163,8 @@ pub struct TraceRecord {
     /// Bytes, as NCCL passes them to the tuner (type size x the larger of
     /// send and receive count).
     pub n_bytes: u64,
-    /// Algorithm that ran.
-    pub algo: Algo,
-    /// Protocol that ran.
-    pub proto: Proto,
-    /// Channels that ran (1..=64; 0 when NCCL did not say).
-    pub channels: u8,
+    /// What ran (its channels 1..=64; 0 when NCCL did not say).
+    pub setting: Setting,
     /// Who chose it.
     pub source: Source,
     /// Collectives aggregated (>= 1).
@@ -671,9 +667,8 @@ fn read_record(r: Le<'_>) -> Option<TraceRecord> {
     Some(TraceRecord {
         comm: r.u16(0),
         coll: Coll::from_nccl(r.u8(2) as u32)?,
-        algo: Algo::from_u8(r.u8(3))?,
-        proto: Proto::from_u8(r.u8(4))?,
-        channels: r.u8(5),
+        setting: Setting::new(Algo::from_u8(r.u8(3))?, Proto::from_u8(r.u8(4))?)
+            .with_channels(r.u8(5)),
         source: Source::from_u8(r.u8(6))?,
         n_bytes: r.u64(8),
         count: r.u64(16),
@@ -787,9 +782,9 @@ pub fn encode_with_shapes(
         out.extend_from_slice(&r.comm.to_le_bytes());
         out.extend_from_slice(&[
             r.coll as u8,
-            r.algo as u8,
-            r.proto as u8,
-            r.channels,
+            r.setting.algo as u8,
+            r.setting.proto as u8,
+            r.setting.channels,
             r.source as u8,
             0,
         ]);
@@ -848,9 +843,7 @@ mod tests {
             comm: 0,
             coll: Coll::AllReduce,
             n_bytes: 1 << 20,
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 8,
+            setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(8),
             source: Source::Table,
             count: 3,
             sum_ln: 30.0,
@@ -937,9 +930,7 @@ mod tests {
             comm: 0,
             coll: Coll::Broadcast,
             n_bytes: 1,
-            algo: Algo::Ring,
-            proto: Proto::LL,
-            channels: 1,
+            setting: Setting::new(Algo::Ring, Proto::LL).with_channels(1),
             source: Source::Nccl,
             count: 1,
             sum_ln: 1.0,

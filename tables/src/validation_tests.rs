@@ -12,11 +12,7 @@ use crate::*;
 const CRC_AT: usize = 32;
 
 fn ll() -> Decision {
-    Decision::Force {
-        algo: Algo::Tree,
-        proto: Proto::LL,
-        channels: 0,
-    }
+    Decision::Force(Setting::new(Algo::Tree, Proto::LL))
 }
 
 /// Two contexts (allreduce: rules ending at 10 and 255; allgather: one
@@ -786,11 +782,7 @@ fn channels_over_nccl_maxchannels_are_rejected() {
     let t = Table::from_bytes(&b).unwrap();
     assert_eq!(
         t.lookup(Coll::AllReduce as u32, 8, 1, 0, 1, 0).decision,
-        Decision::Force {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 64
-        }
+        Decision::Force(Setting::new(Algo::Tree, Proto::LL).with_channels(64))
     );
 }
 
@@ -798,11 +790,7 @@ fn channels_over_nccl_maxchannels_are_rejected() {
 /// in a rule or a tree leaf.
 #[test]
 fn builder_refuses_channels_over_nccl_maxchannels() {
-    let d = Decision::Force {
-        algo: Algo::Ring,
-        proto: Proto::Simple,
-        channels: 65,
-    };
+    let d = Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(65));
     let spec = ContextSpec {
         coll: Coll::AllReduce,
         nodes: (1, 4),
@@ -870,11 +858,10 @@ fn many_rules_fixture() -> Vec<u8> {
                     decision: if k.is_multiple_of(4) {
                         Decision::Default
                     } else {
-                        Decision::Force {
-                            algo: Algo::ALL[(k % 7) as usize],
-                            proto: Proto::ALL[(k % 3) as usize],
-                            channels: [0, 1, 64][(k % 3) as usize],
-                        }
+                        Decision::Force(
+                            Setting::new(Algo::ALL[(k % 7) as usize], Proto::ALL[(k % 3) as usize])
+                                .with_channels([0, 1, 64][(k % 3) as usize]),
+                        )
                     },
                     basis: Basis::ALL[(k % 3) as usize],
                     gain: 0.5 + k as f32 / 8.0,

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dyncc_tables::{Algo, Basis, Coll, Decision, Proto, Table, NUM_FEATURES};
+use dyncc_tables::{Algo, Basis, Coll, Decision, Proto, Setting, Table, NUM_FEATURES};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -29,11 +29,11 @@ const MIB: u64 = 1024 * 1024;
 const AR: u32 = Coll::AllReduce as u32;
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force {
+    Decision::Force(Setting {
         algo,
         proto,
         channels,
-    }
+    })
 }
 
 #[cfg(feature = "build")]
@@ -354,26 +354,10 @@ mod plan {
     use super::*;
     use dyncc_tables::{size_bucket, PlanCandidate};
 
-    pub const TREE_LL128: Decision = Decision::Force {
-        algo: Algo::Tree,
-        proto: Proto::LL128,
-        channels: 0,
-    };
-    pub const RING_SIMPLE: Decision = Decision::Force {
-        algo: Algo::Ring,
-        proto: Proto::Simple,
-        channels: 0,
-    };
-    pub const TREE_SIMPLE: Decision = Decision::Force {
-        algo: Algo::Tree,
-        proto: Proto::Simple,
-        channels: 0,
-    };
-    pub const RING_LL: Decision = Decision::Force {
-        algo: Algo::Ring,
-        proto: Proto::LL,
-        channels: 0,
-    };
+    pub const TREE_LL128: Decision = Decision::Force(Setting::new(Algo::Tree, Proto::LL128));
+    pub const RING_SIMPLE: Decision = Decision::Force(Setting::new(Algo::Ring, Proto::Simple));
+    pub const TREE_SIMPLE: Decision = Decision::Force(Setting::new(Algo::Tree, Proto::Simple));
+    pub const RING_LL: Decision = Decision::Force(Setting::new(Algo::Ring, Proto::LL));
 
     /// First and last bucket of the forced interpolated rule (64 KiB ..
     /// <16 MiB) and of the default rule's run the plan lists (16 MiB ..

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 #[cfg(feature = "alloc")]
 use dyncc_tables::trace::{encode_with_shapes, TraceHead};
 use dyncc_tables::trace::{Source, Trace, TraceComm, TraceRecord, TraceShape};
-use dyncc_tables::{size_bucket, Algo, Coll, Proto, TRACE_MAJOR};
+use dyncc_tables::{size_bucket, Algo, Coll, Proto, Setting, TRACE_MAJOR};
 
 fn golden(major: u16) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -38,9 +38,11 @@ fn records() -> [TraceRecord; 2] {
             comm: 0,
             coll: Coll::AllReduce,
             n_bytes: 4 << 20,
-            algo,
-            proto: Proto::Simple,
-            channels: 16,
+            setting: Setting {
+                algo,
+                proto: Proto::Simple,
+                channels: 16,
+            },
             source,
             count,
             sum_ln: count as f64 * ln,

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use dyncc_tables::{
-    Algo, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, Proto, RegBuff, Rule, Table,
-    TableBuilder, TreeNode, NUM_FEATURES,
+    Algo, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, Proto, RegBuff, Rule,
+    Setting, Table, TableBuilder, TreeNode, NUM_FEATURES,
 };
 use proptest::prelude::*;
 
@@ -19,11 +19,11 @@ fn decision() -> impl Strategy<Value = Decision> {
     prop_oneof![
         Just(Decision::Default),
         (0..7u8, 0..3u8, 0..=dyncc_tables::MAX_CHANNELS).prop_map(|(a, p, channels)| {
-            Decision::Force {
+            Decision::Force(Setting {
                 algo: Algo::from_u8(a).unwrap(),
                 proto: Proto::from_u8(p).unwrap(),
                 channels,
-            }
+            })
         }),
     ]
 }

@@ -5,15 +5,16 @@
 #![allow(dead_code)] // each includer uses a subset
 
 use dyncc_tables::{
-    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder,
+    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting,
+    TableBuilder,
 };
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force {
+    Decision::Force(Setting {
         algo,
         proto,
         channels,
-    }
+    })
 }
 
 fn spec(coll: Coll, nodes: (u32, u32)) -> ContextSpec {

@@ -122,7 +122,7 @@ mod tests {
     use std::path::PathBuf;
     use std::sync::Arc;
 
-    use dyncc_tables::{Algo, Coll, Proto, TraceRecord, TraceShape};
+    use dyncc_tables::{Algo, Coll, Proto, Setting, TraceRecord, TraceShape};
 
     use super::*;
     use crate::ingest::traces::Comm;
@@ -132,9 +132,7 @@ mod tests {
             comm,
             coll: Coll::AllReduce,
             n_bytes: 1 << 20,
-            algo: Algo::Ring,
-            proto: Proto::Simple,
-            channels: 8,
+            setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(8),
             source,
             count,
             sum_ln: count as f64 * ns.ln(),

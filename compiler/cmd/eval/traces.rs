@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use dyncc_tables::{Decision, Table};
+use dyncc_tables::{Decision, Setting, Table};
 use serde::Serialize;
 
 use std::collections::BTreeMap;
 
 use crate::decide::{DEFAULT_MARGIN, DEFAULT_NOISE_Z};
-use crate::ingest::traces::{self, AtShape, Setting, Shape, Side, Verdict};
+use crate::ingest::traces::{self, AtShape, Shape, Side, Verdict};
 
 /// One shape's share of a pooled figure: the log of t(table) / t(NCCL's
 /// choice), its variance, and the calls the job made there (the weight).
@@ -135,33 +135,10 @@ fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-fn decision_name(d: Decision) -> String {
-    match d {
-        Decision::Default => "default".into(),
-        Decision::Force {
-            algo,
-            proto,
-            channels: 0,
-        } => format!("{}/{}", algo.name(), proto.name()),
-        Decision::Force {
-            algo,
-            proto,
-            channels,
-        } => format!("{}/{}/{channels}ch", algo.name(), proto.name()),
-    }
-}
-
 /// Whether a setting that ran is decision `d`'s (its channel count too
 /// when `d` forces one).
 fn runs(r: &Setting, d: Decision) -> bool {
-    match d {
-        Decision::Default => false,
-        Decision::Force {
-            algo,
-            proto,
-            channels,
-        } => r.algo == algo && r.proto == proto && (channels == 0 || r.channels == channels),
-    }
+    d.setting().is_some_and(|s| s.ran_as(r))
 }
 
 /// Pools `items` into one geometric mean, weighted by calls.
@@ -357,7 +334,7 @@ pub fn score(
                 ranks,
                 collective: coll.name(),
                 bytes: n_bytes,
-                decision: decision_name(d),
+                decision: d.to_string(),
                 why: why.unwrap_or("nothing measured"),
             });
             continue;
@@ -392,7 +369,7 @@ pub fn score(
             ranks,
             collective: coll.name(),
             bytes: n_bytes,
-            decision: decision_name(d),
+            decision: d.to_string(),
             table_us: (nccl_ln + ln).exp() / 1e3,
             nccl_us: nccl_ln.exp() / 1e3,
             table_count: e.calls,

@@ -6,11 +6,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use dyncc_tables::Setting;
+
+use super::evidence::Side;
 use super::evidence::{evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 use super::files::TraceFile;
 use super::notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 use super::points::{PointKey, SweepView};
-use super::shapes::{most_run, AtShape, Readings, Setting, Side};
+use super::shapes::{most_run, AtShape, Readings};
 use crate::record::{Cell, Config, Source, TimeBase};
 
 /// The cells traces contribute, and what the report says of them; `bar` is
@@ -417,7 +420,7 @@ fn point_cells(
             verdict: judge(e, bar),
         });
     }
-    let nccl_choice = most_run(&nccl_settings).map(|s| s.name());
+    let nccl_choice = most_run(&nccl_settings).map(|s| s.to_string());
     let point = TracedPoint {
         collective: key.coll.name(),
         nodes: key.nodes,
@@ -446,7 +449,10 @@ fn version(code: u32) -> String {
 }
 
 fn names(s: &BTreeSet<Setting>) -> String {
-    s.iter().map(Setting::name).collect::<Vec<_>>().join(" or ")
+    s.iter()
+        .map(Setting::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ")
 }
 
 #[cfg(test)]

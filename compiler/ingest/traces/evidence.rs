@@ -5,7 +5,7 @@
 
 use serde::Serialize;
 
-use super::shapes::Side;
+use dyncc_tables::TraceRecord;
 
 pub mod rule {
     //! The rule a traced comparison meets before it decides a point (compile)
@@ -266,6 +266,52 @@ pub fn counts(e: &Evidence) -> String {
         )
     };
     format!("{sd}, {} vs {} calls, {comms}", e.calls, e.nccl_calls)
+}
+
+/// Pooled log GPU times of one side of a comparison.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Side {
+    pub count: u64,
+    pub sum_ln: f64,
+    pub sum_ln2: f64,
+}
+
+impl Side {
+    pub fn add(&mut self, r: &TraceRecord) {
+        self.merge(&Side {
+            count: r.count,
+            sum_ln: r.sum_ln,
+            sum_ln2: r.sum_ln2,
+        });
+    }
+
+    /// Adds another side's collectives (counts saturate: a file may claim
+    /// any count).
+    pub fn merge(&mut self, o: &Side) {
+        self.count = self.count.saturating_add(o.count);
+        self.sum_ln += o.sum_ln;
+        self.sum_ln2 += o.sum_ln2;
+    }
+
+    pub fn mean_ln(&self) -> f64 {
+        self.sum_ln / self.count.max(1) as f64
+    }
+
+    /// Variance of the mean of ln(time): the sample variance over the
+    /// count; infinite with fewer than two collectives (no spread known).
+    pub fn var_of_mean(&self) -> f64 {
+        if self.count < 2 {
+            return f64::INFINITY;
+        }
+        let n = self.count as f64;
+        self.ss() / (n - 1.0) / n
+    }
+
+    /// Sum of squared deviations from the mean (for pooled variances).
+    pub(super) fn ss(&self) -> f64 {
+        let n = self.count as f64;
+        (self.sum_ln2 - n * self.mean_ln().powi(2)).max(0.0)
+    }
 }
 
 #[cfg(test)]

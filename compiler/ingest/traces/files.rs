@@ -334,9 +334,9 @@ pub fn check_records(t: &Trace<'_>) -> Result<(), String> {
                 "record {i} ({} {} B, {}/{}/{}ch, chosen by {}, {} calls): {e}",
                 r.coll.name(),
                 r.n_bytes,
-                r.algo.name(),
-                r.proto.name(),
-                r.channels,
+                r.setting.algo.name(),
+                r.setting.proto.name(),
+                r.setting.channels,
                 r.source.name(),
                 r.count
             )

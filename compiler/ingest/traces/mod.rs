@@ -39,6 +39,7 @@ mod shapes;
 // Every item keeps one path, `ingest::traces::X`, whichever submodule
 // holds it: the crate and the library's users (the benchmarks) name it so.
 pub use cells::cells;
+pub use evidence::Side;
 pub use evidence::{counts, evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 pub use files::{
     check_provenance, check_records, holds_nothing, is_trace, read, split, Comm, Provenance,
@@ -47,8 +48,7 @@ pub use files::{
 pub use notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 pub use points::{PointKey, SweepView};
 pub use shapes::{
-    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Setting, Shape,
-    ShapeFacts, Side,
+    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Shape, ShapeFacts,
 };
 
 /// Records and files the submodules' tests build their traces from.
@@ -57,7 +57,7 @@ mod test_util {
     use std::sync::Arc;
 
     use dyncc_tables::trace::Source as Who;
-    use dyncc_tables::{Algo, Coll, Proto, TraceRecord};
+    use dyncc_tables::{Algo, Coll, Proto, Setting, TraceRecord};
 
     use super::files::{Comm, TraceFile};
 
@@ -74,9 +74,7 @@ mod test_util {
             comm,
             coll: Coll::AllReduce,
             n_bytes: bytes,
-            algo: ran.0,
-            proto: ran.1,
-            channels: 4,
+            setting: Setting::new(ran.0, ran.1).with_channels(4),
             source,
             count,
             sum_ln: count as f64 * ln,

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, size_bucket, Coll};
 
-use super::shapes::Setting;
 use crate::record::{Cell, CellKey, Collective, Config, State};
+use dyncc_tables::Setting;
 
 /// The key of a point: where a table decides (size on the table's bucket
 /// grid, or the sweep's size in that bucket).
@@ -153,11 +153,7 @@ mod tests {
             v.snap(Coll::AllReduce, 6000),
             bucket_lower_bound(size_bucket(6000))
         );
-        let ran = Setting {
-            algo: Algo::Tree,
-            proto: Proto::LL,
-            channels: 12,
-        };
+        let ran = Setting::new(Algo::Tree, Proto::LL).with_channels(12);
         assert_eq!(v.config_of(Coll::AllReduce, 8, ran), auto);
         assert_eq!(
             v.config_of(Coll::AllReduce, 4, ran).channels,

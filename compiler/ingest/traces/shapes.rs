@@ -7,83 +7,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use dyncc_tables::trace::Source as Who;
-use dyncc_tables::{Algo, Coll, Proto, TraceRecord};
+use dyncc_tables::{Coll, Setting, TraceRecord};
 
+use super::evidence::Side;
 use super::files::TraceFile;
 use super::notes::TraceCounts;
-
-/// Pooled log GPU times of one side of a comparison.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Side {
-    pub count: u64,
-    pub sum_ln: f64,
-    pub sum_ln2: f64,
-}
-
-impl Side {
-    pub fn add(&mut self, r: &TraceRecord) {
-        self.merge(&Side {
-            count: r.count,
-            sum_ln: r.sum_ln,
-            sum_ln2: r.sum_ln2,
-        });
-    }
-
-    /// Adds another side's collectives (counts saturate: a file may claim
-    /// any count).
-    pub fn merge(&mut self, o: &Side) {
-        self.count = self.count.saturating_add(o.count);
-        self.sum_ln += o.sum_ln;
-        self.sum_ln2 += o.sum_ln2;
-    }
-
-    pub fn mean_ln(&self) -> f64 {
-        self.sum_ln / self.count.max(1) as f64
-    }
-
-    /// Variance of the mean of ln(time): the sample variance over the
-    /// count; infinite with fewer than two collectives (no spread known).
-    pub fn var_of_mean(&self) -> f64 {
-        if self.count < 2 {
-            return f64::INFINITY;
-        }
-        let n = self.count as f64;
-        self.ss() / (n - 1.0) / n
-    }
-
-    /// Sum of squared deviations from the mean (for pooled variances).
-    pub(super) fn ss(&self) -> f64 {
-        let n = self.count as f64;
-        (self.sum_ln2 - n * self.mean_ln().powi(2)).max(0.0)
-    }
-}
-
-/// What ran: algorithm, protocol and channels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Setting {
-    pub algo: Algo,
-    pub proto: Proto,
-    pub channels: u8,
-}
-
-impl Setting {
-    fn of(r: &TraceRecord) -> Setting {
-        Setting {
-            algo: r.algo,
-            proto: r.proto,
-            channels: r.channels,
-        }
-    }
-
-    pub fn name(&self) -> String {
-        format!(
-            "{}/{}/{}ch",
-            self.algo.name(),
-            self.proto.name(),
-            self.channels
-        )
-    }
-}
 
 /// Where a job measured: the communicator's shape, the collective and the
 /// size NCCL passed the tuner.
@@ -180,7 +108,7 @@ pub fn add_facts(facts: &mut Facts, file: &TraceFile, keep: &dyn Fn(usize) -> bo
         let f = facts.entry(s).or_default();
         match r.source {
             Who::Nccl | Who::ExploreNccl => {
-                f.nccl.insert(Setting::of(r));
+                f.nccl.insert(r.setting);
             }
             Who::Table | Who::Explore | Who::Unknown => {}
         }
@@ -204,7 +132,7 @@ pub fn classify_comms(
         let Some(s) = shape_of(file, r) else { continue };
         let f = facts.get(&s).unwrap_or(&none);
         let at = out.entry((r.comm, s)).or_default();
-        let ran = Setting::of(r);
+        let ran = r.setting;
         let is_nccl = match r.source {
             Who::Unknown => {
                 at.unknown = at.unknown.saturating_add(r.count);
@@ -317,6 +245,7 @@ fn owners(files: &[TraceFile], read: &mut TraceCounts) -> BTreeMap<u64, (u32, us
 mod tests {
     use super::*;
     use crate::ingest::traces::test_util::{file, rec, RING, TREE};
+    use dyncc_tables::{Algo, Proto};
 
     #[test]
     fn an_exploring_call_where_the_table_forced_another_setting_is_nccls_choice() {

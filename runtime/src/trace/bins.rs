@@ -10,7 +10,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use dyncc_tables::trace::{Source, TraceRecord};
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Coll, Setting};
 
 use super::{CHANGES, DROPPED_TABLE_FULL, MAX_COMMS, UNTIMED};
 
@@ -47,36 +47,36 @@ pub(super) static BIN_TABLE: [Bin; BINS] = [BIN_EMPTY; BINS];
 /// Bit 63 of every bin key (and of no [`TOMBSTONE`]).
 pub(super) const KEY_VALID: u64 = 1 << 63;
 
-/// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56,
-/// algo 51-53, proto 49-50, channels 42-48, source 39-41, nBytes 0-38.
+/// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56, the
+/// setting 42-53 ([`Setting::to_word`]), source 39-41, nBytes 0-38.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Key(pub(super) u64);
 
+const SOURCE_SHIFT: u32 = 39;
+const SETTING_SHIFT: u32 = SOURCE_SHIFT + 3;
+const COLL_SHIFT: u32 = SETTING_SHIFT + Setting::WORD_BITS;
+const COMM_SHIFT: u32 = COLL_SHIFT + 3;
+// Every bit below the valid bit is spoken for: a wider setting must take
+// its bits from the size field (MAX_KEY_BYTES) or widen the key.
+const _: () = assert!(COMM_SHIFT + 6 == 63 && MAX_KEY_BYTES == (1 << SOURCE_SHIFT) - 1);
+const _: () = assert!(MAX_COMMS <= 1 << 6);
+
 impl Key {
     /// None when `n_bytes` does not fit (512 GiB or more).
-    pub fn new(
-        comm: u8,
-        coll: Coll,
-        n_bytes: u64,
-        algo: Algo,
-        proto: Proto,
-        channels: u8,
-        source: Source,
-    ) -> Option<Key> {
+    pub fn new(comm: u8, coll: Coll, n_bytes: u64, ran: Setting, source: Source) -> Option<Key> {
+        let ran = ran.with_channels(ran.channels.min(64));
         (n_bytes <= MAX_KEY_BYTES && (comm as usize) < MAX_COMMS).then(|| {
             Key(KEY_VALID
-                | (comm as u64) << 57
-                | (coll as u64) << 54
-                | (algo as u64) << 51
-                | (proto as u64) << 49
-                | (channels.min(64) as u64) << 42
-                | (source as u64) << 39
+                | (comm as u64) << COMM_SHIFT
+                | (coll as u64) << COLL_SHIFT
+                | ran.to_word() << SETTING_SHIFT
+                | (source as u64) << SOURCE_SHIFT
                 | n_bytes)
         })
     }
 
     pub(super) fn comm(self) -> u8 {
-        ((self.0 >> 57) & 0x3f) as u8
+        ((self.0 >> COMM_SHIFT) & 0x3f) as u8
     }
 
     pub(super) fn record(self, b: &Bin) -> Option<TraceRecord> {
@@ -87,11 +87,9 @@ impl Key {
         }
         Some(TraceRecord {
             comm: self.comm() as u16,
-            coll: Coll::from_nccl(((v >> 54) & 7) as u32)?,
-            algo: Algo::from_u8(((v >> 51) & 7) as u8)?,
-            proto: Proto::from_u8(((v >> 49) & 3) as u8)?,
-            channels: ((v >> 42) & 0x7f) as u8,
-            source: Source::from_u8(((v >> 39) & 7) as u8)?,
+            coll: Coll::from_nccl(((v >> COLL_SHIFT) & 7) as u32)?,
+            setting: Setting::from_word(v >> SETTING_SHIFT)?,
+            source: Source::from_u8(((v >> SOURCE_SHIFT) & 7) as u8)?,
             n_bytes: v & MAX_KEY_BYTES,
             count,
             sum_ln: f64::from_bits(b.sum_ln.load(Ordering::Relaxed)),

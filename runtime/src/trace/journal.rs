@@ -20,7 +20,7 @@ use core::sync::atomic::{
 use std::sync::{Mutex, MutexGuard};
 
 use dyncc_tables::trace::Source;
-use dyncc_tables::{size_bucket, Coll, Decision, NUM_BUCKETS};
+use dyncc_tables::{size_bucket, Coll, Decision, Setting, NUM_BUCKETS};
 
 use super::mask::{self, MIN_CALLS_PER_SIDE};
 
@@ -102,16 +102,26 @@ std::thread_local! {
     static INIT_LINK: core::cell::Cell<InitLink> = const { core::cell::Cell::new(InitLink::None) };
 }
 
-/// An answer packed in a u64: bit 63 valid, 61-62 source, 58-60 algo,
-/// 56-57 proto, 49-55 channels, 0-48 nBytes (larger sizes never match).
-/// An `Explore` answer that ran NCCL's own choice has algo [`ANSWER_NCCL`];
-/// an aggregated call's answer has source `Unknown`. 0: no answer (never
-/// written, or taken by the profiler).
+/// An answer packed in a u64: bit 63 valid, 61-62 source, 49-60 the
+/// setting ([`Setting::to_word`], [`SETTING_SHIFT`]), 0-48 nBytes (larger
+/// sizes never match). An `Explore` answer that ran NCCL's own choice has
+/// the word [`NCCL_CHOSE`]; an aggregated call's answer has source
+/// `Unknown`. 0: no answer (never written, or taken by the profiler).
 pub(super) const ANSWER_VALID: u64 = 1 << 63;
-pub(super) const ANSWER_BYTES: u64 = (1 << 49) - 1;
-/// The algo field of an exploring call that left the choice to NCCL (no
-/// algorithm has this number).
+/// Where the setting's word starts: below the source's two bits. A wider
+/// setting moves it down and narrows the size field.
+const SETTING_SHIFT: u32 = 61 - Setting::WORD_BITS;
+pub(super) const ANSWER_BYTES: u64 = (1 << SETTING_SHIFT) - 1;
+// The size field holds every size up to 512 TiB today; a new setting field
+// may take it down to 40 bits (1 TiB), no further.
+const _: () = assert!(SETTING_SHIFT >= 40);
+/// The algorithm number of an exploring call that left the choice to NCCL
+/// (no algorithm has it).
 pub const ANSWER_NCCL: u8 = 7;
+/// The setting word of such a call: [`ANSWER_NCCL`] in the algorithm's bits.
+const NCCL_CHOSE: u64 = (ANSWER_NCCL as u64) << 9;
+// An eighth NCCL algorithm would make the mark a setting: refuse to build.
+const _: () = assert!(Setting::from_word(NCCL_CHOSE).is_none());
 
 /// What the tuner answered for one call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,56 +130,47 @@ pub struct Answer {
     /// table left the call to NCCL, `Explore` when exploration chose,
     /// `Unknown` when the call was an aggregate of several collectives.
     pub source: Source,
-    /// The forced algorithm (meaningful for `Table` and `Explore`;
-    /// [`ANSWER_NCCL`] for an exploring call that ran NCCL's choice).
-    pub algo: u8,
-    /// The forced protocol.
-    pub proto: u8,
-    /// The forced channel count (0: NCCL's).
-    pub channels: u8,
+    /// The forced setting (for `Table` and `Explore`; `None` for an
+    /// exploring call that ran NCCL's choice, and for the other sources).
+    pub setting: Option<Setting>,
 }
 
 /// The answer a call's record says: `Unknown` when aggregated; `by` (the
 /// table, or exploration) when it wrote a forced setting; exploration's
-/// NCCL probe (`Default`) marked [`ANSWER_NCCL`]; else NCCL's own choice.
+/// NCCL probe (`Default`) marked [`NCCL_CHOSE`]; else NCCL's own choice.
 #[inline]
 fn answer(n_bytes: usize, aggregated: bool, d: Decision, applied: bool, by: Source) -> u64 {
     match (d, applied) {
-        _ if aggregated => pack(n_bytes, Source::Unknown, 0, 0, 0),
-        (
-            Decision::Force {
-                algo,
-                proto,
-                channels,
-            },
-            true,
-        ) => pack(n_bytes, by, algo as u8, proto as u8, channels),
+        _ if aggregated => pack(n_bytes, Source::Unknown, 0),
+        (Decision::Force(s), true) => pack(n_bytes, by, s.to_word()),
         (Decision::Default, _) if by == Source::Explore => {
-            pack(n_bytes, Source::Explore, ANSWER_NCCL, 0, 0)
+            pack(n_bytes, Source::Explore, NCCL_CHOSE)
         }
-        _ => pack(n_bytes, Source::Nccl, 0, 0, 0),
+        _ => pack(n_bytes, Source::Nccl, 0),
     }
 }
 
 /// Packs one answer (see [`ANSWER_VALID`] for the layout). `source` has
 /// two bits here: never `ExploreNccl`, which the profiler derives from
-/// [`ANSWER_NCCL`].
+/// [`NCCL_CHOSE`].
 #[inline]
-pub(super) fn pack(n_bytes: usize, source: Source, algo: u8, proto: u8, channels: u8) -> u64 {
+pub(super) fn pack(n_bytes: usize, source: Source, setting: u64) -> u64 {
     ANSWER_VALID
         | (source as u64) << 61
-        | (algo as u64 & 7) << 58
-        | (proto as u64 & 3) << 56
-        | (channels as u64 & 0x7f) << 49
+        | (setting & ((1 << Setting::WORD_BITS) - 1)) << SETTING_SHIFT
         | (n_bytes as u64 & ANSWER_BYTES)
 }
 
 pub(super) fn unpack(v: u64) -> Answer {
+    let source = Source::from_u8(((v >> 61) & 3) as u8).unwrap_or(Source::Unknown);
+    let forced = matches!(source, Source::Table | Source::Explore);
     Answer {
-        source: Source::from_u8(((v >> 61) & 3) as u8).unwrap_or(Source::Unknown),
-        algo: ((v >> 58) & 7) as u8,
-        proto: ((v >> 56) & 3) as u8,
-        channels: ((v >> 49) & 0x7f) as u8,
+        source,
+        setting: if forced {
+            Setting::from_word(v >> SETTING_SHIFT)
+        } else {
+            None
+        },
     }
 }
 
@@ -452,12 +453,15 @@ pub fn journal_acquire(comm_id: u64) -> Option<&'static Journal> {
 }
 
 /// Gives back [`journal_acquire`]'s ring (the tuner's finalize only).
-pub fn journal_release(j: &'static Journal) {
+/// `keep(comm_id, ring)` runs first, under the journals' lock, when the
+/// ring was rank 0's (the writer keeps its calls per shape: passed in so
+/// the journal stays below the writer).
+pub fn journal_release_with(j: &'static Journal, keep: impl FnOnce(u64, &Journal)) {
     let _g = lock();
     let i = j.index();
     if let Some(t) = JOURNAL_TAGS.get(i) {
         if JOURNAL_RANK0[i].load(Ordering::Relaxed) {
-            super::writer::keep_shape_calls(t.load(Ordering::Relaxed).wrapping_sub(1), j);
+            keep(t.load(Ordering::Relaxed).wrapping_sub(1), j);
         }
         t.store(0, Ordering::Release);
         JOURNAL_RANK0[i].store(false, Ordering::Relaxed);

@@ -37,14 +37,20 @@ pub mod writer;
 
 pub use bins::{aggregate, untimed, Key, BINS};
 pub use journal::{
-    journal_acquire, journal_release, link_rank0, note_recorded, profiled_ring, take_answer,
-    take_answer_in, Answer, Journal, ANSWER_NCCL, JOURNAL_LEN, MAX_JOURNALS,
+    journal_acquire, link_rank0, note_recorded, profiled_ring, take_answer, take_answer_in, Answer,
+    Journal, ANSWER_NCCL, JOURNAL_LEN, MAX_JOURNALS,
 };
 pub use pool::{channel_start, channel_stop, reclaim, release, slot_take, Handle, Slot, POOL_LEN};
 pub use writer::{
     configured, dir_usable, file_names, flush, note_platform, note_table, register, retire,
     CommFacts, Recording, Refused,
 };
+
+/// Gives back [`journal_acquire`]'s ring (the tuner's finalize only),
+/// keeping rank 0's calls per shape for the trace files.
+pub fn journal_release(j: &'static Journal) {
+    journal::journal_release_with(j, writer::keep_shape_calls);
+}
 
 /// Communicators one process records (6 bits of the bin key).
 pub const MAX_COMMS: usize = 64;

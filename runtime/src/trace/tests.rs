@@ -13,18 +13,14 @@ use std::os::unix::ffi::OsStrExt as _;
 use dyncc_tables::trace::{
     encode, Source, TraceHead, TraceRecord, MAX_TRACE_LEN, TRACE_RECORD_LEN,
 };
-use dyncc_tables::{Algo, Coll, Decision, Proto};
+use dyncc_tables::{Algo, Coll, Decision, Proto, Setting};
 
 /// The pool is process-wide: tests that fill or count it take turns.
 static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// So are the bins: tests that count them or add many take turns.
 static BIN_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-const FORCE: Decision = Decision::Force {
-    algo: Algo::Tree,
-    proto: Proto::LL,
-    channels: 4,
-};
+const FORCE: Decision = Decision::Force(Setting::new(Algo::Tree, Proto::LL).with_channels(4));
 
 #[test]
 fn a_journal_answer_is_found_by_size() {
@@ -35,9 +31,7 @@ fn a_journal_answer_is_found_by_size() {
         take_answer(0xfeed, Coll::AllReduce, 8192),
         Some(Answer {
             source: Source::Table,
-            algo: Algo::Tree as u8,
-            proto: Proto::LL as u8,
-            channels: 4
+            setting: Some(Setting::new(Algo::Tree, Proto::LL).with_channels(4)),
         })
     );
     assert_eq!(
@@ -149,9 +143,7 @@ fn a_collective_is_aggregated_when_its_last_channel_stops() {
         63,
         Coll::Broadcast,
         12345,
-        Algo::Ring,
-        Proto::Simple,
-        2,
+        Setting::new(Algo::Ring, Proto::Simple).with_channels(2),
         Source::Nccl,
     )
     .unwrap();
@@ -185,7 +177,16 @@ fn a_collective_is_aggregated_when_its_last_channel_stops() {
 #[test]
 fn a_stale_handle_does_not_touch_the_slots_next_collective() {
     let _pool = POOL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
-    let key = |n| Key::new(62, Coll::Reduce, n, Algo::Ring, Proto::LL, 1, Source::Nccl).unwrap();
+    let key = |n| {
+        Key::new(
+            62,
+            Coll::Reduce,
+            n,
+            Setting::new(Algo::Ring, Proto::LL).with_channels(1),
+            Source::Nccl,
+        )
+        .unwrap()
+    };
     let old = slot_take(key(100), 1).unwrap();
     let c = channel_start(old, 10).unwrap();
     channel_stop(c, 20);
@@ -250,9 +251,7 @@ fn a_full_pool_evicts_its_oldest_collective() {
         61,
         Coll::AllGather,
         64,
-        Algo::Ring,
-        Proto::LL,
-        1,
+        Setting::new(Algo::Ring, Proto::LL).with_channels(1),
         Source::Nccl,
     )
     .unwrap();
@@ -316,9 +315,7 @@ fn retired_bins_are_moved_out_and_taken_again() {
             60,
             Coll::AllReduce,
             n,
-            Algo::Ring,
-            Proto::LL,
-            2,
+            Setting::new(Algo::Ring, Proto::LL).with_channels(2),
             Source::Nccl,
         )
         .unwrap()
@@ -362,9 +359,7 @@ fn rec(n_bytes: u64, count: u64) -> TraceRecord {
     TraceRecord {
         comm: 0,
         coll: Coll::AllReduce,
-        algo: Algo::Ring,
-        proto: Proto::Simple,
-        channels: 4,
+        setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(4),
         source: Source::Nccl,
         n_bytes,
         count,
@@ -432,9 +427,7 @@ fn retiring_one_communicator_while_another_records_loses_nothing() {
             comm,
             Coll::Broadcast,
             n,
-            Algo::Tree,
-            Proto::LL128,
-            8,
+            Setting::new(Algo::Tree, Proto::LL128).with_channels(8),
             Source::Table,
         )
         .unwrap()
@@ -522,9 +515,7 @@ fn eviction_under_contention_loses_no_slot_and_counts_every_collective() {
         COMM,
         Coll::ReduceScatter,
         4 << 20,
-        Algo::Ring,
-        Proto::Simple,
-        2,
+        Setting::new(Algo::Ring, Proto::Simple).with_channels(2),
         Source::Nccl,
     )
     .unwrap();
@@ -630,9 +621,7 @@ fn a_flush_during_aggregation_writes_valid_files_that_never_go_back() {
             COMM,
             Coll::AllReduce,
             n,
-            Algo::Tree,
-            Proto::LL,
-            4,
+            Setting::new(Algo::Tree, Proto::LL).with_channels(4),
             Source::Table,
         )
         .unwrap()
@@ -729,8 +718,8 @@ fn a_ring_written_while_taken_gives_only_written_answers_once() {
                 assert_eq!(a.source, want, "size {k}: {a:?}");
                 if want == Source::Table {
                     assert_eq!(
-                        (a.algo, a.proto, a.channels),
-                        (Algo::Tree as u8, Proto::LL as u8, 4)
+                        a.setting,
+                        Some(Setting::new(Algo::Tree, Proto::LL).with_channels(4))
                     );
                 }
                 taken += 1;
@@ -753,9 +742,7 @@ fn a_bin_key_keeps_explore_nccl_beside_its_channels() {
         3,
         Coll::AllReduce,
         most,
-        Algo::Ring,
-        Proto::Simple,
-        64,
+        Setting::new(Algo::Ring, Proto::Simple).with_channels(64),
         Source::ExploreNccl,
     )
     .unwrap();
@@ -763,16 +750,14 @@ fn a_bin_key_keeps_explore_nccl_beside_its_channels() {
     b.count.store(1, Ordering::Relaxed);
     let r = k.record(&b).unwrap();
     assert_eq!(
-        (r.source, r.channels, r.n_bytes, r.comm),
+        (r.source, r.setting.channels, r.n_bytes, r.comm),
         (Source::ExploreNccl, 64, most, 3)
     );
     assert!(Key::new(
         3,
         Coll::AllReduce,
         most + 1,
-        Algo::Ring,
-        Proto::Simple,
-        1,
+        Setting::new(Algo::Ring, Proto::Simple).with_channels(1),
         Source::Nccl
     )
     .is_none());

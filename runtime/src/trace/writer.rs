@@ -19,7 +19,7 @@ use dyncc_tables::trace::{
     MAX_TRACE_SHAPES, MAX_TRACE_STR, TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN,
     TRACE_SHAPE_LEN,
 };
-use dyncc_tables::Coll;
+use dyncc_tables::{Coll, Setting};
 
 use super::bins::{take_bins, Key, BINS, BIN_TABLE, KEY_VALID};
 use super::journal::{profiled_ring, Journal};
@@ -186,18 +186,19 @@ impl Process {
     }
 }
 
-/// What tells two records of one communicator apart.
+/// What tells two records of one communicator apart: the size, then the
+/// communicator, collective, setting ([`Setting::to_word`], bits 8-31) and
+/// source.
 pub(super) fn record_key(r: &TraceRecord) -> [u64; 2] {
     [
         r.n_bytes,
-        (r.comm as u64) << 40
-            | (r.coll as u64) << 32
-            | (r.algo as u64) << 24
-            | (r.proto as u64) << 16
-            | (r.channels as u64) << 8
-            | r.source as u64,
+        (r.comm as u64) << 40 | (r.coll as u64) << 32 | r.setting.to_word() << 8 | r.source as u64,
     ]
 }
+
+// The setting sits between the source byte and the collective, with room
+// for a wider one.
+const _: () = assert!(8 + Setting::WORD_BITS <= 32);
 
 /// Adds `b`'s collectives to `a` (same communicator, collective, size,
 /// setting and source).

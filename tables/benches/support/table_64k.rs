@@ -2,7 +2,9 @@
 //! `tables/benches/load.rs` and `runtime/benches/getcollinfo.rs` with
 //! `#[path]`.
 
-use dyncc_tables::{Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, TableBuilder};
+use dyncc_tables::{
+    Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting, TableBuilder,
+};
 
 /// 200 contexts (5 collectives x 40 node counts) of 24 rules each, plus
 /// metadata: about 64 KiB.
@@ -15,11 +17,10 @@ pub fn table_64k() -> Vec<u8> {
             let rules: Vec<Rule> = (0..24u32)
                 .map(|i| Rule {
                     last_bucket: if i == 23 { 255 } else { (i * 10) as u8 },
-                    decision: Decision::Force {
-                        algo: Algo::ALL[(i % 7) as usize],
-                        proto: Proto::ALL[(i % 3) as usize],
-                        channels: (i % 5) as u8,
-                    },
+                    decision: Decision::Force(
+                        Setting::new(Algo::ALL[(i % 7) as usize], Proto::ALL[(i % 3) as usize])
+                            .with_channels((i % 5) as u8),
+                    ),
                     basis: Basis::Measured,
                     gain: 1.0 + i as f32 / 10.0,
                 })
