@@ -74,7 +74,7 @@ pub mod setup;
 pub mod text;
 pub mod traces;
 pub mod tuner;
-mod walk;
+pub(crate) mod walk;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
