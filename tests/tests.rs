@@ -12,6 +12,7 @@ mod ingest; // every real log format, golden row counts
 mod ingest_cli; // `dyncc inspect` as users run it
 mod ingest_errors; // malformed input: file, line, what was expected
 mod ingest_labels; // knobs per run, labels, copies and setups, checked values, bounded walk
+mod ingest_nccl_tests_219; // nccl-tests 2.19 output (-g, NCCL_TESTS_SPLIT, -C/-z/-G, -J, -d all) read right or refused
 mod install_c; // every way of installing: plugin-path, both names as one object, the version
 mod loop_c; // the learning loop: sparse sweep, production round exploring (world.c), recompile from traces
 mod manifest; // Cargo.toml declares only what the code uses

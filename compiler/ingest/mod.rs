@@ -38,6 +38,8 @@
 //!   handed to the reader of its format;
 //! - `digest`: each file's sha256, computed while it is read;
 //! - `detect`: a file's format, from its name and first bytes;
+//! - `groups`: `NCCL_TESTS_SPLIT` runs, counted per communicator;
+//! - `timing`: how nccl-tests timed a run (`-C`, `-z`, `-G`): a setup of its own;
 //! - `file`: what a format reader works with: the file's context (labels,
 //!   strict or lenient, where problems go) and what it gives back;
 //! - [`text`], [`json`], [`tuner`], [`csv`]: the format readers;
@@ -63,6 +65,7 @@ mod detect;
 mod digest;
 mod file;
 pub mod fold;
+mod groups;
 pub mod json;
 pub mod knobs;
 pub mod labels;
@@ -72,6 +75,7 @@ mod repeats;
 pub(crate) mod run;
 pub mod setup;
 pub mod text;
+mod timing;
 pub mod traces;
 pub mod tuner;
 pub(crate) mod walk;

@@ -82,6 +82,8 @@ struct Layout {
     wrong: [usize; 2],
     /// Old format: the error column is a float max error, not a count.
     float_error: bool,
+    /// The time columns are `cputime` (`-C 1`): host time.
+    cputime: bool,
 }
 
 impl Layout {
@@ -91,6 +93,7 @@ impl Layout {
         time: [5, 9],
         wrong: [8, 12],
         float_error: false,
+        cputime: false,
     };
     const OLD: Layout = Layout {
         ntok: 12,
@@ -98,6 +101,7 @@ impl Layout {
         time: [4, 8],
         wrong: [7, 11],
         float_error: true,
+        cputime: false,
     };
 
     /// From the column-name line (`size count type redop root time ...`),
@@ -109,10 +113,15 @@ impl Layout {
         let mut time = Vec::new();
         let mut wrong = Vec::new();
         let mut float_error = false;
+        let mut cputime = false;
         let mut stamp = 0;
         for (i, t) in toks.iter().enumerate() {
             match *t {
-                b"time" | b"cputime" => time.push(i),
+                b"time" => time.push(i),
+                b"cputime" => {
+                    time.push(i);
+                    cputime = true;
+                }
                 b"#wrong" => wrong.push(i),
                 b"error" => {
                     wrong.push(i);
@@ -133,6 +142,7 @@ impl Layout {
             time: [time[0], time[1]],
             wrong: [wrong[0], wrong[1]],
             float_error,
+            cputime,
         })
     }
 
@@ -157,6 +167,8 @@ struct Job {
     hosts: std::collections::HashSet<Box<[u8]>>,
     gpu: Option<Arc<str>>,
     elided: bool,
+    /// Its ranks per `Group` (NCCL_TESTS_SPLIT: several communicators).
+    groups: super::groups::Groups,
 }
 
 #[derive(Debug)]
@@ -191,6 +203,8 @@ struct Block {
     layouts: u32,
     footers: u32,
     layout: Option<Layout>,
+    /// How nccl-tests timed it (`-C`, `-z`, `-G`, from its header lines).
+    timing: super::timing::Timing,
     elided: bool,
     concluded: bool,
     rows: Vec<RawRow>,
@@ -497,6 +511,7 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
             }
             st.cur.layout = Some(lay);
             st.cur.layouts += 1;
+            st.cur.timing.cputime = lay.cputime;
         }
         return Ok(());
     }
@@ -504,6 +519,13 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
         new_block_if_used(st, no);
         st.cur.headers += 1;
         st.cur.new_run = true;
+        st.cur.timing.graph = super::timing::Timing::graph_field(&String::from_utf8_lossy(body));
+        return Ok(());
+    }
+    if body.starts_with(b"Blocking Enabled") {
+        if let Some(z) = super::timing::Timing::blocking_line(&String::from_utf8_lossy(body)) {
+            st.cur.timing.blocking = z;
+        }
         return Ok(());
     }
     if body.starts_with(b"Using devices") {
@@ -597,6 +619,13 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
     }
     job.last_rank = Some(rank);
     job.ranks += 1;
+    let group = toks
+        .iter()
+        .position(|t| *t == b"Group")
+        .and_then(|i| toks.get(i + 1))
+        .and_then(|t| parse_u64(t))
+        .unwrap_or(0);
+    job.groups.add(group as u32, 1, host.map(|h| &h[..]));
     if let Some(h) = host {
         if !job.hosts.contains(*h) {
             job.hosts.insert((*h).into());
@@ -857,6 +886,11 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
             b.env = prev.env.clone();
             b.nccl_version = b.nccl_version.or(prev.nccl_version);
         }
+        if !b.new_run {
+            // The header lines come once per process.
+            b.timing.blocking = b.timing.blocking.max(prev.timing.blocking);
+            b.timing.graph |= prev.timing.graph;
+        }
     }
     let several = blocks.iter().filter(|b| !b.rows.is_empty()).count() > 1;
     for b in blocks {
@@ -879,6 +913,9 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
             }
         }
         note_if_cut(ctx, &b);
+        if let Some(note) = super::check::datatypes_pooled(b.rows.iter().map(|r| &*r.dtype)) {
+            ctx.anomaly(b.line, "datatypes-pooled", note);
+        }
         let Some(run) = labelled.run else { continue };
         let forced = run.config.algo.is_some() || run.config.proto.is_some();
         for r in &b.rows {
@@ -1025,6 +1062,19 @@ fn shown(
         s.nranks = Some(first.0);
         s.nnodes = Some(first.1.max(1));
         s.gpu = first.2;
+        // NCCL_TESTS_SPLIT: a row measures one communicator's shape.
+        let split = jobs[0].groups.split();
+        if let Some(note) = split.note() {
+            ctx.anomaly(b.line, "split-communicators", note);
+        }
+        match split {
+            super::groups::Split::Same { ranks, nodes, .. } => {
+                s.nranks = Some(ranks);
+                s.nnodes = Some(nodes);
+            }
+            super::groups::Split::Mixed(why) => s.problems.push(why),
+            super::groups::Split::One => {}
+        }
     }
     // An elided rank list still names the GPU.
     s.gpu = s.gpu.or_else(|| jobs.iter().find_map(|j| j.gpu.clone()));
@@ -1046,6 +1096,8 @@ fn shown(
             .join(" ")
             .into()
     });
+    // A run timed otherwise is a setup of its own.
+    s.env = super::timing::with_timing(s.env.take(), b.timing);
     s
 }
 

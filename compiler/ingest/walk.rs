@@ -69,6 +69,8 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     );
     // Content is one measurement only under the same labels.
     let mut copies = Copies::default();
+    // A log whose runs wrote the JSON read beside it: the same runs.
+    let twins = super::copies::written_as_json(&files, &mut ds.notes);
     // Reading order over all files (records of later files come after).
     let mut base: u64 = 0;
     for (i, f) in files.iter().enumerate() {
@@ -80,6 +82,11 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ));
+        // Not read at all: what it could not say (its knobs, without
+        // NCCL's INFO lines) the JSON's environment says.
+        if twins.contains_key(f) {
+            continue;
+        }
         let FileRead {
             ds: mut d,
             mut fold,
