@@ -55,16 +55,23 @@ fn json_of_several_gpus_per_process_counts_every_rank() {
 }
 
 /// `NCCL_TESTS_SPLIT=DIV8` makes a communicator per node: read as 16 ranks
-/// on 2 nodes, the rows forced decisions no 16-rank job would see.
+/// on 2 nodes, the rows forced decisions no 16-rank job would see. The
+/// text's `Group` column, the JSON's `group`, and (rank lines without a
+/// `Group` column, as older nccl-tests print them) NCCL's own
+/// `nRanks`/`nNodes` INFO lines each say so.
 #[test]
 fn split_runs_are_counted_per_communicator() {
-    for f in ["ar_split_div8.log", "ar_split_div8.json"] {
+    for f in [
+        "ar_split_div8.log",
+        "ar_split_div8.json",
+        "ar_split_div8_nogroup.log",
+    ] {
         let ds = read(&[data(f)], false).unwrap();
         assert_eq!(shapes(&ds), [(8, 1)], "{f}");
         assert!(
             ds.anomalies
                 .iter()
-                .any(|a| a.kind == "split-communicators" && a.detail.contains("2 communicators")),
+                .any(|a| a.kind == "split-communicators" && a.detail.contains("8 ranks on 1 nodes")),
             "{f}: {:?}",
             ds.anomalies
         );

@@ -30,7 +30,9 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
                 ctx.bad(
                     e.line() as u32,
                     format!(
-                        "truncated JSON (it ends at byte {} before any complete result:                          the job was killed or the file is incomplete); expected nccl-tests                          -J output; rerun the job",
+                        "not valid JSON: truncated (it ends at byte {} before any complete \
+                         result: the job was killed or the file is incomplete); expected \
+                         nccl-tests -J output; rerun the job",
                         bytes.len()
                     ),
                 )?;
@@ -39,7 +41,9 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
             ctx.bad(
                 e.line() as u32,
                 format!(
-                    "truncated JSON (it ends at byte {} inside `results`: the job was killed                      or the file is incomplete); its {n} complete results are read under                      --lenient, the sizes after them are missing",
+                    "not valid JSON: truncated (it ends at byte {} inside `results`: the \
+                     job was killed or the file is incomplete); its {n} complete results \
+                     are read under --lenient, the sizes after them are missing",
                     bytes.len()
                 ),
             )?;

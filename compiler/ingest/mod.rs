@@ -19,7 +19,8 @@
 //! (a new reader is a parser plus a call to it).
 //!
 //! The walk is bounded: a directory or file reached twice (symlink loops,
-//! a path given twice) is read once. Each file is hashed while it is read
+//! a path given twice) is read once, and a link to a directory outside the
+//! directory named is not followed but named as skipped. Each file is hashed while it is read
 //! (the digests go into the table's metadata); content seen twice (a copy
 //! of a file, a run section repeated in a concatenation) is counted once
 //! and said so in [`Dataset::notes`], so copies never pose as repeats.

@@ -208,6 +208,9 @@ struct Block {
     elided: bool,
     concluded: bool,
     rows: Vec<RawRow>,
+    /// (nRanks, nNodes) of the communicators NCCL's INFO lines created
+    /// (`comm 0x... rank R nRanks N nNodes M ...`).
+    comms: std::collections::BTreeSet<(u32, u32)>,
 }
 
 impl Block {
@@ -636,8 +639,31 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
     }
 }
 
+/// `comm 0x55d0c6a0 rank 0 nRanks 8 nNodes 1 localRanks 8 ...`: the
+/// communicator's ranks and nodes.
+fn comm_shape(rest: &[u8]) -> Option<(u32, u32)> {
+    let mut toks: [&[u8]; 40] = [&[]; 40];
+    let n = tokenize(rest, &mut toks).min(40);
+    let toks = &toks[..n];
+    let after = |key: &[u8]| {
+        toks.iter()
+            .position(|t| *t == key)
+            .and_then(|i| toks.get(i + 1))
+            .and_then(|t| parse_u64(t))
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v > 0)
+    };
+    Some((after(b"nRanks")?, after(b"nNodes")?))
+}
+
 /// An NCCL INFO line (text after `NCCL INFO `).
 fn info(st: &mut State, no: u32, rest: &[u8]) {
+    if rest.starts_with(b"comm 0x") {
+        if let Some(shape) = comm_shape(rest) {
+            st.cur.comms.insert(shape);
+        }
+        return;
+    }
     let banner = rest.strip_prefix(b"NCCL version ");
     let env = memmem::find(rest, b" set by environment to ");
     if (banner.is_some() || env.is_some()) && st.cur.finished() {
@@ -1074,6 +1100,43 @@ fn shown(
             }
             super::groups::Split::Mixed(why) => s.problems.push(why),
             super::groups::Split::One => {}
+        }
+        // NCCL's own INFO lines say each communicator's shape: the rank
+        // lines of a split run without a `Group` column list the whole run.
+        if let (Some(ranks), Some(nodes)) = (s.nranks, s.nnodes) {
+            let fewer: Vec<(u32, u32)> = b
+                .comms
+                .iter()
+                .copied()
+                .filter(|&(r, _)| r < ranks)
+                .collect();
+            match fewer[..] {
+                [] => {}
+                [(r, n)] => {
+                    ctx.anomaly(
+                        b.line,
+                        "split-communicators",
+                        format!(
+                            "NCCL's INFO lines show communicators of {r} ranks on {n} nodes, \
+                             where the rank lines list {ranks} ranks on {nodes} nodes \
+                             (NCCL_TESTS_SPLIT): rows read as {r}-rank, {n}-node collectives"
+                        ),
+                    );
+                    s.nranks = Some(r);
+                    s.nnodes = Some(n);
+                }
+                _ => s.problems.push(format!(
+                    "NCCL's INFO lines show communicators of different shapes ({}) in a run \
+                     whose rank lines list {ranks} ranks on {nodes} nodes (NCCL_TESTS_SPLIT): \
+                     nccl-tests reduces their times into one row, which no single shape \
+                     measured; rerun with communicators of one shape",
+                    fewer
+                        .iter()
+                        .map(|(r, n)| format!("{r} ranks on {n} nodes"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
         }
     }
     // An elided rank list still names the GPU.
