@@ -13,6 +13,7 @@ mod ingest; // every real log format, golden row counts
 mod ingest_cli; // `dyncc inspect` as users run it
 mod ingest_errors; // malformed input: file, line, what was expected
 mod ingest_labels; // knobs per run, labels, copies and setups, checked values, bounded walk
+mod ingest_nccl_tests_219; // nccl-tests 2.19 output (-g, NCCL_TESTS_SPLIT, -C/-z/-G, -J, -d all) read right or refused
 mod install_c; // every way of installing: plugin-path, both names as one object, the version
 mod loop_c; // the learning loop: sparse sweep, production round exploring (world.c), recompile from traces
 mod manifest; // Cargo.toml declares only what the code uses
@@ -25,4 +26,5 @@ mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harne
 mod support; // shared helpers: the dyncc binary, required external tools
 mod test_deps; // `make test` installs what the tests need, or names the command that does
 mod traces; // compile SWEEP TRACES: trace files of jobs as measurements
+mod walk; // the walk of trace and sweep directories stays in the tree named
 mod world_c; // a stand-in NCCL in a world from `dyncc simulate`'s truth: rounds with tables, exploration

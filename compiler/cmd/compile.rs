@@ -84,7 +84,10 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     crate::atomic::check_output(&a.output, a.paths.iter().map(|p| p.as_path()), "tbl")?;
     // Jobs' trace files (`DYNCC_TRACE`) are measurements too, read apart.
     let mut paths = a.paths.clone();
-    let trace_files = ingest::traces::split(&mut paths);
+    let ingest::traces::Found {
+        files: trace_files,
+        skipped: walk_skipped,
+    } = ingest::traces::find(&mut paths);
     if paths.is_empty() {
         bail!(
             "only trace files given ({}); traces add to a sweep, which names the settings to \
@@ -107,6 +110,13 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
     ds.traces = traces;
     ds.foreign_traces = a.foreign_traces;
     ds.skipped.extend(skipped);
+    // A link the trace walk left unfollowed is named once, whether or not
+    // the sweep walk met it too.
+    for s in walk_skipped {
+        if !ds.skipped.iter().any(|k| k.file == s.file) {
+            ds.skipped.push(s);
+        }
+    }
     crate::atomic::check_output(
         &a.output,
         ds.reports

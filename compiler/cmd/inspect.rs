@@ -206,7 +206,18 @@ fn summarise(ds: &Dataset) -> Summary {
 }
 
 pub fn run(mut args: InspectArgs) -> anyhow::Result<i32> {
-    let found = crate::ingest::traces::split(&mut args.paths);
+    let crate::ingest::traces::Found {
+        files: found,
+        skipped,
+    } = crate::ingest::traces::find(&mut args.paths);
+    // What the walk left unfollowed below a directory of traces alone; the
+    // sweep reader names what lies below the directories it reads.
+    for s in skipped
+        .iter()
+        .filter(|s| !args.paths.iter().any(|p| s.file.starts_with(p)))
+    {
+        eprintln!("warning: skipped {}: {}", s.file.display(), s.reason);
+    }
     if !found.is_empty() {
         let bad = traces::print(&found, args.json);
         if args.paths.is_empty() {

@@ -687,6 +687,16 @@ fn parse_batch_line(line: &str) -> anyhow::Result<Call> {
     )
 }
 
+/// One input `--data` could not read, named on stderr.
+fn warn_skipped(s: &crate::ingest::Skip) {
+    eprintln!(
+        "warning: skipped {}:{}: {}",
+        s.file.display(),
+        s.line,
+        s.reason
+    );
+}
+
 pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     let share = explore::check_share(a.explore)?;
     let bytes = read_table(&a.table)?;
@@ -694,7 +704,13 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     // Jobs' trace files are read apart, against the sweep, as compile
     // reads them.
     let mut sweeps = a.data.clone();
-    let trace_files = crate::ingest::traces::split(&mut sweeps);
+    let crate::ingest::traces::Found {
+        files: trace_files,
+        skipped: walk_skipped,
+    } = crate::ingest::traces::find(&mut sweeps);
+    for s in &walk_skipped {
+        warn_skipped(s);
+    }
     if !trace_files.is_empty() && sweeps.is_empty() {
         bail!(
             "--data holds only trace files ({}); jobs' measurements are read against the sweep \
@@ -718,7 +734,13 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     };
     let traced = match &data {
         Some((cells, nccl, _)) if !trace_files.is_empty() => {
-            let (mut files, skipped) = crate::ingest::traces::read(&trace_files, true)?;
+            let (mut files, mut skipped) = crate::ingest::traces::read(&trace_files, true)?;
+            // Named, as compile's report names them: a count alone does not
+            // say which job's traces were left out.
+            for s in &skipped {
+                warn_skipped(s);
+            }
+            skipped.extend(walk_skipped.iter().cloned());
             let meta = |k| table.meta(k).filter(|v| !v.is_empty());
             // Traces of the table's platform and sweep only, as compile
             // takes them (unless --foreign-traces).

@@ -43,9 +43,11 @@ pub struct IngestArgs {
     #[arg(long = "name-pattern", value_name = "PATTERN", verbatim_doc_comment)]
     pub name_pattern: Vec<String>,
     /// The inputs mix NCCL setups (NCCL version, or other NCCL_* variables
-    /// the logs show, or call states): use only this one, e.g. `--setup
-    /// nccl=2.23.4`, `--setup 'NCCL_NET_GDR_LEVEL=PHB NCCL_IB_HCA=mlx5'`
-    /// (`VAR=unset`: not set) or `--setup regBuff=1` (registered buffers).
+    /// the logs show, or call states, or how nccl-tests timed): use only
+    /// this one, e.g. `--setup nccl=2.23.4`, `--setup
+    /// 'NCCL_NET_GDR_LEVEL=PHB NCCL_IB_HCA=mlx5_0,mlx5_3'` (`VAR=unset`: not
+    /// set), `--setup regBuff=1` (registered buffers) or `--setup
+    /// timing=default` (not `-C 1` cputime, `-z` blocking1-3, `-G` graph).
     #[arg(long, value_name = "KEY=VALUE ...")]
     pub setup: Option<String>,
     /// The inputs mix NCCL setups and they may be pooled as repeats of one

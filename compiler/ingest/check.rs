@@ -41,3 +41,21 @@ pub fn quote(s: &str) -> String {
 
 /// See [`quote`].
 pub const QUOTE_MAX: usize = 200;
+
+/// The note for a run that measured several datatypes (`-d all`): cells
+/// are per size in bytes, so at each size the datatypes' times are pooled
+/// as repeats (they move the same bytes; reductions of wider or narrower
+/// types may differ).
+pub(crate) fn datatypes_pooled<'a>(types: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    let mut t: Vec<&str> = types.into_iter().collect();
+    t.sort_unstable();
+    t.dedup();
+    (t.len() > 1).then(|| {
+        format!(
+            "{} datatypes in one run ({}; nccl-tests -d all): their times at each size are \
+             pooled as repeats of one cell; sweep with one datatype (-d float) to keep them apart",
+            t.len(),
+            t.join(", ")
+        )
+    })
+}

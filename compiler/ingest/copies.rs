@@ -87,6 +87,86 @@ impl Copies {
     }
 }
 
+/// The line nccl-tests prints (on stdout, before its header) when `-J`
+/// writes the run's JSON too.
+const WRITING_JSON: &[u8] = b"# Writing JSON output to ";
+
+/// How much of a log is searched for [`WRITING_JSON`] lines and the runs
+/// they belong to.
+const SCAN: u64 = 4 << 20;
+
+/// The logs among `files` whose every run says it wrote its results to a
+/// JSON file that is among `files` too (nccl-tests `-J`: the same
+/// measurement twice), each with that JSON: read once, from the JSON,
+/// which also records the run's environment. A log only part of whose runs
+/// wrote such a JSON gets a note instead (its other runs are needed).
+pub(super) fn written_as_json(
+    files: &[PathBuf],
+    notes: &mut Vec<String>,
+) -> HashMap<PathBuf, PathBuf> {
+    let jsons: Vec<&PathBuf> = files
+        .iter()
+        .filter(|f| {
+            f.extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+        })
+        .collect();
+    let mut out = HashMap::new();
+    if jsons.is_empty() {
+        return out;
+    }
+    let canon = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let jsons: Vec<(&PathBuf, PathBuf)> = jsons.into_iter().map(|j| (j, canon(j))).collect();
+    for log in files.iter().filter(|f| {
+        f.extension()
+            .is_none_or(|e| !e.eq_ignore_ascii_case("json"))
+    }) {
+        let mut head = Vec::new();
+        let Ok(f) = std::fs::File::open(log) else {
+            continue;
+        };
+        if std::io::Read::read_to_end(&mut std::io::Read::take(f, SCAN), &mut head).is_err() {
+            continue;
+        }
+        let runs = memchr::memmem::find_iter(&head, b"# nccl-tests version").count();
+        let dir = log.parent().unwrap_or(Path::new("."));
+        let mut found = Vec::new();
+        for at in memchr::memmem::find_iter(&head, WRITING_JSON) {
+            let rest = &head[at + WRITING_JSON.len()..];
+            let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+            let named = String::from_utf8_lossy(&rest[..end]).trim().to_string();
+            let named = Path::new(&named);
+            let want = canon(&dir.join(named));
+            // The path as the job's working directory saw it: the same
+            // file, or one of that name beside the log.
+            if let Some((j, _)) = jsons.iter().find(|(j, c)| {
+                *c == want || (j.file_name() == named.file_name() && j.parent() == log.parent())
+            }) {
+                found.push((*j).clone());
+            }
+        }
+        let Some(first) = found.first() else { continue };
+        if found.len() >= runs.max(1) {
+            notes.push(format!(
+                "{} says nccl-tests wrote its results to {} too (`# Writing JSON output to`), \
+                 which is read: the run counted once, from the JSON",
+                log.display(),
+                first.display()
+            ));
+            out.insert(log.clone(), first.clone());
+        } else {
+            notes.push(format!(
+                "{}: {} of its {runs} runs wrote their results to JSON files that are read too \
+                 ({}, ...): those runs are counted twice; leave the log or the JSON out",
+                log.display(),
+                found.len(),
+                first.display()
+            ));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,8 @@
 //! (a new reader is a parser plus a call to it).
 //!
 //! The walk is bounded: a directory or file reached twice (symlink loops,
-//! a path given twice) is read once. Each file is hashed while it is read
+//! a path given twice) is read once, and a link to a directory outside the
+//! directory named is not followed but named as skipped. Each file is hashed while it is read
 //! (the digests go into the table's metadata); content seen twice (a copy
 //! of a file, a run section repeated in a concatenation) is counted once
 //! and said so in [`Dataset::notes`], so copies never pose as repeats.
@@ -38,6 +39,8 @@
 //!   handed to the reader of its format;
 //! - `digest`: each file's sha256, computed while it is read;
 //! - `detect`: a file's format, from its name and first bytes;
+//! - `groups`: `NCCL_TESTS_SPLIT` runs, counted per communicator;
+//! - `timing`: how nccl-tests timed a run (`-C`, `-z`, `-G`): a setup of its own;
 //! - `file`: what a format reader works with: the file's context (labels,
 //!   strict or lenient, where problems go) and what it gives back;
 //! - [`text`], [`json`], [`tuner`], [`csv`]: the format readers;
@@ -63,6 +66,7 @@ mod detect;
 mod digest;
 mod file;
 pub mod fold;
+mod groups;
 pub mod json;
 pub mod knobs;
 pub mod labels;
@@ -72,9 +76,10 @@ mod repeats;
 pub(crate) mod run;
 pub mod setup;
 pub mod text;
+mod timing;
 pub mod traces;
 pub mod tuner;
-mod walk;
+pub(crate) mod walk;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -64,11 +64,8 @@ pub struct SetupChoice {
 impl SetupChoice {
     pub fn new(spec: Option<&str>, pool: bool) -> anyhow::Result<SetupChoice> {
         let mut want = Vec::new();
-        for w in spec
-            .unwrap_or("")
-            .split([' ', ','])
-            .filter(|w| !w.is_empty())
-        {
+        for w in words(spec.unwrap_or("")) {
+            let w = w.as_str();
             let Some((k, v)) = w.split_once('=') else {
                 bail!(
                     "--setup {:?}: expected KEY=VALUE words: nccl=2.23.4 or NCCL_VAR=value \
@@ -95,10 +92,15 @@ impl SetupChoice {
                 }
                 Ok(false) => {}
             }
+            if k == super::timing::KEY {
+                want.push((k.to_string(), v.to_string()));
+                continue;
+            }
             if !k.starts_with("NCCL_") {
                 bail!(
                     "--setup {w}: expected nccl=VERSION or an NCCL_* variable (or the call \
-                     state: regBuff=0|1, pipeOps=N)"
+                     state: regBuff=0|1, pipeOps=N; or how nccl-tests timed: timing=default, \
+                     timing=cputime, ...)"
                 );
             }
             want.push((k.to_string(), v.to_string()));
@@ -108,7 +110,11 @@ impl SetupChoice {
 
     fn matches(&self, g: &Group) -> bool {
         let state = g.key.run.state;
+        let setup = Setup::of(g);
         self.want.iter().all(|(k, v)| {
+            if k == super::timing::KEY {
+                return setup.timing_word() == v.as_str();
+            }
             if k == "nccl" {
                 return g.key.run.nccl_version.map(|c| c.to_string()).as_deref()
                     == Some(v.as_str());
@@ -116,7 +122,7 @@ impl SetupChoice {
             if let Some((_, sv)) = state.columns().into_iter().find(|(sk, _)| sk == k) {
                 return sv == *v;
             }
-            let Some(env) = g.key.run.env.as_deref() else {
+            let Some(env) = setup.env.as_deref() else {
                 return false;
             };
             let found = env.split(' ').find_map(|kv| {
@@ -132,6 +138,29 @@ impl SetupChoice {
     }
 }
 
+/// The `KEY=VALUE` words of a `--setup` value: separated by spaces or
+/// commas, where a comma followed by no `=` continues the value before it
+/// (`NCCL_IB_HCA=mlx5_0,mlx5_3`, as the inputs and dyncc's messages write
+/// such a variable).
+fn words(spec: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in spec.split(' ').filter(|w| !w.is_empty()) {
+        let mut pieces = w.split(',').filter(|p| !p.is_empty());
+        let Some(first) = pieces.next() else { continue };
+        out.push(first.to_string());
+        for p in pieces {
+            match out.last_mut() {
+                Some(last) if !p.contains('=') && last.contains('=') => {
+                    last.push(',');
+                    last.push_str(p);
+                }
+                _ => out.push(p.to_string()),
+            }
+        }
+    }
+    out
+}
+
 /// One setup of the inputs.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Setup {
@@ -140,6 +169,9 @@ struct Setup {
     /// The state of the run's calls: runs in different states are not
     /// repeats either, and a table decides for one (see [`State::gates`]).
     state: State,
+    /// How nccl-tests timed it when not as by default (`cputime`, ...):
+    /// such runs time something else, never pooled with default ones.
+    timing: Option<Arc<str>>,
 }
 
 /// A run's setup as reports name it: `NCCL 2.23.4, NCCL_IB_HCA=mlx5`
@@ -154,11 +186,18 @@ impl Setup {
     }
 
     fn of_run(run: &Run) -> Setup {
+        let (env, timing) = super::timing::split(run.env.as_deref());
         Setup {
             version: run.nccl_version,
-            env: run.env.clone(),
+            env,
             state: run.state,
+            timing,
         }
+    }
+
+    /// Its timing as `--setup timing=` names it.
+    fn timing_word(&self) -> &str {
+        self.timing.as_deref().unwrap_or("default")
     }
 
     fn describe(&self) -> String {
@@ -170,6 +209,10 @@ impl Setup {
             Some("") => "no other NCCL_* variable set".to_string(),
             Some(e) => e.to_string(),
             None => "environment not shown".to_string(),
+        };
+        let e = match self.timing.as_deref() {
+            None => e,
+            t => format!("{e}, {}", super::timing::describe(t)),
         };
         if self.state == State::BASELINE {
             return format!("{v}, {e}");
@@ -228,12 +271,24 @@ pub fn select_setup_folded(
     let versions: BTreeSet<u32> = groups.keys().filter_map(|s| s.version).collect();
     let envs: BTreeSet<&str> = groups.keys().filter_map(|s| s.env.as_deref()).collect();
     let states: BTreeSet<State> = groups.keys().map(|s| s.state).collect();
-    let mixed = versions.len() > 1 || envs.len() > 1 || states.len() > 1;
+    let timings: BTreeSet<&str> = groups.keys().map(Setup::timing_word).collect();
+    let mixed = versions.len() > 1 || envs.len() > 1 || states.len() > 1 || timings.len() > 1;
     let list = |groups: &BTreeMap<Setup, (usize, String)>| -> String {
         groups
             .iter()
             .map(|(s, (n, at))| {
-                let pick = pick_spec(s, groups.keys(), versions.len() > 1, &states);
+                let pick = pick_spec(s, groups.keys(), versions.len() > 1, &states)
+                    .map(|p| {
+                        if timings.len() > 1 {
+                            format!("{p} {}={}", super::timing::KEY, s.timing_word())
+                        } else {
+                            p
+                        }
+                    })
+                    .or_else(|| {
+                        (timings.len() > 1)
+                            .then(|| format!("{}={}", super::timing::KEY, s.timing_word()))
+                    });
                 format!(
                     "{} ({n} records, e.g. {at}){}",
                     s.describe(),
@@ -264,6 +319,14 @@ pub fn select_setup_folded(
             "the inputs mix call states: {}. Runs in different states are not repeats of one \
              measurement, and a table decides for one state (its contexts are gated on \
              it): compile each separately, picking one with --setup as shown",
+            list(&groups)
+        );
+    } else if timings.len() > 1 {
+        bail!(
+            "the inputs mix runs nccl-tests timed differently: {}. A run timed with -C (CPU \
+             time), -z (blocking) or -G (CUDA graphs) measures something else than a default \
+             run, even with --pool-setups: compile each separately, picking one with --setup \
+             as shown",
             list(&groups)
         );
     } else if mixed && !choice.pool {
@@ -341,4 +404,33 @@ fn pick_spec<'a>(
         }
     }
     (!words.is_empty()).then(|| words.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setup_values_with_commas_are_one_word() {
+        assert_eq!(
+            words("NCCL_IB_HCA=mlx5_0,mlx5_3 nccl=2.23.4"),
+            ["NCCL_IB_HCA=mlx5_0,mlx5_3", "nccl=2.23.4"]
+        );
+        assert_eq!(
+            words("nccl=2.23.4,NCCL_IB_HCA=mlx5_0,mlx5_3,NCCL_NET_GDR_LEVEL=PHB"),
+            [
+                "nccl=2.23.4",
+                "NCCL_IB_HCA=mlx5_0,mlx5_3",
+                "NCCL_NET_GDR_LEVEL=PHB"
+            ]
+        );
+        let c = SetupChoice::new(Some("NCCL_IB_HCA=mlx5_0,mlx5_3"), false).unwrap();
+        assert_eq!(
+            c.want,
+            [("NCCL_IB_HCA".to_string(), "mlx5_0,mlx5_3".to_string())]
+        );
+        // A word without `=` at the start is still refused, by name.
+        let e = SetupChoice::new(Some("mlx5_3"), false).unwrap_err();
+        assert!(e.to_string().contains("mlx5_3"), "{e}");
+    }
 }

@@ -82,6 +82,8 @@ struct Layout {
     wrong: [usize; 2],
     /// Old format: the error column is a float max error, not a count.
     float_error: bool,
+    /// The time columns are `cputime` (`-C 1`): host time.
+    cputime: bool,
 }
 
 impl Layout {
@@ -91,6 +93,7 @@ impl Layout {
         time: [5, 9],
         wrong: [8, 12],
         float_error: false,
+        cputime: false,
     };
     const OLD: Layout = Layout {
         ntok: 12,
@@ -98,6 +101,7 @@ impl Layout {
         time: [4, 8],
         wrong: [7, 11],
         float_error: true,
+        cputime: false,
     };
 
     /// From the column-name line (`size count type redop root time ...`),
@@ -109,10 +113,15 @@ impl Layout {
         let mut time = Vec::new();
         let mut wrong = Vec::new();
         let mut float_error = false;
+        let mut cputime = false;
         let mut stamp = 0;
         for (i, t) in toks.iter().enumerate() {
             match *t {
-                b"time" | b"cputime" => time.push(i),
+                b"time" => time.push(i),
+                b"cputime" => {
+                    time.push(i);
+                    cputime = true;
+                }
                 b"#wrong" => wrong.push(i),
                 b"error" => {
                     wrong.push(i);
@@ -133,6 +142,7 @@ impl Layout {
             time: [time[0], time[1]],
             wrong: [wrong[0], wrong[1]],
             float_error,
+            cputime,
         })
     }
 
@@ -157,6 +167,8 @@ struct Job {
     hosts: std::collections::HashSet<Box<[u8]>>,
     gpu: Option<Arc<str>>,
     elided: bool,
+    /// Its ranks per `Group` (NCCL_TESTS_SPLIT: several communicators).
+    groups: super::groups::Groups,
 }
 
 #[derive(Debug)]
@@ -191,9 +203,14 @@ struct Block {
     layouts: u32,
     footers: u32,
     layout: Option<Layout>,
+    /// How nccl-tests timed it (`-C`, `-z`, `-G`, from its header lines).
+    timing: super::timing::Timing,
     elided: bool,
     concluded: bool,
     rows: Vec<RawRow>,
+    /// (nRanks, nNodes) of the communicators NCCL's INFO lines created
+    /// (`comm 0x... rank R nRanks N nNodes M ...`).
+    comms: std::collections::BTreeSet<(u32, u32)>,
 }
 
 impl Block {
@@ -497,6 +514,7 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
             }
             st.cur.layout = Some(lay);
             st.cur.layouts += 1;
+            st.cur.timing.cputime = lay.cputime;
         }
         return Ok(());
     }
@@ -504,6 +522,13 @@ fn meta(ctx: &mut FileCtx, st: &mut State, no: u32, l: &[u8]) -> anyhow::Result<
         new_block_if_used(st, no);
         st.cur.headers += 1;
         st.cur.new_run = true;
+        st.cur.timing.graph = super::timing::Timing::graph_field(&String::from_utf8_lossy(body));
+        return Ok(());
+    }
+    if body.starts_with(b"Blocking Enabled") {
+        if let Some(z) = super::timing::Timing::blocking_line(&String::from_utf8_lossy(body)) {
+            st.cur.timing.blocking = z;
+        }
         return Ok(());
     }
     if body.starts_with(b"Using devices") {
@@ -597,6 +622,13 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
     }
     job.last_rank = Some(rank);
     job.ranks += 1;
+    let group = toks
+        .iter()
+        .position(|t| *t == b"Group")
+        .and_then(|i| toks.get(i + 1))
+        .and_then(|t| parse_u64(t))
+        .unwrap_or(0);
+    job.groups.add(group as u32, 1, host.map(|h| &h[..]));
     if let Some(h) = host {
         if !job.hosts.contains(*h) {
             job.hosts.insert((*h).into());
@@ -607,8 +639,31 @@ fn rank_line(st: &mut State, toks: &[&[u8]]) {
     }
 }
 
+/// `comm 0x55d0c6a0 rank 0 nRanks 8 nNodes 1 localRanks 8 ...`: the
+/// communicator's ranks and nodes.
+fn comm_shape(rest: &[u8]) -> Option<(u32, u32)> {
+    let mut toks: [&[u8]; 40] = [&[]; 40];
+    let n = tokenize(rest, &mut toks).min(40);
+    let toks = &toks[..n];
+    let after = |key: &[u8]| {
+        toks.iter()
+            .position(|t| *t == key)
+            .and_then(|i| toks.get(i + 1))
+            .and_then(|t| parse_u64(t))
+            .and_then(|v| u32::try_from(v).ok())
+            .filter(|&v| v > 0)
+    };
+    Some((after(b"nRanks")?, after(b"nNodes")?))
+}
+
 /// An NCCL INFO line (text after `NCCL INFO `).
 fn info(st: &mut State, no: u32, rest: &[u8]) {
+    if rest.starts_with(b"comm 0x") {
+        if let Some(shape) = comm_shape(rest) {
+            st.cur.comms.insert(shape);
+        }
+        return;
+    }
     let banner = rest.strip_prefix(b"NCCL version ");
     let env = memmem::find(rest, b" set by environment to ");
     if (banner.is_some() || env.is_some()) && st.cur.finished() {
@@ -834,6 +889,11 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
             b.env = prev.env.clone();
             b.nccl_version = b.nccl_version.or(prev.nccl_version);
         }
+        if !b.new_run {
+            // The header lines come once per process.
+            b.timing.blocking = b.timing.blocking.max(prev.timing.blocking);
+            b.timing.graph |= prev.timing.graph;
+        }
     }
     let several = blocks.iter().filter(|b| !b.rows.is_empty()).count() > 1;
     for b in blocks {
@@ -856,6 +916,9 @@ fn finish(ctx: &mut FileCtx, st: State, mut out: FileOutput) -> anyhow::Result<F
             }
         }
         note_if_cut(ctx, &b);
+        if let Some(note) = super::check::datatypes_pooled(b.rows.iter().map(|r| &*r.dtype)) {
+            ctx.anomaly(b.line, "datatypes-pooled", note);
+        }
         let Some(run) = labelled.run else { continue };
         let forced = run.config.algo.is_some() || run.config.proto.is_some();
         for r in &b.rows {
@@ -1002,6 +1065,56 @@ fn shown(
         s.nranks = Some(first.0);
         s.nnodes = Some(first.1.max(1));
         s.gpu = first.2;
+        // NCCL_TESTS_SPLIT: a row measures one communicator's shape.
+        let split = jobs[0].groups.split();
+        if let Some(note) = split.note() {
+            ctx.anomaly(b.line, "split-communicators", note);
+        }
+        match split {
+            super::groups::Split::Same { ranks, nodes, .. } => {
+                s.nranks = Some(ranks);
+                s.nnodes = Some(nodes);
+            }
+            super::groups::Split::Mixed(why) => s.problems.push(why),
+            super::groups::Split::One => {}
+        }
+        // NCCL's own INFO lines say each communicator's shape: the rank
+        // lines of a split run without a `Group` column list the whole run.
+        if let (Some(ranks), Some(nodes)) = (s.nranks, s.nnodes) {
+            let fewer: Vec<(u32, u32)> = b
+                .comms
+                .iter()
+                .copied()
+                .filter(|&(r, _)| r < ranks)
+                .collect();
+            match fewer[..] {
+                [] => {}
+                [(r, n)] => {
+                    ctx.anomaly(
+                        b.line,
+                        "split-communicators",
+                        format!(
+                            "NCCL's INFO lines show communicators of {r} ranks on {n} nodes, \
+                             where the rank lines list {ranks} ranks on {nodes} nodes \
+                             (NCCL_TESTS_SPLIT): rows read as {r}-rank, {n}-node collectives"
+                        ),
+                    );
+                    s.nranks = Some(r);
+                    s.nnodes = Some(n);
+                }
+                _ => s.problems.push(format!(
+                    "NCCL's INFO lines show communicators of different shapes ({}) in a run \
+                     whose rank lines list {ranks} ranks on {nodes} nodes (NCCL_TESTS_SPLIT): \
+                     nccl-tests reduces their times into one row, which no single shape \
+                     measured; rerun with communicators of one shape",
+                    fewer
+                        .iter()
+                        .map(|(r, n)| format!("{r} ranks on {n} nodes"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+            }
+        }
     }
     // An elided rank list still names the GPU.
     s.gpu = s.gpu.or_else(|| jobs.iter().find_map(|j| j.gpu.clone()));
@@ -1023,6 +1136,8 @@ fn shown(
             .join(" ")
             .into()
     });
+    // A run timed otherwise is a setup of its own.
+    s.env = super::timing::with_timing(s.env.take(), b.timing);
     s
 }
 

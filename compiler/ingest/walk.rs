@@ -2,6 +2,13 @@
 //! once, read in sorted order; content read twice is counted once
 //! ([`super::copies`]), and warm-up outliers are flagged over the whole
 //! input.
+//!
+//! The walk stays in the trees named: a symbolic link to a directory
+//! outside the named directory (`/`, an ancestor, `/proc`, a shared mount)
+//! is not followed but named as skipped ([`outside_link`], which the trace
+//! walk uses too); links inside the tree are followed, each directory
+//! walked once. There is no depth limit: without links out, a tree is as
+//! deep as the file system lets paths be.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -11,7 +18,7 @@ use anyhow::Context as _;
 use super::copies::Copies;
 use super::outliers::flag_outliers_folded;
 use super::read::{read_file_sections, FileRead};
-use super::{Dataset, IngestOptions};
+use super::{Dataset, IngestOptions, Skip};
 
 /// Identity of a file or directory on disk: two paths naming the same one
 /// (symlinks, a path given twice) are read once.
@@ -41,7 +48,9 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
         let meta = std::fs::metadata(p)
             .with_context(|| format!("{}: cannot read it (does it exist?)", p.display()))?;
         if meta.is_dir() {
-            walk.dir(p, &meta)?;
+            // A named directory may itself be a link: its tree is where it leads.
+            let root = std::fs::canonicalize(p).unwrap_or_else(|_| p.clone());
+            walk.dir(p, &meta, &root)?;
         } else {
             walk.file(p, &meta);
         }
@@ -49,6 +58,7 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     let files = walk.files;
     let mut ds = Dataset {
         notes: walk.notes,
+        skipped: walk.skipped,
         ..Default::default()
     };
     let bar = crate::progress::Progress::new(
@@ -59,6 +69,8 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
     );
     // Content is one measurement only under the same labels.
     let mut copies = Copies::default();
+    // A log whose runs wrote the JSON read beside it: the same runs.
+    let twins = super::copies::written_as_json(&files, &mut ds.notes);
     // Reading order over all files (records of later files come after).
     let mut base: u64 = 0;
     for (i, f) in files.iter().enumerate() {
@@ -70,6 +82,11 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ));
+        // Not read at all: what it could not say (its knobs, without
+        // NCCL's INFO lines) the JSON's environment says.
+        if twins.contains_key(f) {
+            continue;
+        }
         let FileRead {
             ds: mut d,
             mut fold,
@@ -86,6 +103,7 @@ pub fn read_paths_folded(paths: &[PathBuf], opts: &IngestOptions) -> anyhow::Res
             ds.absorb(d);
             continue;
         };
+
         // The same bytes twice: one measurement, not two repeats.
         if !report.sha256.is_empty() && !fold.is_empty() {
             if let Some(first) = copies.same_file(f, &report.sha256, fold.file_keys()) {
@@ -136,6 +154,38 @@ struct Walk {
     bytes: u64,
     seen: HashSet<FileId>,
     notes: Vec<String>,
+    /// Directory links out of the tree, not followed.
+    skipped: Vec<Skip>,
+}
+
+/// Why the directory link `link` is not followed, when it leads out of the
+/// tree named as `root` (canonical): to `/`, an ancestor, `/proc`, another
+/// mount... A link to `/` walked the whole file system, other directories'
+/// files read through `/proc/PID/cwd`. `None`: the link leads inside the
+/// tree (the walk's each-directory-once rule keeps that finite).
+pub(crate) fn outside_link(link: &Path, root: &Path) -> Option<Skip> {
+    if !std::fs::symlink_metadata(link).is_ok_and(|m| m.file_type().is_symlink()) {
+        return None;
+    }
+    let target = std::fs::canonicalize(link).ok()?;
+    if target.starts_with(root) {
+        return None;
+    }
+    let what = if root.starts_with(&target) {
+        "an ancestor of the directory named"
+    } else {
+        "outside the directory named"
+    };
+    Some(Skip {
+        file: link.to_path_buf(),
+        line: 0,
+        reason: format!(
+            "a link to the directory {}, {what}: not followed (the walk stays in the tree \
+             named); name {} itself to read it",
+            target.display(),
+            target.display()
+        ),
+    })
 }
 
 impl Walk {
@@ -154,7 +204,7 @@ impl Walk {
         }
     }
 
-    fn dir(&mut self, dir: &Path, meta: &std::fs::Metadata) -> anyhow::Result<()> {
+    fn dir(&mut self, dir: &Path, meta: &std::fs::Metadata, root: &Path) -> anyhow::Result<()> {
         // A directory reached again (a symlink loop, or two paths into one
         // tree) would be walked again, and again: read each one once.
         if !self.seen.insert(file_id(meta)) {
@@ -179,7 +229,10 @@ impl Walk {
             }
             // A dangling symlink is left to `read_file`, which reports it.
             match std::fs::metadata(&p) {
-                Ok(m) if m.is_dir() => self.dir(&p, &m)?,
+                Ok(m) if m.is_dir() => match outside_link(&p, root) {
+                    Some(skip) => self.skipped.push(skip),
+                    None => self.dir(&p, &m, root)?,
+                },
                 Ok(m) => self.file(&p, &m),
                 Err(_) => self.files.push(p),
             }

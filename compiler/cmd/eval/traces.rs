@@ -118,7 +118,13 @@ fn trace_files(paths: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in paths {
         if p.is_dir() {
-            let here = traces::split(&mut vec![p.clone()]);
+            let traces::Found {
+                files: here,
+                skipped,
+            } = traces::find(&mut vec![p.clone()]);
+            for s in &skipped {
+                eprintln!("warning: skipped {}: {}", s.file.display(), s.reason);
+            }
             if here.is_empty() {
                 bail!(
                     "{}: no *.trace files in or below this directory; give the directory \

@@ -20,25 +20,31 @@ pub fn is_trace(p: &Path) -> bool {
         .is_ok_and(|()| magic == dyncc_tables::TRACE_MAGIC)
 }
 
-/// How deep below a named directory traces are looked for (a directory
-/// per job, per node, per day...; the walk is bounded).
-const MAX_DEPTH: usize = 8;
+/// What the walk found below the paths: the trace files, and the
+/// directory links it did not follow out of the tree and directories it
+/// could not list (named, so a trace passed over is never silent).
+#[derive(Debug, Default)]
+pub struct Found {
+    pub files: Vec<PathBuf>,
+    pub skipped: Vec<Skip>,
+}
 
 /// Takes the trace files out of `paths`: a file named directly that starts
 /// with the trace magic or is named `*.trace`, and every entry named
-/// `*.trace` below a named directory (one directory per job, or deeper, up
-/// to `MAX_DEPTH` levels; damaged ones and non-regular files too, which
-/// [`read`] names). A directory stays in `paths` only if it holds anything
-/// else below it but traces, their temporaries and directories (for the
-/// sweep reader), or nothing at all (which the sweep reader names). Sorted
-/// per directory.
-pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
-    let mut files = Vec::new();
+/// `*.trace` below a named directory (one directory per job, or deeper, at
+/// any depth; damaged ones and non-regular files too, which [`read`]
+/// names). A directory stays in `paths` only if it holds anything else
+/// below it but traces, their temporaries and directories (for the sweep
+/// reader), or nothing at all (which the sweep reader names). Sorted per
+/// directory. The walk stays in each directory named: a link to a
+/// directory outside it is not followed but returned as skipped.
+pub fn find(paths: &mut Vec<PathBuf>) -> Found {
+    let mut found = Found::default();
     paths.retain(|p| {
         if p.is_file() {
             // Named `*.trace`: a trace, damaged or not (`read` names it).
             if is_trace(p) || p.extension().is_some_and(|e| e == "trace") {
-                files.push(p.clone());
+                found.files.push(p.clone());
                 return false;
             }
             return true;
@@ -46,62 +52,111 @@ pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
         if !p.is_dir() {
             // A FIFO or device named `*.trace` is named by `read`.
             if p.extension().is_some_and(|e| e == "trace") {
-                files.push(p.clone());
+                found.files.push(p.clone());
                 return false;
             }
             return true;
         }
-        let mut here = Vec::new();
-        let mut seen = BTreeSet::new();
-        let other = walk(p, 0, &mut here, &mut seen);
-        let keep = other || here.is_empty();
-        files.extend(here);
+        let mut w = TreeWalk::new(p);
+        let other = w.walk(p);
+        let keep = other || w.out.is_empty();
+        found.files.extend(w.out);
+        found.skipped.extend(w.skipped);
         keep
     });
-    files
+    found
+}
+
+/// [`find`]'s trace files alone, for a caller that only asks whether any
+/// trace is among the paths.
+pub fn split(paths: &mut Vec<PathBuf>) -> Vec<PathBuf> {
+    find(paths).files
 }
 
 /// Whether nothing at all lies below `dir` but directories (no trace, no
-/// sweep file): said, since a trace directory the jobs never wrote to
-/// would otherwise add nothing without a word.
+/// sweep file, no link left unfollowed): said, since a trace directory the
+/// jobs never wrote to would otherwise add nothing without a word.
 pub fn holds_nothing(dir: &Path) -> bool {
-    let mut out = Vec::new();
-    dir.is_dir() && !walk(dir, 0, &mut out, &mut BTreeSet::new()) && out.is_empty()
-}
-
-/// Adds the `*.trace` entries below `dir` to `out`, sorted per directory;
-/// true when anything else but traces, their temporaries and directories
-/// lies below it. Each directory is walked once (`seen`, canonical paths:
-/// a symbolic link back up does not loop).
-fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>, seen: &mut BTreeSet<PathBuf>) -> bool {
-    let canon = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    if depth > MAX_DEPTH || !seen.insert(canon) {
+    if !dir.is_dir() {
         return false;
     }
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return true;
-    };
-    let mut entries: Vec<_> = rd.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    let mut other = false;
-    let mut subdirs = Vec::new();
-    for q in entries {
-        let name = q
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        if q.is_dir() {
-            subdirs.push(q);
-        } else if name.ends_with(".trace") {
-            out.push(q);
-        } else if !name.ends_with(".trace.tmp") {
-            other = true;
+    let mut w = TreeWalk::new(dir);
+    !w.walk(dir) && w.out.is_empty() && w.skipped.is_empty()
+}
+
+/// One walk below a named directory.
+struct TreeWalk {
+    /// The named directory, canonical: links leading out of it are not
+    /// followed.
+    root: PathBuf,
+    out: Vec<PathBuf>,
+    /// Each directory once (device and inode: a link back up, or a bind
+    /// mount, does not loop).
+    seen: BTreeSet<(u64, u64)>,
+    skipped: Vec<Skip>,
+}
+
+impl TreeWalk {
+    fn new(root: &Path) -> TreeWalk {
+        TreeWalk {
+            root: std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf()),
+            out: Vec::new(),
+            seen: BTreeSet::new(),
+            skipped: Vec::new(),
         }
     }
-    for d in subdirs {
-        other |= walk(&d, depth + 1, out, seen);
+
+    /// Adds the `*.trace` entries below `dir` to `out`, sorted per
+    /// directory; true when anything else but traces, their temporaries
+    /// and directories lies below it. No depth limit: without links out of
+    /// the tree, the recursion is as deep as paths can be.
+    fn walk(&mut self, dir: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        let Ok(meta) = std::fs::metadata(dir) else {
+            return true;
+        };
+        if !self.seen.insert((meta.dev(), meta.ino())) {
+            return false;
+        }
+        let rd = match std::fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) => {
+                self.skipped.push(Skip {
+                    file: dir.to_path_buf(),
+                    line: 0,
+                    reason: format!(
+                        "cannot list this directory ({e}): traces below it not read; fix its \
+                         permissions or leave it out"
+                    ),
+                });
+                return false;
+            }
+        };
+        let mut entries: Vec<_> = rd.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        let mut other = false;
+        let mut subdirs = Vec::new();
+        for q in entries {
+            let name = q
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if q.is_dir() {
+                match crate::ingest::walk::outside_link(&q, &self.root) {
+                    Some(skip) => self.skipped.push(skip),
+                    None => subdirs.push(q),
+                }
+            } else if name.ends_with(".trace") {
+                self.out.push(q);
+            } else if !name.ends_with(".trace.tmp") {
+                other = true;
+            }
+        }
+        for d in subdirs {
+            other |= self.walk(&d);
+        }
+        other
     }
-    other
 }
 
 /// One communicator a trace file recorded.

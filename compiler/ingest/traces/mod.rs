@@ -42,8 +42,8 @@ pub use cells::cells;
 pub use evidence::Side;
 pub use evidence::{counts, evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 pub use files::{
-    check_provenance, check_records, holds_nothing, is_trace, read, split, Comm, Provenance,
-    TraceFile,
+    check_provenance, check_records, find, holds_nothing, is_trace, read, split, Comm, Found,
+    Provenance, TraceFile,
 };
 pub use notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 pub use points::{PointKey, SweepView};
