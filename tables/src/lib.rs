@@ -81,8 +81,8 @@ pub use model::{
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{
-    datatype_size, Algo, Coll, Machine, Proto, Refusal, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS,
-    NUM_PROTOS,
+    datatype_size, Algo, Coll, Machine, Proto, ProfilerAbi, Refusal, TunerAbi, MAX_CHANNELS,
+    NUM_ALGOS, NUM_COLLS, NUM_PROTOS, PROFILER_ABIS, TUNER_ABIS,
 };
 pub use plan::{plan_pick, plan_pick_share, PlanCandidate, MAX_PLAN_CANDIDATES};
 pub use raw::{

@@ -14,7 +14,9 @@
 
 use core::fmt;
 
-use crate::nccl::{Algo, Coll, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
+use crate::nccl::{
+    Algo, Coll, ProfilerAbi, Proto, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS,
+};
 
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
@@ -104,7 +106,7 @@ impl Source {
 /// Process facts and counters (the header, less its framing).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct TraceHead<'a> {
-    /// The profiler ABI NCCL loaded (4, 5 or 6).
+    /// The profiler ABI NCCL loaded (4 to 7: [`ProfilerAbi::traced`]).
     pub profiler_abi: u8,
     /// Digest of the table the tuner loaded (`Table::digest`); `None`
     /// without a table.
@@ -440,8 +442,9 @@ impl<'a> Trace<'a> {
             return Err(TraceError::Checksum { expected, actual });
         }
         let abi = h.u8(20);
-        if !(4..=6).contains(&abi) {
-            return Err(bad(20, "a profiler ABI from 4 to 6"));
+        // Only the profiler versions with GPU timestamps trace.
+        if ProfilerAbi::traced(abi).is_none() {
+            return Err(bad(20, "a profiler ABI with GPU timestamps (4 to 7)"));
         }
         let flags = h.u8(21);
         let known_flags = if major >= 3 {
@@ -879,6 +882,28 @@ mod tests {
         assert_eq!(r[0].source, Source::Table);
         assert_eq!(r[0].count, 3);
         assert!((r[0].geomean_ns() - 10f64.exp()).abs() < 1e-6);
+    }
+
+    /// A trace written under profiler v7 (NCCL 2.31+) is read (the reader
+    /// refused every ABI outside 4..=6, so v7 jobs' traces were rejected);
+    /// versions without GPU timestamps, or none NCCL defined, are not.
+    #[test]
+    fn a_profiler_v7_trace_is_read() {
+        let t0 = sample();
+        let t = Trace::from_bytes(&t0).unwrap();
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        for (abi, ok) in [(3, false), (4, true), (5, true), (6, true), (7, true), (8, false)] {
+            let head = TraceHead {
+                profiler_abi: abi,
+                ..*t.head()
+            };
+            let got = encode(&head, &comms, &recs);
+            assert_eq!(got.is_ok(), ok, "abi {abi}: {got:?}");
+            if let Ok(b) = got {
+                assert_eq!(Trace::from_bytes(&b).unwrap().head().profiler_abi, abi);
+            }
+        }
     }
 
     /// Every prefix and every single-byte change of a valid file is either
