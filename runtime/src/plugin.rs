@@ -1,5 +1,5 @@
 //! The tuner entry surface: `init`, `getCollInfo` and `finalize` for every
-//! ABI version, and the exported `ncclTunerPlugin_v2` .. `_v6` statics.
+//! ABI version, and the exported `ncclTunerPlugin_v2` .. `_v7` statics.
 //!
 //! Contract (DESIGN.md section 6): `DYNCC_TABLE` names the table; a table
 //! that is configured but cannot be loaded fails `init` (so ranks never
@@ -748,6 +748,22 @@ unsafe extern "C" fn init_v5(
     unsafe { init_guarded(&cfg, ctx, n_ranks, n_nodes, Logger(log), facts) }
 }
 
+/// v7 `init` (NCCL 2.32.6+): v5's, whose constants dyncc never reads
+/// (only their row count changed).
+unsafe extern "C" fn init_v7(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+    nvl: *mut ncclNvlDomainInfo_v7_t,
+    _constants: *mut ncclTunerConstants_v7_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL arguments; the constants are not read, so
+    // the v5 pointer type is never dereferenced.
+    unsafe { init_v5(ctx, comm_id, n_ranks, n_nodes, log, nvl, core::ptr::null_mut()) }
+}
+
 /// The communicator as NCCL 2.21 (the v2 ABI) has it: no PAT (2.21 has
 /// six algorithms), and NVSwitch and LL128 taken as there, since v2 is
 /// not told (a forced LL128 runs regardless of NCCL's platform check).
@@ -1094,11 +1110,21 @@ pub static ncclTunerPlugin_v5: ncclTuner_v5_t = ncclTuner_v5_t {
     finalize: Some(finalize),
 };
 
-/// NCCL 2.30+.
+/// NCCL 2.30 - 2.32.3.
 #[unsafe(no_mangle)]
 pub static ncclTunerPlugin_v6: ncclTuner_v6_t = ncclTuner_v6_t {
     name: PLUGIN_NAME.as_ptr(),
     init: Some(init_v5),
+    getCollInfo: Some(get_coll_info_v4),
+    finalize: Some(finalize),
+    getChunkSize: None,
+};
+
+/// NCCL 2.32.6+ (its loader tries v7 first).
+#[unsafe(no_mangle)]
+pub static ncclTunerPlugin_v7: ncclTuner_v7_t = ncclTuner_v7_t {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v7),
     getCollInfo: Some(get_coll_info_v4),
     finalize: Some(finalize),
     getChunkSize: None,
