@@ -228,6 +228,11 @@ fn proto_name(p: Proto) -> &'static str {
 /// (`unlinked`: who chose is `unknown` for every record, as with profiler
 /// v4, whose tuner has no communicator id to link by).
 pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
+    check_trace_at(s, stdout, abi, unlinked, 23007);
+}
+
+/// [`check_trace`] of a stand-in claiming NCCL `version` (its code).
+fn check_trace_at(s: &Standin, stdout: &str, abi: u8, unlinked: bool, version: u32) {
     let files = s.trace_files();
     assert_eq!(files.len(), 1, "one trace file per process: {files:?}");
     // dyncc-HOST-PID-NONCE.trace: the nonce (16 hex digits) keeps two
@@ -248,7 +253,7 @@ pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
     let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", files[0].display()));
     let h = t.head();
     assert_eq!(h.profiler_abi, abi);
-    assert_eq!(h.nccl_version, 23007);
+    assert_eq!(h.nccl_version, version);
     assert_eq!(h.job_id, "777");
     let table = std::fs::read(&s.table).unwrap();
     assert_eq!(h.table_digest, Some(dyncc_tables::digest(&table)));
@@ -345,6 +350,103 @@ fn nccl_2_28_records_in_its_event_order() {
 #[test]
 fn nccl_2_29_and_2_30_record_in_their_event_order() {
     records_as_release(6);
+}
+
+/// The event mask a recording rank's profiler v7 init leaves: Coll,
+/// KernelCh and CeColl (2 + 64 + 4096) over `initial`.
+fn v7_mask(initial: i32) -> String {
+    format!("mask {}", initial | 4162)
+}
+
+/// Profiler v7's run as NCCL `version` (23102: 2.31.2, tuner v6; 23206:
+/// 2.32.6, whose loader takes ncclTunerPlugin_v7), with `env` set: the
+/// trace holds exactly what was fed, linked to the tuner's answers.
+fn records_as_v7(version: u32, env: &[(&str, &str)], initial_mask: i32) -> (Standin, String) {
+    let s = Standin::new();
+    let args = ["7", "400", "finalize"];
+    let mut cmd = s.command(&[], &args, Some(&s.traces));
+    cmd.env("STANDIN_NCCL_VERSION", version.to_string())
+        .env("DYNCC_TEST_INITIAL_MASK", initial_mask.to_string());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = stdout_of(&cmd.output().unwrap(), &args);
+    assert!(!out.contains("WARN"), "{out}");
+    assert_eq!(out.matches(&v7_mask(initial_mask)).count(), 2, "{out}");
+    assert!(out.contains(" table "), "{out}");
+    assert!(out.contains(" nccl "), "{out}");
+    check_trace_at(&s, &out, 7, false, version);
+    (s, out)
+}
+
+/// NCCL 2.31.2 (profiler v7, tuner v6): KernelCh events from NCCL's
+/// profiler thread, its work posted before the Coll stop, so channels
+/// start and stop before or after it as the threads race; every
+/// collective is counted once either way.
+#[test]
+fn nccl_2_31_2_records_in_its_event_order_with_the_profiler_thread() {
+    records_as_v7(23102, &[], 0);
+}
+
+/// NCCL 2.32.6 loads ncclTunerPlugin_v7 (v7 constants) beside profiler
+/// v7; the tuner's answers still link (the stand-in refuses to run if
+/// the symbol is missing).
+#[test]
+fn nccl_2_32_6_loads_tuner_v7_and_records() {
+    records_as_v7(23206, &[], 0);
+}
+
+/// The profiler thread's order forced: every channel of a collective
+/// starts and stops (with its KernelPhase events, the mask asking for
+/// KernelPhase, bit 15) before the host thread stops the Coll event. The
+/// Coll stop is then the last reference, and the times are the channels'
+/// (a phase's timestamps are never read as a channel's).
+#[test]
+fn kernel_channels_and_phases_before_the_coll_stop_are_aggregated() {
+    records_as_v7(23102, &[("STANDIN_KERNELS_FIRST", "1")], 1 << 15);
+}
+
+/// What the tuner cannot choose: with every 6th AllReduce run as a
+/// symmetric kernel (`isSymColl`, algo "AGxLL_R", proto "") and every
+/// AllGather on the copy engines (CeColl events), the trace holds exactly
+/// the classic collectives fed (check_trace fails on any other record),
+/// none of the others read as a classic (algorithm, protocol).
+#[test]
+fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
+    let (_s, out) = records_as_v7(
+        23206,
+        &[("STANDIN_SYMK", "1"), ("STANDIN_CE", "1"), ("STANDIN_TAGS", "1")],
+        0,
+    );
+    assert!(out.lines().filter(|l| l.starts_with("sym ")).count() > 10, "{out}");
+    assert!(out.lines().filter(|l| l.starts_with("ce ")).count() > 10, "{out}");
+}
+
+/// A job that sets NCCL_ALGO itself: NCCL makes every other algorithm's
+/// cells IGNORE before the tuner runs, so the table's forced Ring/Simple
+/// cannot run. Nothing crashes, each init line says once what NCCL will
+/// override, and no collective is recorded as the table's (what ran was
+/// NCCL's Tree).
+#[test]
+fn a_job_setting_nccl_algo_is_told_and_never_recorded_as_obeyed() {
+    let s = Standin::new();
+    let args = ["7", "200", "finalize"];
+    let mut cmd = s.command(&[], &args, Some(&s.traces));
+    cmd.env("STANDIN_NCCL_VERSION", "23102")
+        .env("NCCL_ALGO", "Tree")
+        .env("NCCL_PROTO", "LL,Simple");
+    let out = stdout_of(&cmd.output().unwrap(), &args);
+    let note = "NCCL_ALGO=Tree NCCL_PROTO=LL,Simple set by the job: NCCL runs only what it \
+                allows, overriding the table's forced settings outside it";
+    let inits: Vec<&str> = out.lines().filter(|l| l.contains("dyncc: table ")).collect();
+    assert_eq!(inits.len(), 2, "{out}");
+    for l in inits {
+        assert_eq!(l.matches(note).count(), 1, "{l}");
+    }
+    assert!(!out.contains("WARN"), "{out}");
+    assert!(!out.contains(" table "), "nothing the table forced ran: {out}");
+    assert!(out.contains("fed AllReduce 4096 TREE"), "{out}");
+    check_trace_at(&s, &out, 7, false, 23102);
 }
 
 /// NCCL asks the tuner once for collectives it aggregated (numPipeOps > 1,
