@@ -323,8 +323,8 @@ fn records_as_release(abi: u8) {
     assert!(!out.contains("WARN"), "{out}");
     assert_eq!(out.matches("mask 66").count(), 2, "Coll|KernelCh: {out}");
     // The table's forced small AllReduce and NCCL's own choices both ran.
-    assert!(out.contains(" table "), "{out}");
-    assert!(out.contains(" nccl "), "{out}");
+    assert!(fed_by(&out, "table") > 0, "{out}");
+    assert!(fed_by(&out, "nccl") > 0, "{out}");
     // Profiler v4 has no communicator id to link the tuner by.
     check_trace(&s, &out, abi, abi == 4);
 }
@@ -352,6 +352,15 @@ fn nccl_2_29_and_2_30_record_in_their_event_order() {
     records_as_release(6);
 }
 
+/// Collectives the stand-in fed (and timed) as chosen by `source`
+/// ("table", "nccl", ...): its `fed` lines' seventh field. (The init line
+/// says "table" too, so the whole output says nothing.)
+fn fed_by(out: &str, source: &str) -> usize {
+    out.lines()
+        .filter(|l| l.starts_with("fed ") && l.split_whitespace().nth(6) == Some(source))
+        .count()
+}
+
 /// The event mask a recording rank's profiler v7 init leaves: Coll,
 /// KernelCh and CeColl (2 + 64 + 4096) over `initial`.
 fn v7_mask(initial: i32) -> String {
@@ -373,8 +382,8 @@ fn records_as_v7(version: u32, env: &[(&str, &str)], initial_mask: i32) -> (Stan
     let out = stdout_of(&cmd.output().unwrap(), &args);
     assert!(!out.contains("WARN"), "{out}");
     assert_eq!(out.matches(&v7_mask(initial_mask)).count(), 2, "{out}");
-    assert!(out.contains(" table "), "{out}");
-    assert!(out.contains(" nccl "), "{out}");
+    assert!(fed_by(&out, "table") > 0, "{out}");
+    assert!(fed_by(&out, "nccl") > 0, "{out}");
     check_trace_at(&s, &out, 7, false, version);
     (s, out)
 }
@@ -410,16 +419,60 @@ fn kernel_channels_and_phases_before_the_coll_stop_are_aggregated() {
 /// symmetric kernel (`isSymColl`, algo "AGxLL_R", proto "") and every
 /// AllGather on the copy engines (CeColl events), the trace holds exactly
 /// the classic collectives fed (check_trace fails on any other record),
-/// none of the others read as a classic (algorithm, protocol).
+/// none of the others read as a classic (algorithm, protocol); the file
+/// counts them apart and keeps the calls' tags, and `dyncc inspect` says
+/// both. (Before, the trace kept neither, and a v7 trace was refused.)
 #[test]
 fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
-    let (_s, out) = records_as_v7(
+    let (s, out) = records_as_v7(
         23206,
-        &[("STANDIN_SYMK", "1"), ("STANDIN_CE", "1"), ("STANDIN_TAGS", "1")],
+        &[
+            ("STANDIN_SYMK", "1"),
+            ("STANDIN_CE", "1"),
+            ("STANDIN_TAGS", "1"),
+        ],
         0,
     );
-    assert!(out.lines().filter(|l| l.starts_with("sym ")).count() > 10, "{out}");
-    assert!(out.lines().filter(|l| l.starts_with("ce ")).count() > 10, "{out}");
+    let sym = out.lines().filter(|l| l.starts_with("sym ")).count() as u64;
+    let ce = out.lines().filter(|l| l.starts_with("ce ")).count() as u64;
+    assert!(sym > 10 && ce > 10, "{out}");
+    // Counted apart in the file (format minor 1), with the calls' tags.
+    let bytes = std::fs::read(&s.trace_files()[0]).unwrap();
+    let t = Trace::from_bytes(&bytes).unwrap();
+    assert_eq!(
+        (t.other_paths().symmetric, t.other_paths().copy_engine),
+        (sym, ce)
+    );
+    let mut tags: Vec<(u16, u64)> = t.tags().map(|g| (g.comm, g.tag)).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [(0, 0x100), (0, 0x101), (0, 0x102)]);
+    // `dyncc inspect` counts them and shows the tags.
+    let shown = crate::support::cli::dyncc()
+        .arg("inspect")
+        .arg(&s.trace_files()[0])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!(
+            "{sym} collectives ran as a symmetric kernel, {ce} on the copy engines"
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("tags 0x10"), "{shown}");
+}
+
+/// Before profiler v7 nothing is counted apart: a v6 trace (NCCL 2.30)
+/// says no other paths and no tags.
+#[test]
+fn a_v6_trace_counts_no_other_paths() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "finalize"], Some(&s.traces));
+    check_trace(&s, &out, 6, false);
+    let bytes = std::fs::read(&s.trace_files()[0]).unwrap();
+    let t = Trace::from_bytes(&bytes).unwrap();
+    assert_eq!(t.other_paths(), dyncc_tables::TraceOtherPaths::default());
+    assert_eq!(t.tags().count(), 0);
 }
 
 /// A job that sets NCCL_ALGO itself: NCCL makes every other algorithm's
@@ -438,13 +491,20 @@ fn a_job_setting_nccl_algo_is_told_and_never_recorded_as_obeyed() {
     let out = stdout_of(&cmd.output().unwrap(), &args);
     let note = "NCCL_ALGO=Tree NCCL_PROTO=LL,Simple set by the job: NCCL runs only what it \
                 allows, overriding the table's forced settings outside it";
-    let inits: Vec<&str> = out.lines().filter(|l| l.contains("dyncc: table ")).collect();
+    let inits: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("dyncc: table "))
+        .collect();
     assert_eq!(inits.len(), 2, "{out}");
     for l in inits {
         assert_eq!(l.matches(note).count(), 1, "{l}");
     }
     assert!(!out.contains("WARN"), "{out}");
-    assert!(!out.contains(" table "), "nothing the table forced ran: {out}");
+    assert_eq!(
+        fed_by(&out, "table"),
+        0,
+        "nothing the table forced ran: {out}"
+    );
     assert!(out.contains("fed AllReduce 4096 TREE"), "{out}");
     check_trace_at(&s, &out, 7, false, 23102);
 }

@@ -817,7 +817,17 @@ unsafe extern "C" fn init_v7(
 ) -> ncclResult_t {
     // SAFETY: forwarded NCCL arguments; the constants are not read, so
     // the v5 pointer type is never dereferenced.
-    unsafe { init_v5(ctx, comm_id, n_ranks, n_nodes, log, nvl, core::ptr::null_mut()) }
+    unsafe {
+        init_v5(
+            ctx,
+            comm_id,
+            n_ranks,
+            n_nodes,
+            log,
+            nvl,
+            core::ptr::null_mut(),
+        )
+    }
 }
 
 /// The communicator as NCCL 2.21 (the v2 ABI) has it: no PAT (2.21 has
@@ -1222,6 +1232,8 @@ mod tests {
         };
         let mut w = Msg::new();
         describe_nccl_env(&mut w, &long).unwrap();
-        assert!(w.as_str().starts_with(&format!("; NCCL_PROTO={}...", "é".repeat(32))));
+        assert!(w
+            .as_str()
+            .starts_with(&format!("; NCCL_PROTO={}...", "é".repeat(32))));
     }
 }

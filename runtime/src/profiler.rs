@@ -627,10 +627,10 @@ const fn old(init: ProfInitV1) -> ncclProfiler_v3_t {
     }
 }
 
-/// NCCL 2.23 - 2.24 (no GPU timestamps: a WARN, no events).
+/// NCCL 2.23 (no GPU timestamps: a WARN, no events).
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v1: ncclProfiler_v3_t = old(init_v1);
-/// NCCL 2.25 (no GPU timestamps).
+/// NCCL 2.24, 2.25 (no GPU timestamps).
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v2: ncclProfiler_v3_t = old(init_v1);
 /// NCCL 2.26 (no GPU timestamps).

@@ -5,9 +5,12 @@
 //! becomes evidence for one, and the `userTag`s (profiler v7) each
 //! communicator's calls carried, so traces can tell calls apart by role.
 //!
-//! Fixed statics, lock-free, no allocation: the event callbacks only add.
+//! Fixed statics, lock-free, no allocation: the event callbacks only add;
+//! the writer puts both in the trace file (format minor 1).
 
 use core::sync::atomic::{AtomicU64, Ordering};
+
+use dyncc_tables::trace::{TraceComm, TraceOtherPaths, TraceTag, MAX_TRACE_TAGS};
 
 use super::CHANGES;
 
@@ -41,9 +44,9 @@ pub fn other_paths() -> (u64, u64) {
     )
 }
 
-/// Distinct (communicator, tag) pairs kept per process; later ones are
-/// counted in [`tags_dropped`].
-pub const MAX_TAGS: usize = 256;
+/// Distinct (communicator, tag) pairs kept per process (a file holds as
+/// many); later ones are counted in [`tags_dropped`].
+pub const MAX_TAGS: usize = MAX_TRACE_TAGS;
 
 /// `comm_id + 1` (0: free) and the tag of each pair, claimed by a CAS on
 /// the key; the tag is stored after, so a reader skips a 0 tag.
@@ -91,6 +94,32 @@ pub fn tags_of(comm_id: u64) -> impl Iterator<Item = u64> {
         .filter(move |(k, _)| k.load(Ordering::Acquire) == key)
         .map(|(_, v)| v.load(Ordering::Acquire))
         .filter(|&t| t != 0)
+}
+
+/// What a trace file says of the other paths and tags (the writer, under
+/// the process lock): the counts so far, and each of `comms`' tags once
+/// (file order, at most the format's [`dyncc_tables::trace::MAX_TRACE_TAGS`]).
+pub(super) fn file_block(comms: &[TraceComm<'_>]) -> (TraceOtherPaths, Vec<TraceTag>) {
+    let (symmetric, copy_engine) = other_paths();
+    let mut tags: Vec<TraceTag> = Vec::new();
+    for (i, c) in comms.iter().enumerate() {
+        for tag in tags_of(c.comm_id) {
+            let t = TraceTag {
+                comm: i as u16,
+                tag,
+            };
+            if !tags.contains(&t) && tags.len() < MAX_TRACE_TAGS {
+                tags.push(t);
+            }
+        }
+    }
+    (
+        TraceOtherPaths {
+            symmetric,
+            copy_engine,
+        },
+        tags,
+    )
 }
 
 /// Tagged pairs not kept because [`MAX_TAGS`] were.

@@ -7,7 +7,9 @@
 //!
 //! Facts from NCCL's own headers and loaders (`src/include/plugin/tuner/
 //! tuner_vN.h`, `profiler/profiler_vN.h`, `src/plugin/tuner.cc`,
-//! `src/plugin/profiler.cc`; runtime/README.md cites them per release).
+//! `src/plugin/profiler.cc`); the releases are what each PyPI wheel's
+//! `libnccl.so` looks up (`runtime/scripts/wheel-symbols.sh`, its table in
+//! runtime/README.md), 2.32.6 from NCCL's source.
 
 /// One version of NCCL's tuner-plugin interface (`ncclTuner_vN_t`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,8 +153,8 @@ pub struct ProfilerAbi {
 
 /// Every profiler version NCCL has defined, oldest first.
 pub const PROFILER_ABIS: [ProfilerAbi; 7] = [
-    ProfilerAbi::old(1, "ncclProfiler_v1", "2.23, 2.24"),
-    ProfilerAbi::old(2, "ncclProfiler_v2", "2.25"),
+    ProfilerAbi::old(1, "ncclProfiler_v1", "2.23"),
+    ProfilerAbi::old(2, "ncclProfiler_v2", "2.24, 2.25"),
     ProfilerAbi::old(3, "ncclProfiler_v3", "2.26"),
     ProfilerAbi {
         version: 4,
@@ -261,7 +263,11 @@ mod tests {
     fn traced_versions_are_four_to_seven() {
         let traced: [u8; 4] = [4, 5, 6, 7];
         for v in 0..=255u8 {
-            assert_eq!(ProfilerAbi::traced(v).is_some(), traced.contains(&v), "v{v}");
+            assert_eq!(
+                ProfilerAbi::traced(v).is_some(),
+                traced.contains(&v),
+                "v{v}"
+            );
         }
         assert!(ProfilerAbi::get(4).unwrap().needs_group_handle);
         assert!(!ProfilerAbi::get(4).unwrap().lowers_mask);
