@@ -57,11 +57,26 @@ const TRACE_MASK: c_int = (PROFILE_COLL | PROFILE_KERNEL_CH) as c_int;
 /// copy-engine collective's tuner answer is taken off the ring and the
 /// collective counted apart.
 fn trace_mask(abi: u8) -> c_int {
+    // Not `row`: `abi` comes from an init at run time.
     match ProfilerAbi::get(abi) {
         Some(a) if a.sym_and_tags => TRACE_MASK | PROFILE_CE_COLL as c_int,
         _ => TRACE_MASK,
     }
 }
+
+/// The ABI table's row of profiler version `v` (checked when compiled).
+const fn row(v: u8) -> &'static ProfilerAbi {
+    match ProfilerAbi::get(v) {
+        Some(a) => a,
+        None => panic!("a profiler ABI NCCL never defined"),
+    }
+}
+/// The rows of the statics' versions with GPU timestamps (v6 is v5's
+/// shape: `start_v5` serves both).
+const V4: &ProfilerAbi = row(4);
+const V5: &ProfilerAbi = row(5);
+const V7: &ProfilerAbi = row(7);
+const _: () = assert!(V4.byte_type && !V5.byte_type && !row(6).needs_group_handle);
 
 /// `ncclProfileGroup`: a launched plan (its collectives' parent on 2.27).
 const PROFILE_GROUP: u64 = 1 << 0;
@@ -409,7 +424,16 @@ unsafe extern "C" fn start_v4(
         // SAFETY: NCCL's descriptor, valid for the call.
         let d = unsafe { &*d };
         // SAFETY: ctx/handle from NCCL; the union matches the type.
-        unsafe { start(ctx, handle, d.type_ as u64, d.parentObj, &d.u, true) };
+        unsafe {
+            start(
+                ctx,
+                handle,
+                d.type_ as u64,
+                d.parentObj,
+                &d.u,
+                V4.needs_group_handle,
+            )
+        };
     });
     NCCL_SUCCESS
 }
@@ -426,7 +450,16 @@ unsafe extern "C" fn start_v5(
         // SAFETY: NCCL's descriptor, valid for the call.
         let d = unsafe { &*d };
         // SAFETY: ctx/handle from NCCL; the union matches the type.
-        unsafe { start(ctx, handle, d.type_, d.parentObj, &d.u, false) };
+        unsafe {
+            start(
+                ctx,
+                handle,
+                d.type_,
+                d.parentObj,
+                &d.u,
+                V5.needs_group_handle,
+            )
+        };
     });
     NCCL_SUCCESS
 }
@@ -479,7 +512,16 @@ unsafe extern "C" fn start_v7(
         }
         // SAFETY: ctx/handle from NCCL; v7's union has v6's members at
         // their offsets, and the union matches the type.
-        unsafe { start(ctx, handle, d.type_, d.parentObj, &d.u.v6, false) };
+        unsafe {
+            start(
+                ctx,
+                handle,
+                d.type_,
+                d.parentObj,
+                &d.u.v6,
+                V7.needs_group_handle,
+            )
+        };
     });
     NCCL_SUCCESS
 }
