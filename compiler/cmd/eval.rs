@@ -239,7 +239,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             summarise(&mut pooled, &all);
             serde_json::json!({ "scenarios": v, "pooled": pooled })
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", crate::output::pretty(&out)?);
         return Ok(0);
     }
     for (i, s) in scenarios.iter().enumerate() {
@@ -295,7 +295,7 @@ fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
         );
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&score)?);
+        println!("{}", crate::output::pretty(&score)?);
     } else {
         score.print();
     }
