@@ -161,7 +161,8 @@ mod tests {
     /// DYNCC_BLESS=1 it is rewritten instead (review the diff).
     #[test]
     fn reference_is_current() {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/cli.md");
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/src/reference/cli.md");
         let want = reference_markdown();
         if std::env::var_os("DYNCC_BLESS").is_some_and(|v| v == "1") {
             std::fs::write(&path, &want).unwrap();

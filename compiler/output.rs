@@ -135,10 +135,14 @@ fn named_file(message: &str, args: &[String]) -> Option<(String, Option<u64>)> {
         if path.is_empty() || path.starts_with('-') {
             continue;
         }
+        // An argument of the command (past its name) that is a path, or a
+        // path-like word that exists or comes with a line number.
         let looks_like_path = path.contains('/') || path.contains('.');
-        let known = args.iter().skip(1).any(|a| a == path)
-            || (looks_like_path && std::path::Path::new(path).exists());
-        if known || (looks_like_path && line.is_some()) {
+        let exists = std::path::Path::new(path).exists();
+        let is_arg = args.iter().skip(2).any(|a| a == path);
+        if (is_arg && (looks_like_path || exists))
+            || (looks_like_path && (exists || line.is_some()))
+        {
             return Some((path.to_string(), line));
         }
     }

@@ -45,7 +45,9 @@ mod traces;
 /// spread; pooled, weighted by the calls at each shape. Shapes the table
 /// leaves to NCCL count as "default" (ratio 1); shapes where only one side
 /// ran are listed as not comparable. A trace is never compared with a sweep.
-/// A trace recorded under another table is used, with a warning.
+/// A trace recorded under an earlier table compiled from the same sweep is
+/// scored like any other; one of another platform, or of a table compiled
+/// from another sweep, is refused unless --foreign-traces.
 ///
 /// Examples:
 ///   dyncc eval dgx1v.tbl datasets/real/nvidia-dgx1v-allreduce.csv
