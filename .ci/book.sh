@@ -12,7 +12,7 @@ if [ -z "$mdbook" ]; then
   root="${CARGO_HOME:-$HOME/.cargo}"
   # --no-default-features: no live-reload server and no search index
   # builder, about half the crates to compile.
-  timeout 1200 cargo install --quiet --locked --no-default-features \
+  timeout 900 cargo install --quiet --locked --no-default-features \
     --version "$MDBOOK_VERSION" mdbook --root "$root"
   mdbook="$root/bin/mdbook"
 fi
