@@ -159,7 +159,7 @@ fn a_json_error_names_the_file_and_line() {
     let csv = d.path().join("sweep.csv");
     std::fs::write(
         &csv,
-        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,time_us\n\
+        "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n\
          allreduce,1024,default,default,0,1,8,10.0\n\
          allreduce,2048,default,default,0,1,8\n",
     )
