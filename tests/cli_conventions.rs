@@ -160,8 +160,8 @@ fn a_json_error_names_the_file_and_line() {
     std::fs::write(
         &csv,
         "collective,size_bytes,algorithm,protocol,channels,nodes,ranks,latency_us\n\
-         allreduce,1024,default,default,0,1,8,10.0\n\
-         allreduce,2048,default,default,0,1,8\n",
+         allreduce,1024,default,default,-1,1,8,10.0\n\
+         allreduce,2048,default,default,-1,1,8\n",
     )
     .unwrap();
     let out = d.path().join("o.tbl");
