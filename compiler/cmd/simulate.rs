@@ -232,7 +232,9 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     if a.list_profiles {
         let ps = profile::builtins();
         if a.json {
-            println!("{}", crate::output::pretty(&ps)?);
+            // A list of profiles, each readable back by --profile-file
+            // (which refuses unknown fields): no schema field added.
+            println!("{}", serde_json::to_string_pretty(&ps)?);
         } else {
             for p in &ps {
                 println!(
