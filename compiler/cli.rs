@@ -51,7 +51,7 @@ pub enum Command {
 ///
 /// Examples:
 ///   dyncc completions bash > ~/.local/share/bash-completion/completions/dyncc
-///   dyncc completions zsh > "${fpath[1]}/_dyncc"
+///   dyncc completions zsh > ~/.zfunc/_dyncc   # with fpath+=(~/.zfunc) in ~/.zshrc
 ///   dyncc completions fish > ~/.config/fish/completions/dyncc.fish
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
