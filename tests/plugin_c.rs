@@ -323,7 +323,7 @@ fn c_harness_drives_every_abi_version_like_nccl() {
     let h = harness();
     let out = harness_command(&h, &[]).output().unwrap();
     check_harness_output("the C harness", &out);
-    // The lines docs/failure-semantics.md quotes (`-- --nocapture`).
+    // The lines docs/src/explanation/failure-semantics.md quotes (`-- --nocapture`).
     for l in String::from_utf8_lossy(&out.stdout).lines() {
         eprintln!("{l}");
     }

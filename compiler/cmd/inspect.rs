@@ -237,7 +237,7 @@ pub fn run(mut args: InspectArgs) -> anyhow::Result<i32> {
     s.next = next_command(&args, &s);
     let s = s;
     if args.json {
-        let mut j = serde_json::to_string_pretty(&s)?;
+        let mut j = crate::output::pretty(&s)?;
         j.push('\n');
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), j.as_bytes());
     } else {
