@@ -144,6 +144,15 @@ pub struct TraceCounts {
     pub uneven: BTreeMap<String, (usize, String)>,
     /// Where the traces came from, against the sweep's platform.
     pub provenance: Provenance,
+    /// Settings jobs ran that traces may not have forced (the sweep never
+    /// measured them for the collective at those ranks per node, or NCCL
+    /// cannot run them there), per setting: calls, and a file that holds
+    /// some. Counted, never forced: traces never name candidates.
+    pub not_candidates: BTreeMap<String, (u64, String)>,
+    /// Trace files of an NCCL newer than the sweep's, per version: how
+    /// many, and one of them. Named, not preferred: a version decides only
+    /// with the communicators any trace needs.
+    pub newer_than_sweep: BTreeMap<String, (usize, String)>,
     /// Settings measured whose evidence fell short of the rule (too few
     /// calls or communicators, or within the noise): they decide nothing.
     pub short_of_evidence: Vec<Finding>,
