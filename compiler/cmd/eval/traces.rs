@@ -218,6 +218,11 @@ pub fn score(
             table_path.display()
         ))
     })?;
+    for f in pv.unproven_used.iter() {
+        warnings.push(format!(
+            "used {f}: it does not say which table and sweep its job ran (--foreign-traces)"
+        ));
+    }
     for f in pv.foreign_used.iter().chain(&pv.other_sweep_used) {
         warnings.push(format!(
             "used {f}: another platform or sweep than the table's (--foreign-traces)"

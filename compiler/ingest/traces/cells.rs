@@ -13,7 +13,7 @@ use super::evidence::{evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 use super::files::TraceFile;
 use super::notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 use super::points::{PointKey, SweepView};
-use super::shapes::{most_run, AtShape, Readings};
+use super::shapes::{most_run, AtShape, Overridden, Readings};
 use crate::record::{Cell, Config, Source, TimeBase};
 
 /// The cells traces contribute, and what the report says of them; `bar` is
@@ -47,6 +47,14 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
                 .collectives
                 .saturating_add(all.saturating_add(at.unknown));
             notes.read.unknown = notes.read.unknown.saturating_add(at.unknown);
+            for why in Overridden::ALL {
+                let n = at.overridden[why as usize];
+                if n > 0 {
+                    let e = notes.read.overridden.entry(why.describe()).or_default();
+                    e.0 = e.0.saturating_add(n);
+                    e.1.insert(files[fi].path.display().to_string());
+                }
+            }
             if all == 0 {
                 continue;
             }
@@ -525,6 +533,13 @@ fn point_cells(
         nccl_choice,
         settings,
         nccl_version: version,
+        communicators: parts.len(),
+        files: parts
+            .iter()
+            .map(|p| files[p.file].path.display().to_string())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
         key,
     };
     Some((cells, point))

@@ -41,6 +41,10 @@ pub struct TracedPoint {
     pub settings: Vec<TracedGain>,
     /// NCCL version the measurements come from.
     pub nccl_version: u32,
+    /// The communicators behind the point, and the trace files that hold
+    /// them: what moved the table, for a reviewer to see before shipping.
+    pub communicators: usize,
+    pub files: Vec<String>,
     #[serde(skip)]
     pub key: PointKey,
 }
@@ -144,6 +148,10 @@ pub struct TraceCounts {
     pub uneven: BTreeMap<String, (usize, String)>,
     /// Where the traces came from, against the sweep's platform.
     pub provenance: Provenance,
+    /// Calls the plugin forced that NCCL ran otherwise ("answered X, ran
+    /// Y"), per reason: how many, and the files of the jobs where NCCL
+    /// overrode the tuner (each named once). Evidence for neither side.
+    pub overridden: BTreeMap<&'static str, (u64, std::collections::BTreeSet<String>)>,
     /// Settings jobs ran that traces may not have forced (the sweep never
     /// measured them for the collective at those ranks per node, or NCCL
     /// cannot run them there), per setting: calls, and a file that holds
