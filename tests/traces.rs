@@ -94,9 +94,7 @@ fn remember_sweep(sweep: &Path) {
 
 /// The provenance a job's trace carries: the sweep this test wrote.
 fn sweep_fp() -> Option<u64> {
-    let fp = SWEEP.with(|s| s.get());
-    assert!(fp.is_some(), "write the sweep before the traces");
-    fp
+    SWEEP.with(|s| s.get())
 }
 
 fn write_trace(dir: &Path, name: &str, nccl: u32, comms: &[TraceComm<'_>], recs: &[TraceRecord]) {
@@ -174,6 +172,7 @@ fn with_nccl_version(sweep: &Path, v: &str) {
         out.push_str(&format!("{l},{v}\n"));
     }
     std::fs::write(sweep, out).unwrap();
+    remember_sweep(sweep);
 }
 
 /// Runs `dyncc compile ARGS -o OUT`, which must refuse its input: exit 2,
@@ -1242,18 +1241,36 @@ fn a_trace_of_another_platform_is_refused_unless_told() {
     );
 }
 
-/// The stricter bar at a point the sweep measured is still a bar, not a
-/// wall: jobs that ran Tree/LL 2x slower than NCCL's choice 200 times in
-/// each of four communicators overrule a sweep that measured it 30 %
-/// faster (another cluster state, a newer driver), and the disagreement
-/// is reported with both figures, the jobs deciding.
+/// A point the sweep measured is a bar, not a wall: jobs that ran Tree/LL
+/// 2x slower than NCCL's choice in each of twelve communicators outweigh
+/// the sweep's eight runs that measured it 30 % faster (another cluster
+/// state, a newer driver), and the disagreement is reported with both
+/// figures, the jobs deciding. Four communicators do not outweigh eight
+/// runs: the sweep decides, and says so.
 #[test]
 fn strong_evidence_from_jobs_overrules_the_sweep_and_says_so() {
     let d = tempfile::tempdir().unwrap();
     let s = repeated_sweep(d.path(), 0.7);
     let mib4 = 4u64 << 20;
-    let traces = d.path().join("traces");
+    let few = d.path().join("few");
     for id in 1..=4u64 {
+        write_trace(
+            &few,
+            &format!("j{id}.trace"),
+            23007,
+            &[comm(id, 2, 0)],
+            &[
+                rec(0, mib4, RING_SIMPLE, Source::Nccl, 200, 1000.0),
+                rec(0, mib4, TREE_LL, Source::Explore, 200, 2000.0),
+            ],
+        );
+    }
+    let t = d.path().join("few.tbl");
+    let r = compile_json(&[&s, &few], &t);
+    assert_eq!(decision(&t, 2, mib4), "tree/ll", "{}", r["traces"]);
+    assert_eq!(r["traces"]["disagree_with_sweep"][0]["decides"], "sweep");
+    let traces = d.path().join("traces");
+    for id in 1..=12u64 {
         write_trace(
             &traces,
             &format!("j{id}.trace"),
@@ -1273,7 +1290,7 @@ fn strong_evidence_from_jobs_overrules_the_sweep_and_says_so() {
     assert_eq!(dis["decides"], "jobs", "{tr}");
     assert_eq!(dis["verdict"], "loses", "{tr}");
     assert_eq!(dis["sweep_runs"], 8, "{tr}");
-    assert_eq!(dis["paired"], 4, "{tr}");
+    assert_eq!(dis["paired"], 12, "{tr}");
 }
 
 /// Issue 28: traces named the table that ran but not the sweep it came
@@ -1638,7 +1655,14 @@ fn eval_with_traces_among_the_sweeps_says_to_use_traces() {
 fn claim(comm: u16, calls: u64, tree_us: f64) -> [TraceRecord; 2] {
     [
         flat(comm, 4 << 20, TREE_LL, Source::Table, calls, tree_us),
-        flat(comm, 4 << 20, RING_SIMPLE, Source::ExploreNccl, calls, 1000.0),
+        flat(
+            comm,
+            4 << 20,
+            RING_SIMPLE,
+            Source::ExploreNccl,
+            calls,
+            1000.0,
+        ),
     ]
 }
 
@@ -1659,7 +1683,10 @@ fn crafted_traces_that_do_not_outweigh_the_sweeps_runs_change_no_measured_decisi
     let few = dyncc_tables::trace::MIN_CALLS_PER_SIDE - 1;
     type Variant = Vec<(Vec<TraceComm<'static>>, Vec<TraceRecord>)>;
     let variants: Vec<(&str, Variant)> = vec![
-        ("one communicator", vec![(vec![comm(1, 2, 0)], claim(0, 5, 1050.0).to_vec())]),
+        (
+            "one communicator",
+            vec![(vec![comm(1, 2, 0)], claim(0, 5, 1050.0).to_vec())],
+        ),
         (
             "four made-up communicators in one file",
             vec![(
@@ -1739,10 +1766,18 @@ fn a_setting_the_sweep_never_measured_is_never_forced_from_traces() {
     }
     let t = d.path().join("t.tbl");
     let r = compile_json(&[&s, &traces], &t);
-    assert_eq!(decision(&t, 4, 1 << 20), "default/default", "{}", r["traces"]);
+    assert_eq!(
+        decision(&t, 4, 1 << 20),
+        "default/default",
+        "{}",
+        r["traces"]
+    );
     let named = r["traces"]["not_candidates"].as_object().unwrap();
     assert_eq!(named.len(), 3, "{named:?}");
-    assert!(named.keys().any(|k| k.starts_with("pat/simple")), "{named:?}");
+    assert!(
+        named.keys().any(|k| k.starts_with("pat/simple")),
+        "{named:?}"
+    );
 }
 
 /// Issue 40: a trace claiming a newer NCCL (2.99.99) set aside every
@@ -1776,8 +1811,9 @@ fn a_trace_claiming_a_newer_nccl_does_not_set_aside_the_others() {
     let t = d.path().join("t.tbl");
     let r = compile_json(&[&s, &traces], &t);
     assert_eq!(decision(&t, 4, 1 << 20), "tree/simple", "{}", r["traces"]);
-    let drift = r["traces"]["drift"].to_string();
-    assert!(drift.contains("more communicators"), "{drift}");
+    let p = &r["traces"]["points"][0];
+    assert_eq!(p["nccl_version"], 23007, "{p}");
+    assert_eq!(p["communicators"], 4, "{p}");
 }
 
 /// Issue 40: a trace that names no table or sweep was used. Provenance is
@@ -1839,13 +1875,25 @@ fn a_forced_call_nccl_ran_otherwise_enters_neither_side() {
         23007,
         &[comm(1, 4, 0)],
         &[
-            rec(0, 1 << 20, RING_SIMPLE, Source::RanOtherChannels, 490, 2000.0),
+            rec(
+                0,
+                1 << 20,
+                RING_SIMPLE,
+                Source::RanOtherChannels,
+                490,
+                2000.0,
+            ),
             rec(0, 1 << 20, TREE_SIMPLE, Source::Explore, 10, 750.0),
         ],
     );
     let t = d.path().join("t.tbl");
     let r = compile_json(&[&s, &traces], &t);
-    assert_eq!(decision(&t, 4, 1 << 20), "default/default", "{}", r["traces"]);
+    assert_eq!(
+        decision(&t, 4, 1 << 20),
+        "default/default",
+        "{}",
+        r["traces"]
+    );
     let o = r["traces"]["overridden"].to_string();
     assert!(o.contains("capped.trace") && o.contains("490"), "{o}");
 }

@@ -339,7 +339,10 @@ pub fn score(
         // No sweep here: one run's spread is the rule's default.
         let e = traces::evidence(&pairs, var1, traces::rule::RUN_SD_DEFAULT);
         let why = why.or_else(|| {
-            e.is_some_and(|e| !e.ln_gain.is_finite()).then_some(
+            e.is_some_and(|e| {
+                e.paired == 0 && e.nccl_comms + e.comms < traces::rule::MIN_COMMS_ACROSS
+            })
+            .then_some(
                 "no communicator ran both sides, and too few ran one side each to compare \
                  across them",
             )

@@ -345,7 +345,7 @@ fn point_cells(
         let Some(mut e) = evidence(&pairs, var1, run_sd) else {
             continue;
         };
-        let comparable = e.units > 0.0;
+        let comparable = e.paired > 0 || e.nccl_comms + e.comms >= rule::MIN_COMMS_ACROSS;
         any_comparable |= comparable;
         let sweep_gain = sweep.gain_at(key, ppn, cfg);
         // At a point the sweep measured, the jobs change nothing unless

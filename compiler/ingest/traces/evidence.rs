@@ -188,16 +188,39 @@ pub fn evidence(per_comm: &[(Side, Side)], var_call: f64, run_sd: f64) -> Option
         })
         .filter(|(n, s)| n.count > 0 || s.count > 0)
         .collect();
-    let mut e = Evidence::default();
-    for (n, s) in &units {
-        e.nccl_calls = e.nccl_calls.saturating_add(n.count);
-        e.calls = e.calls.saturating_add(s.count);
-        e.nccl_comms += usize::from(n.count > 0);
-        e.comms += usize::from(s.count > 0);
-        e.paired += usize::from(n.count > 0 && s.count > 0);
-    }
+    let tally = |sides: &[(Side, Side)]| {
+        let mut e = Evidence::default();
+        for (n, s) in sides {
+            e.nccl_calls = e.nccl_calls.saturating_add(n.count);
+            e.calls = e.calls.saturating_add(s.count);
+            e.nccl_comms += usize::from(n.count > 0);
+            e.comms += usize::from(s.count > 0);
+            e.paired += usize::from(n.count > 0 && s.count > 0);
+        }
+        e
+    };
+    let mut e = tally(&units);
     if e.nccl_comms == 0 || e.comms == 0 {
-        return None;
+        // Both sides ran, but not enough in any communicator to count: the
+        // comparison is reported with its counts, and decides nothing.
+        let mut raw = tally(per_comm);
+        if raw.nccl_comms == 0 || raw.comms == 0 {
+            return None;
+        }
+        // What they claim, for the report: the mean gain of those that ran
+        // both (none: no figure).
+        let claims: Vec<f64> = per_comm
+            .iter()
+            .filter(|(n, s)| n.count > 0 && s.count > 0)
+            .map(|(n, s)| n.mean_ln() - s.mean_ln())
+            .collect();
+        raw.ln_gain = if claims.is_empty() {
+            f64::NAN
+        } else {
+            claims.iter().sum::<f64>() / claims.len() as f64
+        };
+        raw.sd = f64::INFINITY;
+        return Some(raw);
     }
     let var_call = if var_call.is_finite() {
         var_call.max(0.0)
@@ -442,7 +465,9 @@ mod tests {
     fn communicators_under_the_call_minimum_do_not_add_up() {
         let few = rule::MIN_CALLS - 1;
         let p = vec![(side(few, 7.0, 0.0), side(few, 6.0, 0.0)); 16];
-        assert!(evidence(&p, 0.0, 0.02).is_none());
+        let e = evidence(&p, 0.0, 0.02).unwrap();
+        assert_eq!((e.units, e.paired), (0.0, 16), "{e:?}");
+        assert_eq!(judge(&e, Bar::new(0.0, 0.0)), Verdict::TooLittle);
     }
 
     /// Pooling with the sweep: the sweep's runs keep their weight.

@@ -145,11 +145,7 @@ pub fn add_facts(facts: &mut Facts, file: &TraceFile, keep: &dyn Fn(usize) -> bo
             Who::Nccl | Who::ExploreNccl => {
                 f.nccl.insert(r.setting);
             }
-            Who::Table
-            | Who::Explore
-            | Who::Unknown
-            | Who::RanOther
-            | Who::RanOtherChannels => {}
+            Who::Table | Who::Explore | Who::Unknown | Who::RanOther | Who::RanOtherChannels => {}
         }
     }
 }
