@@ -263,8 +263,11 @@ fn split(
     compile(&[sweep, rows].concat(), &with_rows);
     let traces = dir.join("traces");
     let nccl: u32 = world.nccl.parse().unwrap();
-    let files: Vec<&Path> = sweep.iter().map(PathBuf::as_path).collect();
-    let fp = dyncc::ingest::sweep_fingerprint_of_files(&files).unwrap();
+    // The provenance a job's trace carries from the table compiled from
+    // the sweep alone.
+    let fp = dyncc_tables::Table::from_bytes(&std::fs::read(&alone).unwrap())
+        .unwrap()
+        .sweep_fingerprint();
     for &n in production {
         complete_exploration(world.truth, n, world.ppn, nccl, fp, &traces);
     }
