@@ -95,7 +95,14 @@ struct Ran {
 /// `ppn`) in the world `truth`: per collective and size, NCCL's own
 /// choice (the default row's ran setting) and every other setting that
 /// runs there (a forced row's ran setting, once each), written to `dir`.
-fn complete_exploration(truth: &Path, nodes: u32, ppn: u32, nccl: u32, dir: &Path) {
+fn complete_exploration(
+    truth: &Path,
+    nodes: u32,
+    ppn: u32,
+    nccl: u32,
+    sweep_fp: Option<u64>,
+    dir: &Path,
+) {
     let text = std::fs::read_to_string(truth).unwrap();
     let mut lines = text.lines();
     let head: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -165,6 +172,9 @@ fn complete_exploration(truth: &Path, nodes: u32, ppn: u32, nccl: u32, dir: &Pat
     let head = TraceHead {
         profiler_abi: 5,
         table_digest: Some(1),
+        // The provenance a job's trace carries from a table compiled from
+        // the sweep.
+        sweep: sweep_fp,
         nccl_version: nccl,
         pid: nodes,
         host: "node0",
@@ -253,8 +263,13 @@ fn split(
     compile(&[sweep, rows].concat(), &with_rows);
     let traces = dir.join("traces");
     let nccl: u32 = world.nccl.parse().unwrap();
+    // The provenance a job's trace carries from the table compiled from
+    // the sweep alone.
+    let fp = dyncc_tables::Table::from_bytes(&std::fs::read(&alone).unwrap())
+        .unwrap()
+        .sweep_fingerprint();
     for &n in production {
-        complete_exploration(world.truth, n, world.ppn, nccl, &traces);
+        complete_exploration(world.truth, n, world.ppn, nccl, fp, &traces);
     }
     let with_traces = dir.join("traces.tbl");
     let report = compile(&[sweep, &[traces]].concat(), &with_traces);

@@ -737,15 +737,22 @@ fn a_collective_without_a_channel_count_is_untimed_and_disturbs_no_other() {
     check_trace(&s, &out, 6, false);
 }
 
-/// The table forced 2 channels but NCCL ran 4: NCCL chose what ran.
+/// The table forced 2 channels but NCCL ran 4: neither the table's
+/// setting nor NCCL's own choice ran ("answered X, ran Y"). It was
+/// recorded as NCCL's choice, so it entered the baseline every gain is
+/// read against.
 #[test]
-fn a_forced_channel_count_nccl_did_not_honour_is_not_the_tables() {
+fn a_forced_channel_count_nccl_did_not_honour_is_neither_the_tables_nor_nccls() {
     let s = Standin::new();
     let out = s.run(&["6", "200", "ownchannels"], Some(&s.traces));
     let fed: Vec<&str> = out.lines().filter(|l| l.starts_with("fed ")).collect();
     assert!(!fed.iter().any(|l| l.contains(" table ")), "{out}");
     assert!(
-        out.contains("fed AllReduce 4096 RING SIMPLE 4 nccl "),
+        out.contains("fed AllReduce 4096 RING SIMPLE 4 ran-other-channels "),
+        "{out}"
+    );
+    assert!(
+        !out.contains("fed AllReduce 4096 RING SIMPLE 4 nccl "),
         "{out}"
     );
     check_trace(&s, &out, 6, false);
@@ -1124,10 +1131,16 @@ fn trace_record(
 /// A trace of a job run under another table (or none) at 1 node, 2 ranks:
 /// at 4096 bytes NCCL's choice took 20 us and an explored Ring/Simple/2
 /// 10 us; at 8192 only NCCL's choice ran; at 1 MiB only NCCL's.
-fn foreign_trace(dir: &Path) -> PathBuf {
+fn foreign_trace(dir: &Path, table: &Path) -> PathBuf {
+    // Another table of the same sweep: its fingerprint, another digest.
+    let bytes = std::fs::read(table).unwrap();
+    let sweep = dyncc_tables::Table::from_bytes(&bytes)
+        .unwrap()
+        .sweep_fingerprint();
     let head = dyncc_tables::TraceHead {
         profiler_abi: 6,
         table_digest: Some(0x1234),
+        sweep,
         nccl_version: 23007,
         pid: 1,
         host: "h",
@@ -1166,7 +1179,7 @@ fn foreign_trace(dir: &Path) -> PathBuf {
 #[test]
 fn eval_traces_scores_a_setting_measured_faster_below_one_and_warns_of_another_table() {
     let s = Standin::new();
-    let f = foreign_trace(&s.traces);
+    let f = foreign_trace(&s.traces, &s.table);
     let table = s.table.to_str().unwrap();
     let o = crate::support::cli::dyncc_output(&[
         "eval",
@@ -1219,7 +1232,7 @@ fn eval_traces_scores_a_setting_measured_faster_below_one_and_warns_of_another_t
 #[test]
 fn eval_traces_refuses_a_damaged_trace_naming_it() {
     let s = Standin::new();
-    let f = foreign_trace(&s.traces);
+    let f = foreign_trace(&s.traces, &s.table);
     let mut b = std::fs::read(&f).unwrap();
     let last = b.len() - 1;
     b[last] ^= 1;

@@ -138,10 +138,13 @@ fn compile_names_a_link_out_of_the_trace_tree_in_its_report() {
     let traces = d.path().join("traces");
     trace(&traces.join("job1"), "a.trace");
     std::os::unix::fs::symlink("/proc", traces.join("proc")).unwrap();
+    // The trace names no table or sweep (the walk is under test, not its
+    // provenance): used as --foreign-traces uses such a file.
     let o = dyncc()
         .arg("compile")
         .arg(&s)
         .arg(&traces)
+        .arg("--foreign-traces")
         .arg("-o")
         .arg(d.path().join("t.tbl"))
         .output()
@@ -175,10 +178,12 @@ fn traces_deeper_than_eight_levels_are_read() {
     assert!(out.contains("deep.trace"), "{out}{err}");
     // Compile reads it too, and does not call the directory empty.
     let s = sweep(&d.path().join("sweep"));
+    // A synthetic trace naming no table or sweep: --foreign-traces.
     let o = dyncc()
         .arg("compile")
         .arg(&s)
         .arg(&traces)
+        .arg("--foreign-traces")
         .arg("-o")
         .arg(d.path().join("t.tbl"))
         .arg("--json")
@@ -230,6 +235,7 @@ fn query_data_names_the_traces_it_skips() {
         .arg("--data")
         .arg(&s)
         .arg(&traces)
+        .arg("--foreign-traces")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

@@ -234,6 +234,7 @@ impl Traced {
                 .foreign_used
                 .iter()
                 .chain(&pv.other_sweep_used)
+                .chain(&pv.unproven_used)
                 .cloned()
                 .collect(),
             nodes: best.nodes,

@@ -417,11 +417,32 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             pv.other_sweep_used.join(", ")
         )?;
     }
-    if pv.sweep_unknown > 0 {
+    if !pv.unproven_used.is_empty() {
         writeln!(
             w,
-            "  {} trace file(s) do not say which sweep their table came from (no table, or an older plugin or table): used",
-            pv.sweep_unknown
+            "  used {} trace file(s) that do not say which table and sweep their job ran (--foreign-traces): {}",
+            pv.unproven_used.len(),
+            pv.unproven_used.join(", ")
+        )?;
+    }
+    for (why, (calls, files)) in &t.read.overridden {
+        let names: Vec<&str> = files.iter().map(String::as_str).collect();
+        writeln!(
+            w,
+            "  {calls} call(s) the plugin forced ran otherwise, not used as evidence for either side: {why}; in {}",
+            names.join(", ")
+        )?;
+    }
+    for (setting, (calls, file)) in &t.read.not_candidates {
+        writeln!(
+            w,
+            "  {setting}: {calls} call(s) jobs ran of a setting the sweep never measured there or NCCL cannot run (e.g. {file}): counted, never forced",
+        )?;
+    }
+    for (v, (n, file)) in &t.read.newer_than_sweep {
+        writeln!(
+            w,
+            "  {n} trace file(s) of NCCL {v}, newer than the sweep's (e.g. {file}): they decide only with the communicators any trace needs",
         )?;
     }
     if pv.other_platform > 0 {
@@ -477,9 +498,10 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             .map(|g| g.describe())
             .collect::<Vec<_>>()
             .join("; ");
+        let files = &p.point.files;
         writeln!(
             w,
-            "  {:<10} {} {} nodes x {} ranks {}: ran {} -> {} (measured: {})",
+            "  {:<10} {} {} nodes x {} ranks {}: ran {} -> {} (measured: {}; {} communicator{} in {}{})",
             format!("{:?}", p.outcome).to_lowercase(),
             p.point.collective,
             p.point.nodes,
@@ -487,7 +509,15 @@ fn print_traces(w: &mut dyn Write, t: &crate::report::TraceChanges) -> std::io::
             fmt_bytes(p.point.bytes),
             p.point.deployed_name,
             p.decision,
-            best
+            best,
+            p.point.communicators,
+            if p.point.communicators == 1 { "" } else { "s" },
+            files.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+            if files.len() > 3 {
+                format!(" and {} more files", files.len() - 3)
+            } else {
+                String::new()
+            }
         )?;
     }
     if shown.len() > SHOWN {

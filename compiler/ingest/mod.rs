@@ -321,19 +321,14 @@ impl Dataset {
         contributed: impl Iterator<Item = &'a Path>,
     ) -> Option<u64> {
         let digest = self.file_digests();
-        let mut sums = std::collections::BTreeSet::new();
+        let mut sums = Vec::new();
         for f in contributed {
             match digest.get(f) {
-                Some(d) if !d.is_empty() => sums.insert(*d),
+                Some(d) if !d.is_empty() => sums.push(*d),
                 _ => return None,
             };
         }
-        if sums.is_empty() {
-            return None;
-        }
-        let all = sums.into_iter().collect::<Vec<_>>().join("\n");
-        let h = Sha256::digest(all.as_bytes());
-        Some(u64::from_be_bytes(h[..8].try_into().ok()?))
+        fingerprint_of_digests(sums)
     }
 
     fn absorb(&mut self, other: Dataset) {
@@ -412,4 +407,29 @@ mod test_util {
             },
         }
     }
+}
+
+/// A sweep's fingerprint from its files' sha256 digests (hex): the first
+/// 8 bytes of the sha256 of the sorted, distinct digests, one per line
+/// ([`Dataset::sweep_fingerprint_of`]); `None` for no digest.
+pub fn fingerprint_of_digests<'a>(digests: impl IntoIterator<Item = &'a str>) -> Option<u64> {
+    let sums: std::collections::BTreeSet<&str> = digests.into_iter().collect();
+    if sums.is_empty() {
+        return None;
+    }
+    let all = sums.into_iter().collect::<Vec<_>>().join("\n");
+    let h = Sha256::digest(all.as_bytes());
+    Some(u64::from_be_bytes(h[..8].try_into().ok()?))
+}
+
+/// The fingerprint a compile of exactly these sweep files records (each
+/// file contributing measurements), read from the files: what a job's
+/// trace carries from the table it ran. For tools and tests that write
+/// traces of a table compiled from known files.
+pub fn sweep_fingerprint_of_files(paths: &[&Path]) -> std::io::Result<Option<u64>> {
+    let mut sums = Vec::new();
+    for p in paths {
+        sums.push(format!("{:x}", Sha256::digest(std::fs::read(p)?)));
+    }
+    Ok(fingerprint_of_digests(sums.iter().map(String::as_str)))
 }

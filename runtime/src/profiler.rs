@@ -278,13 +278,18 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
             source: s @ (Source::Table | Source::Explore),
             setting: Some(set),
         }) => {
-            // The forced setting ran only if NCCL ran its algorithm,
-            // protocol and (when one was forced) channel count.
+            // Who chose is what the plugin answered: the forced setting ran
+            // only if NCCL ran its algorithm, protocol and (when one was
+            // forced) channel count. Otherwise NCCL overrode the answer
+            // (the job's NCCL_ALGO/NCCL_PROTO, a channel cap, a path the
+            // tuner cannot choose): never NCCL's own choice, whose
+            // measurements every gain is read against.
             if set.ran_as(&ran) {
                 s
+            } else if Setting::new(set.algo, set.proto).ran_as(&ran) {
+                Source::RanOtherChannels
             } else {
-                // NCCL ran something else than was forced.
-                Source::Nccl
+                Source::RanOther
             }
         }
         Some(a) => a.source,

@@ -35,7 +35,8 @@ pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// that ran a path the tuner cannot choose (a symmetric kernel, the copy
 /// engines) and the user tags (profiler v7's `userTag`) each
 /// communicator's calls carried, their count at header offset 84 (reserved
-/// 0 before). A reader reads every minor up to its own; one of an older
+/// 0 before), and the record sources `ran-other` and `ran-other-channels` (a
+/// forced call NCCL ran otherwise). A reader reads every minor up to its own; one of an older
 /// minor refuses a newer file by its length.
 pub const TRACE_MINOR: u16 = 1;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
@@ -74,8 +75,9 @@ pub const MAX_TRACE_STR: usize = 255;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum Source {
-    /// NCCL's own tuning (the table said default, or NCCL did not run what
-    /// the table forced).
+    /// NCCL's own tuning: the plugin left the choice to NCCL. (Before
+    /// trace 3.1, also a call the plugin forced that NCCL ran otherwise;
+    /// those are now [`Source::RanOther`] and [`Source::RanOtherChannels`].)
     Nccl = 0,
     /// The table's forced decision ran.
     Table = 1,
@@ -88,6 +90,17 @@ pub enum Source {
     /// were written as `Explore`; a plan may now also try a setting where
     /// the table forces another, so the two must be told apart.)
     ExploreNccl = 4,
+    /// The plugin forced a setting (the table's or exploration's) and NCCL
+    /// ran another algorithm or protocol: the job sets NCCL_ALGO or
+    /// NCCL_PROTO, a per-call selection excluded it, or NCCL ran a path the
+    /// tuner cannot choose. Evidence for neither NCCL's choice nor the
+    /// forced setting (trace 3.1).
+    RanOther = 5,
+    /// The plugin forced a setting with a channel count and NCCL ran its
+    /// algorithm and protocol on another count (a communicator with fewer
+    /// channels, NCCL_MAX_NCHANNELS). Evidence for neither side (trace
+    /// 3.1).
+    RanOtherChannels = 6,
 }
 
 impl Source {
@@ -99,6 +112,8 @@ impl Source {
             2 => Some(Source::Explore),
             3 => Some(Source::Unknown),
             4 => Some(Source::ExploreNccl),
+            5 => Some(Source::RanOther),
+            6 => Some(Source::RanOtherChannels),
             _ => None,
         }
     }
@@ -111,6 +126,8 @@ impl Source {
             Source::Explore => "explore",
             Source::Unknown => "unknown",
             Source::ExploreNccl => "explore-nccl",
+            Source::RanOther => "ran-other",
+            Source::RanOtherChannels => "ran-other-channels",
         }
     }
 }

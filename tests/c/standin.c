@@ -136,8 +136,9 @@ static void *host_thread(void *arg) {
     int asked = nch;
     if (nch <= 0 || own_channels) nch = 4;
     if (nch > 32) nch = 32;
-    /* The table chose what ran only if NCCL honoured all it forced. */
-    if (own_channels && asked > 0 && asked != nch) ran.forced = 0;
+    /* The table chose what ran only if NCCL honoured all it forced; a
+     * forced call NCCL ran on other channels is "answered X, ran Y". */
+    int overrode = own_channels && asked > 0 && asked != nch && ran.forced;
     core_path_t path = {NULL, tags ? 0x100 + (uint64_t)(i % 3) : 0};
     if (cecoll && coll == 2 && ntasks == 1) {
       /* NCCL ranked a copy-engine method cheapest (beside the table). */
@@ -175,7 +176,11 @@ static void *host_thread(void *arg) {
           printf("untimed %s %zu\n", FUNCS[coll], bytes);
         else
           printf("fed %s %zu %s %s %d %s %llu\n", FUNCS[coll], bytes, ALGOS[ran.algo], PROTOS[ran.proto], nch,
-                 ntasks > 1 ? "unknown" : ran.forced ? "table" : "nccl", (unsigned long long)t);
+                 ntasks > 1   ? "unknown"
+                 : overrode   ? "ran-other-channels"
+                 : ran.forced ? "table"
+                              : "nccl",
+                 (unsigned long long)t);
         pthread_mutex_unlock(&print_lock);
       }
     }

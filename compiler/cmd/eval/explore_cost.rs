@@ -33,33 +33,42 @@ pub struct ExploreCost {
     pub extra_us: f64,
     /// GPU time of every traced collective, us.
     pub total_us: f64,
-    /// `extra_us / total_us`; 0 without traced time.
+    /// The mean over communicators of each one's extra over its own traced
+    /// GPU time (each communicator weighs alike); 0 without traced time.
     pub share: f64,
 }
 
-/// Per shape: (count, sum of ln ns) of the answer, and the explored
-/// records' (count, geometric mean ns).
+/// Per shape: per communicator that ran the answer there, (count, sum of
+/// ln ns); and the explored records' (communicator, count, geometric mean
+/// ns).
 #[derive(Default)]
 struct AtShape {
-    answer: (f64, f64),
-    explored: Vec<(u64, f64)>,
+    answer: BTreeMap<(usize, u16), (f64, f64)>,
+    explored: Vec<((usize, u16), u64, f64)>,
 }
 
 /// Key of a shape across files.
 type ShapeKey = (u32, u32, u8, u64);
 
-/// The jobs' exploration cost in `files` (see the module docs).
+/// The jobs' exploration cost in `files` (see the module docs). Each
+/// communicator weighs alike, whatever the calls it claims: the answer's
+/// time at a shape is the mean over the communicators that ran it, and the
+/// share is the mean over communicators of each one's extra over its own
+/// traced time (a file claiming a billion calls is one communicator).
 pub fn explore_cost(files: &[TraceFile]) -> ExploreCost {
     let mut shapes: BTreeMap<ShapeKey, AtShape> = BTreeMap::new();
     let mut cost = ExploreCost::default();
-    for f in files {
+    // Per communicator: its traced GPU time (us), and its extra.
+    let mut per_comm: BTreeMap<(usize, u16), (f64, f64)> = BTreeMap::new();
+    for (fi, f) in files.iter().enumerate() {
         // Calls answered per (communicator, collective, bucket), and the
         // collectives recorded there: the scale of an unrecorded tail.
         let mut recorded: BTreeMap<(u16, u8, u8), u64> = BTreeMap::new();
         for r in &f.records {
-            *recorded
+            let e = recorded
                 .entry((r.comm, r.coll as u8, size_bucket(r.n_bytes)))
-                .or_default() += r.count;
+                .or_default();
+            *e = e.saturating_add(r.count);
         }
         let answered: BTreeMap<(u16, u8, u8), u64> = f
             .shapes
@@ -83,36 +92,59 @@ pub fn explore_cost(files: &[TraceFile]) -> ExploreCost {
             }
             let geo = r.sum_ln / r.count as f64;
             let s = scale(r.comm, r.coll as u8, size_bucket(r.n_bytes));
-            cost.total_us += s * r.count as f64 * geo.exp() / 1e3;
+            let t = s * r.count as f64 * geo.exp() / 1e3;
+            if !t.is_finite() {
+                continue;
+            }
+            cost.total_us += t;
+            per_comm.entry((fi, r.comm)).or_default().0 += t;
             let at = shapes
                 .entry((c.n_nodes, c.n_ranks, r.coll as u8, r.n_bytes))
                 .or_default();
             match r.source {
-                Source::Explore | Source::ExploreNccl => at.explored.push((r.count, geo.exp())),
-                Source::Table | Source::Nccl => {
-                    at.answer.0 += r.count as f64;
-                    at.answer.1 += r.sum_ln;
+                Source::Explore | Source::ExploreNccl => {
+                    at.explored.push(((fi, r.comm), r.count, geo.exp()))
                 }
-                Source::Unknown => {}
+                Source::Table | Source::Nccl => {
+                    let e = at.answer.entry((fi, r.comm)).or_default();
+                    e.0 += r.count as f64;
+                    e.1 += r.sum_ln;
+                }
+                _ => {}
             }
         }
     }
     for at in shapes.values() {
-        let n: u64 = at.explored.iter().map(|e| e.0).sum();
-        cost.explored_calls += n;
-        if at.answer.0 == 0.0 {
-            cost.unpriced_calls += n;
+        let n = at.explored.iter().fold(0u64, |n, e| n.saturating_add(e.1));
+        cost.explored_calls = cost.explored_calls.saturating_add(n);
+        let means: Vec<f64> = at
+            .answer
+            .values()
+            .filter(|(n, _)| *n > 0.0)
+            .map(|(n, sum)| sum / n)
+            .filter(|m| m.is_finite())
+            .collect();
+        if means.is_empty() {
+            cost.unpriced_calls = cost.unpriced_calls.saturating_add(n);
             continue;
         }
-        let answer_ns = (at.answer.1 / at.answer.0).exp();
-        cost.extra_us += at
-            .explored
-            .iter()
-            .map(|&(count, ns)| count as f64 * (ns - answer_ns) / 1e3)
-            .sum::<f64>();
+        let answer_ns = (means.iter().sum::<f64>() / means.len() as f64).exp();
+        for &(comm, count, ns) in &at.explored {
+            let extra = count as f64 * (ns - answer_ns) / 1e3;
+            if extra.is_finite() {
+                cost.extra_us += extra;
+                per_comm.entry(comm).or_default().1 += extra;
+            }
+        }
     }
-    if cost.total_us > 0.0 {
-        cost.share = cost.extra_us / cost.total_us;
+    let shares: Vec<f64> = per_comm
+        .values()
+        .filter(|(t, _)| *t > 0.0)
+        .map(|(t, x)| x / t)
+        .filter(|s| s.is_finite())
+        .collect();
+    if !shares.is_empty() {
+        cost.share = shares.iter().sum::<f64>() / shares.len() as f64;
     }
     cost
 }
@@ -177,7 +209,43 @@ mod tests {
         assert_eq!((c.explored_calls, c.unpriced_calls), (10, 0));
         assert!((c.extra_us - 500.0).abs() < 1e-6, "{c:?}");
         assert!((c.total_us - 10_500.0).abs() < 1e-6, "{c:?}");
-        assert!((c.share - 500.0 / 10_500.0).abs() < 1e-12);
+        // Each communicator weighs alike: 0 and 500 / 1,500.
+        assert!((c.share - (500.0 / 1_500.0) / 2.0).abs() < 1e-12, "{c:?}");
+    }
+
+    /// One file claiming a billion calls is one communicator: it moves the
+    /// fleet's share no more than any other.
+    #[test]
+    fn a_file_claiming_a_billion_calls_is_one_communicator_in_the_cost() {
+        let honest = |comm_id| {
+            let mut f = file(
+                vec![
+                    rec(0, Source::Table, 490, 100_000.0),
+                    rec(1, Source::Explore, 10, 101_000.0),
+                ],
+                Vec::new(),
+            );
+            f.comms[0].comm_id = comm_id;
+            f.comms[1].comm_id = comm_id + 1;
+            f
+        };
+        let fleet: Vec<TraceFile> = (0..10).map(|i| honest(10 * i)).collect();
+        let base = explore_cost(&fleet).share;
+        let mut crafted = file(
+            vec![
+                rec(0, Source::Table, 1, 100_000.0),
+                rec(1, Source::Explore, 1_000_000_000, 140_000.0),
+            ],
+            Vec::new(),
+        );
+        crafted.comms[0].comm_id = 999;
+        crafted.comms[1].comm_id = 1000;
+        let mut all = fleet.clone();
+        all.push(crafted);
+        let with = explore_cost(&all).share;
+        // 20 honest communicators and 2 crafted: the crafted one's share
+        // (about 40 %) counts once among 22.
+        assert!(with - base < 0.4 / 22.0 + 1e-9, "{base} -> {with}");
     }
 
     /// Where the plugin stopped recording (5 of 1,000 calls answered),

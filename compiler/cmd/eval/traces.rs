@@ -16,21 +16,26 @@ use crate::decide::{DEFAULT_MARGIN, DEFAULT_NOISE_Z};
 use crate::ingest::traces::{self, AtShape, Shape, Side, Verdict};
 
 /// One shape's share of a pooled figure: the log of t(table) / t(NCCL's
-/// choice), its variance, and the calls the job made there (the weight).
+/// choice), its variance, the calls the jobs made there, and the weight:
+/// the communicators that measured it (a communicator weighs like one
+/// sweep run, whatever its calls: one file claiming a billion calls is one
+/// communicator).
 #[derive(Clone, Copy)]
 struct LnRatio {
     ln: f64,
     var: f64,
     calls: u64,
+    comms: usize,
 }
 
 impl LnRatio {
     /// A shape where the table leaves NCCL alone: ratio 1, no noise.
-    fn default_at(calls: u64) -> LnRatio {
+    fn default_at(calls: u64, comms: usize) -> LnRatio {
         LnRatio {
             ln: 0.0,
             var: 0.0,
             calls,
+            comms,
         }
     }
 }
@@ -78,7 +83,7 @@ pub struct NotComparable {
     why: &'static str,
 }
 
-/// Pooled over shapes, weighted by the calls the job made at each.
+/// Pooled over shapes, weighted by the communicators that measured each.
 #[derive(Serialize, Default)]
 pub struct Pooled {
     shapes: usize,
@@ -147,16 +152,16 @@ fn runs(r: &Setting, d: Decision) -> bool {
     d.setting().is_some_and(|s| s.ran_as(r))
 }
 
-/// Pools `items` into one geometric mean, weighted by calls.
+/// Pools `items` into one geometric mean, weighted by communicators.
 fn pool<'a>(items: impl Iterator<Item = &'a LnRatio> + Clone) -> Pooled {
-    let w: f64 = items.clone().map(|i| i.calls as f64).sum();
+    let w: f64 = items.clone().map(|i| i.comms as f64).sum();
     if w == 0.0 {
         return Pooled::default();
     }
-    let mean = items.clone().map(|i| i.ln * i.calls as f64).sum::<f64>() / w;
+    let mean = items.clone().map(|i| i.ln * i.comms as f64).sum::<f64>() / w;
     let var = items
         .clone()
-        .map(|i| (i.calls as f64 / w).powi(2) * i.var)
+        .map(|i| (i.comms as f64 / w).powi(2) * i.var)
         .sum::<f64>();
     Pooled {
         shapes: items.clone().count(),
@@ -213,6 +218,11 @@ pub fn score(
             table_path.display()
         ))
     })?;
+    for f in pv.unproven_used.iter() {
+        warnings.push(format!(
+            "used {f}: it does not say which table and sweep its job ran (--foreign-traces)"
+        ));
+    }
     for f in pv.foreign_used.iter().chain(&pv.other_sweep_used) {
         warnings.push(format!(
             "used {f}: another platform or sweep than the table's (--foreign-traces)"
@@ -293,7 +303,7 @@ pub fn score(
                 n.saturating_add(o.side.count)
             });
         if d == Decision::Default {
-            defaults.push(LnRatio::default_at(calls));
+            defaults.push(LnRatio::default_at(calls, comms.len()));
             continue;
         }
         // Per communicator: NCCL's choice and the table's setting.
@@ -316,7 +326,7 @@ pub fn score(
         // lose there, as where the table leaves NCCL alone.
         let nccl_runs_it = all.nccl_settings.keys().all(|s| runs(s, d));
         if mine == 0 && nccl > 0 && nccl_runs_it {
-            defaults.push(LnRatio::default_at(calls));
+            defaults.push(LnRatio::default_at(calls, comms.len()));
             continue;
         }
         let why = match (mine, nccl) {
@@ -326,9 +336,13 @@ pub fn score(
             _ => None,
         };
         let var1 = traces::var_call(pairs.iter().flat_map(|p| [&p.0, &p.1]));
-        let e = traces::evidence(&pairs, var1);
+        // No sweep here: one run's spread is the rule's default.
+        let e = traces::evidence(&pairs, var1, traces::rule::RUN_SD_DEFAULT);
         let why = why.or_else(|| {
-            e.is_some_and(|e| !e.ln_gain.is_finite()).then_some(
+            e.is_some_and(|e| {
+                e.paired == 0 && e.nccl_comms + e.comms < traces::rule::MIN_COMMS_ACROSS
+            })
+            .then_some(
                 "no communicator ran both sides, and too few ran one side each to compare \
                  across them",
             )
@@ -362,7 +376,12 @@ pub fn score(
             .collect();
         let nccl_ln = means.iter().sum::<f64>() / means.len().max(1) as f64;
         if verdict != "too little evidence" {
-            ratios.push(LnRatio { ln, var, calls });
+            ratios.push(LnRatio {
+                ln,
+                var,
+                calls,
+                comms: e.paired + (e.nccl_comms - e.paired).min(e.comms - e.paired),
+            });
         }
         compared.push(Compared {
             file,
@@ -522,7 +541,7 @@ impl TraceScore {
             self.pooled_with_default.geomean,
             se(&self.pooled_with_default)
         );
-        println!("(geometric means weighted by the calls the job made at each shape)");
+        println!("(geometric means weighted by the communicators that measured each shape)");
         let x = &self.exploration;
         if x.explored_calls > 0 {
             println!(

@@ -1,5 +1,5 @@
 //! Traced points into cells: per point (sizes in one table bucket pooled),
-//! the newest NCCL that measured it, each setting judged against NCCL's
+//! the deciding NCCL that measured it, each setting judged against NCCL's
 //! choice by the evidence rule, and the cells on the trace time base that
 //! the grids let decide the point; what NCCL ran alone at a count the sweep
 //! skipped, as a mark; and what the report says of it all ([`TraceNotes`]).
@@ -13,7 +13,7 @@ use super::evidence::{evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 use super::files::TraceFile;
 use super::notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 use super::points::{PointKey, SweepView};
-use super::shapes::{most_run, AtShape, Readings};
+use super::shapes::{most_run, AtShape, Overridden, Readings};
 use crate::record::{Cell, Config, Source, TimeBase};
 
 /// The cells traces contribute, and what the report says of them; `bar` is
@@ -22,6 +22,16 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
     let mut notes = TraceNotes::default();
     notes.read.files = files.len();
     let readings = Readings::new(files, &mut notes.read);
+    for f in files {
+        if sweep.nccl_version != 0 && f.nccl_version > sweep.nccl_version {
+            let e = notes
+                .read
+                .newer_than_sweep
+                .entry(version(f.nccl_version))
+                .or_insert_with(|| (0, f.path.display().to_string()));
+            e.0 += 1;
+        }
+    }
     // Per point, per communicator (file, index): sizes in one bucket are
     // one point, so one communicator's shapes there pool.
     let mut by_point: BTreeMap<PointKey, BTreeMap<(usize, u16), AtShape>> = BTreeMap::new();
@@ -37,6 +47,14 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
                 .collectives
                 .saturating_add(all.saturating_add(at.unknown));
             notes.read.unknown = notes.read.unknown.saturating_add(at.unknown);
+            for why in Overridden::ALL {
+                let n = at.overridden[why as usize];
+                if n > 0 {
+                    let e = notes.read.overridden.entry(why.describe()).or_default();
+                    e.0 = e.0.saturating_add(n);
+                    e.1.insert(files[fi].path.display().to_string());
+                }
+            }
             if all == 0 {
                 continue;
             }
@@ -62,12 +80,18 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
             .into_iter()
             .map(|((file, _), at)| Part { file, at })
             .collect();
-        // Drift: the newest NCCL that measured the point decides it.
-        let newest = parts
+        // Drift: where NCCL versions measured the point, the version with
+        // the most communicators there decides it (ties: the newer). A
+        // version number is no evidence: a newer NCCL's traces decide only
+        // with the communicators any trace needs.
+        let mut per_version: BTreeMap<u32, usize> = BTreeMap::new();
+        for p in &parts {
+            *per_version.entry(files[p.file].nccl_version).or_default() += 1;
+        }
+        let deciding = per_version
             .iter()
-            .map(|p| files[p.file].nccl_version)
-            .max()
-            .unwrap_or(0);
+            .max_by_key(|(v, n)| (**n, **v))
+            .map_or(0, |(v, _)| *v);
         let choices = |v: u32, parts: &[Part]| -> BTreeSet<Setting> {
             parts
                 .iter()
@@ -75,25 +99,29 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
                 .filter_map(|p| p.at.nccl_choice())
                 .collect()
         };
-        let older: BTreeSet<u32> = parts
-            .iter()
-            .map(|p| files[p.file].nccl_version)
-            .filter(|&v| v != newest)
+        let older: BTreeSet<u32> = per_version
+            .keys()
+            .copied()
+            .filter(|&v| v != deciding)
             .collect();
         for &v in &older {
-            let (was, now) = (choices(v, &parts), choices(newest, &parts));
+            let (was, now) = (choices(v, &parts), choices(deciding, &parts));
             if was != now && !was.is_empty() && !now.is_empty() {
                 notes.read.drift.push(format!(
-                    "{} at {} nodes x {} ranks, {}: NCCL {} chose {}, NCCL {} chooses {}; \
-                     the newer decides",
+                    "{} at {} nodes x {} ranks, {}: NCCL {} chose {} ({} communicator{}), NCCL {} \
+                     chooses {} ({} communicator{}); the one with more communicators decides",
                     key.coll.name(),
                     key.nodes,
                     key.ranks,
                     crate::units::fmt_bytes(key.n_bytes),
                     version(v),
                     names(&was),
-                    version(newest),
-                    names(&now)
+                    per_version[&v],
+                    if per_version[&v] == 1 { "" } else { "s" },
+                    version(deciding),
+                    names(&now),
+                    per_version[&deciding],
+                    if per_version[&deciding] == 1 { "" } else { "s" },
                 ));
             }
         }
@@ -106,14 +134,14 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
             if comparable(&parts) {
                 notes.read.older_nccl_points += 1;
             }
-            parts.retain(|p| files[p.file].nccl_version == newest);
+            parts.retain(|p| files[p.file].nccl_version == deciding);
         }
         let replaced = sweep.points.contains(&key);
-        if replaced && sweep.nccl_version != 0 && newest != 0 && sweep.nccl_version != newest {
+        if replaced && sweep.nccl_version != 0 && deciding != 0 && sweep.nccl_version != deciding {
             *versus_sweep
-                .entry((newest, sweep.nccl_version))
+                .entry((deciding, sweep.nccl_version))
                 .or_default() += 1;
-            if sweep.nccl_version > newest {
+            if sweep.nccl_version > deciding {
                 // Once per point (older traces may have counted it).
                 if older.is_empty() && comparable(&parts) {
                     notes.read.older_nccl_points += 1;
@@ -135,14 +163,13 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
             continue;
         }
         out.extend(nccl_ran(files, &parts, key, ppn, sweep));
-        let bar = if replaced { bar.swept() } else { bar };
         if let Some((cells, point)) = point_cells(
             files,
             &parts,
             key,
             ppn,
             replaced,
-            newest,
+            deciding,
             sweep,
             bar,
             &mut notes.read,
@@ -161,6 +188,16 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
         ));
     }
     (out, notes)
+}
+
+/// A setting a traced point holds: its evidence, whether the sweep
+/// measured it worth forcing there, and whether jobs measured it (else it
+/// is the sweep's measurement, kept beside the jobs').
+struct Admitted {
+    cfg: Config,
+    e: Evidence,
+    sweep_forces: bool,
+    traced: bool,
 }
 
 /// One communicator's measurements at one shape inside a point.
@@ -182,7 +219,7 @@ fn nccl_ran(
     sweep: &SweepView,
 ) -> Option<Cell> {
     // An NCCL older than the sweep's may choose otherwise than the one the
-    // table is for (`parts` hold the newest NCCL that traced the point).
+    // table is for (`parts` hold the deciding NCCL that traced the point).
     let version = files[parts.first()?.file].nccl_version;
     if sweep.measured_count(key) || (version != 0 && sweep.nccl_version > version) {
         return None;
@@ -279,10 +316,11 @@ fn point_cells(
     if !t_ok(nccl_ln) {
         return None;
     }
-    let sweep_ln = |cfg: &Config| sweep.times.get(&(key, *cfg)).copied();
-    let sweep_default = sweep_ln(&Config::DEFAULT);
-    // Per admitted setting: whether the sweep measured it worth forcing.
-    let mut admitted: Vec<(Config, Evidence, bool)> = Vec::new();
+    let run_sd = sweep.run_sd(key.coll, ppn);
+    // Per admitted setting: its evidence, whether the sweep measured it
+    // worth forcing, and whether the jobs measured it (else the sweep's
+    // measurement, carried onto the jobs' time base).
+    let mut admitted: Vec<Admitted> = Vec::new();
     let mut disagreements = Vec::new();
     let mut any_comparable = false;
     for (cfg, (sides, _)) in &per_cfg {
@@ -292,26 +330,51 @@ fn point_cells(
             .map(|(n, s)| (**n, *s))
             .filter(|(n, s)| n.count > 0 || s.count > 0)
             .collect();
-        let Some(e) = evidence(&pairs, var1) else {
+        // Traces never name candidates: a setting the sweep did not
+        // measure here, or that NCCL cannot run at this shape, is counted
+        // and never forced.
+        if !sweep.names(key, ppn, cfg) {
+            let calls = sides.iter().fold(0u64, |n, s| n.saturating_add(s.count));
+            let e = read.not_candidates.entry(cfg.to_string()).or_default();
+            e.0 = e.0.saturating_add(calls);
+            if e.1.is_empty() {
+                e.1 = files[parts[0].file].path.display().to_string();
+            }
+            continue;
+        }
+        let Some(mut e) = evidence(&pairs, var1, run_sd) else {
             continue;
         };
         let comparable = e.paired > 0 || e.nccl_comms + e.comms >= rule::MIN_COMMS_ACROSS;
         any_comparable |= comparable;
-        let verdict = if t_ok(nccl_ln - e.ln_gain) || !e.ln_gain.is_finite() {
+        let sweep_gain = sweep.gain_at(key, ppn, cfg);
+        // At a point the sweep measured, the jobs change nothing unless
+        // their communicators outweigh the sweep's runs; then both pool.
+        let runs = if replaced {
+            sweep.runs_at(key, ppn, cfg)
+        } else {
+            0.0
+        };
+        let outweighs = !replaced || e.outweighs(runs);
+        let jobs_gain = e.ln_gain;
+        if replaced && outweighs {
+            if let Some((g, sd, r)) = sweep_gain {
+                e = e.pooled(g, sd, r);
+            }
+        }
+        let verdict = if !outweighs {
+            Verdict::TooLittle
+        } else if t_ok(nccl_ln - e.ln_gain) || !e.ln_gain.is_finite() {
             judge(&e, bar)
         } else {
             Verdict::TooLittle
         };
-        let sweep_gain = match (sweep_default, sweep_ln(cfg)) {
-            (Some((d, _)), Some((m, n))) => Some((d - m, n)),
-            _ => None,
-        };
         // The sweep and the jobs disagree where one says the setting is
         // worth forcing and the other not.
-        let disagree = sweep_gain.is_some_and(|(g, _)| {
-            e.ln_gain.is_finite() && (g > bar.ln_margin) != (e.ln_gain > bar.ln_margin)
+        let disagree = sweep_gain.is_some_and(|(g, _, _)| {
+            jobs_gain.is_finite() && (g > bar.ln_margin) != (jobs_gain > bar.ln_margin)
         });
-        let decides = verdict.decides() && e.sd.max(rule::SD_FLOOR) <= crate::fit::MAX_SIGMA;
+        let decides = verdict.decides() && e.sd <= crate::fit::MAX_SIGMA;
         let finding = || Finding {
             collective: key.coll.name(),
             nodes: key.nodes,
@@ -321,8 +384,8 @@ fn point_cells(
             gain: e.ln_gain.exp(),
             evidence: e,
             verdict,
-            sweep_gain: sweep_gain.map(|(g, _)| g.exp()),
-            sweep_runs: sweep_gain.map(|(_, n)| n),
+            sweep_gain: sweep_gain.map(|(g, _, _)| g.exp()),
+            sweep_runs: sweep_gain.map(|(_, _, n)| n.round() as u32),
             decides: if decides {
                 "jobs"
             } else if replaced {
@@ -335,8 +398,13 @@ fn point_cells(
             disagreements.push(finding());
         }
         if decides {
-            let sweep_forces = sweep_gain.is_some_and(|(g, _)| g > bar.ln_margin);
-            admitted.push((*cfg, e, sweep_forces));
+            let sweep_forces = sweep_gain.is_some_and(|(g, _, _)| g > bar.ln_margin);
+            admitted.push(Admitted {
+                cfg: *cfg,
+                e,
+                sweep_forces,
+                traced: true,
+            });
         } else if comparable {
             read.short_of_evidence.push(finding());
         }
@@ -364,8 +432,10 @@ fn point_cells(
     // a setting measured losing no longer stands on a reading, and one
     // nobody tried keeps its reading.
     let speaks = (!sweep.measured_count(key) && !admitted.is_empty())
-        || admitted.iter().any(|(cfg, e, sweep_forces)| {
-            judge(e, bar) == Verdict::Wins || deployed == Deployed::Forced(*cfg) || *sweep_forces
+        || admitted.iter().any(|a| {
+            judge(&a.e, bar) == Verdict::Wins
+                || deployed == Deployed::Forced(a.cfg)
+                || a.sweep_forces
         });
     for mut f in disagreements {
         if f.decides == "jobs" && !speaks {
@@ -376,6 +446,32 @@ fn point_cells(
     if !speaks {
         return None;
     }
+    // Where the jobs take a point the sweep measured, the sweep's other
+    // settings there stay candidates at the sweep's gains: the jobs
+    // replace the measurements they outweigh, not the rest.
+    if replaced {
+        let traced: BTreeSet<Config> = admitted.iter().map(|a| a.cfg).collect();
+        for cfg in sweep.configs.get(&(key.coll, ppn)).into_iter().flatten() {
+            if cfg.is_default() || traced.contains(cfg) || !sweep.names(key, ppn, cfg) {
+                continue;
+            }
+            let Some((g, sd, r)) = sweep.gain_at(key, ppn, cfg) else {
+                continue;
+            };
+            admitted.push(Admitted {
+                cfg: *cfg,
+                e: Evidence {
+                    ln_gain: g,
+                    sd,
+                    units: r,
+                    sweep_runs: r,
+                    ..Evidence::default()
+                },
+                sweep_forces: g > bar.ln_margin,
+                traced: false,
+            });
+        }
+    }
     let first = &files[parts[0].file].path;
     let source = Source {
         file: first.clone(),
@@ -383,7 +479,7 @@ fn point_cells(
     };
     let sd_point = admitted
         .iter()
-        .map(|a| a.1.sd.max(rule::SD_FLOOR))
+        .map(|a| a.e.sd)
         .fold(0.0f64, f64::max)
         .clamp(crate::fit::MIN_SIGMA, crate::fit::MAX_SIGMA);
     let base = TimeBase::Trace { sd_ln: sd_point };
@@ -400,8 +496,8 @@ fn point_cells(
         base,
     }];
     let mut settings = Vec::new();
-    for (cfg, e, _) in &admitted {
-        let sd = e.sd.max(rule::SD_FLOOR);
+    for Admitted { cfg, e, traced, .. } in &admitted {
+        let sd = e.sd.max(crate::fit::MIN_SIGMA);
         // sd_point^2 / n >= sd^2: the decision's noise is never below it.
         let n = ((sd_point / sd).powi(2).floor() as u32).clamp(1, EXACT);
         cells.push(Cell {
@@ -412,13 +508,15 @@ fn point_cells(
             source: source.clone(),
             base,
         });
-        settings.push(TracedGain {
-            config: cfg.to_string(),
-            gain: e.ln_gain.exp(),
-            count: e.calls,
-            evidence: *e,
-            verdict: judge(e, bar),
-        });
+        if *traced {
+            settings.push(TracedGain {
+                config: cfg.to_string(),
+                gain: e.ln_gain.exp(),
+                count: e.calls,
+                evidence: *e,
+                verdict: judge(e, bar),
+            });
+        }
     }
     let nccl_choice = most_run(&nccl_settings).map(|s| s.to_string());
     let point = TracedPoint {
@@ -435,6 +533,13 @@ fn point_cells(
         nccl_choice,
         settings,
         nccl_version: version,
+        communicators: parts.len(),
+        files: parts
+            .iter()
+            .map(|p| files[p.file].path.display().to_string())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect(),
         key,
     };
     Some((cells, point))
@@ -466,6 +571,26 @@ mod tests {
     use crate::ingest::traces::files::Comm;
     use crate::ingest::traces::test_util::{file, rec, RING, TREE};
 
+    /// A sweep that measured NCCL's default and Tree/LL (channels left to
+    /// NCCL) for AllReduce at 8 ranks per node, at no point: the settings
+    /// traces may have forced.
+    fn naming_tree() -> SweepView {
+        let mut v = SweepView::default();
+        v.configs
+            .entry((Coll::AllReduce, 8))
+            .or_default()
+            .extend([Config::DEFAULT, auto(TREE)]);
+        v
+    }
+
+    fn auto((algo, proto): (Algo, Proto)) -> Config {
+        Config {
+            algo: Some(algo),
+            proto: Some(proto),
+            channels: None,
+        }
+    }
+
     #[test]
     fn a_gain_is_read_within_each_file_and_pooled() {
         // Two jobs at one point on different time scales (10x apart): Tree
@@ -486,15 +611,11 @@ mod tests {
             ..a.clone()
         };
         a.path = Arc::new("b.trace".into());
-        let (cells, notes) = cells(&[a, b], &SweepView::default(), Bar::new(0.03, 0.5));
+        let (cells, notes) = cells(&[a, b], &naming_tree(), Bar::new(0.03, 0.5));
         assert_eq!(notes.points.len(), 1);
         assert!((notes.points[0].settings[0].gain - 1.25).abs() < 1e-9);
         let t = |cfg: &Config| cells.iter().find(|c| c.key.config == *cfg).unwrap().time_us;
-        let tree = Config {
-            algo: Some(Algo::Tree),
-            proto: Some(Proto::LL),
-            channels: Some(4),
-        };
+        let tree = auto(TREE);
         assert!((t(&Config::DEFAULT) / t(&tree) - 1.25).abs() < 1e-9);
         assert!(cells
             .iter()
@@ -507,11 +628,6 @@ mod tests {
     /// sweep's, and never at a count the sweep measured.
     #[test]
     fn what_nccl_ran_alone_at_a_skipped_count_is_marked_and_nothing_else() {
-        let auto = |(algo, proto): (Algo, Proto)| Config {
-            algo: Some(algo),
-            proto: Some(proto),
-            channels: None,
-        };
         let mut v = SweepView::default();
         for b in [4096u64, 8192, 16384] {
             v.sizes.entry(Coll::AllReduce).or_default().insert(b);
@@ -575,7 +691,7 @@ mod tests {
             rec(0, 8192, RING, Who::Nccl, u64::MAX, 1000.0),
             rec(0, 8192, TREE, Who::Explore, 10, 800.0),
         ]);
-        let (cells, notes) = cells(&[f], &SweepView::default(), Bar::new(0.03, 0.5));
+        let (cells, notes) = cells(&[f], &naming_tree(), Bar::new(0.03, 0.5));
         assert_eq!(notes.read.collectives, u64::MAX);
         // 4096: an infinite mean is no time; 8192: a plain comparison.
         assert_eq!(notes.points.len(), 1);

@@ -222,9 +222,10 @@ pub struct Provenance {
     /// Trace files of jobs whose table was compiled from another sweep
     /// than this compile's, used under `--foreign-traces`.
     pub other_sweep_used: Vec<String>,
-    /// Trace files that do not say which sweep their table came from (an
-    /// older plugin or table): used.
-    pub sweep_unknown: usize,
+    /// Trace files that do not say which table and sweep they ran (no
+    /// table, an older plugin or table, trace majors 1-2), used under
+    /// `--foreign-traces`; without it they are refused.
+    pub unproven_used: Vec<String>,
 }
 
 /// Checks that `traces` come from the sweep's platform (`label`, `gpu`):
@@ -233,8 +234,11 @@ pub struct Provenance {
 /// the file and `--foreign-traces`, under which it is used and said.
 /// Likewise a trace whose table was compiled from another sweep than
 /// `sweep` (this compile's fingerprint): its jobs ran decisions this sweep
-/// did not make, on a cluster that may have changed since. Traces that do
-/// not say their platform or sweep are used and counted.
+/// did not make, on a cluster that may have changed since. A trace must
+/// carry its table's digest and sweep fingerprint: one that does not (a
+/// job without a table, an older plugin or table, trace majors 1-2) is
+/// refused likewise, and used and listed under `--foreign-traces`. Traces
+/// that do not say their platform are counted.
 pub fn check_provenance(
     traces: &mut Vec<TraceFile>,
     label: Option<&str>,
@@ -267,8 +271,26 @@ pub fn check_provenance(
                 p.other_sweep_used
                     .push(format!("{} (sweep {theirs:016x})", t.path.display()));
             }
-            (None, _) => p.sweep_unknown += 1,
             _ => {}
+        }
+        // The sweep fingerprint is checked where there is one to check it
+        // against (a table from before fingerprints, in `eval`, has none).
+        if (sweep.is_some() && t.sweep.is_none()) || t.table_digest.is_none() {
+            if !foreign_ok {
+                anyhow::bail!(
+                    "{}: a trace that does not say which table and sweep its job ran ({}): its \
+                     settings and who chose them cannot be checked against this sweep. Jobs \
+                     record both when they run a table compiled by this dyncc (`DYNCC_TABLE`); \
+                     leave the trace out, or give --foreign-traces to use it (the report then \
+                     lists it)",
+                    t.path.display(),
+                    match (t.table_digest, t.sweep) {
+                        (None, _) => "no table digest: the job ran without a table, or an older plugin wrote it",
+                        _ => "no sweep fingerprint: its table came from an older dyncc",
+                    }
+                );
+            }
+            p.unproven_used.push(t.path.display().to_string());
         }
         if !known(t) {
             p.platform_unknown += 1;

@@ -48,7 +48,8 @@ pub use files::{
 pub use notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
 pub use points::{PointKey, SweepView};
 pub use shapes::{
-    add_facts, classify, classify_comms, AtShape, Facts, Other, Readings, Shape, ShapeFacts,
+    add_facts, classify, classify_comms, AtShape, Facts, Other, Overridden, Readings, Shape,
+    ShapeFacts,
 };
 
 /// Records and files the submodules' tests build their traces from.

@@ -41,6 +41,10 @@ pub struct TracedPoint {
     pub settings: Vec<TracedGain>,
     /// NCCL version the measurements come from.
     pub nccl_version: u32,
+    /// The communicators behind the point, and the trace files that hold
+    /// them: what moved the table, for a reviewer to see before shipping.
+    pub communicators: usize,
+    pub files: Vec<String>,
     #[serde(skip)]
     pub key: PointKey,
 }
@@ -144,6 +148,19 @@ pub struct TraceCounts {
     pub uneven: BTreeMap<String, (usize, String)>,
     /// Where the traces came from, against the sweep's platform.
     pub provenance: Provenance,
+    /// Calls the plugin forced that NCCL ran otherwise ("answered X, ran
+    /// Y"), per reason: how many, and the files of the jobs where NCCL
+    /// overrode the tuner (each named once). Evidence for neither side.
+    pub overridden: BTreeMap<&'static str, (u64, std::collections::BTreeSet<String>)>,
+    /// Settings jobs ran that traces may not have forced (the sweep never
+    /// measured them for the collective at those ranks per node, or NCCL
+    /// cannot run them there), per setting: calls, and a file that holds
+    /// some. Counted, never forced: traces never name candidates.
+    pub not_candidates: BTreeMap<String, (u64, String)>,
+    /// Trace files of an NCCL newer than the sweep's, per version: how
+    /// many, and one of them. Named, not preferred: a version decides only
+    /// with the communicators any trace needs.
+    pub newer_than_sweep: BTreeMap<String, (usize, String)>,
     /// Settings measured whose evidence fell short of the rule (too few
     /// calls or communicators, or within the noise): they decide nothing.
     pub short_of_evidence: Vec<Finding>,

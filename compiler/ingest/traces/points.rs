@@ -50,6 +50,12 @@ pub struct SweepView {
     /// The sweep's ln(time) and repeats per (point, configuration): what a
     /// trace's gain is set against where both measured a point.
     pub times: BTreeMap<(PointKey, Config), (f64, u32)>,
+    /// One run's sd of ln(time) per (collective, ranks per node), from the
+    /// sweep's repeats (the median over its cells that ran more than once):
+    /// the least spread between traced communicators ([`super::rule`]).
+    pub run_sd: BTreeMap<(Coll, u32), f64>,
+    /// The same over the whole sweep, where some cell ran more than once.
+    pub overall_run_sd: Option<f64>,
 }
 
 impl SweepView {
@@ -58,6 +64,7 @@ impl SweepView {
             nccl_version,
             ..Default::default()
         };
+        let mut repeats: BTreeMap<(Coll, u32), Vec<f64>> = BTreeMap::new();
         for c in cells {
             let k = &c.key;
             let Some(coll) = k.collective.tunable() else {
@@ -81,8 +88,77 @@ impl SweepView {
             if c.time_us.is_finite() && c.time_us > 0.0 {
                 v.times.insert((p, k.config), (c.time_us.ln(), c.n));
             }
+            if c.n >= 2 && c.spread.is_finite() {
+                repeats
+                    .entry((coll, k.nranks / k.nnodes))
+                    .or_default()
+                    .push(crate::fit::repeat_variance(
+                        (1.0 + c.spread.max(0.0)).ln(),
+                        c.n,
+                    ));
+            }
         }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mut all: Vec<f64> = repeats.values().flatten().copied().collect();
+        let overall = (!all.is_empty()).then(|| median(&mut all).sqrt());
+        for (k, mut vars) in repeats {
+            v.run_sd.insert(k, median(&mut vars).sqrt());
+        }
+        v.overall_run_sd = overall;
         v
+    }
+
+    /// One sweep run's sd of ln(time) for `coll` at `ppn` ranks per node:
+    /// from the sweep's repeats there, else over the whole sweep, else
+    /// [`super::rule::RUN_SD_DEFAULT`]; never below the fit's floor.
+    pub fn run_sd(&self, coll: Coll, ppn: u32) -> f64 {
+        self.run_sd
+            .get(&(coll, ppn))
+            .copied()
+            .or(self.overall_run_sd)
+            .unwrap_or(super::evidence::rule::RUN_SD_DEFAULT)
+            .max(super::evidence::rule::RUN_SD_FLOOR)
+    }
+
+    /// Whether traces may have `cfg` forced at `key`: a setting the sweep
+    /// measured for the collective at these ranks per node, that NCCL can
+    /// run at this shape. Traces never name candidates.
+    pub fn names(&self, key: PointKey, ppn: u32, cfg: &Config) -> bool {
+        let measured = self
+            .configs
+            .get(&(key.coll, ppn))
+            .is_some_and(|c| c.contains(cfg));
+        let runs = match (cfg.algo, cfg.proto) {
+            (Some(a), Some(p)) => dyncc_tables::Machine::new(key.nodes, ppn).runs(key.coll, a, p),
+            _ => cfg.is_default(),
+        };
+        measured && runs
+    }
+
+    /// The sweep's gain of `cfg` over NCCL's default at `key` (ln), its sd
+    /// and the runs it weighs (2 / (1/n_default + 1/n_cfg)), where the sweep
+    /// measured both there.
+    pub fn gain_at(&self, key: PointKey, ppn: u32, cfg: &Config) -> Option<(f64, f64, f64)> {
+        let (d, nd) = *self.times.get(&(key, Config::DEFAULT))?;
+        let (m, nm) = *self.times.get(&(key, *cfg))?;
+        let inv = 1.0 / f64::from(nd.max(1)) + 1.0 / f64::from(nm.max(1));
+        Some((d - m, self.run_sd(key.coll, ppn) * inv.sqrt(), 2.0 / inv))
+    }
+
+    /// The sweep runs the jobs must outweigh to change `cfg` at `key`: its
+    /// runs against the default where it measured both, else the default's
+    /// (a setting the sweep left out there still stands against what it
+    /// measured), else one.
+    pub fn runs_at(&self, key: PointKey, ppn: u32, cfg: &Config) -> f64 {
+        if let Some((_, _, r)) = self.gain_at(key, ppn, cfg) {
+            return r;
+        }
+        self.times
+            .get(&(key, Config::DEFAULT))
+            .map_or(1.0, |(_, n)| f64::from((*n).max(1)))
     }
 
     /// Whether the sweep measured `key`'s collective at its node count and

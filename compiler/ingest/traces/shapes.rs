@@ -42,6 +42,38 @@ pub struct AtShape {
     /// Collectives no tuner answer could be linked to, or whose setting's
     /// origin cannot be told (not used).
     pub unknown: u64,
+    /// Collectives the plugin forced that NCCL ran otherwise ("answered X,
+    /// ran Y"), per reason ([`Overridden`]): evidence for neither side.
+    pub overridden: [u64; Overridden::COUNT],
+}
+
+/// Why a forced call ran otherwise, as the plugin recorded it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Overridden {
+    /// Another algorithm or protocol ran (the job's NCCL_ALGO/NCCL_PROTO,
+    /// a per-call selection, a path the tuner cannot choose).
+    Setting = 0,
+    /// Another channel count ran (a channel cap).
+    Channels = 1,
+}
+
+impl Overridden {
+    pub const COUNT: usize = 2;
+    pub const ALL: [Overridden; Overridden::COUNT] = [Overridden::Setting, Overridden::Channels];
+
+    /// The reason in words, for the report.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Overridden::Setting => {
+                "NCCL ran another algorithm or protocol than the plugin forced (the job sets \
+                 NCCL_ALGO or NCCL_PROTO, or NCCL ran a path the tuner cannot choose)"
+            }
+            Overridden::Channels => {
+                "NCCL ran fewer or other channels than the plugin forced (a channel cap such as \
+                 NCCL_MAX_NCHANNELS)"
+            }
+        }
+    }
 }
 
 /// The setting run most often (ties: the first in order, so every reading
@@ -72,6 +104,9 @@ impl AtShape {
             e.by_table = e.by_table.saturating_add(x.by_table);
         }
         self.unknown = self.unknown.saturating_add(o.unknown);
+        for (a, b) in self.overridden.iter_mut().zip(o.overridden) {
+            *a = a.saturating_add(b);
+        }
     }
 }
 
@@ -110,7 +145,7 @@ pub fn add_facts(facts: &mut Facts, file: &TraceFile, keep: &dyn Fn(usize) -> bo
             Who::Nccl | Who::ExploreNccl => {
                 f.nccl.insert(r.setting);
             }
-            Who::Table | Who::Explore | Who::Unknown => {}
+            Who::Table | Who::Explore | Who::Unknown | Who::RanOther | Who::RanOtherChannels => {}
         }
     }
 }
@@ -136,6 +171,18 @@ pub fn classify_comms(
         let is_nccl = match r.source {
             Who::Unknown => {
                 at.unknown = at.unknown.saturating_add(r.count);
+                continue;
+            }
+            // The plugin's answer was not what ran: neither NCCL's choice
+            // nor the setting it forced.
+            Who::RanOther | Who::RanOtherChannels => {
+                let why = if r.source == Who::RanOther {
+                    Overridden::Setting
+                } else {
+                    Overridden::Channels
+                };
+                let n = &mut at.overridden[why as usize];
+                *n = n.saturating_add(r.count);
                 continue;
             }
             // Exploration left the choice to NCCL: NCCL's own choice ran.

@@ -277,7 +277,8 @@ impl Journal {
             Source::Nccl => 0,
             Source::Table => 1,
             Source::Explore | Source::ExploreNccl => 2,
-            Source::Unknown => return,
+            // NCCL overrode the answer: evidence for neither side.
+            Source::Unknown | Source::RanOther | Source::RanOtherChannels => return,
         };
         let Some(row) = self.recorded.get(coll) else {
             return;
