@@ -50,6 +50,9 @@ pub struct CompileOptions {
     pub lenient: bool,
     /// Threads to fit on; 0: every available core (`--jobs`).
     pub jobs: usize,
+    /// The exploration share F the table carries (`--explore`; `None`:
+    /// [`crate::audit::explore::DEFAULT_SHARE`]), checked.
+    pub explore: Option<f64>,
     /// Show the fitting's progress on stderr (where it is a terminal and
     /// the fitting takes over a second).
     pub progress: bool,
@@ -270,6 +273,15 @@ pub fn compile_cells(
         ("noise_z", format!("{}", opts.decide.z)),
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
         ("node_reach", format!("{}", opts.decide.node_reach)),
+        // The plugin explores at this share alone (`DYNCC_EXPLORE` only
+        // switches it on), so every rank holding the table explores alike.
+        (
+            dyncc_tables::META_EXPLORE,
+            format!(
+                "{}",
+                opts.explore.unwrap_or(crate::audit::explore::DEFAULT_SHARE)
+            ),
+        ),
     ];
     // Read by the plugin and `verify`/`explain`; absent when unknown.
     if let Some(v) = &platform.nccl_version {

@@ -92,10 +92,10 @@ pub struct QueryArgs {
     /// `#` comments), one JSON object per line.
     #[arg(long, conflicts_with_all = ["coll", "bytes", "nodes", "ranks"])]
     pub batch: Option<PathBuf>,
-    /// The share F (DYNCC_EXPLORE) the chances of trying the plan's
-    /// candidates are worked out for.
-    #[arg(long, value_name = "F", default_value_t = DEFAULT_SHARE)]
-    pub explore: f64,
+    /// The share F the chances of trying the plan's candidates are worked
+    /// out for (default: the table's own, which the plugin explores at).
+    #[arg(long, value_name = "F")]
+    pub explore: Option<f64>,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -698,9 +698,9 @@ fn warn_skipped(s: &crate::ingest::Skip) {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
-    let share = explore::check_share(a.explore)?;
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
+    let share = explore::check_share(a.explore.unwrap_or_else(|| explore::table_share(&table)))?;
     // Jobs' trace files are read apart, against the sweep, as compile
     // reads them.
     let mut sweeps = a.data.clone();
