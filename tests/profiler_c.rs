@@ -38,11 +38,14 @@ fn standin_table_unconfirmed() -> Vec<u8> {
     standin_table_gain(Basis::Interpolated, 1.05)
 }
 
-/// Communicator ids (`STANDIN_COMM_ID`) whose communicator explores the
-/// stand-in table (`explores` true) or draws nothing (false), `n` of them,
-/// read off the init line of a short run.
+/// Communicator ids (`STANDIN_COMM_ID`) whose communicator explores both
+/// of the stand-in table's unconfirmed sizes it calls (4 KiB and 64 KiB;
+/// `explores` true) or neither (false), `n` of them, read off which calls
+/// ran NCCL's choice in a run without tracing.
 fn exploring_ids(s: &Standin, explores: bool, n: usize) -> Vec<String> {
-    let args = ["6", "10", "finalize"];
+    let args = ["6", "400", "finalize"];
+    let small =
+        |l: &&str| l.starts_with("fed AllReduce 4096 ") || l.starts_with("fed AllReduce 65536 ");
     let ids: Vec<String> = (1..64u64)
         .map(|i| format!("{:#x}", 0x5EED_0000u64 + i))
         .filter(|id| {
@@ -50,7 +53,14 @@ fn exploring_ids(s: &Standin, explores: bool, n: usize) -> Vec<String> {
             cmd.env("STANDIN_COMM_ID", id).env("DYNCC_EXPLORE", "1");
             let out = stdout_of(&cmd.output().unwrap(), &args);
             assert!(out.contains("exploration 0.1: "), "{out}");
-            out.contains("this communicator explores 0 of") != explores
+            let fed: Vec<&str> = out.lines().filter(small).collect();
+            let by_nccl = fed.iter().filter(|l| l.contains(" nccl ")).count();
+            assert!(!fed.is_empty(), "{out}");
+            if explores {
+                by_nccl == fed.len()
+            } else {
+                by_nccl == 0
+            }
         })
         .take(n)
         .collect();

@@ -262,9 +262,10 @@ fn tree_path(
 /// Answers one call. The decision comes from the plugin's own path
 /// (`specialise` + `decide`); the provenance from `lookup`, which the
 /// table crate guarantees agrees (checked here anyway). Exploration
-/// chances are for `DYNCC_EXPLORE=0.02`.
+/// chances are for the table's share (the default where it is not one).
 pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
-    answer_with(table, call, &mut TreeAudits::default(), DEFAULT_SHARE)
+    let share = explore::check_share(explore::table_share(table)).unwrap_or(DEFAULT_SHARE);
+    answer_with(table, call, &mut TreeAudits::default(), share)
 }
 
 /// [`answer`], reusing `audits` across calls, with exploration chances

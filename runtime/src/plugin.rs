@@ -195,6 +195,28 @@ pub unsafe fn init_with(
     }
 }
 
+/// [`init_with`] as tuner v5 and later call it, with NCCL's communicator
+/// id (`commHash`): the id exploration is drawn from and the profiler
+/// links records by, without which nothing explores.
+///
+/// # Safety
+/// `ctx_out` must be NULL or valid for a pointer write.
+pub unsafe fn init_with_comm_id(
+    cfg: &Config,
+    ctx_out: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+) -> ncclResult_t {
+    let facts = CommFacts {
+        comm_id: Some(comm_id),
+        nvl: None,
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { init_guarded(cfg, ctx_out, n_ranks, n_nodes, Logger(log), facts) }
+}
+
 /// Catches panics in init: a panic fails the communicator's init (an error
 /// NCCL reports) rather than aborting the process.
 unsafe fn init_guarded(
