@@ -9,7 +9,7 @@
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
 //! point runs inside `crate::guard::ffi_guard` anyway.
 //!
-//! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets some communicators run
+//! `DYNCC_EXPLORE=1`, at the table's share (see [`crate::explore`]), lets some communicators run
 //! another setting where the table could not confirm its answer, drawn at
 //! init from what every rank sees alike, so every rank makes the same
 //! choice on every call; unset, `getCollInfo` runs the same code as
