@@ -884,6 +884,29 @@ mod tests {
         );
     }
 
+    /// The table carries the exploration share the plugin explores at
+    /// (`--explore`, default 0.02), so the digest covers it.
+    #[test]
+    fn the_table_carries_the_exploration_share() {
+        let share = |explore: Option<f64>| {
+            let opts = CompileOptions {
+                explore,
+                ..Default::default()
+            };
+            let c = compile_cells(sweep(), &Platform::default(), &opts, "").unwrap();
+            let t = Table::from_bytes(&c.bytes).unwrap();
+            (
+                t.meta(dyncc_tables::META_EXPLORE).map(str::to_string),
+                t.digest(),
+            )
+        };
+        let (default, d0) = share(None);
+        let (five, d5) = share(Some(0.05));
+        assert_eq!(default.as_deref(), Some("0.02"));
+        assert_eq!(five.as_deref(), Some("0.05"));
+        assert_ne!(d0, d5);
+    }
+
     #[test]
     fn table_and_in_memory_decisions_agree_at_every_grid_point() {
         for extrapolate in [false, true] {
