@@ -21,7 +21,8 @@
 //! sds; NCCL's own choice at the force's predicted gain, since a force
 //! chosen for its reading errs on the optimistic side), floored at
 //! [`MIN_COST`]; the plugin tries it with
-//! probability `min(1, F / bound)`, so the expected extra time per cell is
+//! probability `min(1/2, F / bound)` (half the communicators at least keep
+//! the answer, the baseline a gain is read against), so the expected extra time per cell is
 //! at most F. A setting whose bound passes [`MAX_COST`] is not listed.
 //!
 //! Traces retire and confirm: a setting measured at a count is no longer

@@ -50,6 +50,9 @@ pub struct CompileOptions {
     pub lenient: bool,
     /// Threads to fit on; 0: every available core (`--jobs`).
     pub jobs: usize,
+    /// The exploration share F the table carries (`--explore`; `None`:
+    /// [`crate::audit::explore::DEFAULT_SHARE`]), checked.
+    pub explore: Option<f64>,
     /// Show the fitting's progress on stderr (where it is a terminal and
     /// the fitting takes over a second).
     pub progress: bool,
@@ -270,6 +273,15 @@ pub fn compile_cells(
         ("noise_z", format!("{}", opts.decide.z)),
         ("extrapolate", format!("{}", opts.decide.extrapolate)),
         ("node_reach", format!("{}", opts.decide.node_reach)),
+        // The plugin explores at this share alone (`DYNCC_EXPLORE` only
+        // switches it on), so every rank holding the table explores alike.
+        (
+            dyncc_tables::META_EXPLORE,
+            format!(
+                "{}",
+                opts.explore.unwrap_or(crate::audit::explore::DEFAULT_SHARE)
+            ),
+        ),
     ];
     // Read by the plugin and `verify`/`explain`; absent when unknown.
     if let Some(v) = &platform.nccl_version {
@@ -870,6 +882,29 @@ mod tests {
             e.contains("two call states") && e.contains("--setup"),
             "{e}"
         );
+    }
+
+    /// The table carries the exploration share the plugin explores at
+    /// (`--explore`, default 0.02), so the digest covers it.
+    #[test]
+    fn the_table_carries_the_exploration_share() {
+        let share = |explore: Option<f64>| {
+            let opts = CompileOptions {
+                explore,
+                ..Default::default()
+            };
+            let c = compile_cells(sweep(), &Platform::default(), &opts, "").unwrap();
+            let t = Table::from_bytes(&c.bytes).unwrap();
+            (
+                t.meta(dyncc_tables::META_EXPLORE).map(str::to_string),
+                t.digest(),
+            )
+        };
+        let (default, d0) = share(None);
+        let (five, d5) = share(Some(0.05));
+        assert_eq!(default.as_deref(), Some("0.02"));
+        assert_eq!(five.as_deref(), Some("0.05"));
+        assert_ne!(d0, d5);
     }
 
     #[test]

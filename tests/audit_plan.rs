@@ -106,7 +106,7 @@ fn query_shows_the_cell_serving_the_call_and_each_candidates_chance() {
     let [text, js] = <[String; 2]>::try_from(query(&t, "4MiB", 3, &[])).unwrap();
     assert!(
         text.contains(
-            "explore at DYNCC_EXPLORE=0.02: plan cell of context #0 (nodes 2-7, 64 KiB .. <16 MiB)"
+            "explore at share 0.02: plan cell of context #0 (nodes 2-7, 64 KiB .. <16 MiB)"
         ),
         "{text}"
     );
@@ -158,10 +158,10 @@ fn query_shows_the_cell_serving_the_call_and_each_candidates_chance() {
 
     // --explore F: the chances at another share.
     let [text, js] = <[String; 2]>::try_from(query(&t, "4MiB", 3, &["--explore", "0.1"])).unwrap();
-    assert!(text.contains("DYNCC_EXPLORE=0.1:"), "{text}");
+    assert!(text.contains("explore at share 0.1:"), "{text}");
     let j: serde_json::Value = serde_json::from_str(&js).unwrap();
     let c = &j["explore"]["candidates"];
-    assert!(close(&c[0]["chance"], 2.0 / 3.0 * 0.4) && close(&c[1]["chance"], 1.0 / 3.0 * 0.8));
+    assert!(close(&c[0]["chance"], 2.0 / 3.0 * 0.4) && close(&c[1]["chance"], 1.0 / 3.0 * 0.5));
 
     // 1 MiB on 12 nodes: the nodes-8 cell serves 8-16.
     let [text, _] = <[String; 2]>::try_from(query(&t, "1MiB", 12, &[])).unwrap();

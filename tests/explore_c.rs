@@ -59,14 +59,17 @@ fn spec(coll: Coll, nodes: (u32, u32)) -> ContextSpec {
 /// the loss bound, default above). AllGather measured only at 4 nodes.
 /// ReduceScatter measured only at 4 nodes with registered buffers (gated
 /// to `regBuff != 0`).
-fn explore_table() -> Vec<u8> {
-    explore_table_with(&[])
+/// The table carries the exploration share `share` (`explore_share`,
+/// what `dyncc compile --explore` writes).
+fn explore_table(share: &str) -> Vec<u8> {
+    explore_table_with(share, &[])
 }
 
 /// [`explore_table`] with an exploration plan (format 1.1).
-fn explore_table_with(plan: &[dyncc_tables::PlanCandidate]) -> Vec<u8> {
+fn explore_table_with(share: &str, plan: &[dyncc_tables::PlanCandidate]) -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "explore-standin");
+    b.meta(dyncc_tables::META_EXPLORE, share);
     b.context(
         spec(Coll::AllReduce, (4, 4)),
         &[
@@ -145,8 +148,8 @@ struct Stand {
 }
 
 impl Stand {
-    fn new() -> Stand {
-        Stand::with_table(explore_table())
+    fn new(share: &str) -> Stand {
+        Stand::with_table(explore_table(share))
     }
 
     fn with_table(bytes: Vec<u8>) -> Stand {
@@ -179,6 +182,19 @@ impl Stand {
         comm_id: u64,
         scenario: &str,
     ) -> Run {
+        self.run_with(nodes, calls, explore, comm_id, scenario, &[])
+    }
+
+    /// [`Stand::run_as`] with more environment variables (`EXPLORE_TUNER`).
+    fn run_with(
+        &self,
+        nodes: u64,
+        calls: u32,
+        explore: Option<&str>,
+        comm_id: u64,
+        scenario: &str,
+        env: &[(&str, &str)],
+    ) -> Run {
         let mut cmd = Command::new(&self.exe);
         cmd.args([
             nodes.to_string(),
@@ -195,6 +211,8 @@ impl Stand {
         if let Some(f) = explore {
             cmd.env("DYNCC_EXPLORE", f);
         }
+        cmd.env_remove("EXPLORE_TUNER");
+        cmd.envs(env.iter().copied());
         let out = cmd.output().unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
@@ -297,7 +315,7 @@ const COMM_ID: u64 = 0xE491_0E00_1122_3344;
 /// the table could not confirm its answer.
 #[test]
 fn two_ranks_explore_identically_per_communicator() {
-    let s = Stand::new();
+    let s = Stand::new("0.05");
     let mut drawn: BTreeMap<(u32, u64), u32> = BTreeMap::new();
     let ids = 24u64;
     for id in 0..ids {
@@ -350,7 +368,7 @@ fn two_ranks_explore_identically_per_communicator() {
 /// differently on the two ranks in every one of these.)
 #[test]
 fn ranks_with_different_call_sequences_never_disagree() {
-    let s = Stand::new();
+    let s = Stand::new("0.1");
     for scenario in ["extra-one", "extra-per-size", "late", "state"] {
         let mut explored = 0;
         for id in 0..8u64 {
@@ -384,20 +402,23 @@ fn ranks_with_different_call_sequences_never_disagree_on_a_planned_table() {
         cost_bound,
     };
     let mib = size_bucket(1 << 20);
-    let s = Stand::with_table(explore_table_with(&[
-        // Where the table leaves NCCL alone: two settings to try.
-        at(mib, 0, force(Algo::Tree, Proto::Simple, 0), 0.1),
-        at(mib, 1, force(Algo::Ring, Proto::LL128, 4), 0.3),
-        // Where it forces Tree/LL unconfirmed: NCCL's own choice, and a
-        // setting tried over the force (the plan may list one there).
-        at(size_bucket(1024), 0, Decision::Default, 0.1),
-        at(
-            size_bucket(1024),
-            1,
-            force(Algo::Ring, Proto::Simple, 0),
-            0.1,
-        ),
-    ]));
+    let s = Stand::with_table(explore_table_with(
+        "0.1",
+        &[
+            // Where the table leaves NCCL alone: two settings to try.
+            at(mib, 0, force(Algo::Tree, Proto::Simple, 0), 0.1),
+            at(mib, 1, force(Algo::Ring, Proto::LL128, 4), 0.3),
+            // Where it forces Tree/LL unconfirmed: NCCL's own choice, and a
+            // setting tried over the force (the plan may list one there).
+            at(size_bucket(1024), 0, Decision::Default, 0.1),
+            at(
+                size_bucket(1024),
+                1,
+                force(Algo::Ring, Proto::Simple, 0),
+                0.1,
+            ),
+        ],
+    ));
     for scenario in ["extra-one", "extra-per-size", "late", "state"] {
         let mut explored = 0;
         for id in 0..8u64 {
@@ -421,7 +442,7 @@ fn ranks_with_different_call_sequences_never_disagree_on_a_planned_table() {
 /// exploration off and on.
 #[test]
 fn ranks_registered_differently_never_disagree_on_a_reg_buff_gated_table() {
-    let s = Stand::new();
+    let s = Stand::new("0.1");
     for explore in [None, Some("0.1")] {
         let r = s.run_as(4, 2520, explore, COMM_ID, "regbuff");
         assert_eq!(r.disagreements, 0, "{explore:?}:\n{}", r.stdout);
@@ -452,7 +473,7 @@ fn ranks_registered_differently_never_disagree_on_a_reg_buff_gated_table() {
 /// At 4 nodes every decision is measured: nothing explores.
 #[test]
 fn a_measured_confirmed_decision_never_explores() {
-    let s = Stand::new();
+    let s = Stand::new("0.1");
     let r = s.run(4, 4200, Some("0.1"));
     assert_eq!(r.disagreements, 0);
     assert_eq!(r.total_explored(), 0, "{:?}", r.shapes);
@@ -463,63 +484,219 @@ fn a_measured_confirmed_decision_never_explores() {
     );
 }
 
-/// A share out of range is one WARN for the process (two ranks init), and
-/// nothing explores; unset, nothing explores and the init line is as
-/// before.
+/// `DYNCC_EXPLORE` is a switch: `0`, `off` (and unset) explore nothing and
+/// say nothing; any other value, a number out of range or not a number
+/// included, explores at the table's share exactly as `1` does, and the
+/// init line says the share is the table's. (Out-of-range values were
+/// refused with a WARN, so the rank given one ran the table's answers while
+/// ranks given a good value explored: they disagreed.)
 #[test]
-fn explore_out_of_range_warns_once_and_explores_nothing() {
-    let s = Stand::new();
-    for bad in ["0.5", "0", "-1", "lots"] {
-        let r = s.run(6, 2100, Some(bad));
-        let w = r.warns();
-        assert_eq!(w.len(), 1, "{bad}: {}", r.stdout);
-        assert!(
-            w[0].contains(&format!("DYNCC_EXPLORE={bad}")) && w[0].contains("exploration is off"),
-            "{}",
-            w[0]
-        );
-        assert_eq!(r.total_explored(), 0, "{bad}: {:?}", r.shapes);
+fn explore_values_only_switch_exploration_on() {
+    let s = Stand::new("0.1");
+    for off in ["0", "off", "0.0"] {
+        let r = s.run(6, 2100, Some(off));
+        assert!(r.warns().is_empty(), "{off}: {}", r.stdout);
+        assert!(!r.stdout.contains("exploration"), "{off}: {}", r.stdout);
+        assert_eq!(r.total_explored(), 0, "{off}: {:?}", r.shapes);
     }
     let r = s.run(6, 2100, None);
     assert!(r.warns().is_empty());
     assert!(!r.stdout.contains("exploration"), "{}", r.stdout);
     assert_eq!(r.total_explored(), 0, "{:?}", r.shapes);
     assert_eq!(r.unavailable_written, 0);
+    let on = s.run(6, 2100, Some("1"));
+    assert!(on.total_explored() > 0, "{}", on.stdout);
+    for v in ["0.5", "-1", "lots", "1e-12", "0.1"] {
+        let r = s.run(6, 2100, Some(v));
+        assert!(r.warns().is_empty(), "{v}: {}", r.stdout);
+        assert_eq!(r.shapes, on.shapes, "{v}");
+        assert!(r.stdout.contains("exploration 0.1: "), "{v}: {}", r.stdout);
+        assert_eq!(
+            r.stdout.contains(&format!(
+                "DYNCC_EXPLORE={v} switches exploration on at the table's share 0.1"
+            )),
+            v != "0.1",
+            "{v}: {}",
+            r.stdout
+        );
+    }
 }
 
-/// A share too small for the draw to ever pick a cell is refused with a
-/// WARN that says so (it was taken and printed as "at most 0 of the
-/// calls", exploring nothing).
+/// A table whose share is too small for the draw ever to pick a cell (or
+/// not a share) explores nothing, on every rank holding it, and the init
+/// line says why and how to fix it.
 #[test]
-fn explore_too_small_to_explore_is_refused_with_a_warn() {
-    let s = Stand::new();
-    let r = s.run(6, 700, Some("1e-10"));
-    let w = r.warns();
-    assert_eq!(w.len(), 1, "{}", r.stdout);
-    assert!(
-        w[0].contains("DYNCC_EXPLORE=1e-10 is too small to explore anything")
-            && w[0].contains("exploration is off"),
-        "{}",
-        w[0]
-    );
-    assert!(
-        !r.stdout.contains("this communicator explores"),
-        "{}",
+fn a_table_share_that_cannot_explore_explores_nothing() {
+    for bad in ["1e-10", "0.5", "lots"] {
+        let s = Stand::with_table(explore_table(bad));
+        let r = s.run(6, 700, Some("1"));
+        assert!(
+            r.stdout.contains(&format!(
+                "exploration off: the table's explore_share={bad} is not a share"
+            )) && r.stdout.contains("dyncc compile --explore F"),
+            "{}",
+            r.stdout
+        );
+        assert!(
+            !r.stdout.contains("this communicator explores"),
+            "{}",
+            r.stdout
+        );
+        assert_eq!(r.total_explored(), 0, "{:?}", r.shapes);
+        assert_eq!(r.disagreements, 0);
+    }
+}
+
+/// Per communicator, the calls of rank 0 in one process and of rank 0 in
+/// another whose `DYNCC_EXPLORE` differs: how many differ.
+fn split_calls(a: &Run, b: &Run) -> usize {
+    let calls = |r: &Run| -> Vec<String> {
         r.stdout
+            .lines()
+            .filter(|l| l.starts_with("call "))
+            .map(str::to_string)
+            .collect()
+    };
+    let (a, b) = (calls(a), calls(b));
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(&b).filter(|(x, y)| x != y).count()
+}
+
+/// Issue 42: two processes holding ranks of one communicator (the same
+/// commHash, the same table) with different `DYNCC_EXPLORE` values, as a
+/// job whose environment differs per node has: 0.1 and 0.02 chose
+/// differently on 4,041 of 9,000 calls, 0.1 and a value refused with a WARN
+/// (0.2, "abc", 1e-12) on 5,783. The share is the table's, so they now
+/// choose alike on every call, while exploring.
+#[test]
+fn ranks_given_different_explore_values_choose_alike() {
+    let s = Stand::with_table(explore_table_with(
+        "0.05",
+        &[plan_at(
+            size_bucket(1 << 20),
+            0,
+            force(Algo::Tree, Proto::Simple, 0),
+            0.1,
+        )],
+    ));
+    for other in ["0.02", "abc", "1e-12", "0.2"] {
+        let (mut split, mut explored) = (0, 0);
+        for id in 0..6u64 {
+            let comm = COMM_ID ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let a = s.run_as(6, 1500, Some("0.1"), comm, "extra-one");
+            let b = s.run_as(6, 1500, Some(other), comm, "same");
+            assert_eq!(a.disagreements + b.disagreements, 0);
+            split += split_calls(&a, &b);
+            explored += a.total_explored();
+        }
+        assert_eq!(split, 0, "0.1 vs {other}: {split} calls chose differently");
+        assert!(explored > 0, "0.1 vs {other}: nothing explored");
+    }
+}
+
+/// A plan candidate of the table's AllReduce context over 5-7 nodes, at 6
+/// nodes.
+fn plan_at(
+    bucket: u8,
+    rank: u8,
+    decision: Decision,
+    cost_bound: f32,
+) -> dyncc_tables::PlanCandidate {
+    dyncc_tables::PlanCandidate {
+        context: 1,
+        nodes: 6,
+        bucket,
+        last_bucket: bucket,
+        rank,
+        decision,
+        gain: 0.1,
+        spread: 0.05,
+        cost_bound,
+    }
+}
+
+/// Issue 42: at F = 0.1 a cell whose cost bound is at most F was explored
+/// by every communicator, so no job ran the table's answer there and no
+/// gain could be read. Over 40 communicators, every shape that some
+/// explore is run with the table's answer by others, at most about half
+/// explore it, and the cheap cells (a derived NCCL's-choice probe at cost
+/// 0.1, a planned setting at 0.05) are explored by some.
+#[test]
+fn every_explored_cell_keeps_a_baseline() {
+    let s = Stand::with_table(explore_table_with(
+        "0.1",
+        &[plan_at(
+            size_bucket(1 << 20),
+            0,
+            force(Algo::Tree, Proto::Simple, 0),
+            0.05,
+        )],
+    ));
+    let n = 40u32;
+    let mut explored: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    let mut seen: BTreeMap<(u32, u64), u32> = BTreeMap::new();
+    for id in 0..u64::from(n) {
+        let comm = COMM_ID ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let r = s.run_as(6, 84, Some("1"), comm, "same");
+        assert_eq!(r.disagreements, 0);
+        for (&shape, sh) in &r.shapes {
+            *seen.entry(shape).or_default() += 1;
+            *explored.entry(shape).or_default() += u32::from(sh.explored > 0);
+        }
+    }
+    for (shape, &e) in &explored {
+        assert_eq!(seen[shape], n);
+        // Half at most, within 4 standard deviations over 40.
+        assert!(
+            e < n,
+            "{shape:?}: every communicator explored, none ran the table's answer"
+        );
+        assert!(e <= 32, "{shape:?}: {e} of {n} explored");
+    }
+    for shape in [(AR as u32, 6), (AR as u32, 1024), (AR as u32, 1 << 20)] {
+        assert!(explored[&shape] >= 8, "{shape:?}: {explored:?}");
+    }
+}
+
+/// Issue 42: NCCL 2.27 (tuner v4, profiler v4) passes the tuner no
+/// communicator id, so the profiler cannot link a record to the tuner's
+/// answer: 390 of 510 calls explored and every record was "unknown". Now
+/// a tuner without the id never explores (decided by the interface NCCL
+/// loaded, alike on every rank), and the init line says why; the same
+/// table through v6 explores.
+#[test]
+fn no_exploration_where_records_cannot_be_linked() {
+    let s = Stand::new("0.1");
+    let v4 = s.run_with(
+        6,
+        2100,
+        Some("1"),
+        COMM_ID,
+        "same",
+        &[("EXPLORE_TUNER", "v4")],
     );
-    assert_eq!(r.total_explored(), 0, "{:?}", r.shapes);
+    assert_eq!(v4.total_explored(), 0, "{:?}", v4.shapes);
+    assert_eq!(v4.disagreements, 0);
+    assert!(
+        v4.stdout
+            .contains("exploration off: this NCCL's tuner interface (v3/v4"),
+        "{}",
+        v4.stdout
+    );
+    let v6 = s.run(6, 2100, Some("1"));
+    assert!(v6.total_explored() > 0, "{}", v6.stdout);
 }
 
 /// `dyncc query` says, per candidate of the plan cell serving a call, the
-/// chance a communicator tries it (rank weight x min(1, F / cost bound)).
-/// Over 300 communicators (commHashes) of the golden 1.1 table at F = 0.1
-/// the plugin tries each about that often (within 4 standard deviations
-/// of a binomial share). At 3 nodes: at 64 MiB, where the table leaves
-/// NCCL alone, ring/simple 2/3 and tree/simple 1/3 x 0.8; at 1 MiB, where
-/// it forces ring/ll128, NCCL's choice 2/3 x 0.4, and tree/ll128 1/3 x 0.8,
-/// which the stand-in's NCCL marks unavailable, so the plugin writes
-/// nothing and NCCL's choice runs there too. At 8 nodes, 1 MiB: NCCL's
-/// choice 2/3 x 0.8, ring/ll 1/3 x 0.2.
+/// chance a communicator tries it (rank weight x min(1/2, F / cost
+/// bound)), F the table's share (the golden 1.1 table carries none: the
+/// default 0.02, which query and the plugin both use; the job's
+/// `DYNCC_EXPLORE=0.1` only switches exploration on). Over 300
+/// communicators (commHashes) the plugin tries each about that often
+/// (within 4 standard deviations of a binomial share). At 3 nodes, 1 MiB,
+/// where the table forces ring/ll128, tree/ll128 is a candidate that the
+/// stand-in's NCCL marks unavailable, so the plugin writes nothing and
+/// NCCL's choice runs there too.
 #[test]
 fn query_chances_are_what_the_plugin_draws() {
     let golden = crate::support::cli::root().join("tables/golden/allreduce_plan_v1.1.tbl");
@@ -538,8 +715,6 @@ fn query_chances_are_what_the_plugin_draws() {
             &nodes.to_string(),
             "--ranks",
             &(nodes * 8).to_string(),
-            "--explore",
-            "0.1",
             "--json",
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -625,4 +800,90 @@ fn query_chances_are_what_the_plugin_draws() {
         n,
         "no plan cell at 8 nodes, 64 MiB: {seen:?}"
     );
+}
+
+/// README's nightly recipe, run as written: publish a table under its
+/// content's name and move the link onto it.
+fn publish(table: &[u8], shared: &std::path::Path) {
+    let next = shared.join("cluster-next.tbl");
+    std::fs::write(&next, table).unwrap();
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "set -e; cd \"$1\"; d=$(sha256sum cluster-next.tbl | cut -c1-16); \
+             cp cluster-next.tbl cluster-$d.tbl; \
+             ln -sfn cluster-$d.tbl cluster.tbl.new && mv -T cluster.tbl.new cluster.tbl",
+        )
+        .arg("sh")
+        .arg(shared)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+/// The job script's `readlink -f /shared/cluster.tbl`.
+fn resolve(shared: &std::path::Path) -> String {
+    let o = Command::new("readlink")
+        .arg("-f")
+        .arg(shared.join("cluster.tbl"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    String::from_utf8(o.stdout).unwrap().trim().to_string()
+}
+
+/// Issue 42: README's nightly recipe moved the new table over the path
+/// jobs load (`mv cluster-next.tbl /shared/cluster.tbl`), so a process
+/// starting after it got the new table while one that started before kept
+/// the old: the ranks of one job chose differently. Now a table is
+/// published under a new name and a link moved onto it, and the job
+/// resolves the link once: two processes (ranks of one communicator)
+/// whose inits a publication falls between choose alike on every call.
+/// A process resolving the link itself, or the old `mv`, does not: the
+/// two tables really answer differently.
+#[test]
+fn a_table_published_while_a_job_starts_reaches_no_rank_of_it() {
+    let s = Stand::new("0.1");
+    let old = explore_table("0.1");
+    let mut b = TableBuilder::new();
+    b.context(
+        spec(Coll::AllReduce, (4, 4)),
+        &[rule(
+            u64::MAX,
+            force(Algo::Ring, Proto::LL, 2),
+            Basis::Measured,
+            1.2,
+        )],
+    )
+    .unwrap();
+    let new = b.build().unwrap();
+    let shared = tempfile::tempdir().unwrap();
+    publish(&old, shared.path());
+    // The job script, once, before its ranks start.
+    let job_table = resolve(shared.path());
+    let with = |table: &str| {
+        let r = s.run_with(4, 420, None, COMM_ID, "same", &[("DYNCC_TABLE", table)]);
+        assert_eq!(r.disagreements, 0);
+        r
+    };
+    let first = with(&job_table);
+    publish(&new, shared.path());
+    let second = with(&job_table);
+    assert_eq!(split_calls(&first, &second), 0, "{}", second.stdout);
+    assert!(job_table.contains("cluster-"), "{job_table}");
+    // Resolved again (the next job), or the path loaded directly after the
+    // old recipe's `mv`: the new table, other answers.
+    let next_job = with(&resolve(shared.path()));
+    assert_ne!(resolve(shared.path()), job_table);
+    let split = split_calls(&first, &next_job);
+    assert!(
+        split > 0,
+        "the two tables answer alike: the test shows nothing"
+    );
+    let direct = shared.path().join("direct.tbl");
+    std::fs::write(&direct, &old).unwrap();
+    let before = with(direct.to_str().unwrap());
+    std::fs::rename(shared.path().join("cluster-next.tbl"), &direct).unwrap();
+    let after = with(direct.to_str().unwrap());
+    assert_eq!(split_calls(&before, &after), split);
 }

@@ -31,15 +31,47 @@ fn standin_table_on(basis: Basis) -> Vec<u8> {
 }
 
 /// The stand-in table with its forced rule unconfirmed and predicted to
-/// gain 5 %: a probe's cost bound at the floor (`MIN_COST`), so at
-/// `DYNCC_EXPLORE=0.1` every communicator explores it.
+/// gain 5 %: a probe's cost bound at the floor (`MIN_COST`), so at the
+/// table's share 0.1 half the communicators explore it (the most any cell
+/// gets: the others keep the baseline); [`exploring_ids`] finds which.
 fn standin_table_unconfirmed() -> Vec<u8> {
     standin_table_gain(Basis::Interpolated, 1.05)
+}
+
+/// Communicator ids (`STANDIN_COMM_ID`) whose communicator explores both
+/// of the stand-in table's unconfirmed sizes it calls (4 KiB and 64 KiB;
+/// `explores` true) or neither (false), `n` of them, read off which calls
+/// ran NCCL's choice in a run without tracing.
+fn exploring_ids(s: &Standin, explores: bool, n: usize) -> Vec<String> {
+    let args = ["6", "400", "finalize"];
+    let small =
+        |l: &&str| l.starts_with("fed AllReduce 4096 ") || l.starts_with("fed AllReduce 65536 ");
+    let ids: Vec<String> = (1..64u64)
+        .map(|i| format!("{:#x}", 0x5EED_0000u64 + i))
+        .filter(|id| {
+            let mut cmd = s.command(&[], &args, None);
+            cmd.env("STANDIN_COMM_ID", id).env("DYNCC_EXPLORE", "1");
+            let out = stdout_of(&cmd.output().unwrap(), &args);
+            assert!(out.contains("exploration 0.1: "), "{out}");
+            let fed: Vec<&str> = out.lines().filter(small).collect();
+            let by_nccl = fed.iter().filter(|l| l.contains(" nccl ")).count();
+            assert!(!fed.is_empty(), "{out}");
+            if explores {
+                by_nccl == fed.len()
+            } else {
+                by_nccl == 0
+            }
+        })
+        .take(n)
+        .collect();
+    assert_eq!(ids.len(), n, "explores {explores}");
+    ids
 }
 
 fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "standin");
+    b.meta(dyncc_tables::META_EXPLORE, "0.1");
     // As `dyncc compile` records it: the trace header carries it.
     b.meta(dyncc_tables::META_SWEEP, "5eed0f5eed5aba5e");
     let spec = ContextSpec {
@@ -570,15 +602,17 @@ fn a_forked_child_does_not_write_its_parents_trace() {
 }
 
 /// With `DYNCC_EXPLORE` and an interpolated forced rule the communicator
-/// drew (every communicator does at this share and cost bound), every call
-/// there runs NCCL's own choice, and the trace says exploration chose
-/// them: as many as the stand-in saw run without the table's cell.
+/// drew (half do at this share and cost bound), every call there runs
+/// NCCL's own choice, and the trace says exploration chose them: as many
+/// as the stand-in saw run without the table's cell.
 #[test]
 fn the_trace_records_explored_calls_as_explore() {
     let s = Standin::with_table(standin_table_unconfirmed());
     let args = ["6", "400", "finalize"];
+    let id = exploring_ids(&s, true, 1).remove(0);
     let out = s
         .command(&[], &args, Some(&s.traces))
+        .env("STANDIN_COMM_ID", &id)
         .env("DYNCC_EXPLORE", "0.1")
         .output()
         .unwrap();
@@ -1065,11 +1099,12 @@ fn eval_traces_scores_a_forced_setting_against_nccls_choice_from_four_jobs() {
     let args = ["6", "400", "finalize"];
     // Two jobs run the table's setting, two explore NCCL's choice: pairing
     // across communicators needs three at least (the evidence rule).
+    let (on, off) = (exploring_ids(&s, true, 2), exploring_ids(&s, false, 1));
     for (id, explore) in [
-        ("0x5EED0001", None),
-        ("0x5EED0003", None),
-        ("0x5EED0002", Some("0.1")),
-        ("0x5EED0004", Some("0.1")),
+        ("0x5EED0101", None),
+        (off[0].as_str(), Some("1")),
+        (on[0].as_str(), Some("0.1")),
+        (on[1].as_str(), Some("0.1")),
     ] {
         let mut cmd = s.command(&[], &args, Some(&s.traces));
         cmd.env("STANDIN_COMM_ID", id);
@@ -1277,7 +1312,8 @@ fn run_phases(s: &Standin, abi: &str, calls: usize, explore: bool) -> String {
     let mut cmd = s.command(&[], &args, Some(&s.traces));
     cmd.env("STANDIN_PHASES", "1").env_remove("DYNCC_TRACE_ALL");
     if explore {
-        cmd.env("DYNCC_EXPLORE", "0.1");
+        let id = exploring_ids(s, true, 1).remove(0);
+        cmd.env("DYNCC_EXPLORE", "0.1").env("STANDIN_COMM_ID", id);
     }
     let out = cmd.output().unwrap();
     stdout_of(&out, &args)

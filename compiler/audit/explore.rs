@@ -7,12 +7,12 @@
 //! The chance follows the runtime's rule (runtime/src/explore.rs, "The
 //! table's plan"): per cell a communicator picks one candidate, rank r of
 //! n with weight `n - r` (so `(n - r) / (n(n+1)/2)`), and tries it with
-//! `p = min(1, F / cost_bound)`, F being `DYNCC_EXPLORE`; a picked
+//! `p = min(1/2, F / cost_bound)`, F being the table's share; a picked
 //! candidate runs only where it changes the call (NCCL's choice where the
 //! table forces a setting, a setting wherever it differs from the table's
 //! answer, in the context's `numPipeOps` state). The pick is the tables
 //! crate's (`plan_pick_share`, which the plugin's draw also reads); the
-//! compiler does not link the runtime, so `min(1, F / cost)` and the
+//! compiler does not link the runtime, so `min(1/2, F / cost)` and the
 //! share's limits are written here again, and a test through the built
 //! plugin pins them (`explore_c::query_chances_are_what_the_plugin_draws`).
 
@@ -25,8 +25,9 @@ use serde::Serialize;
 use crate::audit::names::{algo_name, channels, proto_name};
 use crate::audit::text::{fmt_decision, fmt_sizes, fmt_span};
 
-/// The share the chances are worked out for when none is given: the
-/// `DYNCC_EXPLORE=0.02` of the README's and runtime/README.md's examples.
+/// The share `dyncc compile` writes into a table when `--explore` is not
+/// given, and the plugin uses for a table carrying none (runtime
+/// `DEFAULT_SHARE`).
 pub const DEFAULT_SHARE: f64 = 0.02;
 
 /// The largest share the plugin accepts (runtime `MAX_SHARE`).
@@ -35,11 +36,20 @@ pub const MAX_SHARE: f64 = 0.1;
 /// The smallest (runtime `Share::MIN`, `2^-32`: one step of a cell's draw).
 pub const MIN_SHARE: f64 = 1.0 / 4_294_967_296.0;
 
-/// Checks a share F as the plugin checks `DYNCC_EXPLORE`.
+/// The share `table` carries (`explore_share`), [`DEFAULT_SHARE`] where it
+/// carries none, as the plugin reads it; a value that is not a number is
+/// NaN, which [`check_share`] refuses.
+pub fn table_share(table: &Table) -> f64 {
+    table
+        .meta(dyncc_tables::META_EXPLORE)
+        .map_or(DEFAULT_SHARE, |v| v.trim().parse().unwrap_or(f64::NAN))
+}
+
+/// Checks a share F as the plugin checks the table's `explore_share`.
 pub fn check_share(f: f64) -> anyhow::Result<f64> {
     if !(f.is_finite() && (MIN_SHARE..=MAX_SHARE).contains(&f)) {
         bail!(
-            "--explore {f}: expected the share DYNCC_EXPLORE takes, between 2^-32 and {MAX_SHARE}, \
+            "--explore {f}: expected an exploration share between 2^-32 and {MAX_SHARE}, \
              e.g. {DEFAULT_SHARE}"
         );
     }
@@ -272,9 +282,10 @@ pub fn pick_chance(rank: usize, n: usize) -> f64 {
 }
 
 /// The chance a picked candidate of cost bound `cost` is drawn at share
-/// `share` (runtime `Share::chance`: `min(1, F / cost)`).
+/// `share` (runtime `Share::chance`: `min(MAX_EXPLORE_CHANCE, F / cost)`,
+/// so half the communicators at most leave the table's answer).
 pub fn try_chance(share: f64, cost: f32) -> f64 {
-    (share / cost as f64).min(1.0)
+    (share / cost as f64).min(dyncc_tables::MAX_EXPLORE_CHANCE)
 }
 
 /// One candidate of the cell serving a call, with its chances.
@@ -284,7 +295,7 @@ pub struct CallCandidate {
     pub candidate: CandidateJson,
     /// Share of communicators that pick it at this cell.
     pub pick: f64,
-    /// Chance a communicator that picked it tries it: `min(1, F / cost)`.
+    /// Chance a communicator that picked it tries it: `min(1/2, F / cost)`.
     pub draw: f64,
     /// Chance a communicator runs it on this call: `pick x draw`, 0 where
     /// it would not change the call.
@@ -294,7 +305,7 @@ pub struct CallCandidate {
     pub never: Option<String>,
 }
 
-/// What a job with `DYNCC_EXPLORE=share` may try on one call.
+/// What a job exploring at `share` may try on one call.
 #[derive(Clone, Debug, Serialize)]
 pub struct CallPlan {
     /// The share F the chances are for.
@@ -415,7 +426,7 @@ pub fn for_call(table: &Table, call: &PlanCall, decided: Decision, share: f64) -
     }
     out.note = format!(
         "plan cell of context #{} (nodes {}, {}): a communicator picks one candidate by rank and tries it \
-         with p = min(1, F / cost bound)",
+         with p = min(1/2, F / cost bound)",
         json.context,
         fmt_span(json.nodes.0, json.nodes.1),
         cell_sizes(&json)
@@ -437,7 +448,7 @@ pub fn call_plan_text(p: &CallPlan) -> String {
         let _ = write!(s, "explore: {}", p.note);
         return s;
     };
-    let _ = writeln!(s, "explore at DYNCC_EXPLORE={}: {}", p.share, p.note);
+    let _ = writeln!(s, "explore at share {}: {}", p.share, p.note);
     let w = p
         .candidates
         .iter()
@@ -494,7 +505,7 @@ mod tests {
         );
         assert_eq!(pick_chance(3, 4), 0.1);
         assert_eq!(try_chance(0.02, 0.25), 0.08);
-        assert_eq!(try_chance(0.1, 0.05), 1.0);
+        assert_eq!(try_chance(0.1, 0.05), 0.5);
         assert!(check_share(0.02).is_ok());
         assert!(check_share(0.2).is_err());
         assert!(check_share(0.0).is_err());

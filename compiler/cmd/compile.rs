@@ -65,6 +65,11 @@ pub struct CompileArgs {
     pub foreign_traces: bool,
     #[command(flatten)]
     pub ingest: ingest::args::IngestArgs,
+    /// The exploration share F the table carries: jobs run with
+    /// `DYNCC_EXPLORE=1` explore at F (between 2^-32 and 0.1), whatever
+    /// value each rank's environment holds.
+    #[arg(long, value_name = "F", default_value_t = crate::audit::explore::DEFAULT_SHARE)]
+    pub explore: f64,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -143,6 +148,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         lenient: a.ingest.lenient,
         jobs: a.run.jobs()?,
         progress: !a.json && !a.ingest.quiet,
+        explore: Some(crate::audit::explore::check_share(a.explore)?),
     };
     let mut c = compile_dataset(ds, &opts)?;
     // The trees' agreement as `explain` measures it, on the table written

@@ -137,6 +137,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             // One bar of folds done (`cross_validate`); folds compile
             // side by side, so their own fitting bars stay hidden.
             progress: !a.json && !a.ingest.quiet,
+            explore: None,
         };
         let ds = a.ingest.read_sweep(&a.paths, !a.json && !a.ingest.quiet)?;
         let mut out = Vec::new();

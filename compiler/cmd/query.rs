@@ -92,10 +92,10 @@ pub struct QueryArgs {
     /// `#` comments), one JSON object per line.
     #[arg(long, conflicts_with_all = ["coll", "bytes", "nodes", "ranks"])]
     pub batch: Option<PathBuf>,
-    /// The share F (DYNCC_EXPLORE) the chances of trying the plan's
-    /// candidates are worked out for.
-    #[arg(long, value_name = "F", default_value_t = DEFAULT_SHARE)]
-    pub explore: f64,
+    /// The share F the chances of trying the plan's candidates are worked
+    /// out for (default: the table's own, which the plugin explores at).
+    #[arg(long, value_name = "F")]
+    pub explore: Option<f64>,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
@@ -262,9 +262,10 @@ fn tree_path(
 /// Answers one call. The decision comes from the plugin's own path
 /// (`specialise` + `decide`); the provenance from `lookup`, which the
 /// table crate guarantees agrees (checked here anyway). Exploration
-/// chances are for `DYNCC_EXPLORE=0.02`.
+/// chances are for the table's share (the default where it is not one).
 pub fn answer(table: &Table, call: &Call) -> anyhow::Result<Answer> {
-    answer_with(table, call, &mut TreeAudits::default(), DEFAULT_SHARE)
+    let share = explore::check_share(explore::table_share(table)).unwrap_or(DEFAULT_SHARE);
+    answer_with(table, call, &mut TreeAudits::default(), share)
 }
 
 /// [`answer`], reusing `audits` across calls, with exploration chances
@@ -698,9 +699,9 @@ fn warn_skipped(s: &crate::ingest::Skip) {
 }
 
 pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
-    let share = explore::check_share(a.explore)?;
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
+    let share = explore::check_share(a.explore.unwrap_or_else(|| explore::table_share(&table)))?;
     // Jobs' trace files are read apart, against the sweep, as compile
     // reads them.
     let mut sweeps = a.data.clone();

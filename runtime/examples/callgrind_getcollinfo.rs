@@ -5,14 +5,14 @@
 //! Usage: `callgrind_getcollinfo N repeated|random`. With `DYNCC_TRACE`
 //! set (a directory), the communicator records each answer for the
 //! profiler, as it does in a traced job. With `DYNCC_EXPLORE` set (a
-//! share), the table's decisions are made interpolated, so every forced
+//! share, which the table is made to carry: the plugin explores at the
+//! table's), the table's decisions are made interpolated, so every forced
 //! call is one exploration may take: the exploring path's worst case.
 
 use std::hint::black_box;
 
-use dyncc_runtime::explore::Share;
 use dyncc_runtime::ncclTunerPlugin_v6;
-use dyncc_runtime::plugin::{init_with, Config};
+use dyncc_runtime::plugin::{init_with_comm_id, Config};
 use dyncc_tables::{Basis, Rule, Table, TableBuilder};
 
 #[path = "../../tests/c/harness_table.rs"]
@@ -63,8 +63,13 @@ fn main() {
             explore: explore_share(),
             ..Config::default()
         };
+        // With a communicator id, as tuner v5 and later init: without one
+        // nothing explores.
         // SAFETY: writable context pointer.
-        assert_eq!(unsafe { init_with(&cfg, &mut ctx, 8, 1, None) }, 0);
+        assert_eq!(
+            unsafe { init_with_comm_id(&cfg, &mut ctx, 7, 8, 1, None) },
+            0
+        );
     }
     std::fs::remove_dir_all(&dir).unwrap();
 
@@ -112,12 +117,10 @@ fn table_bytes() -> Vec<u8> {
     }
 }
 
-/// `DYNCC_EXPLORE`'s share, if set.
+/// `DYNCC_EXPLORE`, if set: the switch (the share is the table's).
 #[inline(never)]
-fn explore_share() -> Option<Share> {
-    std::env::var("DYNCC_EXPLORE")
-        .ok()
-        .and_then(|v| Share::parse(&v).ok())
+fn explore_share() -> Option<String> {
+    std::env::var("DYNCC_EXPLORE").ok()
 }
 
 /// `bytes`'s contexts with every rule interpolated (nothing confirmed).
@@ -126,6 +129,9 @@ fn unconfirmed(bytes: &[u8]) -> Vec<u8> {
     let mut b = TableBuilder::new();
     for (k, v) in t.meta_entries() {
         b.meta(k, v);
+    }
+    if let Some(f) = explore_share() {
+        b.meta(dyncc_tables::META_EXPLORE, &f);
     }
     for c in t.contexts() {
         let rules: Vec<Rule> = c

@@ -1,7 +1,12 @@
-//! Exploration (`DYNCC_EXPLORE=F`): where the table could not confirm its
+//! Exploration (`DYNCC_EXPLORE=1`): where the table could not confirm its
 //! answer at this communicator's node count, some communicators run
 //! another setting at that (collective, size bucket) cell, so traces
 //! measure it where jobs really run.
+//!
+//! The share F is the table's ([`Share::of_table`]; `DYNCC_EXPLORE` only
+//! switches exploration on), so ranks whose environments differ draw
+//! alike; a tuner without NCCL's communicator id (v3/v4) does not explore
+//! at all (plugin.rs: no trace record could be linked to the probe).
 //!
 //! # What may be tried (the candidates)
 //!
@@ -33,7 +38,7 @@
 //! what they have not tried), the plan
 //! replaces the derived candidates above: the cell's hash picks one
 //! candidate rank-weighted (rank r of n with weight n - r, bits 32..64)
-//! and its low 32 bits draw it with `p = min(1, F / cost)`, so the
+//! and its low 32 bits draw it with `p = min(MAX_CHANCE, F / cost)`, so the
 //! expected extra time per cell is `sum_i P(pick i) p_i c_i <= F`. Cells
 //! the plan does not list, and every cell of a table without a plan (any
 //! 1.0 table), explore as derived above. [`Explorer::probe`] applies a
@@ -46,7 +51,8 @@
 //! Per communicator, fixed at init: a 64-bit key (see [`key`]), and per
 //! cell a hash of (key, collective, bucket). The cell is explored by this
 //! communicator iff the hash's low 32 bits fall below `p x 2^32` with
-//! `p = min(1, F / c)`, `c` the candidate's cost bound; of two candidates,
+//! `p = min(MAX_CHANCE, F / c)` (at most half: the rest keep the table's
+//! answer, the baseline a gain is read against), `c` the candidate's cost bound; of two candidates,
 //! one hash bit picks which. An explored cell runs its probe on *every*
 //! call of this communicator at that cell (still skipping a setting NCCL
 //! marked unavailable, -1.0 cost, and only in the call state the setting
@@ -82,8 +88,6 @@
 //! context). `numPipeOps` is the group's collective count per channel,
 //! the same on every rank, and gates as the table does.
 
-use core::sync::atomic::{AtomicBool, Ordering};
-
 use dyncc_tables::{
     pipe_ops_allowed, Basis, Coll, Decision, RegBuff, Setting, Specialised, Table, MAX_CHANNELS,
     MAX_PLAN_CANDIDATES, NUM_BUCKETS, NUM_COLLS,
@@ -91,6 +95,16 @@ use dyncc_tables::{
 
 /// The largest share F exploration may take.
 pub const MAX_SHARE: f64 = 0.1;
+
+/// The share a table carries when it does not say (one compiled before
+/// `dyncc compile --explore`): the compiler's default.
+pub const DEFAULT_SHARE: f64 = 0.02;
+
+/// The largest share of communicators that explore one cell, however
+/// large `F / cost`: the rest run the table's answer there, so every
+/// round's traces hold both sides of each explored cell and can read a
+/// gain (at `p = 1` none ran the answer and nothing could be learned).
+pub const MAX_CHANCE: f64 = dyncc_tables::MAX_EXPLORE_CHANCE;
 
 /// The smallest cost bound assumed for a probe of NCCL's choice: the
 /// rule's gain is a prediction the table could not confirm, so a gain
@@ -114,14 +128,15 @@ pub const NEIGHBOUR_FACTOR: u64 = 8;
 /// `2^32`: the resolution of a cell's draw (its hash's low 32 bits).
 const DRAW: f64 = 4_294_967_296.0;
 
-/// `DYNCC_EXPLORE`: the share F.
+/// The exploration share F: the table's (`explore_share` metadata),
+/// never the environment's, so every rank holding one table draws alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Share {
     /// F's bits (`f64::to_bits`), so the type stays `Eq`.
     bits: u64,
 }
 
-/// Why a `DYNCC_EXPLORE` value is refused.
+/// Why a share is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BadShare {
     /// Not a number, or not in `(0, MAX_SHARE]`.
@@ -137,8 +152,7 @@ impl Share {
     /// `2^-27`: never, for any fleet of jobs.
     pub const MIN: f64 = 1.0 / DRAW;
 
-    /// Parses `DYNCC_EXPLORE`: a number with `Share::MIN <= F <=
-    /// MAX_SHARE`.
+    /// Parses a share: a number with `Share::MIN <= F <= MAX_SHARE`.
     pub fn parse(v: &str) -> Result<Share, BadShare> {
         let f: f64 = v.trim().parse().map_err(|_| BadShare::OutOfRange)?;
         if !(f > 0.0 && f <= MAX_SHARE) {
@@ -150,15 +164,28 @@ impl Share {
         Ok(Share { bits: f.to_bits() })
     }
 
+    /// The share `table` carries ([`dyncc_tables::META_EXPLORE`]), or
+    /// [`DEFAULT_SHARE`] where it carries none: a function of the table
+    /// alone, so the same on every rank that holds it. A value that is not
+    /// a share is refused (then nothing explores, on every such rank).
+    pub fn of_table(table: &Table<'_>) -> Result<Share, BadShare> {
+        match table.meta(dyncc_tables::META_EXPLORE) {
+            None => Ok(Share {
+                bits: DEFAULT_SHARE.to_bits(),
+            }),
+            Some(v) => Share::parse(v),
+        }
+    }
+
     /// F as a fraction.
     pub fn fraction(self) -> f64 {
         f64::from_bits(self.bits)
     }
 
     /// The chance a communicator explores a cell whose probe costs at
-    /// most `cost` (relative): `min(1, F / cost)`.
+    /// most `cost` (relative): `min(MAX_CHANCE, F / cost)`.
     pub fn chance(self, cost: f64) -> f64 {
-        (self.fraction() / cost).min(1.0)
+        (self.fraction() / cost).min(MAX_CHANCE)
     }
 }
 
@@ -168,11 +195,16 @@ impl core::fmt::Display for Share {
     }
 }
 
-static WARNED: AtomicBool = AtomicBool::new(false);
-
-/// True the first time in this process (the bad-value WARN is said once).
-pub(crate) fn first_warning() -> bool {
-    !WARNED.swap(true, Ordering::Relaxed)
+/// Whether a `DYNCC_EXPLORE` value switches exploration on: every value
+/// but `0` (any zero number), `off`, `false` and `no`. A number is not
+/// the share (the table's is): ranks given different numbers explore
+/// alike.
+pub fn switched_on(v: &str) -> bool {
+    let v = v.trim();
+    !(v.parse::<f64>().is_ok_and(|f| f == 0.0)
+        || ["off", "false", "no"]
+            .iter()
+            .any(|w| v.eq_ignore_ascii_case(w)))
 }
 
 /// The communicator's exploration key: the table's digest mixed with
@@ -540,7 +572,7 @@ impl Explorer {
                 let pl = plan.planned.as_ref().map_or(NO_PLANNED, |p| p[c][b]);
                 if !pl.is_empty() {
                     // The table's plan: one rank-weighted candidate per
-                    // communicator, tried with p = min(1, F / its cost).
+                    // communicator, tried with p = min(1/2, F / its cost).
                     let h = draw(key, c, b);
                     let i = pl.pick(h);
                     let kind = if pl.probes[i] == Probe::Nccl {
@@ -648,21 +680,51 @@ mod tests {
         );
     }
 
-    /// Unset or empty: off, silently; in range: on; else off with the
-    /// value kept for the WARN.
+    /// Unset, empty or an off word: off; any other value on, whatever
+    /// number it is (the share is the table's).
     #[test]
-    fn config_reads_dyncc_explore() {
+    fn config_reads_dyncc_explore_as_a_switch() {
         let cfg = |v: Option<&str>| {
-            let c = crate::plugin::Config::from_vars(|k| {
-                v.filter(|_| k == "DYNCC_EXPLORE").map(Into::into)
-            });
-            (c.explore, c.bad_explore)
+            crate::plugin::Config::from_vars(|k| v.filter(|_| k == "DYNCC_EXPLORE").map(Into::into))
+                .explore
         };
-        assert_eq!(cfg(None), (None, None));
-        assert_eq!(cfg(Some("")), (None, None));
-        assert_eq!(cfg(Some("0.02")), (Share::parse("0.02").ok(), None));
-        assert_eq!(cfg(Some("0.2")), (None, Some("0.2".to_string())));
-        assert_eq!(cfg(Some("1e-10")), (None, Some("1e-10".to_string())));
+        for off in [
+            None,
+            Some(""),
+            Some(" "),
+            Some("0"),
+            Some("0.0"),
+            Some("off"),
+            Some("No"),
+        ] {
+            assert_eq!(cfg(off), None, "{off:?}");
+        }
+        for on in ["1", "on", "0.02", "0.2", "1e-12", "abc", "-1"] {
+            assert_eq!(cfg(Some(on)).as_deref(), Some(on));
+        }
+    }
+
+    /// The share is the table's `explore_share`, the default where it has
+    /// none, and refused (nothing explores) where it is not a share.
+    #[test]
+    fn the_share_is_the_tables() {
+        let with = |v: Option<&str>| {
+            let mut b = TableBuilder::new();
+            if let Some(v) = v {
+                b.meta(dyncc_tables::META_EXPLORE, v);
+            }
+            ctx(
+                (4, 4),
+                &[rule(255, Decision::Default, Basis::Measured, 1.0)],
+                &mut b,
+            );
+            b.build().unwrap()
+        };
+        let of = |v| Share::of_table(&Table::from_bytes(&with(v)).unwrap()).map(Share::fraction);
+        assert_eq!(of(None), Ok(DEFAULT_SHARE));
+        assert_eq!(of(Some("0.05")), Ok(0.05));
+        assert_eq!(of(Some("0.2")), Err(BadShare::OutOfRange));
+        assert_eq!(of(Some("1e-12")), Err(BadShare::TooSmall));
     }
 
     fn force(algo: Algo, proto: Proto) -> Decision {
@@ -828,7 +890,7 @@ mod tests {
 
     /// A table with a 1.1 exploration plan at 6 nodes: there the plan's
     /// ranked candidates replace the derived ones, each communicator picks
-    /// one rank-weighted and tries it with `p = min(1, F / its cost)`, so
+    /// one rank-weighted and tries it with `p = min(1/2, F / its cost)`, so
     /// the expected extra time per cell stays <= F; at 5 nodes (no plan
     /// cell) the derived candidates stay; a table without a plan has none.
     #[test]
@@ -892,8 +954,12 @@ mod tests {
         let share_of = |k: u64| k as f64 / n as f64;
         // p = 0.05 / 0.1 at bucket 5.
         assert!((share_of(nccl5) - 0.5).abs() < 0.02, "{nccl5}");
-        // Rank 0 picked 2/3 of the time, p = 1; rank 1 1/3, p = 0.1.
-        assert!((share_of(first) - 2.0 / 3.0).abs() < 0.02, "{first}");
+        // Rank 0 picked 2/3 of the time, p = min(MAX_CHANCE, 1); rank 1
+        // 1/3, p = 0.1.
+        assert!(
+            (share_of(first) - 2.0 / 3.0 * MAX_CHANCE).abs() < 0.02,
+            "{first}"
+        );
         assert!((share_of(second) - 1.0 / 30.0).abs() < 0.01, "{second}");
         assert_eq!(other, 0);
         let cost = share_of(first) * 0.05 + share_of(second) * 0.5;
@@ -924,8 +990,13 @@ mod tests {
         }]);
         let bytes = b.build().unwrap();
         let p = plan(&bytes, 6);
-        let (_, e) = Explorer::draw(&p, share("0.1"), mix(7));
-        let e = e.expect("p = 1: every communicator explores");
+        let e = (0..)
+            .find_map(|k| {
+                Explorer::draw(&p, share("0.1"), mix(k))
+                    .1
+                    .filter(|e| e.plan(Coll::AllReduce, 20) != Probe::None)
+            })
+            .expect("p = 1/2: half the communicators explore");
         assert_eq!(e.plan(Coll::AllReduce, 20), Probe::Setting(simple));
         assert_eq!(
             e.probe(Coll::AllReduce as u32, 20, 1, ll),
@@ -936,7 +1007,7 @@ mod tests {
     }
 
     /// Over many communicators (keys), the share drawing a cell is
-    /// `min(1, F / cost)`; of two candidates each is drawn about half the
+    /// `min(1/2, F / cost)`; of two candidates each is drawn about half the
     /// time; and the expected extra time per cell, `P(drawn) x cost`, is
     /// at most F at every cell.
     #[test]
@@ -985,11 +1056,18 @@ mod tests {
                 assert_eq!(first, drawn);
             }
         }
-        // F at or above a cell's cost: every communicator explores it.
-        for k in 0..100 {
-            let (_, e) = Explorer::draw(&one_ctx, share("0.1"), mix(k));
-            assert_eq!(e.unwrap().plan(Coll::AllReduce, 5), Probe::Nccl);
-        }
+        // F at or above a cell's cost: half the communicators explore it
+        // and half run the table's answer (the baseline a gain is read
+        // against); every communicator explored it before.
+        let drawn = (0..n)
+            .filter(|&k| {
+                Explorer::draw(&one_ctx, share("0.1"), mix(k))
+                    .1
+                    .is_some_and(|e| e.plan(Coll::AllReduce, 5) == Probe::Nccl)
+            })
+            .count() as f64
+            / n as f64;
+        assert!((drawn - MAX_CHANCE).abs() < 0.02, "{drawn}");
     }
 
     /// The same key draws the same cells (every rank of a communicator
@@ -1047,11 +1125,16 @@ mod tests {
             &mut b,
         );
         let p = plan(&b.build().unwrap(), 6);
-        // At F = 0.1 the forced cell (cost bound 0.05) is always drawn, the
-        // default one (0.25) with chance 0.4: a key drawing both.
+        // At F = 0.1 the forced cell (cost bound 0.05) is drawn with chance
+        // 1/2, the default one (0.25) 0.4: a key drawing both.
         let e = (0..)
             .map(|k| Explorer::draw(&p, share("0.1"), mix(k)).1)
-            .find_map(|e| e.filter(|e| e.plan(Coll::AllReduce, 40) != Probe::None))
+            .find_map(|e| {
+                e.filter(|e| {
+                    e.plan(Coll::AllReduce, 40) != Probe::None
+                        && e.plan(Coll::AllReduce, 5) != Probe::None
+                })
+            })
             .unwrap();
         let ar = Coll::AllReduce as u32;
         assert_eq!(e.plan(Coll::AllReduce, 5), Probe::Nccl);

@@ -9,7 +9,7 @@
 //! 64 channels, and never allocates, locks, logs or panics. Every entry
 //! point runs inside `crate::guard::ffi_guard` anyway.
 //!
-//! `DYNCC_EXPLORE=F` (see [`crate::explore`]) lets some communicators run
+//! `DYNCC_EXPLORE=1`, at the table's share (see [`crate::explore`]), lets some communicators run
 //! another setting where the table could not confirm its answer, drawn at
 //! init from what every rank sees alike, so every rank makes the same
 //! choice on every call; unset, `getCollInfo` runs the same code as
@@ -110,13 +110,11 @@ pub struct Config {
     /// A `DYNCC_NCCL_MISMATCH` value that is none of those (then `warn`
     /// applies, and init says so in a WARN rather than guess silently).
     pub bad_nccl_mismatch: Option<String>,
-    /// `DYNCC_EXPLORE`: the exploration share F; `None` when unset, empty,
-    /// out of range or too small to explore anything.
-    pub explore: Option<Share>,
-    /// A `DYNCC_EXPLORE` value outside `(0, 0.1]` or below
-    /// [`Share::MIN`] (exploration is then off, and init says why in one
-    /// WARN per process).
-    pub bad_explore: Option<String>,
+    /// `DYNCC_EXPLORE`, when it switches exploration on
+    /// ([`explore::switched_on`]); `None` when unset, empty or off. Only a
+    /// switch: the share is the table's ([`Share::of_table`]), so ranks
+    /// given different values explore alike.
+    pub explore: Option<String>,
     /// The job's own `NCCL_ALGO` and `NCCL_PROTO` (non-empty), which NCCL
     /// applies over the tuner: a cell they exclude reaches `getCollInfo`
     /// as IGNORE, which the plugin never touches, so a forced setting
@@ -167,17 +165,9 @@ impl Config {
                     .any(|f| v.eq_ignore_ascii_case(f))
             }
         };
-        let (explore, bad_explore) = match var("DYNCC_EXPLORE") {
-            None => (None, None),
-            Some(v) if v.is_empty() => (None, None),
-            Some(v) => {
-                let v = v.to_string_lossy();
-                match Share::parse(&v) {
-                    Ok(s) => (Some(s), None),
-                    Err(_) => (None, Some(v.into_owned())),
-                }
-            }
-        };
+        let explore = var("DYNCC_EXPLORE")
+            .map(|v| v.to_string_lossy().into_owned())
+            .filter(|v| !v.trim().is_empty() && explore::switched_on(v));
         let nccl = |name: &str| {
             var(name)
                 .map(|v| v.to_string_lossy().trim().to_string())
@@ -189,7 +179,6 @@ impl Config {
             nccl_mismatch,
             bad_nccl_mismatch,
             explore,
-            bad_explore,
             nccl_env: NcclEnv {
                 algo: nccl("NCCL_ALGO"),
                 proto: nccl("NCCL_PROTO"),
@@ -227,6 +216,28 @@ pub unsafe fn init_with(
             CommFacts::default(),
         )
     }
+}
+
+/// [`init_with`] as tuner v5 and later call it, with NCCL's communicator
+/// id (`commHash`): the id exploration is drawn from and the profiler
+/// links records by, without which nothing explores.
+///
+/// # Safety
+/// `ctx_out` must be NULL or valid for a pointer write.
+pub unsafe fn init_with_comm_id(
+    cfg: &Config,
+    ctx_out: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+) -> ncclResult_t {
+    let facts = CommFacts {
+        comm_id: Some(comm_id),
+        nvl: None,
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { init_guarded(cfg, ctx_out, n_ranks, n_nodes, Logger(log), facts) }
 }
 
 /// Catches panics in init: a panic fails the communicator's init (an error
@@ -276,27 +287,6 @@ fn init_inner(
             "dyncc: DYNCC_NCCL_MISMATCH={} is not one of warn, off, ignore; using warn",
             Escaped(bad)
         ));
-    }
-    if let Some(bad) = cfg
-        .bad_explore
-        .as_deref()
-        .filter(|_| explore::first_warning())
-    {
-        match Share::parse(bad) {
-            Err(BadShare::TooSmall) => log.warn(format_args!(
-                "dyncc: DYNCC_EXPLORE={} is too small to explore anything (below {:e}, one step \
-                 of the 32-bit draw that picks what a communicator explores); exploration is off \
-                 (the job goes on with the table's answers)",
-                Escaped(bad),
-                Share::MIN
-            )),
-            _ => log.warn(format_args!(
-                "dyncc: DYNCC_EXPLORE={} is not a share in (0, {}]; exploration is off \
-                 (the job goes on with the table's answers)",
-                Escaped(bad),
-                explore::MAX_SHARE
-            )),
-        }
     }
     trace::say_pending(log);
     let Some(path) = cfg.table.as_deref() else {
@@ -353,11 +343,23 @@ fn init_inner(
         };
         // Drawn once per communicator from what every rank sees alike:
         // the table, the communicator's id (v5/v6) or shape, its decisions.
-        let explored = cfg.explore.filter(|_| !off).map(|share| {
-            let plan = Plan::build(table, &spec, n_ranks, n_nodes);
-            let key = explore::key(digest, facts.comm_id, n_ranks, n_nodes);
-            Explorer::draw(&plan, share, key)
-        });
+        // The share is the table's (never the environment's), and a tuner
+        // without NCCL's communicator id (v3/v4: NCCL 2.27 and older)
+        // never explores: the profiler links a record to the tuner's answer
+        // by that id, so nothing explored there could be measured. Both
+        // are the same on every rank of a job.
+        let share = Share::of_table(table);
+        let linkable = facts.comm_id.is_some();
+        let explored = cfg
+            .explore
+            .as_ref()
+            .filter(|_| !off && linkable)
+            .and_then(|_| share.ok())
+            .map(|share| {
+                let plan = Plan::build(table, &spec, n_ranks, n_nodes);
+                let key = explore::key(digest, facts.comm_id, n_ranks, n_nodes);
+                Explorer::draw(&plan, share, key)
+            });
         let (counts, explorer) = match explored {
             Some((c, e)) => (Some(c), e),
             None => (None, None),
@@ -377,7 +379,17 @@ fn init_inner(
             &check,
             off,
         );
-        let _ = describe_explore(&mut line, cfg.explore, counts, off);
+        let _ = describe_explore(
+            &mut line,
+            cfg.explore.as_deref(),
+            Asked {
+                share,
+                table_says: table.meta(dyncc_tables::META_EXPLORE),
+                linkable,
+                off,
+            },
+            counts,
+        );
         if !off {
             let _ = describe_nccl_env(&mut line, &cfg.nccl_env);
         }
@@ -581,26 +593,71 @@ fn describe(
     Ok(())
 }
 
+/// What decides whether and at what share a communicator explores, for
+/// the init line.
+struct Asked<'t> {
+    /// The table's share ([`Share::of_table`]).
+    share: Result<Share, BadShare>,
+    /// The table's `explore_share` as written, if any.
+    table_says: Option<&'t str>,
+    /// Whether NCCL passed a communicator id (tuner v5 and later).
+    linkable: bool,
+    /// Tuning is off (`DYNCC_NCCL_MISMATCH=off` on a mismatch).
+    off: bool,
+}
+
 /// The init line's exploration part: what this communicator explores
-/// (drawn from how many cells could), or nothing to explore; silent when
-/// `DYNCC_EXPLORE` is unset.
+/// (drawn from how many cells could), nothing to explore, or why it does
+/// not explore; silent when `DYNCC_EXPLORE` does not switch it on.
 fn describe_explore(
     w: &mut Msg,
-    share: Option<Share>,
+    env: Option<&str>,
+    asked: Asked<'_>,
     counts: Option<Counts>,
-    off: bool,
 ) -> core::fmt::Result {
-    let Some(share) = share else {
+    let Some(env) = env else {
         return Ok(());
     };
+    let share = match asked.share {
+        _ if asked.off => return write!(w, "; exploration off (tuning is off)"),
+        Err(_) => {
+            return write!(
+                w,
+                "; exploration off: the table's {}={} is not a share in [{:e}, {}] (recompile                  with `dyncc compile --explore F`)",
+                dyncc_tables::META_EXPLORE,
+                Escaped(asked.table_says.unwrap_or("")),
+                Share::MIN,
+                explore::MAX_SHARE
+            )
+        }
+        _ if !asked.linkable => {
+            return write!(
+                w,
+                "; exploration off: this NCCL's tuner interface (v3/v4, NCCL 2.27 and older)                  passes no communicator id, so no trace record could be linked to what was                  explored"
+            )
+        }
+        Ok(s) => s,
+    };
+    // The environment's number, if any, is not the share: said so.
+    let given = env.trim().parse::<f64>().ok();
+    let from = match asked.table_says {
+        Some(_) => "the table's",
+        None => "the default, the table carries none",
+    };
+    if given != Some(share.fraction()) {
+        write!(
+            w,
+            "; DYNCC_EXPLORE={} switches exploration on at {from} share {share} (only the              table's share is used, so every rank explores alike)",
+            Escaped(env)
+        )?;
+    }
     match counts {
-        _ if off => write!(w, "; exploration off (tuning is off)"),
         Some(c) if c.candidates() > 0 => write!(
             w,
             "; exploration {share}: this communicator explores {} of {} unconfirmed cells \
              on every call there, alike on every rank (NCCL's choice at {} of {} unmeasured \
              forced, a neighbour's setting within {}x at {} of {}); drawn per cell with chance \
-             min(1, {share} / cost bound), so expected extra time <= {share}",
+             min({}, {share} / cost bound), so expected extra time <= {share}",
             c.drawn(),
             c.candidates(),
             c.nccl.1,
@@ -608,6 +665,7 @@ fn describe_explore(
             explore::NEIGHBOUR_FACTOR,
             c.neighbour.1,
             c.neighbour.0,
+            explore::MAX_CHANCE,
         ),
         _ => write!(
             w,

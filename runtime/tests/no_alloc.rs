@@ -8,8 +8,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ptr::null_mut;
 
-use dyncc_runtime::explore::Share;
-use dyncc_runtime::plugin::{init_with, Config};
+use dyncc_runtime::plugin::{init_with_comm_id, Config};
 use dyncc_runtime::*;
 use dyncc_tables::{Basis, Rule, Table, TableBuilder};
 
@@ -59,8 +58,23 @@ fn get_coll_info_allocates_nothing() {
 fn exploring_get_coll_info_allocates_nothing() {
     let bytes = unconfirmed(&harness_table::harness_table());
     let plain = calls_allocate_nothing(bytes.clone(), None);
-    let explored = calls_allocate_nothing(bytes, Share::parse("0.1").ok());
+    let explored = calls_allocate_nothing(with_share(&bytes, "0.1"), Some("1".into()));
     assert!(explored < plain, "{explored} forced cells of {plain}");
+}
+
+/// `bytes` carrying the exploration share `f` (the plugin explores at the
+/// table's share).
+fn with_share(bytes: &[u8], f: &str) -> Vec<u8> {
+    let t = Table::from_bytes(bytes).unwrap();
+    let mut b = TableBuilder::new();
+    for (k, v) in t.meta_entries() {
+        b.meta(k, v);
+    }
+    b.meta(dyncc_tables::META_EXPLORE, f);
+    for c in t.contexts() {
+        b.context(c.spec(), &c.rules().collect::<Vec<_>>()).unwrap();
+    }
+    b.build().unwrap()
 }
 
 /// `bytes`'s contexts with every rule interpolated (nothing confirmed).
@@ -82,7 +96,7 @@ fn unconfirmed(bytes: &[u8]) -> Vec<u8> {
 
 /// Runs every version's `getCollInfo` on many inputs with the table
 /// `bytes`, asserting no allocation; returns how many cells were forced.
-fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<Share>) -> u64 {
+fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<String>) -> u64 {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("t.tbl");
     std::fs::write(&path, bytes).unwrap();
@@ -95,7 +109,11 @@ fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<Share>) -> u64 {
     let mut ctx = null_mut();
     let before_init = allocs();
     // SAFETY: writable context pointer.
-    assert_eq!(unsafe { init_with(&cfg, &mut ctx, 8, 1, None) }, 0);
+    // With an id, as tuner v5 and later init (without one nothing explores).
+    assert_eq!(
+        unsafe { init_with_comm_id(&cfg, &mut ctx, 0x5EED, 8, 1, None) },
+        0
+    );
     assert!(
         allocs() > before_init,
         "the counter works (init allocates the context)"

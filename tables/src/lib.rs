@@ -84,13 +84,16 @@ pub use nccl::{
     datatype_size, Algo, Coll, Machine, ProfilerAbi, Proto, Refusal, Setting, TunerAbi,
     MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS, PROFILER_ABIS, TUNER_ABIS,
 };
-pub use plan::{plan_pick, plan_pick_share, PlanCandidate, MAX_PLAN_CANDIDATES};
+pub use plan::{
+    plan_pick, plan_pick_share, PlanCandidate, MAX_EXPLORE_CHANCE, MAX_PLAN_CANDIDATES,
+};
 pub use raw::{
     kind as section_kind, FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_TABLE_LEN, NCCL_ENUM, NCCL_LAYOUT,
 };
 pub use specialised::Specialised;
 pub use table::{
-    digest, ContextView, Coverage, Lookup, PlanCell, SplitStep, Table, TreeView, META_SWEEP,
+    digest, ContextView, Coverage, Lookup, PlanCell, SplitStep, Table, TreeView, META_EXPLORE,
+    META_SWEEP,
 };
 pub use trace::{
     Source, Trace, TraceComm, TraceError, TraceHead, TraceOtherPaths, TraceRecord, TraceShape,

@@ -94,6 +94,13 @@ pub const fn plan_pick(n: u64, x: u64) -> usize {
     0
 }
 
+/// The largest share of communicators that try a candidate at one cell
+/// (the chance is `min(MAX_EXPLORE_CHANCE, F / cost bound)`): the others
+/// run the table's answer there, so every explored cell keeps a baseline
+/// its gain is read against, however large F. The plugin's draw and
+/// `dyncc query`'s chances both read it here.
+pub const MAX_EXPLORE_CHANCE: f64 = 0.5;
+
 /// The share of communicators [`plan_pick`] gives rank `rank` of `n`.
 pub fn plan_pick_share(rank: usize, n: usize) -> f64 {
     if rank >= n {

@@ -320,6 +320,12 @@ fn decode_node(n: &NodeRecord) -> TreeNode {
 /// The metadata key of the sweep fingerprint ([`Table::sweep_fingerprint`]).
 pub const META_SWEEP: &str = "sweep";
 
+/// The metadata key of the exploration share F (`dyncc compile
+/// --explore F`, a decimal number): the plugin explores at the table's F
+/// alone, so every rank holding the table explores alike (the digest
+/// covers it); `DYNCC_EXPLORE` only switches exploration on.
+pub const META_EXPLORE: &str = "explore_share";
+
 /// The table digest of a byte image: XXH3-64 with seed 0 (the reference
 /// xxHash algorithm, as `xxhsum -H3` and Python's `xxhash.xxh3_64` compute
 /// it). [`Table::digest`] is this over the whole table; `dyncc verify`,

@@ -6,6 +6,9 @@
  * communicator does. NCCL's cost table marks Tree/LL128 unavailable (-1)
  * everywhere.
  *
+ * With EXPLORE_TUNER=v4 in the environment it loads ncclTunerPlugin_v4
+ * instead (NCCL 2.27's interface: no commHash, so COMM_ID is not passed).
+ *
  * usage: explore NNODES CALLS [COMM_ID [SCENARIO]]
  * SCENARIO is how the two ranks' call sequences differ beyond the common
  * CALLS, as real ranks' do (default "same"):
@@ -57,6 +60,7 @@ typedef struct {
 } outcome;
 
 static ncclTuner_v6_t *tuner;
+static ncclTuner_v4_t *tuner4;
 static int calls;
 static const char *scenario = "same";
 static outcome *out[NRANKS_LOCAL];
@@ -83,11 +87,17 @@ static void fresh(outcome *o) {
   o->nch = 0;
 }
 
+static ncclResult_t get_coll_info(void *c, ncclFunc_t coll, size_t bytes, int pipe_ops, float **cost, int na, int np,
+                                  int reg_buff, int *nch) {
+  if (tuner4) return tuner4->getCollInfo(c, coll, bytes, pipe_ops, cost, na, np, reg_buff, nch);
+  return tuner->getCollInfo(c, coll, bytes, pipe_ops, cost, na, np, reg_buff, nch);
+}
+
 /* A call this rank alone makes (its answer is not compared). */
 static void extra_call(int r, int coll, size_t bytes, int pipe_ops, int reg_buff) {
   outcome scratch;
   fresh(&scratch);
-  tuner->getCollInfo(ctx[r], (ncclFunc_t)coll, bytes, pipe_ops, (float **)scratch.cost, 7, 3, reg_buff, &scratch.nch);
+  get_coll_info(ctx[r], (ncclFunc_t)coll, bytes, pipe_ops, (float **)scratch.cost, 7, 3, reg_buff, &scratch.nch);
 }
 
 static void *rank_thread(void *arg) {
@@ -98,13 +108,14 @@ static void *rank_thread(void *arg) {
     if (r == 1 && is("state") && i % 100 == 50) extra_call(r, coll_of(i), bytes_of(i), 8, 1);
     outcome *o = &out[r][i];
     fresh(o);
-    tuner->getCollInfo(ctx[r], (ncclFunc_t)coll_of(i), bytes_of(i), pipe_ops_of(i), (float **)o->cost, 7, 3,
+    get_coll_info(ctx[r], (ncclFunc_t)coll_of(i), bytes_of(i), pipe_ops_of(i), (float **)o->cost, 7, 3,
                        reg_buff_of(r, i), &o->nch);
   }
   return NULL;
 }
 
 static int init_rank(int r, unsigned long long comm_id, int nodes) {
+  if (tuner4) return tuner4->init((size_t)nodes * 8, (size_t)nodes, (ncclDebugLogger_t)explore_logger, &ctx[r]) == ncclSuccess;
   ncclNvlDomainInfo_v5_t nvl = {nodes, 8, 8};
   ncclTunerConstants_v5_t constants;
   memset(&constants, 0, sizeof constants);
@@ -133,10 +144,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "explore: cannot dlopen DYNCC_TEST_PLUGIN_LIB: %s\n", path ? dlerror() : "unset");
     return 2;
   }
-  tuner = dlsym(lib, "ncclTunerPlugin_v6");
-  if (!tuner) {
-    fprintf(stderr, "explore: ncclTunerPlugin_v6 missing\n");
-    return 2;
+  const char *which = getenv("EXPLORE_TUNER");
+  if (which && strcmp(which, "v4") == 0) {
+    tuner4 = dlsym(lib, "ncclTunerPlugin_v4");
+    if (!tuner4) {
+      fprintf(stderr, "explore: ncclTunerPlugin_v4 missing\n");
+      return 2;
+    }
+  } else {
+    tuner = dlsym(lib, "ncclTunerPlugin_v6");
+    if (!tuner) {
+      fprintf(stderr, "explore: ncclTunerPlugin_v6 missing\n");
+      return 2;
+    }
   }
   for (int r = 0; r < NRANKS_LOCAL; r++) {
     out[r] = calloc((size_t)calls, sizeof(outcome));
@@ -164,7 +184,10 @@ int main(int argc, char **argv) {
   }
   printf("disagreements %d\nunavailable_written %d\n", disagreements, unavailable);
   for (int r = 0; r < NRANKS_LOCAL; r++) {
-    tuner->finalize(ctx[r]);
+    if (tuner4)
+      tuner4->destroy(ctx[r]);
+    else
+      tuner->finalize(ctx[r]);
     free(out[r]);
   }
   dlclose(lib);
