@@ -22,7 +22,7 @@ use anyhow::bail;
 use dyncc_tables::{pipe_ops_allowed, Coll, ContextView, Decision, PlanCandidate, RegBuff, Table};
 use serde::Serialize;
 
-use crate::audit::names::{algo_name, channels, proto_name};
+use crate::audit::names::SettingJson;
 use crate::audit::text::{fmt_decision, fmt_sizes, fmt_span};
 
 /// The share the chances are worked out for when none is given: the
@@ -60,10 +60,9 @@ pub struct CandidateJson {
     pub rank: u8,
     /// `tree/ll128`, `ring/simple/16ch`, or `NCCL's choice`.
     pub setting: String,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    /// 0 = NCCL's count.
-    pub channels: u8,
+    /// Its algorithm, protocol and channels.
+    #[serde(flatten)]
+    pub knobs: SettingJson,
     /// Predicted gain over the table's answer, as a fraction (0.05 = 5 %
     /// faster).
     pub gain: f32,
@@ -79,9 +78,7 @@ impl CandidateJson {
         CandidateJson {
             rank: c.rank,
             setting: fmt_decision(c.decision),
-            algorithm: algo_name(c.decision),
-            protocol: proto_name(c.decision),
-            channels: channels(c.decision),
+            knobs: SettingJson::of(c.decision),
             gain: c.gain,
             spread: c.spread,
             cost_bound: c.cost_bound,

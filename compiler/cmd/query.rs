@@ -17,7 +17,7 @@ use crate::audit::evidence::{ground_at, sweep_sizes, Ground, BEYOND_THE_SWEEP};
 use crate::audit::explore::{self, CallPlan, PlanCall, DEFAULT_SHARE};
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, RuleJson};
-use crate::audit::names::{algo_name, channels, feature_label, parse_coll, proto_name};
+use crate::audit::names::{feature_label, parse_coll, SettingJson};
 use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then};
 use crate::audit::traced::{self, Traced, TracedEvidence};
 use crate::ingest::args::IngestArgs;
@@ -135,9 +135,8 @@ pub struct Step {
 pub struct TreePath {
     pub steps: Vec<Step>,
     pub leaf: u32,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// The leaf as `explain` words it ([`crate::audit::agreement`]): the
     /// smallest and largest expected gain of the shapes where the plugin
     /// does what it says, and every ground they rest on.
@@ -187,10 +186,8 @@ pub struct Answer {
     pub ranks: u64,
     pub num_pipe_ops: i32,
     pub reg_buff: i32,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    /// 0 = NCCL's choice.
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// Expected speedup over NCCL's default (t_default / t_choice); 1.0 when left alone.
     pub expected_gain: f32,
     /// measured / interpolated / extrapolated, or "beyond the sweep" for a
@@ -248,9 +245,7 @@ fn tree_path(
     Some(TreePath {
         steps,
         leaf: leaf as u32,
-        algorithm: algo_name(l.decision),
-        protocol: proto_name(l.decision),
-        channels: channels(l.decision),
+        setting: SettingJson::of(l.decision),
         expected_gain: e.gain_min as f32,
         expected_gain_max: e.gain_max as f32,
         basis: e.word(),
@@ -388,9 +383,7 @@ pub fn answer_with(
         ranks: call.ranks,
         num_pipe_ops: call.pipe_ops,
         reg_buff: call.reg_buff,
-        algorithm: algo_name(d),
-        protocol: proto_name(d),
-        channels: channels(d),
+        setting: SettingJson::of(d),
         expected_gain: l.gain,
         basis: match beyond {
             Some(_) => Some(BEYOND_THE_SWEEP),
@@ -506,23 +499,23 @@ pub fn print_answer(a: &Answer, data_given: bool) {
         a.num_pipe_ops,
         a.reg_buff
     );
-    match a.algorithm {
+    match a.setting.algorithm {
         "default" => {
             println!("decision: leave NCCL alone (NCCL's own algorithm, protocol and channels)")
         }
         _ => println!(
             "decision: algorithm {}, protocol {}, channels {}",
-            a.algorithm,
-            a.protocol,
-            if a.channels == 0 {
+            a.setting.algorithm,
+            a.setting.protocol,
+            if a.setting.channels == 0 {
                 "NCCL's choice".to_string()
             } else {
-                a.channels.to_string()
+                a.setting.channels.to_string()
             }
         ),
     }
     match a.basis {
-        Some(b) if a.algorithm != "default" => {
+        Some(b) if a.setting.algorithm != "default" => {
             println!(
                 "expected: {} vs NCCL's default ({b})",
                 fmt_gain(a.expected_gain as f64)
@@ -566,7 +559,7 @@ pub fn print_answer(a: &Answer, data_given: bool) {
                     .to_string()
             } else if t.basis == here && t.expected_gain == t.expected_gain_max {
                 String::new()
-            } else if a.algorithm == "default" {
+            } else if a.setting.algorithm == "default" {
                 format!("  [this call: {here}]")
             } else {
                 format!(
@@ -835,16 +828,22 @@ mod tests {
         let bytes = testutil::sample();
         let t = Table::from_bytes(&bytes).unwrap();
         let a = answer(&t, &make_call("all_reduce", "4K", 2, 16, 1, 0).unwrap()).unwrap();
-        assert_eq!((a.algorithm, a.protocol, a.channels), ("tree", "ll", 0));
+        assert_eq!(
+            (a.setting.algorithm, a.setting.protocol, a.setting.channels),
+            ("tree", "ll", 0)
+        );
         assert_eq!(a.basis, Some("measured"));
         assert!((a.expected_gain - 1.3).abs() < 1e-6);
         assert_eq!(a.context.as_ref().unwrap().index, 0);
         assert!(a.tree.as_ref().unwrap().agrees);
         let a = answer(&t, &make_call("allreduce", "4MiB", 4, 32, 1, 0).unwrap()).unwrap();
-        assert_eq!((a.algorithm, a.protocol, a.channels), ("ring", "ll128", 16));
+        assert_eq!(
+            (a.setting.algorithm, a.setting.protocol, a.setting.channels),
+            ("ring", "ll128", 16)
+        );
         let a = answer(&t, &make_call("allreduce", "4MiB", 8, 64, 1, 0).unwrap()).unwrap();
         assert_eq!(
-            (a.algorithm, a.protocol, a.basis),
+            (a.setting.algorithm, a.setting.protocol, a.basis),
             ("default", "default", None)
         );
         assert!(
@@ -910,7 +909,7 @@ mod tests {
             match (&a.context, &a.rule) {
                 (None, rule) => {
                     prop_assert!(rule.is_none());
-                    prop_assert_eq!((a.algorithm, a.protocol, a.basis), ("default", "default", None));
+                    prop_assert_eq!((a.setting.algorithm, a.setting.protocol, a.basis), ("default", "default", None));
                 }
                 (Some(c), rule) => {
                     let within = |v: u64, (lo, hi): (u32, u32)| (lo as u64..=hi as u64).contains(&v);
@@ -923,11 +922,11 @@ mod tests {
                             (r.from_bytes..=r.to_bytes).contains(&bytes),
                             "rule {} covers {}..={} B, the call is {} B", r.index, r.from_bytes, r.to_bytes, bytes
                         );
-                        prop_assert_eq!((r.algorithm, r.protocol, r.channels), (a.algorithm, a.protocol, a.channels));
+                        prop_assert_eq!((r.setting.algorithm, r.setting.protocol, r.setting.channels), (a.setting.algorithm, a.setting.protocol, a.setting.channels));
                         // The rule speaks for all its sizes; it names the call's ground.
                         prop_assert!(a.basis.is_some_and(|b| r.basis.contains(b)), "{} vs {:?}", r.basis, a.basis);
                     } else {
-                        prop_assert_eq!(a.algorithm, "default");
+                        prop_assert_eq!(a.setting.algorithm, "default");
                     }
                 }
             }
