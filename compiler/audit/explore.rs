@@ -19,7 +19,9 @@
 use std::collections::BTreeMap;
 
 use anyhow::bail;
-use dyncc_tables::{pipe_ops_allowed, Coll, ContextView, Decision, PlanCandidate, RegBuff, Table};
+use dyncc_tables::{
+    pipe_ops_allowed, Coll, Comm, ContextView, Decision, PlanCandidate, RegBuff, Table,
+};
 use serde::Serialize;
 
 use crate::audit::names::SettingJson;
@@ -352,7 +354,7 @@ pub fn for_call(table: &Table, call: &PlanCall, decided: Decision, share: f64) -
         return out;
     }
     let own: Option<ContextView> = table
-        .specialise(ranks, nodes)
+        .specialise(&Comm::new(ranks, nodes))
         .context(coll)
         .and_then(|i| table.context(i));
     let Some(own) = own else {

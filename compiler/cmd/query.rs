@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use dyncc_tables::{Coll, Decision, Feature, Table};
+use dyncc_tables::{Coll, Comm, Decision, Feature, Table};
 use serde::Serialize;
 
 use crate::audit::agreement::{audit_tree, TreeAudit};
@@ -106,8 +106,8 @@ pub struct QueryArgs {
 pub struct Call {
     pub coll: Coll,
     pub bytes: u64,
-    pub nodes: u64,
-    pub ranks: u64,
+    /// The communicator, as the plugin's init builds it.
+    pub comm: Comm,
     pub pipe_ops: i32,
     pub reg_buff: i32,
 }
@@ -230,7 +230,7 @@ fn tree_path(
     audits: &mut TreeAudits,
 ) -> Option<TreePath> {
     let tree = table.tree(call.coll)?;
-    let x = dyncc_tables::tree_features(call.bytes, call.nodes, call.ranks);
+    let x = dyncc_tables::tree_features(call.bytes, call.comm.nodes, call.comm.ranks);
     let mut steps = Vec::new();
     let (leaf, l) = tree.walk(&x, |s| {
         steps.push(Step {
@@ -270,12 +270,11 @@ pub fn answer_with(
     audits: &mut TreeAudits,
     share: f64,
 ) -> anyhow::Result<Answer> {
-    let spec = table.specialise(call.ranks, call.nodes);
+    let spec = table.specialise(&call.comm);
     let d = spec.decide(call.coll as u32, call.bytes, call.pipe_ops, call.reg_buff);
     let l = table.lookup(
         call.coll as u32,
-        call.ranks,
-        call.nodes,
+        &call.comm,
         call.bytes,
         call.pipe_ops,
         call.reg_buff,
@@ -305,17 +304,20 @@ pub fn answer_with(
     // A size outside the sweep's is left to NCCL by a rule stored as
     // "measured" (the sweep measured NCCL's default there as much as
     // anything else): say the size is beyond the sweep.
-    let sweep = sweep_sizes(table, call.coll, call.nodes, call.ranks);
+    let sweep = sweep_sizes(table, call.coll, call.comm.nodes, call.comm.ranks);
     let beyond =
         sweep.filter(|_| ground_at(&l, sweep.as_ref(), call.bytes) == Some(Ground::BeyondSweep));
     let shape = format!(
         "{} node{} x {} ranks/node",
-        call.nodes,
-        if call.nodes == 1 { "" } else { "s" },
-        if call.nodes > 0 && call.ranks.is_multiple_of(call.nodes) {
-            (call.ranks / call.nodes).to_string()
+        call.comm.nodes,
+        if call.comm.nodes == 1 { "" } else { "s" },
+        if call.comm.nodes > 0 && call.comm.ranks.is_multiple_of(call.comm.nodes) {
+            (call.comm.ranks / call.comm.nodes).to_string()
         } else {
-            format!("{:.2}", call.ranks as f64 / call.nodes.max(1) as f64)
+            format!(
+                "{:.2}",
+                call.comm.ranks as f64 / call.comm.nodes.max(1) as f64
+            )
         }
     );
     // A measured shape where nothing beat NCCL's default is stored as a
@@ -379,8 +381,8 @@ pub fn answer_with(
     Ok(Answer {
         collective: call.coll.name(),
         bytes: call.bytes,
-        nodes: call.nodes,
-        ranks: call.ranks,
+        nodes: call.comm.nodes,
+        ranks: call.comm.ranks,
         num_pipe_ops: call.pipe_ops,
         reg_buff: call.reg_buff,
         setting: SettingJson::of(d),
@@ -399,8 +401,8 @@ pub fn answer_with(
             &PlanCall {
                 coll: call.coll,
                 bytes: call.bytes,
-                nodes: call.nodes,
-                ranks: call.ranks,
+                nodes: call.comm.nodes,
+                ranks: call.comm.ranks,
                 pipe_ops: call.pipe_ops,
             },
             d,
@@ -429,10 +431,10 @@ pub fn evidence(
     let want = Collective::from_coll(call.coll);
     let mine: Vec<&Cell> = cells.iter().filter(|c| c.key.collective == want).collect();
     let lg = |v: f64| v.max(1.0).log2();
-    let ppn = call.ranks as f64 / call.nodes.max(1) as f64;
+    let ppn = call.comm.ranks as f64 / call.comm.nodes.max(1) as f64;
     let dist = |c: &Cell| {
         let cppn = c.key.nranks as f64 / c.key.nnodes.max(1) as f64;
-        (lg(c.key.nnodes as f64) - lg(call.nodes as f64)).abs() + (lg(cppn) - lg(ppn)).abs()
+        (lg(c.key.nnodes as f64) - lg(call.comm.nodes as f64)).abs() + (lg(cppn) - lg(ppn)).abs()
     };
     let best = mine.iter().min_by(|a, b| dist(a).total_cmp(&dist(b)))?;
     let (nodes, ranks) = (best.key.nnodes, best.key.nranks);
@@ -482,7 +484,7 @@ pub fn evidence(
     Some(Evidence {
         nodes,
         ranks,
-        exact_shape: nodes as u64 == call.nodes && ranks as u64 == call.ranks,
+        exact_shape: nodes as u64 == call.comm.nodes && ranks as u64 == call.comm.ranks,
         sizes,
         skipped,
     })
@@ -627,8 +629,7 @@ pub fn make_call(
     Ok(Call {
         coll,
         bytes,
-        nodes,
-        ranks,
+        comm: Comm::new(ranks, nodes),
         pipe_ops,
         reg_buff,
     })
@@ -767,14 +768,14 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             ans.traced = t.near(
                 Collective::from_coll(call.coll),
                 call.bytes,
-                call.nodes,
-                call.ranks,
+                call.comm.nodes,
+                call.comm.ranks,
             );
         }
         ans
     };
     let decision_of = |t: &Table, c: &Call| {
-        t.specialise(c.ranks, c.nodes)
+        t.specialise(&c.comm)
             .decide(c.coll as u32, c.bytes, c.pipe_ops, c.reg_buff)
     };
     if let Some(batch) = &a.batch {
@@ -904,7 +905,7 @@ mod tests {
         ) {
             let b = testutil::sample();
             let t = Table::from_bytes(&b).unwrap();
-            let call = Call { coll: Coll::from_nccl(coll).unwrap(), bytes, nodes, ranks: nodes * ppn, pipe_ops: pipe, reg_buff: reg };
+            let call = Call { coll: Coll::from_nccl(coll).unwrap(), bytes, comm: Comm::new(nodes * ppn, nodes), pipe_ops: pipe, reg_buff: reg };
             let a = answer(&t, &call).unwrap();
             match (&a.context, &a.rule) {
                 (None, rule) => {
