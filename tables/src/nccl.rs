@@ -634,6 +634,17 @@ mod tests {
     use alloc::string::ToString;
 
     #[test]
+    fn comm_derives_ranks_per_node_and_keeps_its_version() {
+        let c = Comm::new(16, 2);
+        assert_eq!((c.ranks, c.nodes, c.nccl_version), (16, 2, 0));
+        assert_eq!(c.ranks_per_node(), 8);
+        assert_eq!(Comm::new(7, 2).ranks_per_node(), 3, "rounded down");
+        assert_eq!(Comm::new(4, 0).ranks_per_node(), 4, "no nodes: no division");
+        let v = c.with_nccl_version(23007);
+        assert_eq!((v.ranks, v.nodes, v.nccl_version), (16, 2, 23007));
+    }
+
+    #[test]
     fn setting_encodings_round_trip_and_rule_bits_match_the_format() {
         for algo in Algo::ALL {
             for proto in Proto::ALL {
