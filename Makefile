@@ -5,7 +5,7 @@ LIBDIR ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions loop-draws gpu-bundle
+.PHONY: all build test test-deps plugin plugin-portable install bless bench instructions loop-draws gpu-bundle book
 STRIP ?= strip
 # The library `make install` copies (override with the portable build's).
 PLUGIN_SO ?= $(TARGET_DIR)/release/libnccl-tuner-dyncc.so
@@ -72,12 +72,14 @@ install:
 	fi
 
 # Rewrite every committed file a test compares output against, after an
-# intentional change: include/dyncc.h (runtime/src/capi.rs changed) and the
-# current format version's golden tables (tables/golden/). Each such test
+# intentional change: include/dyncc.h (runtime/src/capi.rs changed), the
+# current format version's golden tables (tables/golden/) and the book's
+# command reference (docs/src/reference/cli.md, from the clap definition). Each such test
 # writes its file instead of comparing when DYNCC_BLESS=1, the one switch for
 # all of them; review the diff before committing.
 bless:
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-runtime --lib header_is_current
+	DYNCC_BLESS=1 $(CARGO) test -p dyncc --lib cli::tests::reference_is_current
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-tables --features build --test golden golden_tables_match_the_generator
 	DYNCC_BLESS=1 $(CARGO) test -p dyncc-tables --features alloc --test golden_trace the_current_trace_format
 
@@ -110,3 +112,8 @@ gpu-bundle:
 # DYNCC_LOOP_DRAWS=N sets the draws per split (default 10).
 loop-draws: test-deps
 	$(CARGO) test --release --test integration -- --ignored the_loop_over_draws --nocapture
+
+# The book (docs/, mdBook) into docs/book/, its links checked; installs
+# mdbook with cargo when it is missing (a few minutes, once).
+book:
+	.ci/book.sh

@@ -5,7 +5,8 @@
 //! chooses per region, [`distil`] makes the decisions readable, and [`emit`]
 //! writes the table through `dyncc-tables`; [`pipeline`] runs them in that
 //! order and [`eval`] scores the result. [`cmd`] holds one file per
-//! subcommand (arguments, run, printing). [`simulate`] produces sweeps
+//! subcommand (arguments, run, printing), [`cli`] the command line over
+//! them, [`output`] what every `--json` output carries. [`simulate`] produces sweeps
 //! without a cluster, [`plan`] the script that sweeps one; [`audit`]
 //! answers questions about a table; [`installed`] finds the plugin that
 //! came with the command.
@@ -14,6 +15,7 @@ pub mod atomic;
 pub mod audit;
 pub mod boost;
 pub mod choice;
+pub mod cli;
 pub mod cmd;
 pub mod decide;
 pub mod distil;
@@ -26,6 +28,7 @@ pub mod ingest;
 pub mod input;
 pub mod installed;
 pub mod nodes;
+pub mod output;
 pub mod pipeline;
 pub mod plan;
 pub mod progress;

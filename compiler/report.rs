@@ -592,6 +592,7 @@ mod tests {
         let m = |collective: &str, ppn, min_bytes, max_bytes| MeasuredSizes {
             collective: collective.into(),
             ppn,
+            nodes: vec![1, 2, 4],
             min_bytes,
             max_bytes,
         };

@@ -105,21 +105,23 @@ pub(crate) fn compile_c(cc: &str, flags: &[&str], src: &str, out: &Path, link: &
         .args(link));
 }
 
-const TUNER_SYMBOLS: [(&str, u64); 5] = [
+const TUNER_SYMBOLS: [(&str, u64); 6] = [
     ("ncclTunerPlugin_v2", 32),
     ("ncclTunerPlugin_v3", 32),
     ("ncclTunerPlugin_v4", 32),
     ("ncclTunerPlugin_v5", 32),
     ("ncclTunerPlugin_v6", 40),
+    ("ncclTunerPlugin_v7", 40),
 ];
 /// The profiler statics: six pointers each.
-const PROFILER_SYMBOLS: [(&str, u64); 6] = [
+const PROFILER_SYMBOLS: [(&str, u64); 7] = [
     ("ncclProfiler_v1", 48),
     ("ncclProfiler_v2", 48),
     ("ncclProfiler_v3", 48),
     ("ncclProfiler_v4", 48),
     ("ncclProfiler_v5", 48),
     ("ncclProfiler_v6", 48),
+    ("ncclProfiler_v7", 48),
 ];
 const CAPI_SYMBOLS: [&str; 5] = [
     "dyncc_status_str",
@@ -321,7 +323,7 @@ fn c_harness_drives_every_abi_version_like_nccl() {
     let h = harness();
     let out = harness_command(&h, &[]).output().unwrap();
     check_harness_output("the C harness", &out);
-    // The lines docs/failure-semantics.md quotes (`-- --nocapture`).
+    // The lines docs/src/explanation/failure-semantics.md quotes (`-- --nocapture`).
     for l in String::from_utf8_lossy(&out.stdout).lines() {
         eprintln!("{l}");
     }

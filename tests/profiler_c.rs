@@ -224,6 +224,11 @@ fn proto_name(p: Proto) -> &'static str {
 /// (`unlinked`: who chose is `unknown` for every record, as with profiler
 /// v4, whose tuner has no communicator id to link by).
 pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
+    check_trace_at(s, stdout, abi, unlinked, 23007);
+}
+
+/// [`check_trace`] of a stand-in claiming NCCL `version` (its code).
+fn check_trace_at(s: &Standin, stdout: &str, abi: u8, unlinked: bool, version: u32) {
     let files = s.trace_files();
     assert_eq!(files.len(), 1, "one trace file per process: {files:?}");
     // dyncc-HOST-PID-NONCE.trace: the nonce (16 hex digits) keeps two
@@ -244,7 +249,7 @@ pub(crate) fn check_trace(s: &Standin, stdout: &str, abi: u8, unlinked: bool) {
     let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", files[0].display()));
     let h = t.head();
     assert_eq!(h.profiler_abi, abi);
-    assert_eq!(h.nccl_version, 23007);
+    assert_eq!(h.nccl_version, version);
     assert_eq!(h.job_id, "777");
     let table = std::fs::read(&s.table).unwrap();
     assert_eq!(h.table_digest, Some(dyncc_tables::digest(&table)));
@@ -314,8 +319,8 @@ fn records_as_release(abi: u8) {
     assert!(!out.contains("WARN"), "{out}");
     assert_eq!(out.matches("mask 66").count(), 2, "Coll|KernelCh: {out}");
     // The table's forced small AllReduce and NCCL's own choices both ran.
-    assert!(out.contains(" table "), "{out}");
-    assert!(out.contains(" nccl "), "{out}");
+    assert!(fed_by(&out, "table") > 0, "{out}");
+    assert!(fed_by(&out, "nccl") > 0, "{out}");
     // Profiler v4 has no communicator id to link the tuner by.
     check_trace(&s, &out, abi, abi == 4);
 }
@@ -341,6 +346,163 @@ fn nccl_2_28_records_in_its_event_order() {
 #[test]
 fn nccl_2_29_and_2_30_record_in_their_event_order() {
     records_as_release(6);
+}
+
+/// Collectives the stand-in fed (and timed) as chosen by `source`
+/// ("table", "nccl", ...): its `fed` lines' seventh field. (The init line
+/// says "table" too, so the whole output says nothing.)
+fn fed_by(out: &str, source: &str) -> usize {
+    out.lines()
+        .filter(|l| l.starts_with("fed ") && l.split_whitespace().nth(6) == Some(source))
+        .count()
+}
+
+/// The event mask a recording rank's profiler v7 init leaves: Coll,
+/// KernelCh and CeColl (2 + 64 + 4096) over `initial`.
+fn v7_mask(initial: i32) -> String {
+    format!("mask {}", initial | 4162)
+}
+
+/// Profiler v7's run as NCCL `version` (23102: 2.31.2, tuner v6; 23206:
+/// 2.32.6, whose loader takes ncclTunerPlugin_v7), with `env` set: the
+/// trace holds exactly what was fed, linked to the tuner's answers.
+fn records_as_v7(version: u32, env: &[(&str, &str)], initial_mask: i32) -> (Standin, String) {
+    let s = Standin::new();
+    let args = ["7", "400", "finalize"];
+    let mut cmd = s.command(&[], &args, Some(&s.traces));
+    cmd.env("STANDIN_NCCL_VERSION", version.to_string())
+        .env("DYNCC_TEST_INITIAL_MASK", initial_mask.to_string());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = stdout_of(&cmd.output().unwrap(), &args);
+    assert!(!out.contains("WARN"), "{out}");
+    assert_eq!(out.matches(&v7_mask(initial_mask)).count(), 2, "{out}");
+    assert!(fed_by(&out, "table") > 0, "{out}");
+    assert!(fed_by(&out, "nccl") > 0, "{out}");
+    check_trace_at(&s, &out, 7, false, version);
+    (s, out)
+}
+
+/// NCCL 2.31.2 (profiler v7, tuner v6): KernelCh events from NCCL's
+/// profiler thread, its work posted before the Coll stop, so channels
+/// start and stop before or after it as the threads race; every
+/// collective is counted once either way.
+#[test]
+fn nccl_2_31_2_records_in_its_event_order_with_the_profiler_thread() {
+    records_as_v7(23102, &[], 0);
+}
+
+/// NCCL 2.32.6 loads ncclTunerPlugin_v7 (v7 constants) beside profiler
+/// v7; the tuner's answers still link (the stand-in refuses to run if
+/// the symbol is missing).
+#[test]
+fn nccl_2_32_6_loads_tuner_v7_and_records() {
+    records_as_v7(23206, &[], 0);
+}
+
+/// The profiler thread's order forced: every channel of a collective
+/// starts and stops (with its KernelPhase events, the mask asking for
+/// KernelPhase, bit 15) before the host thread stops the Coll event. The
+/// Coll stop is then the last reference, and the times are the channels'
+/// (a phase's timestamps are never read as a channel's).
+#[test]
+fn kernel_channels_and_phases_before_the_coll_stop_are_aggregated() {
+    records_as_v7(23102, &[("STANDIN_KERNELS_FIRST", "1")], 1 << 15);
+}
+
+/// What the tuner cannot choose: with every 6th AllReduce run as a
+/// symmetric kernel (`isSymColl`, algo "AGxLL_R", proto "") and every
+/// AllGather on the copy engines (CeColl events), the trace holds exactly
+/// the classic collectives fed (check_trace fails on any other record),
+/// none of the others read as a classic (algorithm, protocol); the file
+/// counts them apart and keeps the calls' tags, and `dyncc inspect` says
+/// both. (Before, the trace kept neither, and a v7 trace was refused.)
+#[test]
+fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
+    let (s, out) = records_as_v7(
+        23206,
+        &[
+            ("STANDIN_SYMK", "1"),
+            ("STANDIN_CE", "1"),
+            ("STANDIN_TAGS", "1"),
+        ],
+        0,
+    );
+    let sym = out.lines().filter(|l| l.starts_with("sym ")).count() as u64;
+    let ce = out.lines().filter(|l| l.starts_with("ce ")).count() as u64;
+    assert!(sym > 10 && ce > 10, "{out}");
+    // Counted apart in the file (format minor 1), with the calls' tags.
+    let bytes = std::fs::read(&s.trace_files()[0]).unwrap();
+    let t = Trace::from_bytes(&bytes).unwrap();
+    assert_eq!(
+        (t.other_paths().symmetric, t.other_paths().copy_engine),
+        (sym, ce)
+    );
+    let mut tags: Vec<(u16, u64)> = t.tags().map(|g| (g.comm, g.tag)).collect();
+    tags.sort_unstable();
+    assert_eq!(tags, [(0, 0x100), (0, 0x101), (0, 0x102)]);
+    // `dyncc inspect` counts them and shows the tags.
+    let shown = crate::support::cli::dyncc()
+        .arg("inspect")
+        .arg(&s.trace_files()[0])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(&format!(
+            "{sym} collectives ran as a symmetric kernel, {ce} on the copy engines"
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("tags 0x10"), "{shown}");
+}
+
+/// Before profiler v7 nothing is counted apart: a v6 trace (NCCL 2.30)
+/// says no other paths and no tags.
+#[test]
+fn a_v6_trace_counts_no_other_paths() {
+    let s = Standin::new();
+    let out = s.run(&["6", "100", "finalize"], Some(&s.traces));
+    check_trace(&s, &out, 6, false);
+    let bytes = std::fs::read(&s.trace_files()[0]).unwrap();
+    let t = Trace::from_bytes(&bytes).unwrap();
+    assert_eq!(t.other_paths(), dyncc_tables::TraceOtherPaths::default());
+    assert_eq!(t.tags().count(), 0);
+}
+
+/// A job that sets NCCL_ALGO itself: NCCL makes every other algorithm's
+/// cells IGNORE before the tuner runs, so the table's forced Ring/Simple
+/// cannot run. Nothing crashes, each init line says once what NCCL will
+/// override, and no collective is recorded as the table's (what ran was
+/// NCCL's Tree).
+#[test]
+fn a_job_setting_nccl_algo_is_told_and_never_recorded_as_obeyed() {
+    let s = Standin::new();
+    let args = ["7", "200", "finalize"];
+    let mut cmd = s.command(&[], &args, Some(&s.traces));
+    cmd.env("STANDIN_NCCL_VERSION", "23102")
+        .env("NCCL_ALGO", "Tree")
+        .env("NCCL_PROTO", "LL,Simple");
+    let out = stdout_of(&cmd.output().unwrap(), &args);
+    let note = "NCCL_ALGO=Tree NCCL_PROTO=LL,Simple set by the job: NCCL runs only what it \
+                allows, overriding the table's forced settings outside it";
+    let inits: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("dyncc: table "))
+        .collect();
+    assert_eq!(inits.len(), 2, "{out}");
+    for l in inits {
+        assert_eq!(l.matches(note).count(), 1, "{l}");
+    }
+    assert!(!out.contains("WARN"), "{out}");
+    assert_eq!(
+        fed_by(&out, "table"),
+        0,
+        "nothing the table forced ran: {out}"
+    );
+    assert!(out.contains("fed AllReduce 4096 TREE"), "{out}");
+    check_trace_at(&s, &out, 7, false, 23102);
 }
 
 /// NCCL asks the tuner once for collectives it aggregated (numPipeOps > 1,

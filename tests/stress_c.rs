@@ -301,7 +301,7 @@ fn init_log_on(
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Every statement of docs/failure-semantics.md, run: what one rank's init
+/// Every statement of docs/src/explanation/failure-semantics.md, run: what one rank's init
 /// logs and returns for each kind of table, strict and DYNCC_STRICT=0.
 /// (`cargo test failure_semantics -- --nocapture` prints the real lines.)
 #[test]

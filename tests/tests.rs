@@ -3,7 +3,9 @@ mod attack; // hostile inputs through the CLI: exit status and message per row
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
 mod audit_plan; // the exploration plan (format 1.1) through verify, explain and query
 mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
+mod cli_conventions; // completions, man pages, JSON errors and schema versions of every command
 mod compile; // compile and eval end to end on the shipped datasets
+mod docs; // README, CHANGELOG and the book: links resolve, pages listed, promises kept
 mod explore_c; // DYNCC_EXPLORE through the built plugin: ranks agree, share, bounds
 mod fuzz_replay; // ingest fuzz seeds and crash inputs, replayed
 mod gpu_check; // tests/gpu/ (run on a GPU by hand): shellcheck, Python parses, usage

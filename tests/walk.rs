@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use dyncc_tables::trace::{encode, Source, TraceComm, TraceHead, TraceRecord};
-use dyncc_tables::{Algo, Coll, Proto};
+use dyncc_tables::{Algo, Coll, Proto, Setting};
 
 use crate::support::cli::dyncc;
 
@@ -34,9 +34,7 @@ fn trace(dir: &Path, name: &str) -> PathBuf {
         comm: 0,
         coll: Coll::AllReduce,
         n_bytes: 1 << 20,
-        algo: Algo::Ring,
-        proto: Proto::Simple,
-        channels: 8,
+        setting: Setting::new(Algo::Ring, Proto::Simple).with_channels(8),
         source: Source::Nccl,
         count: 100,
         sum_ln: 100.0 * ln,

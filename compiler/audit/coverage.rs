@@ -8,6 +8,8 @@
 pub struct MeasuredSizes {
     pub collective: String,
     pub ppn: u32,
+    /// The node counts measured (empty when the entry does not list them).
+    pub nodes: Vec<u32>,
     pub min_bytes: u64,
     pub max_bytes: u64,
 }
@@ -23,11 +25,16 @@ pub fn measured_sizes(meta: &str) -> Vec<MeasuredSizes> {
             let collective = w.next()?.to_string();
             (w.next()? == "ppn").then_some(())?;
             let ppn = w.next()?.parse().ok()?;
-            let (_, sizes) = e.rsplit_once("] ")?;
+            let (list, sizes) = e.rsplit_once("] ")?;
             let (lo, hi) = sizes.split_once("..")?;
+            let nodes = list
+                .rsplit_once('[')
+                .map(|(_, l)| l.split(", ").filter_map(|n| n.parse().ok()).collect())
+                .unwrap_or_default();
             Some(MeasuredSizes {
                 collective,
                 ppn,
+                nodes,
                 min_bytes: crate::units::parse_bytes(lo).ok()?,
                 max_bytes: crate::units::parse_bytes(hi).ok()?,
             })

@@ -172,7 +172,7 @@ pub fn run(a: CompileArgs) -> anyhow::Result<i32> {
         Box::new(std::io::stdout().lock())
     };
     if a.json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&c.report)?)?;
+        writeln!(out, "{}", crate::output::pretty(&c.report)?)?;
     } else {
         print_report(&mut out, &c.report)?;
     }

@@ -354,7 +354,7 @@ pub fn run(a: DiffArgs) -> anyhow::Result<i32> {
         metadata: meta_changes(&ta, &tb),
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        println!("{}", crate::output::pretty(&j)?);
     } else {
         print_human(&j);
     }

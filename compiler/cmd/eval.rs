@@ -45,7 +45,9 @@ mod traces;
 /// spread; pooled, weighted by the calls at each shape. Shapes the table
 /// leaves to NCCL count as "default" (ratio 1); shapes where only one side
 /// ran are listed as not comparable. A trace is never compared with a sweep.
-/// A trace recorded under another table is used, with a warning.
+/// A trace recorded under an earlier table compiled from the same sweep is
+/// scored like any other; one of another platform, or of a table compiled
+/// from another sweep, is refused unless --foreign-traces.
 ///
 /// Examples:
 ///   dyncc eval dgx1v.tbl datasets/real/nvidia-dgx1v-allreduce.csv
@@ -239,7 +241,7 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
             summarise(&mut pooled, &all);
             serde_json::json!({ "scenarios": v, "pooled": pooled })
         };
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        println!("{}", crate::output::pretty(&out)?);
         return Ok(0);
     }
     for (i, s) in scenarios.iter().enumerate() {
@@ -295,7 +297,7 @@ fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
         );
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&score)?);
+        println!("{}", crate::output::pretty(&score)?);
     } else {
         score.print();
     }

@@ -556,7 +556,7 @@ pub fn run(a: ExplainArgs) -> anyhow::Result<i32> {
                     .has_plan()
                     .then(|| explore::by_context(&table, &colls)),
             };
-            println!("{}", serde_json::to_string_pretty(&j)?);
+            println!("{}", crate::output::pretty(&j)?);
         }
     }
     Ok(0)

@@ -237,7 +237,7 @@ pub fn run(mut args: InspectArgs) -> anyhow::Result<i32> {
     s.next = next_command(&args, &s);
     let s = s;
     if args.json {
-        let mut j = serde_json::to_string_pretty(&s)?;
+        let mut j = crate::output::pretty(&s)?;
         j.push('\n');
         let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), j.as_bytes());
     } else {
@@ -566,9 +566,31 @@ mod traces {
         );
         let comms: Vec<_> = t.comms().collect();
         for (i, c) in comms.iter().enumerate() {
+            let tags: Vec<String> = t
+                .tags()
+                .filter(|g| g.comm as usize == i)
+                .map(|g| format!("{:#x}", g.tag))
+                .collect();
             println!(
-                "  comm {i}: {:#018x} {:?} {} nodes {} ranks (rank {} recorded)",
-                c.comm_id, c.name, c.n_nodes, c.n_ranks, c.rank
+                "  comm {i}: {:#018x} {:?} {} nodes {} ranks (rank {} recorded){}",
+                c.comm_id,
+                c.name,
+                c.n_nodes,
+                c.n_ranks,
+                c.rank,
+                if tags.is_empty() {
+                    String::new()
+                } else {
+                    format!(" tags {}", tags.join(","))
+                }
+            );
+        }
+        let o = t.other_paths();
+        if o.symmetric > 0 || o.copy_engine > 0 {
+            println!(
+                "  paths the tuner cannot choose (not records, never read as an algorithm and \
+                 protocol): {} collectives ran as a symmetric kernel, {} on the copy engines",
+                o.symmetric, o.copy_engine
             );
         }
         println!(
@@ -655,12 +677,16 @@ mod traces {
             "dropped_table_full": h.dropped_table_full,
             "dropped_pool_full": h.dropped_pool_full,
             "untimed": h.untimed,
-            "comms": t.comms().map(|c| serde_json::json!({
+            "symmetric_kernel_collectives": t.other_paths().symmetric,
+            "copy_engine_collectives": t.other_paths().copy_engine,
+            "comms": t.comms().enumerate().map(|(i, c)| serde_json::json!({
                 "comm_id": format!("{:#018x}", c.comm_id),
                 "name": c.name,
                 "nodes": c.n_nodes,
                 "ranks": c.n_ranks,
                 "rank": c.rank,
+                "tags": t.tags().filter(|g| g.comm as usize == i)
+                    .map(|g| format!("{:#x}", g.tag)).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "records": t.records().map(|r| serde_json::json!({
                 "comm": r.comm,

@@ -322,7 +322,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
             not_swept: &skipped,
             settings,
         };
-        writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+        writeln!(out, "{}", crate::output::pretty(&j)?)?;
         return Ok(0);
     }
     // Piped, the script has no name yet: the advice names the README's.

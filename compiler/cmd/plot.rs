@@ -1,8 +1,9 @@
 //! `dyncc plot`: a decision map per collective and ranks-per-node, as a
 //! hand-written SVG. x is the message size (log scale), y the node count;
-//! each cell is coloured by the decision the plugin makes there, shaded by
-//! the expected gain over NCCL's default, and hatched when the decision is
-//! interpolated or extrapolated rather than measured.
+//! each cell is coloured by the decision the plugin makes there and hatched
+//! when the decision is interpolated or extrapolated rather than measured;
+//! under it, the expected gain over NCCL's default on a scale of its own, so
+//! decision and gain never share a visual channel.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -23,11 +24,14 @@ use crate::units::{fmt_bytes, fmt_gain};
 ///
 /// One panel per collective and ranks-per-node: x = message size (log
 /// scale), y = node count (one row per node range the table
-/// distinguishes). Colour = decision (legend below), strength = expected
-/// gain over NCCL's default (pale: small, full: the table's largest),
-/// hatching = interpolated (/) or extrapolated (x) rather than measured.
-/// Grey = NCCL's own choice. Open it in a browser, or convert it with
-/// `rsvg-convert map.svg -o map.png`.
+/// distinguishes; a dot marks the counts the sweep measured). Colour =
+/// decision (legend below), hatching = interpolated (/) or extrapolated
+/// (x) rather than measured. Grey = NCCL's own choice where the sweep
+/// measured it best (or no setting beat it past the noise); white = NCCL's
+/// own choice where nothing was confidently better (predicted node counts,
+/// sizes beyond the sweep). Under each panel, the expected gain over NCCL's
+/// default on its own scale (white: none, dark: the table's largest). Open
+/// it in a browser, or convert it with `rsvg-convert map.svg -o map.png`.
 ///
 /// Examples:
 ///   dyncc plot cluster.tbl -o map.svg
@@ -64,6 +68,11 @@ fn esc(s: &str) -> String {
 const LEFT: f64 = 64.0;
 const CELL_W: f64 = 5.0;
 const ROW_H: f64 = 22.0;
+const GAIN_ROW_H: f64 = 10.0;
+/// NCCL's own choice where the sweep measured it best (or within the noise).
+const NCCL_BEST: &str = "#d0d0d0";
+/// NCCL's own choice where nothing was confidently better.
+const NCCL_UNSURE: &str = "#ffffff";
 const FONT: &str = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
 
 /// One row of a panel: a node span and its answers per size bucket.
@@ -141,7 +150,41 @@ pub fn render(
     let plot_w = cols.len() as f64 * CELL_W;
     let width = (LEFT + plot_w + 24.0).max(560.0);
     let ln_gmax = (gmax as f64).ln().max(0.05_f64.ln_1p());
-    let strength = |g: f32| 0.30 + 0.70 * ((g as f64).ln() / ln_gmax).clamp(0.0, 1.0);
+    // Gain on its own sequential scale (white -> dark blue), log gain over
+    // the table's largest.
+    let gain_fill = |g: f32| -> String {
+        let t = ((g.max(1.0) as f64).ln() / ln_gmax).clamp(0.0, 1.0);
+        let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
+        format!(
+            "#{:02x}{:02x}{:02x}",
+            mix(255.0, 8.0),
+            mix(255.0, 48.0),
+            mix(255.0, 107.0)
+        )
+    };
+    // What the sweep measured: node counts and sizes per collective and
+    // ranks per node (the table's coverage metadata).
+    let measured = table
+        .meta("coverage")
+        .map(crate::report::measured_sizes)
+        .unwrap_or_default();
+    let measured_count = |coll: Coll, ppn: (u32, u32), nodes: (u32, u32)| {
+        nodes.0 == nodes.1
+            && ppn.0 == ppn.1
+            && measured.iter().any(|m| {
+                m.collective == coll.name() && m.ppn == ppn.0 && m.nodes.contains(&nodes.0)
+            })
+    };
+    let measured_size = |coll: Coll, ppn: (u32, u32), b: u8| {
+        measured.iter().any(|m| {
+            m.collective == coll.name()
+                && ppn.0 == ppn.1
+                && m.ppn == ppn.0
+                && (size_bucket(m.min_bytes)..=size_bucket(m.max_bytes)).contains(&b)
+        })
+    };
+    let mut any_unsure = false;
+    let mut any_marked = false;
 
     let mut body = String::new();
     let mut y = 58.0;
@@ -165,13 +208,23 @@ pub fn render(
         // Largest node counts at the top, like a y axis.
         for (i, (p, row)) in panel.rows.iter().rev().enumerate() {
             let ry = top + i as f64 * ROW_H;
+            let counted = measured_count(panel.coll, panel.ppn, p.nodes);
             let _ = writeln!(
                 body,
                 "<text x=\"{}\" y=\"{}\" {FONT} font-size=\"11\" text-anchor=\"end\">{}</text>",
-                LEFT - 6.0,
+                LEFT - 6.0 - if counted { 9.0 } else { 0.0 },
                 ry + ROW_H / 2.0 + 4.0,
                 fmt_span(p.nodes.0, p.nodes.1)
             );
+            if counted {
+                any_marked = true;
+                let _ = writeln!(
+                    body,
+                    "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"#222222\"><title>measured by the sweep</title></circle>",
+                    LEFT - 8.0,
+                    ry + ROW_H / 2.0
+                );
+            }
             // Merge equal neighbours into one rectangle.
             let mut k = 0;
             while k < cols.len() {
@@ -182,17 +235,25 @@ pub fn render(
                     if m.decision != l.decision
                         || m.basis != l.basis
                         || (m.gain - l.gain).abs() > 1e-6
+                        || measured_size(panel.coll, panel.ppn, cols[j])
+                            != measured_size(panel.coll, panel.ppn, cols[k])
                     {
                         break;
                     }
                     j += 1;
                 }
                 let (x, w) = (LEFT + k as f64 * CELL_W, (j - k) as f64 * CELL_W);
+                let sure = counted && measured_size(panel.coll, panel.ppn, cols[k]);
                 let tip = match l.decision {
                     Decision::Default => format!(
-                        "{}..{}: NCCL's choice",
+                        "{}..{}: NCCL's choice ({})",
                         fmt_bytes(bucket_lower_bound(cols[k])),
-                        fmt_bytes(dyncc_tables::bucket_upper_bound(cols[j - 1]) + 1)
+                        fmt_bytes(dyncc_tables::bucket_upper_bound(cols[j - 1]) + 1),
+                        if sure {
+                            "measured: no setting beat it past the noise"
+                        } else {
+                            "nothing confidently better here"
+                        }
                     ),
                     d => format!(
                         "{}..{}: {d}, {} vs default, {}",
@@ -202,13 +263,17 @@ pub fn render(
                         l.basis.map(Basis::name).unwrap_or("no rule")
                     ),
                 };
-                let (fill, op) = match l.decision {
-                    Decision::Default => ("#e6e6e6".to_string(), 1.0),
-                    d => (colour_hex(d), strength(l.gain)),
+                let fill = match l.decision {
+                    Decision::Default if sure => NCCL_BEST.to_string(),
+                    Decision::Default => {
+                        any_unsure = true;
+                        NCCL_UNSURE.to_string()
+                    }
+                    d => colour_hex(d),
                 };
                 let _ = writeln!(
                     body,
-                    "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"{fill}\" fill-opacity=\"{op:.2}\"><title>{}</title></rect>",
+                    "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"{fill}\"><title>{}</title></rect>",
                     esc(&tip)
                 );
                 if l.decision.is_forced() {
@@ -259,15 +324,53 @@ pub fn render(
             LEFT + plot_w / 2.0,
             axis_y + 30.0
         );
-        y = axis_y + 58.0;
+        y = axis_y + 50.0;
+        // The gain, same rows and columns, on its own scale.
+        let _ = writeln!(
+            body,
+            "<text x=\"{LEFT}\" y=\"{y:.1}\" {FONT} font-size=\"11\" fill=\"#444\">{}: expected gain over NCCL's default</text>",
+            panel.coll.name()
+        );
+        y += 6.0;
+        let gtop = y;
+        for (i, (_, row)) in panel.rows.iter().rev().enumerate() {
+            let ry = gtop + i as f64 * GAIN_ROW_H;
+            let mut k = 0;
+            while k < cols.len() {
+                let g = row[cols[k] as usize].gain;
+                let mut j = k + 1;
+                while j < cols.len() && (row[cols[j] as usize].gain - g).abs() <= 1e-6 {
+                    j += 1;
+                }
+                let (x, w) = (LEFT + k as f64 * CELL_W, (j - k) as f64 * CELL_W);
+                let _ = writeln!(
+                    body,
+                    "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{GAIN_ROW_H}\" fill=\"{}\"><title>{}</title></rect>",
+                    gain_fill(g),
+                    esc(&fmt_gain(g as f64))
+                );
+                k = j;
+            }
+        }
+        let gh = panel.rows.len() as f64 * GAIN_ROW_H;
+        let _ = writeln!(body, "<rect x=\"{LEFT}\" y=\"{gtop:.1}\" width=\"{plot_w:.1}\" height=\"{gh:.1}\" fill=\"none\" stroke=\"#555\" stroke-width=\"0.8\"/>");
+        y = gtop + gh + 36.0;
     }
 
     // Legend: decisions, gain strength, basis hatching.
     let mut legend = String::new();
     let _ = writeln!(legend, "<text x=\"{LEFT}\" y=\"{y:.1}\" {FONT} font-size=\"12\" font-weight=\"bold\">legend</text>");
     y += 10.0;
-    let mut items: Vec<(String, String)> =
-        vec![("#e6e6e6".into(), "NCCL's choice (left alone)".into())];
+    let mut items: Vec<(String, String)> = vec![(
+        NCCL_BEST.into(),
+        "NCCL's choice: measured best, or nothing beat it past the noise".into(),
+    )];
+    if any_unsure {
+        items.push((
+            NCCL_UNSURE.into(),
+            "NCCL's choice: nothing confidently better (not measured here)".into(),
+        ));
+    }
     for d in &decisions {
         items.push((colour_hex(*d), d.to_string()));
     }
@@ -295,11 +398,6 @@ pub fn render(
         );
     }
     y += items.len().div_ceil(per_row) as f64 * 20.0 + 10.0;
-    // Gain strength ramp, in the first forced decision's colour.
-    let ramp = decisions
-        .first()
-        .map(|d| colour_hex(*d))
-        .unwrap_or_else(|| "#888888".into());
     let _ = writeln!(
         legend,
         "<text x=\"{LEFT}\" y=\"{:.1}\" {FONT} font-size=\"11\">expected gain:</text>",
@@ -308,7 +406,7 @@ pub fn render(
     for i in 0..8 {
         let g = ((gmax as f64).ln() * i as f64 / 7.0).exp() as f32;
         let x = LEFT + 90.0 + i as f64 * 16.0;
-        let _ = writeln!(legend, "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"16\" height=\"14\" fill=\"{ramp}\" fill-opacity=\"{:.2}\"/>", strength(g.max(1.0)));
+        let _ = writeln!(legend, "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"16\" height=\"14\" fill=\"{}\" stroke=\"#999\" stroke-width=\"0.3\"/>", gain_fill(g));
     }
     let _ = writeln!(
         legend,
@@ -349,6 +447,23 @@ pub fn render(
         );
         bx += 120.0;
     }
+    if any_marked {
+        // A line of its own: the hatching legend above fills the width.
+        y += 40.0;
+        let _ = writeln!(
+            legend,
+            "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"#222222\"/>",
+            LEFT + 7.0,
+            y + 7.0
+        );
+        let _ = writeln!(
+            legend,
+            "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} font-size=\"11\">node count the sweep measured</text>",
+            LEFT + 20.0,
+            y + 11.0
+        );
+        y -= 16.0;
+    }
     y += 40.0;
 
     let title = format!(
@@ -381,7 +496,7 @@ pub fn render(
     );
     let _ = writeln!(
         s,
-        "<text x=\"14\" y=\"40\" {FONT} font-size=\"11\" fill=\"#444\">colour = decision, strength = expected gain over NCCL's default, hatching = not measured there</text>"
+        "<text x=\"14\" y=\"40\" {FONT} font-size=\"11\" fill=\"#444\">colour = decision, hatching = not measured there, dot = measured node count; the gain is drawn under each map</text>"
     );
     s.push_str(&body);
     s.push_str(&legend);
@@ -447,5 +562,38 @@ mod tests {
         // Every tag that opens closes (a cheap well-formedness check).
         assert_eq!(s.matches("<svg").count(), s.matches("</svg>").count());
         assert_eq!(s.matches("<rect").count(), s.matches("<rect").count());
+    }
+
+    /// Decision and gain were one cell's colour and opacity, so a faint
+    /// decision read as another; grey meant both "measured, NCCL best" and
+    /// "not confident"; measured node counts were not marked.
+    #[test]
+    fn decision_and_gain_are_drawn_apart_and_nccl_best_apart_from_unsure() {
+        let mut b = dyncc_tables::TableBuilder::new();
+        b.meta("platform", "test-rig")
+            .meta("coverage", "allreduce ppn 8 nodes [2, 4] 8 B..4 GiB");
+        testutil::sample_contexts(&mut b);
+        let bytes = b.build().unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let s = render(&t, "t.tbl", &[Coll::AllReduce], None, None);
+        assert!(
+            !s.lines()
+                .any(|l| l.starts_with("<rect") && l.contains("fill-opacity")),
+            "no cell's opacity carries the gain"
+        );
+        assert!(s.contains("allreduce: expected gain over NCCL's default</text>"));
+        // 2 and 4 nodes measured (and marked), 3 predicted.
+        assert_eq!(s.matches("<title>measured by the sweep</title>").count(), 2);
+        assert!(s.contains(&format!("fill=\"{NCCL_BEST}\"><title>")));
+        assert!(s.contains(&format!("fill=\"{NCCL_UNSURE}\"><title>")));
+        assert!(s.contains("measured: no setting beat it past the noise"));
+        assert!(s.contains("nothing confidently better here"));
+        assert!(s.contains(">node count the sweep measured</text>"));
+        // Without coverage metadata nothing is claimed measured.
+        let bytes0 = testutil::sample();
+        let t0 = Table::from_bytes(&bytes0).unwrap();
+        let s0 = render(&t0, "t.tbl", &[Coll::AllReduce], None, None);
+        assert!(!s0.contains("measured by the sweep"));
+        assert!(!s0.contains(&format!("fill=\"{NCCL_BEST}\"><title>")));
     }
 }

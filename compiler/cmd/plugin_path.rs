@@ -75,7 +75,7 @@ pub fn run(a: PluginPathArgs) -> anyhow::Result<i32> {
                 error: Some(e.to_string()),
             },
         };
-        writeln!(out, "{}", serde_json::to_string_pretty(&j)?)?;
+        writeln!(out, "{}", crate::output::pretty(&j)?)?;
     }
     match found {
         Ok(p) => {

@@ -793,7 +793,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
                 decision_of(&table, call),
             );
             use std::io::Write;
-            writeln!(out, "{}", serde_json::to_string(&ans)?)?;
+            writeln!(out, "{}", crate::output::line(&ans)?)?;
         }
         return Ok(0);
     }
@@ -808,7 +808,7 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
         decision_of(&table, &call),
     );
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&ans)?);
+        println!("{}", crate::output::pretty(&ans)?);
     } else {
         print_answer(&ans, data.is_some());
         if traced.is_some() {

@@ -232,6 +232,8 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     if a.list_profiles {
         let ps = profile::builtins();
         if a.json {
+            // A list of profiles, each readable back by --profile-file
+            // (which refuses unknown fields): no schema field added.
             println!("{}", serde_json::to_string_pretty(&ps)?);
         } else {
             for p in &ps {
@@ -260,7 +262,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     if let Some(real) = &a.calibrate {
         let r = calibrate::compare(&prof, &calibrate::read_real(real)?);
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&r)?);
+            println!("{}", crate::output::pretty(&r)?);
         } else {
             print!("{}", calibrate::markdown(&r));
         }
@@ -271,7 +273,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
         let models = sweep::Models::new(&spec);
         let g = sweep::gaps(&spec, &models);
         if a.json {
-            println!("{}", serde_json::to_string_pretty(&g)?);
+            println!("{}", crate::output::pretty(&g)?);
         } else {
             print_gaps(&g);
         }
@@ -290,7 +292,7 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     let w = sweep::write(&spec, &out, a.csv, &bar)?;
     bar.finish_and_clear();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&w)?);
+        println!("{}", crate::output::pretty(&w)?);
     } else {
         println!(
             "wrote {} nccl-tests logs ({:.1} MB) for profile {} under {}",

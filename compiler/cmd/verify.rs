@@ -254,7 +254,7 @@ pub fn run(a: VerifyArgs) -> anyhow::Result<i32> {
     let bytes = read_table(&a.table)?;
     let j = check(&a.table, &bytes);
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&j)?);
+        println!("{}", crate::output::pretty(&j)?);
     } else {
         print_human(&j, Table::from_bytes(&bytes).err().as_ref());
     }

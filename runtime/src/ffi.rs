@@ -1,11 +1,12 @@
-//! `#[repr(C)]` mirrors of NCCL's tuner-plugin ABI, versions 2 to 6.
+//! `#[repr(C)]` mirrors of NCCL's tuner-plugin ABI, versions 2 to 7.
 //!
 //! Written from `shared/reference/nccl-tuner-abi.md` sections 1-2 (NCCL's
-//! `tuner_v2.h` .. `tuner_v6.h`). C enums that come in from NCCL
+//! `tuner_v2.h` .. `tuner_v6.h`) and NCCL's `tuner_v7.h` (2.32.6: v6's
+//! function table, constants with a fifth compute-capability row). C enums that come in from NCCL
 //! (`ncclResult_t`, `ncclFunc_t`, `ncclDebugLogLevel`) are plain `c_int`: an
 //! out-of-range value in a Rust enum would be undefined behaviour. Every
 //! member of every tuner struct is pointer-sized, so there is no padding:
-//! v2-v5 are 32 bytes and v6 is 40 (checked by tests here, with `readelf` on
+//! v2-v5 are 32 bytes, v6 and v7 are 40 (checked by tests here, with `readelf` on
 //! the built library, and by the C harness with `_Static_assert`).
 #![allow(non_camel_case_types, non_snake_case)]
 
@@ -99,6 +100,34 @@ pub type ncclNvlDomainInfo_v6_t = ncclNvlDomainInfo_v5_t;
 /// v6 typedefs the v5 structs.
 pub type ncclTunerConstants_v6_t = ncclTunerConstants_v5_t;
 
+/// `NCCL_NUM_COMPCAPS_V7`: v7 adds compute capability index 4 (Rubin).
+pub const NUM_COMPCAPS_V7: usize = 5;
+const _: () = assert!(NUM_COMPCAPS_V5 == 4 && NUM_COMPCAPS_V7 == NUM_COMPCAPS_V5 + 1);
+
+/// `ncclTunerConstants_v7_t`: v5's layout with [`NUM_COMPCAPS_V7`] rows in
+/// the five bandwidth arrays, 1272 bytes of `double`. Never modified.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclTunerConstants_v7_t {
+    /// `[algo][proto]`, us.
+    pub baseLatencies: [[f64; NUM_PROTOCOLS_V5]; NUM_ALGORITHMS_V5],
+    /// `[hw link][algo][proto]`, us.
+    pub hwLatencies: [[[f64; NUM_PROTOCOLS_V5]; NUM_ALGORITHMS_V5]; NUM_HW_LINKS_V5],
+    /// `[compcap][scale]`, GB/s.
+    pub llMaxBws: [[f64; NUM_TUNING_SCALES_V5]; NUM_COMPCAPS_V7],
+    /// `[compcap][scale]`, GB/s.
+    pub perChMaxRingLL128Bws: [[f64; NUM_TUNING_SCALES_V5]; NUM_COMPCAPS_V7],
+    /// `[compcap][scale]`, GB/s.
+    pub perChMaxTreeLL128Bws: [[f64; NUM_TUNING_SCALES_V5]; NUM_COMPCAPS_V7],
+    /// `[compcap][scale]`, GB/s.
+    pub perChMaxTreeBws: [[f64; NUM_TUNING_SCALES_V5]; NUM_COMPCAPS_V7],
+    /// `[compcap][scale]`, GB/s.
+    pub perChMaxNVLSTreeBws: [[f64; NUM_TUNING_SCALES_V5]; NUM_COMPCAPS_V7],
+}
+
+/// v7 typedefs v5's NVLink domain struct.
+pub type ncclNvlDomainInfo_v7_t = ncclNvlDomainInfo_v5_t;
+
 /// v2-v4 `init(nRanks, nNodes, logFunction, void** context)`: context LAST.
 pub type InitV2 = unsafe extern "C" fn(
     nRanks: usize,
@@ -117,6 +146,17 @@ pub type InitV5 = unsafe extern "C" fn(
     logFunction: ncclDebugLogger_t,
     nvlDomainInfo: *mut ncclNvlDomainInfo_v5_t,
     constants: *mut ncclTunerConstants_v5_t,
+) -> ncclResult_t;
+
+/// v7 `init`: v5's, with v7's constants.
+pub type InitV7 = unsafe extern "C" fn(
+    context: *mut *mut c_void,
+    commId: u64,
+    nRanks: usize,
+    nNodes: usize,
+    logFunction: ncclDebugLogger_t,
+    nvlDomainInfo: *mut ncclNvlDomainInfo_v7_t,
+    constants: *mut ncclTunerConstants_v7_t,
 ) -> ncclResult_t;
 
 /// v2 `getCollInfo`: returns algorithm/protocol ints (NCCL presets -1).
@@ -240,6 +280,21 @@ pub struct ncclTuner_v6_t {
     pub getChunkSize: Option<GetChunkSize>,
 }
 
+/// `ncclTuner_v7_t` (NCCL 2.32.6+): v6's table, v7's `init`.
+#[repr(C)]
+pub struct ncclTuner_v7_t {
+    /// Plugin name.
+    pub name: *const c_char,
+    /// Context is the FIRST argument; v7 constants.
+    pub init: Option<InitV7>,
+    /// Same as v4.
+    pub getCollInfo: Option<GetCollInfoV4>,
+    /// Frees the context.
+    pub finalize: Option<Finalize>,
+    /// Optional; NULL.
+    pub getChunkSize: Option<GetChunkSize>,
+}
+
 // SAFETY: the exported statics of these types are immutable and hold only
 // a pointer to a 'static NUL-terminated string and function pointers, so
 // sharing them between threads is sound.
@@ -252,6 +307,8 @@ unsafe impl Sync for ncclTuner_v4_t {}
 unsafe impl Sync for ncclTuner_v5_t {}
 // SAFETY: as above.
 unsafe impl Sync for ncclTuner_v6_t {}
+// SAFETY: as above.
+unsafe impl Sync for ncclTuner_v7_t {}
 
 #[cfg(test)]
 mod tests {
@@ -269,6 +326,42 @@ mod tests {
         assert_eq!(offset_of!(ncclTuner_v6_t, getCollInfo), 16);
         assert_eq!(offset_of!(ncclTuner_v6_t, finalize), 24);
         assert_eq!(offset_of!(ncclTuner_v6_t, getChunkSize), 32);
+        assert_eq!(size_of::<ncclTuner_v7_t>(), 40);
+        assert_eq!(offset_of!(ncclTuner_v7_t, init), 8);
+        assert_eq!(offset_of!(ncclTuner_v7_t, getCollInfo), 16);
+        assert_eq!(offset_of!(ncclTuner_v7_t, finalize), 24);
+        assert_eq!(offset_of!(ncclTuner_v7_t, getChunkSize), 32);
+    }
+
+    /// v7's constants: v5's latencies, then five rows of three bandwidths
+    /// per array (`tuner_v7.h`, NCCL 2.32.6).
+    #[test]
+    fn v7_constants_layout_matches_nccl() {
+        assert_eq!(size_of::<ncclNvlDomainInfo_v7_t>(), 12);
+        assert_eq!(size_of::<ncclTunerConstants_v7_t>(), 1272);
+        assert_eq!(offset_of!(ncclTunerConstants_v7_t, hwLatencies), 168);
+        assert_eq!(offset_of!(ncclTunerConstants_v7_t, llMaxBws), 672);
+        assert_eq!(
+            offset_of!(ncclTunerConstants_v7_t, perChMaxRingLL128Bws),
+            792
+        );
+        assert_eq!(
+            offset_of!(ncclTunerConstants_v7_t, perChMaxTreeLL128Bws),
+            912
+        );
+        assert_eq!(offset_of!(ncclTunerConstants_v7_t, perChMaxTreeBws), 1032);
+        assert_eq!(
+            offset_of!(ncclTunerConstants_v7_t, perChMaxNVLSTreeBws),
+            1152
+        );
+        assert_eq!(
+            dyncc_tables::TunerAbi::get(7).map(|a| a.compcaps as usize),
+            Some(NUM_COMPCAPS_V7)
+        );
+        assert_eq!(
+            dyncc_tables::TunerAbi::get(6).map(|a| a.compcaps as usize),
+            Some(NUM_COMPCAPS_V5)
+        );
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The dyncc NCCL tuner plugin (`libnccl-tuner-dyncc.so`) and the small
 //! `dyncc_*` C API.
 //!
-//! The exported surface is exactly the `ncclTunerPlugin_v2` .. `_v6` and
-//! `ncclProfiler_v1` .. `_v6` data symbols NCCL looks up and the `dyncc_*`
+//! The exported surface is exactly the `ncclTunerPlugin_v2` .. `_v7` and
+//! `ncclProfiler_v1` .. `_v7` data symbols NCCL looks up and the `dyncc_*`
 //! functions in `include/dyncc.h`. Laid out bottom-up; a module only uses
 //! the ones below it:
 //!
@@ -36,11 +36,11 @@ pub mod trace;
 pub use capi::*;
 pub use plugin::{
     ncclTunerPlugin_v2, ncclTunerPlugin_v3, ncclTunerPlugin_v4, ncclTunerPlugin_v5,
-    ncclTunerPlugin_v6,
+    ncclTunerPlugin_v6, ncclTunerPlugin_v7,
 };
 pub use profiler::{
     ncclProfiler_v1, ncclProfiler_v2, ncclProfiler_v3, ncclProfiler_v4, ncclProfiler_v5,
-    ncclProfiler_v6,
+    ncclProfiler_v6, ncclProfiler_v7,
 };
 
 /// The committed `include/dyncc.h` must equal what cbindgen generates from

@@ -1,5 +1,5 @@
 //! The tuner entry surface: `init`, `getCollInfo` and `finalize` for every
-//! ABI version, and the exported `ncclTunerPlugin_v2` .. `_v6` statics.
+//! ABI version, and the exported `ncclTunerPlugin_v2` .. `_v7` statics.
 //!
 //! Contract (DESIGN.md section 6): `DYNCC_TABLE` names the table; a table
 //! that is configured but cannot be loaded fails `init` (so ranks never
@@ -117,6 +117,20 @@ pub struct Config {
     /// [`Share::MIN`] (exploration is then off, and init says why in one
     /// WARN per process).
     pub bad_explore: Option<String>,
+    /// The job's own `NCCL_ALGO` and `NCCL_PROTO` (non-empty), which NCCL
+    /// applies over the tuner: a cell they exclude reaches `getCollInfo`
+    /// as IGNORE, which the plugin never touches, so a forced setting
+    /// there does not run. The init line says so.
+    pub nccl_env: NcclEnv,
+}
+
+/// The job's own `NCCL_ALGO` and `NCCL_PROTO`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NcclEnv {
+    /// `NCCL_ALGO`, when set and not empty.
+    pub algo: Option<String>,
+    /// `NCCL_PROTO`, when set and not empty.
+    pub proto: Option<String>,
 }
 
 impl Config {
@@ -164,6 +178,11 @@ impl Config {
                 }
             }
         };
+        let nccl = |name: &str| {
+            var(name)
+                .map(|v| v.to_string_lossy().trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
         Config {
             table,
             strict,
@@ -171,6 +190,10 @@ impl Config {
             bad_nccl_mismatch,
             explore,
             bad_explore,
+            nccl_env: NcclEnv {
+                algo: nccl("NCCL_ALGO"),
+                proto: nccl("NCCL_PROTO"),
+            },
         }
     }
 }
@@ -358,6 +381,9 @@ fn init_inner(
             off,
         );
         let _ = describe_explore(&mut line, cfg.explore, counts, off);
+        if !off {
+            let _ = describe_nccl_env(&mut line, &cfg.nccl_env);
+        }
         let mut warn = None;
         if fresh && check.is_mismatch() && cfg.nccl_mismatch != MismatchPolicy::Ignore {
             let mut w = Msg::new();
@@ -595,6 +621,36 @@ fn describe_explore(
     }
 }
 
+/// The init line's note on the job's own `NCCL_ALGO` / `NCCL_PROTO`:
+/// NCCL applies them over the tuner, so the table's forced settings they
+/// exclude do not run (the plugin leaves IGNORE cells alone and traces
+/// record what ran). Silent when neither is set. A value is shown escaped
+/// and cut to [`SHOWN_ENV_LEN`] bytes (the line has NCCL's 1024 bytes).
+fn describe_nccl_env(w: &mut Msg, env: &NcclEnv) -> core::fmt::Result {
+    if env.algo.is_none() && env.proto.is_none() {
+        return Ok(());
+    }
+    write!(w, ";")?;
+    for (name, v) in [("NCCL_ALGO", &env.algo), ("NCCL_PROTO", &env.proto)] {
+        if let Some(v) = v {
+            let mut n = v.len().min(SHOWN_ENV_LEN);
+            while !v.is_char_boundary(n) {
+                n -= 1;
+            }
+            let more = if n < v.len() { "..." } else { "" };
+            write!(w, " {name}={}{more}", Escaped(&v[..n]))?;
+        }
+    }
+    write!(
+        w,
+        " set by the job: NCCL runs only what it allows, overriding the table's forced \
+         settings outside it"
+    )
+}
+
+/// Bytes of an `NCCL_ALGO` / `NCCL_PROTO` value the init line shows.
+const SHOWN_ENV_LEN: usize = 64;
+
 /// The hot path for the cost-table versions (v3-v6).
 ///
 /// # Safety
@@ -750,6 +806,32 @@ unsafe extern "C" fn init_v5(
     let cfg = Config::from_env();
     // SAFETY: NCCL passes a writable context pointer (NULL is checked).
     unsafe { init_guarded(&cfg, ctx, n_ranks, n_nodes, Logger(log), facts) }
+}
+
+/// v7 `init` (NCCL 2.32.6+): v5's, whose constants dyncc never reads
+/// (only their row count changed).
+unsafe extern "C" fn init_v7(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+    nvl: *mut ncclNvlDomainInfo_v7_t,
+    _constants: *mut ncclTunerConstants_v7_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL arguments; the constants are not read, so
+    // the v5 pointer type is never dereferenced.
+    unsafe {
+        init_v5(
+            ctx,
+            comm_id,
+            n_ranks,
+            n_nodes,
+            log,
+            nvl,
+            core::ptr::null_mut(),
+        )
+    }
 }
 
 /// The communicator as NCCL 2.21 (the v2 ABI) has it: no PAT (2.21 has
@@ -1099,7 +1181,7 @@ pub static ncclTunerPlugin_v5: ncclTuner_v5_t = ncclTuner_v5_t {
     finalize: Some(finalize),
 };
 
-/// NCCL 2.30+.
+/// NCCL 2.30 - 2.32.3.
 #[unsafe(no_mangle)]
 pub static ncclTunerPlugin_v6: ncclTuner_v6_t = ncclTuner_v6_t {
     name: PLUGIN_NAME.as_ptr(),
@@ -1108,3 +1190,55 @@ pub static ncclTunerPlugin_v6: ncclTuner_v6_t = ncclTuner_v6_t {
     finalize: Some(finalize),
     getChunkSize: None,
 };
+
+/// NCCL 2.32.6+ (its loader tries v7 first).
+#[unsafe(no_mangle)]
+pub static ncclTunerPlugin_v7: ncclTuner_v7_t = ncclTuner_v7_t {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v7),
+    getCollInfo: Some(get_coll_info_v4),
+    finalize: Some(finalize),
+    getChunkSize: None,
+};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The job's own NCCL_ALGO / NCCL_PROTO are read, shown escaped and
+    /// cut, and nothing is said without them.
+    #[test]
+    fn the_jobs_nccl_algo_and_proto_are_said_in_the_init_line() {
+        let cfg = Config::from_vars(|k| match k {
+            "NCCL_ALGO" => Some(" ^ring\n".into()),
+            "NCCL_PROTO" => Some("".into()),
+            _ => None,
+        });
+        assert_eq!(
+            cfg.nccl_env,
+            NcclEnv {
+                algo: Some("^ring".into()),
+                proto: None
+            }
+        );
+        let mut w = Msg::new();
+        describe_nccl_env(&mut w, &cfg.nccl_env).unwrap();
+        assert_eq!(
+            w.as_str(),
+            "; NCCL_ALGO=^ring set by the job: NCCL runs only what it allows, overriding the \
+             table's forced settings outside it"
+        );
+        let mut w = Msg::new();
+        describe_nccl_env(&mut w, &NcclEnv::default()).unwrap();
+        assert_eq!(w.as_str(), "");
+        let long = NcclEnv {
+            algo: None,
+            proto: Some("é".repeat(40)),
+        };
+        let mut w = Msg::new();
+        describe_nccl_env(&mut w, &long).unwrap();
+        assert!(w
+            .as_str()
+            .starts_with(&format!("; NCCL_PROTO={}...", "é".repeat(32))));
+    }
+}

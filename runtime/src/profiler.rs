@@ -1,4 +1,4 @@
-//! NCCL's profiler interface: the exported `ncclProfiler_v1` .. `_v6`
+//! NCCL's profiler interface: the exported `ncclProfiler_v1` .. `_v7`
 //! statics, so the same library is NCCL's tuner and profiler
 //! (`NCCL_PROFILER_PLUGIN=dyncc` finds `libnccl-profiler-dyncc.so`).
 //!
@@ -16,20 +16,30 @@
 //! timestamps: one WARN, no events. The event callbacks never allocate, lock, log or block; any
 //! failure at init is one WARN and a context that records nothing (the
 //! job goes on).
+//!
+//! Profiler v7 (NCCL 2.31+) also says when a collective ran a symmetric
+//! kernel (`isSymColl`) and carries each call's `userTag`; a recording
+//! rank's v7 `init` adds `CeColl` to the mask too. A symmetric-kernel or
+//! copy-engine collective takes its tuner answer off the ring (so no later
+//! call is linked to it) and is counted apart ([`crate::trace::paths`]),
+//! never recorded as a classic (algorithm, protocol). From 2.31 NCCL's
+//! KernelCh (and KernelPhase) events come from a profiler thread of their
+//! own, before or after the Coll stop: the pool's references make any
+//! order count once; a KernelPhase event (a channel's child) gets NULL.
 
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::path::PathBuf;
 
 use dyncc_tables::trace::Source;
-use dyncc_tables::{datatype_size, Algo, Coll, Proto, Setting};
+use dyncc_tables::{datatype_size, Algo, Coll, ProfilerAbi, Proto, Setting};
 
 use crate::ffi::{ncclDebugLogger_t, ncclResult_t, NCCL_SUCCESS};
 use crate::guard::{c_bytes, ffi_guard, write_out, PLUGIN_NAME};
 use crate::log::{Escaped, Logger};
 use crate::nccl_version;
 use crate::profiler_ffi::*;
-use crate::trace::{self, Answer, Handle, Key};
+use crate::trace::{self, Answer, Handle, Key, OtherPath};
 
 /// One communicator rank's profiler state.
 pub struct ProfContext {
@@ -42,6 +52,31 @@ pub struct ProfContext {
 
 /// The events dyncc asks for when tracing.
 const TRACE_MASK: c_int = (PROFILE_COLL | PROFILE_KERNEL_CH) as c_int;
+
+/// The events asked for under profiler `abi`: from v7 also `CeColl`, so a
+/// copy-engine collective's tuner answer is taken off the ring and the
+/// collective counted apart.
+fn trace_mask(abi: u8) -> c_int {
+    // Not `row`: `abi` comes from an init at run time.
+    match ProfilerAbi::get(abi) {
+        Some(a) if a.sym_and_tags => TRACE_MASK | PROFILE_CE_COLL as c_int,
+        _ => TRACE_MASK,
+    }
+}
+
+/// The ABI table's row of profiler version `v` (checked when compiled).
+const fn row(v: u8) -> &'static ProfilerAbi {
+    match ProfilerAbi::get(v) {
+        Some(a) => a,
+        None => panic!("a profiler ABI NCCL never defined"),
+    }
+}
+/// The rows of the statics' versions with GPU timestamps (v6 is v5's
+/// shape: `start_v5` serves both).
+const V4: &ProfilerAbi = row(4);
+const V5: &ProfilerAbi = row(5);
+const V7: &ProfilerAbi = row(7);
+const _: () = assert!(V4.byte_type && !V5.byte_type && !row(6).needs_group_handle);
 
 /// `ncclProfileGroup`: a launched plan (its collectives' parent on 2.27).
 const PROFILE_GROUP: u64 = 1 << 0;
@@ -116,13 +151,14 @@ unsafe fn init_common(
             // SAFETY: NCCL passes its event mask, an aligned int that lives
             // while NCCL is loaded, which NCCL reads with relaxed atomics.
             let m = unsafe { core::sync::atomic::AtomicI32::from_ptr(mask) };
-            let before = m.fetch_or(TRACE_MASK, Ordering::Relaxed);
+            let want = trace_mask(abi);
+            let before = m.fetch_or(want, Ordering::Relaxed);
             // Only the bits added here are ever taken away again, only
             // from profiler v5 on, and never with DYNCC_TRACE_ALL=1
             // (trace::mask).
             if !trace_all() {
                 // SAFETY: as above.
-                unsafe { trace::mask::arm(mask, abi, TRACE_MASK & !before) };
+                unsafe { trace::mask::arm(mask, abi, want & !before) };
             }
         }
         if !ctx.is_null() {
@@ -271,6 +307,42 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     }
 }
 
+/// A collective of a recording rank that ran a path the tuner cannot
+/// choose (v7: a symmetric kernel, or the copy engines): its tuner answer
+/// is taken off the ring, so no later collective of the same size is
+/// linked to it, and it is counted apart; never a record (no handle).
+fn other_path_start(
+    ctx: &ProfContext,
+    path: OtherPath,
+    func: *const c_char,
+    count: usize,
+    datatype: *const c_char,
+) {
+    if ctx.recording.is_none() {
+        return;
+    }
+    let (Some(coll), Some(size)) = (
+        c_name(func).and_then(Coll::parse),
+        c_str(datatype).and_then(datatype_size),
+    ) else {
+        return;
+    };
+    let per = match coll {
+        Coll::AllGather | Coll::ReduceScatter => ctx.n_ranks.max(1),
+        _ => 1,
+    };
+    let n_bytes = size.saturating_mul(count as u64).saturating_mul(per);
+    if let Some(r) = ctx.comm_id.and_then(trace::profiled_ring) {
+        // What was answered did not run: nothing to compare it with.
+        let _ = trace::take_answer_in(r, coll, n_bytes);
+        // NCCL's own side of the shape ran, as far as the mask is
+        // concerned (no record is written): a shape NCCL always runs this
+        // way would otherwise keep the mask raised for good.
+        trace::note_recorded(r, coll, n_bytes, Source::Nccl);
+    }
+    trace::other_path_ran(path);
+}
+
 /// Shared `startEvent` body: `type_` and the descriptor's common part.
 /// `group`: a recording rank's Group events get [`GROUP_HANDLE`] (v4).
 ///
@@ -354,7 +426,16 @@ unsafe extern "C" fn start_v4(
         // SAFETY: NCCL's descriptor, valid for the call.
         let d = unsafe { &*d };
         // SAFETY: ctx/handle from NCCL; the union matches the type.
-        unsafe { start(ctx, handle, d.type_ as u64, d.parentObj, &d.u, true) };
+        unsafe {
+            start(
+                ctx,
+                handle,
+                d.type_ as u64,
+                d.parentObj,
+                &d.u,
+                V4.needs_group_handle,
+            )
+        };
     });
     NCCL_SUCCESS
 }
@@ -371,7 +452,78 @@ unsafe extern "C" fn start_v5(
         // SAFETY: NCCL's descriptor, valid for the call.
         let d = unsafe { &*d };
         // SAFETY: ctx/handle from NCCL; the union matches the type.
-        unsafe { start(ctx, handle, d.type_, d.parentObj, &d.u, false) };
+        unsafe {
+            start(
+                ctx,
+                handle,
+                d.type_,
+                d.parentObj,
+                &d.u,
+                V5.needs_group_handle,
+            )
+        };
+    });
+    NCCL_SUCCESS
+}
+
+/// v7's `startEvent`: a symmetric-kernel Coll or a CeColl is counted
+/// apart ([`other_path_start`]); a tagged call's `userTag` is kept; every
+/// other event as v5/v6 (v7 keeps their fields' offsets).
+unsafe extern "C" fn start_v7(
+    ctx: *mut c_void,
+    handle: *mut *mut c_void,
+    d: *mut ncclProfilerEventDescr_v7_t,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        if d.is_null() {
+            return;
+        }
+        // SAFETY: NCCL's descriptor, valid for the call.
+        let d = unsafe { &*d };
+        // SAFETY: a non-NULL ctx is the ProfContext init made.
+        let c = unsafe { ctx.cast::<ProfContext>().as_ref() };
+        let other = match (d.type_, c) {
+            (PROFILE_COLL, Some(c)) => {
+                // SAFETY: a Coll event's union holds v7's `coll`.
+                let coll = unsafe { &d.u.coll };
+                if let (Some(id), true) = (c.comm_id, c.recording.is_some()) {
+                    trace::note_tag(id, coll.userTag);
+                }
+                (coll.isSymColl != 0).then_some((
+                    OtherPath::Symmetric,
+                    coll.base.func,
+                    coll.base.count,
+                    coll.base.datatype,
+                ))
+            }
+            (PROFILE_CE_COLL, Some(c)) => {
+                // SAFETY: a CeColl event's union holds `ceColl`.
+                let ce = unsafe { &d.u.ceColl };
+                if let (Some(id), true) = (c.comm_id, c.recording.is_some()) {
+                    trace::note_tag(id, ce.userTag);
+                }
+                Some((OtherPath::CopyEngine, ce.func, ce.count, ce.datatype))
+            }
+            _ => None,
+        };
+        if let (Some((path, func, count, datatype)), Some(c)) = (other, c) {
+            other_path_start(c, path, func, count, datatype);
+            // SAFETY: NCCL's handle out-pointer (or NULL).
+            unsafe { write_out(handle, core::ptr::null_mut()) };
+            return;
+        }
+        // SAFETY: ctx/handle from NCCL; v7's union has v6's members at
+        // their offsets, and the union matches the type.
+        unsafe {
+            start(
+                ctx,
+                handle,
+                d.type_,
+                d.parentObj,
+                &d.u.v6,
+                V7.needs_group_handle,
+            )
+        };
     });
     NCCL_SUCCESS
 }
@@ -483,6 +635,21 @@ unsafe extern "C" fn init_v6(
     unsafe { init_v5_abi(ctx, comm_id, mask, name, n_nodes, n_ranks, rank, log, 6) }
 }
 
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init_v7(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    name: *const c_char,
+    n_nodes: c_int,
+    n_ranks: c_int,
+    rank: c_int,
+    log: ncclDebugLogger_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL pointers.
+    unsafe { init_v5_abi(ctx, comm_id, mask, name, n_nodes, n_ranks, rank, log, 7) }
+}
+
 unsafe extern "C" fn start_none(
     _ctx: *mut c_void,
     handle: *mut *mut c_void,
@@ -504,10 +671,10 @@ const fn old(init: ProfInitV1) -> ncclProfiler_v3_t {
     }
 }
 
-/// NCCL 2.23 - 2.24 (no GPU timestamps: a WARN, no events).
+/// NCCL 2.23 (no GPU timestamps: a WARN, no events).
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v1: ncclProfiler_v3_t = old(init_v1);
-/// NCCL 2.25 (no GPU timestamps).
+/// NCCL 2.24, 2.25 (no GPU timestamps).
 #[unsafe(no_mangle)]
 pub static ncclProfiler_v2: ncclProfiler_v3_t = old(init_v1);
 /// NCCL 2.26 (no GPU timestamps).
@@ -543,6 +710,17 @@ pub static ncclProfiler_v6: ncclProfiler_v5_t = ncclProfiler_t {
     name: PLUGIN_NAME.as_ptr(),
     init: Some(init_v6),
     startEvent: Some(start_v5),
+    stopEvent: Some(stop_event),
+    recordEventState: Some(record_event_state),
+    finalize: Some(finalize),
+};
+
+/// NCCL 2.31+ (symmetric kernels named, user tags, the profiler thread).
+#[unsafe(no_mangle)]
+pub static ncclProfiler_v7: ncclProfiler_v7_t = ncclProfiler_t {
+    name: PLUGIN_NAME.as_ptr(),
+    init: Some(init_v7),
+    startEvent: Some(start_v7),
     stopEvent: Some(stop_event),
     recordEventState: Some(record_event_state),
     finalize: Some(finalize),

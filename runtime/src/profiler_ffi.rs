@@ -1,4 +1,4 @@
-//! `#[repr(C)]` mirrors of NCCL's profiler-plugin ABI, versions 1 to 6, as
+//! `#[repr(C)]` mirrors of NCCL's profiler-plugin ABI, versions 1 to 7, as
 //! far as dyncc reads them.
 //!
 //! Written from `shared/reference/nccl-profiler-abi.md` and NCCL's
@@ -9,6 +9,13 @@
 //! the same layout. NCCL's union has more (and, in v6, larger) members;
 //! dyncc only ever reads through NCCL's pointer, so mirroring the prefix it
 //! reads is enough. Every plugin struct is six pointers (48 bytes).
+//!
+//! v7 (NCCL 2.31.2, `profiler_v7.h`) keeps v6's function table and every
+//! v6 field's offset, and appends to the `coll` member `kernelVariant` and
+//! `isSymColl` (a symmetric kernel ran: `algo` is the variant's part after
+//! "_", `proto` is "") and the call's `userTag`; it is mirrored whole
+//! ([`ncclProfilerCollDescr_v7`]), with the copy-engine `ceColl` member
+//! and the new `kernelPhase` one.
 #![allow(non_camel_case_types, non_snake_case)]
 
 use core::ffi::{c_char, c_int, c_void};
@@ -21,6 +28,16 @@ pub const PROFILE_COLL: u64 = 1 << 1;
 pub const PROFILE_KERNEL_CH: u64 = 1 << 6;
 /// `ncclProfilerKernelChStop`: the state carrying a channel's stop time.
 pub const KERNEL_CH_STOP: c_int = 22;
+
+/// `ncclProfileCeColl` (v6+): a collective run by the copy engines (no
+/// kernel, no algorithm or protocol).
+pub const PROFILE_CE_COLL: u64 = 1 << 12;
+/// `ncclProfileKernelPhase` (v7): a phase of one kernel channel, child of
+/// its KernelCh event; NCCL sets KernelCh whenever this is set.
+pub const PROFILE_KERNEL_PHASE: u64 = 1 << 15;
+/// `ncclProfilerKernelPhaseStop` (v7): a phase's stop time (in the
+/// `kernelCh.pTimer` of the state args, like [`KERNEL_CH_STOP`]).
+pub const KERNEL_PHASE_STOP: c_int = 31;
 
 /// The `coll` member of the descriptor union (v4-v6).
 #[repr(C)]
@@ -48,6 +65,91 @@ pub struct ncclProfilerCollDescr {
     pub algo: *const c_char,
     /// "LL", "LL128", "SIMPLE".
     pub proto: *const c_char,
+}
+
+/// The `coll` member of v7's descriptor union, whole.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclProfilerCollDescr_v7 {
+    /// v4-v6's members, at their offsets.
+    pub base: ncclProfilerCollDescr,
+    /// The plan's Group event (v5 on).
+    pub parentGroup: *mut c_void,
+    /// A symmetric kernel's variant ("AGxLL_R"); NULL for a classic one.
+    pub kernelVariant: *const c_char,
+    /// A symmetric kernel ran (not a classic algorithm and protocol); C's
+    /// `bool`, read as a byte so no value is undefined behaviour.
+    pub isSymColl: u8,
+    /// The call's `ncclCollConfig_t::userProfilerTag` (0: untagged).
+    pub userTag: u64,
+}
+
+/// The `ceColl` member of the descriptor union (v6; v7 appends `userTag`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclProfilerCeCollDescr_v7 {
+    /// Per communicator.
+    pub seqNumber: u64,
+    /// "AllGather", ...
+    pub func: *const c_char,
+    /// Send buffer.
+    pub sendBuff: *const c_void,
+    /// Receive buffer.
+    pub recvBuff: *mut c_void,
+    /// Elements per rank.
+    pub count: usize,
+    /// Root rank.
+    pub root: c_int,
+    /// "ncclFloat32", ...
+    pub datatype: *const c_char,
+    /// "MC" or "UC".
+    pub syncStrategy: *const c_char,
+    /// Whether batches synchronise (C's `bool`, as a byte).
+    pub intraBatchSync: u8,
+    /// Batch size.
+    pub batchSize: u32,
+    /// Batches.
+    pub numBatches: u32,
+    /// Copy-engine sequence number.
+    pub ceSeqNum: u32,
+    /// The call's stream.
+    pub stream: *mut c_void,
+    /// The call's tag (v7).
+    pub userTag: u64,
+}
+
+/// The `collApi` member (v5+; v7 appends `userTag`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclProfilerCollApiDescr_v7 {
+    /// "AllReduce", ...
+    pub func: *const c_char,
+    /// Elements.
+    pub count: usize,
+    /// "ncclFloat32", ...
+    pub datatype: *const c_char,
+    /// Root rank.
+    pub root: c_int,
+    /// The call's stream.
+    pub stream: *mut c_void,
+    /// Captured into a CUDA graph (C's `bool`, as a byte).
+    pub graphCaptured: u8,
+    /// The call's tag (v7).
+    pub userTag: u64,
+}
+
+/// The `kernelPhase` member (v7).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ncclProfilerKernelPhaseDescr_v7 {
+    /// Channel.
+    pub channelId: u8,
+    /// 0 initial_sync, 1 compute, 2 final_sync.
+    pub phaseId: u8,
+    /// The phase's name.
+    pub phaseName: *const c_char,
+    /// GPU globaltimer at the phase's start, ns.
+    pub pTimer: u64,
 }
 
 /// The `kernelCh` member of the descriptor union.
@@ -96,7 +198,39 @@ pub struct ncclProfilerEventDescr_v5_t {
     pub u: ncclProfilerDescrUnion,
 }
 
-/// `ncclProfilerEventStateArgs_v4_t` .. `_v6_t`: a union whose kernel
+/// The part of v7's descriptor union dyncc reads (its largest member is
+/// `coll`, 112 bytes: this union is NCCL's size).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub union ncclProfilerDescrUnion_v7 {
+    /// `ncclProfileColl` events.
+    pub coll: ncclProfilerCollDescr_v7,
+    /// `ncclProfileKernelCh` events.
+    pub kernelCh: ncclProfilerKernelChDescr,
+    /// `ncclProfileCollApi` events.
+    pub collApi: ncclProfilerCollApiDescr_v7,
+    /// `ncclProfileCeColl` events.
+    pub ceColl: ncclProfilerCeCollDescr_v7,
+    /// `ncclProfileKernelPhase` events.
+    pub kernelPhase: ncclProfilerKernelPhaseDescr_v7,
+    /// v4-v6's view of the same bytes (every shared field at its offset).
+    pub v6: ncclProfilerDescrUnion,
+}
+
+/// `ncclProfilerEventDescr_v7_t`.
+#[repr(C)]
+pub struct ncclProfilerEventDescr_v7_t {
+    /// Event type bit.
+    pub type_: u64,
+    /// Parent event's handle.
+    pub parentObj: *mut c_void,
+    /// Originating rank.
+    pub rank: c_int,
+    /// Per-type details.
+    pub u: ncclProfilerDescrUnion_v7,
+}
+
+/// `ncclProfilerEventStateArgs_v4_t` .. `_v7_t`: a union whose kernel
 /// member is one `uint64_t` (8 bytes, like every member).
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -180,6 +314,8 @@ pub type ncclProfiler_v3_t = ncclProfiler_t<ProfInitV1, OpaqueDescr>;
 pub type ncclProfiler_v4_t = ncclProfiler_t<ProfInitV4, ncclProfilerEventDescr_v4_t>;
 /// `ncclProfiler_v5_t` and `_v6_t`.
 pub type ncclProfiler_v5_t = ncclProfiler_t<ProfInitV5, ncclProfilerEventDescr_v5_t>;
+/// `ncclProfiler_v7_t`: v5's init, v7's descriptor.
+pub type ncclProfiler_v7_t = ncclProfiler_t<ProfInitV5, ncclProfilerEventDescr_v7_t>;
 
 #[cfg(test)]
 mod tests {
@@ -205,5 +341,30 @@ mod tests {
         assert_eq!(offset_of!(ncclProfilerCollDescr, algo), 64);
         assert_eq!(offset_of!(ncclProfilerCollDescr, proto), 72);
         assert_eq!(offset_of!(ncclProfilerKernelChDescr, pTimer), 8);
+    }
+
+    /// v7's members at `profiler_v7.h`'s offsets (NCCL 2.31.2), v6's
+    /// fields unmoved.
+    #[test]
+    fn profiler_v7_layouts_match_nccl() {
+        assert_eq!(size_of::<ncclProfiler_v7_t>(), 48);
+        assert_eq!(offset_of!(ncclProfilerEventDescr_v7_t, parentObj), 8);
+        assert_eq!(offset_of!(ncclProfilerEventDescr_v7_t, rank), 16);
+        assert_eq!(offset_of!(ncclProfilerEventDescr_v7_t, u), 24);
+        assert_eq!(offset_of!(ncclProfilerCollDescr_v7, parentGroup), 80);
+        assert_eq!(offset_of!(ncclProfilerCollDescr_v7, kernelVariant), 88);
+        assert_eq!(offset_of!(ncclProfilerCollDescr_v7, isSymColl), 96);
+        assert_eq!(offset_of!(ncclProfilerCollDescr_v7, userTag), 104);
+        assert_eq!(size_of::<ncclProfilerCollDescr_v7>(), 112);
+        assert_eq!(offset_of!(ncclProfilerCollApiDescr_v7, graphCaptured), 40);
+        assert_eq!(offset_of!(ncclProfilerCollApiDescr_v7, userTag), 48);
+        assert_eq!(offset_of!(ncclProfilerCeCollDescr_v7, syncStrategy), 56);
+        assert_eq!(offset_of!(ncclProfilerCeCollDescr_v7, batchSize), 68);
+        assert_eq!(offset_of!(ncclProfilerCeCollDescr_v7, stream), 80);
+        assert_eq!(offset_of!(ncclProfilerCeCollDescr_v7, userTag), 88);
+        assert_eq!(offset_of!(ncclProfilerKernelPhaseDescr_v7, phaseName), 8);
+        assert_eq!(offset_of!(ncclProfilerKernelPhaseDescr_v7, pTimer), 16);
+        assert_eq!(size_of::<ncclProfilerDescrUnion_v7>(), 112);
+        assert_eq!(size_of::<ncclProfilerEventDescr_v7_t>(), 136);
     }
 }

@@ -260,8 +260,113 @@ fn traced_get_coll_info_and_profiler_events_allocate_nothing() {
         }
     }
     assert_eq!(allocs() - before, 0, "allocations on NCCL's threads");
+    // Profiler and tuner v7 (NCCL 2.32.6) on a second communicator: tagged
+    // calls, symmetric-kernel Colls, CeColls and KernelPhase children
+    // allocate nothing either.
+    let (mut tctx7, mut pctx7) = (null_mut(), null_mut());
+    // SAFETY: as above.
+    unsafe {
+        let rc =
+            ncclProfiler_v7.init.unwrap()(&mut pctx7, 43, &mut mask, c"t7".as_ptr(), 1, 8, 0, None);
+        assert_eq!((rc, mask), (0, 66 | PROFILE_CE_COLL as i32));
+        let rc =
+            ncclTunerPlugin_v7.init.unwrap()(&mut tctx7, 43, 8, 1, None, null_mut(), null_mut());
+        assert_eq!(rc, 0);
+    }
+    let (gci7, start7) = (
+        ncclTunerPlugin_v7.getCollInfo.unwrap(),
+        ncclProfiler_v7.startEvent.unwrap(),
+    );
+    let before = allocs();
+    for i in 0..5_000u64 {
+        let mut table = [[1.0f32; 3]; 7];
+        let mut nch = 0;
+        let bytes = 1usize << (10 + i % 16);
+        // SAFETY: as above, with v7's descriptor (zeroed, then the members
+        // each event reads).
+        unsafe {
+            gci7(
+                tctx7,
+                4,
+                bytes,
+                1,
+                table.as_mut_ptr().cast(),
+                7,
+                3,
+                0,
+                &mut nch,
+            );
+            let mut d: ncclProfilerEventDescr_v7_t = std::mem::zeroed();
+            let ce = i % 5 == 4;
+            d.type_ = if ce { PROFILE_CE_COLL } else { PROFILE_COLL };
+            if ce {
+                d.u.ceColl.func = c"AllReduce".as_ptr();
+                d.u.ceColl.count = bytes / 4;
+                d.u.ceColl.datatype = c"ncclFloat32".as_ptr();
+                d.u.ceColl.userTag = 0x200 + i % 3;
+            } else {
+                d.u.coll.base = ncclProfilerCollDescr {
+                    seqNumber: i,
+                    func: c"AllReduce".as_ptr(),
+                    sendBuff: std::ptr::null(),
+                    recvBuff: null_mut(),
+                    count: bytes / 4,
+                    root: 0,
+                    datatype: c"ncclFloat32".as_ptr(),
+                    nChannels: 2,
+                    nWarps: 16,
+                    algo: c"RING".as_ptr(),
+                    proto: c"SIMPLE".as_ptr(),
+                };
+                d.u.coll.userTag = 0x100 + i % 3;
+                if i % 4 == 3 {
+                    d.u.coll.isSymColl = 1;
+                    d.u.coll.kernelVariant = c"AllReduce_AGxLL_R".as_ptr();
+                    d.u.coll.base.algo = c"AGxLL_R".as_ptr();
+                    d.u.coll.base.proto = c"".as_ptr();
+                }
+            }
+            let mut h = null_mut();
+            start7(pctx7, &mut h, &mut d);
+            assert_eq!(h.is_null(), ce || i % 4 == 3, "call {i}");
+            let mut kh = [null_mut(); 2];
+            for (c, k) in kh.iter_mut().enumerate() {
+                d.type_ = PROFILE_KERNEL_CH;
+                d.parentObj = h;
+                d.u.kernelCh = ncclProfilerKernelChDescr {
+                    channelId: c as u8,
+                    pTimer: 1_000 * i + c as u64,
+                };
+                start7(pctx7, k, &mut d);
+                // A phase child of the channel: NULL, its stop inert.
+                d.type_ = PROFILE_KERNEL_PHASE;
+                d.parentObj = *k;
+                let mut ph = null_mut();
+                start7(pctx7, &mut ph, &mut d);
+                assert!(ph.is_null());
+                let mut a = ncclProfilerEventStateArgs {
+                    pTimer: 1_000 * i + 400,
+                };
+                record(ph, KERNEL_PHASE_STOP, &mut a);
+                stop(ph);
+            }
+            // The profiler thread may finish the channels before the Coll
+            // stop (NCCL 2.31+).
+            for k in kh {
+                let mut a = ncclProfilerEventStateArgs {
+                    pTimer: 1_000 * i + 500,
+                };
+                record(k, KERNEL_CH_STOP, &mut a);
+                stop(k);
+            }
+            stop(h);
+        }
+    }
+    assert_eq!(allocs() - before, 0, "allocations on NCCL's threads (v7)");
     // SAFETY: the contexts the inits made, finalized once each.
     unsafe {
+        ncclTunerPlugin_v7.finalize.unwrap()(tctx7);
+        ncclProfiler_v7.finalize.unwrap()(pctx7);
         ncclTunerPlugin_v6.finalize.unwrap()(tctx);
         ncclProfiler_v6.finalize.unwrap()(pctx);
         std::env::remove_var("DYNCC_TRACE");

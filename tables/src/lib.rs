@@ -81,8 +81,8 @@ pub use model::{
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{
-    datatype_size, Algo, Coll, Comm, Machine, Proto, Refusal, Setting, MAX_CHANNELS, NUM_ALGOS,
-    NUM_COLLS, NUM_PROTOS,
+    datatype_size, Algo, Coll, Comm, Machine, ProfilerAbi, Proto, Refusal, Setting, TunerAbi,
+    MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS, PROFILER_ABIS, TUNER_ABIS,
 };
 pub use plan::{plan_pick, plan_pick_share, PlanCandidate, MAX_PLAN_CANDIDATES};
 pub use raw::{
@@ -93,6 +93,6 @@ pub use table::{
     digest, ContextView, Coverage, Lookup, PlanCell, SplitStep, Table, TreeView, META_SWEEP,
 };
 pub use trace::{
-    Source, Trace, TraceComm, TraceError, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN,
-    TRACE_MAGIC, TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,
+    Source, Trace, TraceComm, TraceError, TraceHead, TraceOtherPaths, TraceRecord, TraceShape,
+    TraceTag, MAX_TRACE_LEN, TRACE_MAGIC, TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,
 };

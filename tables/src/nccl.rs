@@ -1,6 +1,10 @@
 //! NCCL's numbering of collectives, algorithms and protocols, as the tuner
 //! ABI passes them (NCCL 2.23+; PAT = 6 was appended, nothing renumbered),
-//! and NCCL's rules about which of them can run on a machine ([`Machine`]).
+//! and NCCL's rules about which of them can run on a machine ([`Machine`]);
+//! the plugin ABI versions are one table per plugin kind ([`abi`]).
+
+pub mod abi;
+pub use abi::{ProfilerAbi, TunerAbi, PROFILER_ABIS, TUNER_ABIS};
 
 /// A collective NCCL asks a tuner about (`ncclFunc_t` 0..=4).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]

@@ -14,7 +14,9 @@
 
 use core::fmt;
 
-use crate::nccl::{Algo, Coll, Proto, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS};
+use crate::nccl::{
+    Algo, Coll, ProfilerAbi, Proto, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS,
+};
 
 /// The first 8 bytes of every trace file.
 pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
@@ -29,8 +31,13 @@ pub const TRACE_MAGIC: [u8; 8] = *b"DYNCCTRC";
 pub const TRACE_MAJOR: u16 = 3;
 /// Oldest major still read (traces outlive releases).
 pub const TRACE_MAJOR_OLDEST: u16 = 1;
-/// Minor version: additions a major-1 reader may ignore.
-pub const TRACE_MINOR: u16 = 0;
+/// Minor version written. 1 appended, after the shapes, the collectives
+/// that ran a path the tuner cannot choose (a symmetric kernel, the copy
+/// engines) and the user tags (profiler v7's `userTag`) each
+/// communicator's calls carried, their count at header offset 84 (reserved
+/// 0 before). A reader reads every minor up to its own; one of an older
+/// minor refuses a newer file by its length.
+pub const TRACE_MINOR: u16 = 1;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
 /// below it, and a reader refuses anything longer.
 pub const MAX_TRACE_LEN: usize = 1 << 20;
@@ -52,6 +59,13 @@ pub const MAX_TRACE_SHAPES: usize = 2048;
 /// rule, `ingest::traces::rule::MIN_CALLS`): the plugin keeps a shape
 /// traced until each side it saw there has this many.
 pub const MIN_CALLS_PER_SIDE: u64 = 5;
+/// Length of the other-paths block (minor 1): two u64 counts.
+pub const TRACE_PATHS_LEN: usize = 16;
+/// Length of one tag entry (minor 1).
+pub const TRACE_TAG_LEN: usize = 16;
+/// Most tag entries a file holds (minor 1).
+pub const MAX_TRACE_TAGS: usize = 256;
+
 /// Longest host, job id, platform, GPU or communicator name kept (longer ones are cut on
 /// a character boundary by the writer).
 pub const MAX_TRACE_STR: usize = 255;
@@ -104,7 +118,7 @@ impl Source {
 /// Process facts and counters (the header, less its framing).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub struct TraceHead<'a> {
-    /// The profiler ABI NCCL loaded (4, 5 or 6).
+    /// The profiler ABI NCCL loaded (4 to 7: [`ProfilerAbi::traced`]).
     pub profiler_abi: u8,
     /// Digest of the table the tuner loaded (`Table::digest`); `None`
     /// without a table.
@@ -195,6 +209,27 @@ pub struct TraceShape {
     /// Calls the tuner answered there, one per collective (calls NCCL
     /// aggregated over several collectives are not counted).
     pub calls: u64,
+}
+
+/// The collectives the recording ranks saw run on a path no tuner can
+/// choose (minor 1; zero in older files): never records, so never read as
+/// a classic (algorithm, protocol) nor evidence for one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TraceOtherPaths {
+    /// Ran as a symmetric kernel (profiler v7's `isSymColl`).
+    pub symmetric: u64,
+    /// Ran on the copy engines (a `CeColl` event).
+    pub copy_engine: u64,
+}
+
+/// A user tag a communicator's calls carried (profiler v7's `userTag`,
+/// from `ncclCollConfig_t::userProfilerTag`; minor 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TraceTag {
+    /// Index into the file's communicators.
+    pub comm: u16,
+    /// The tag (never 0, which is "untagged").
+    pub tag: u64,
 }
 
 impl TraceRecord {
@@ -365,6 +400,9 @@ pub struct Trace<'a> {
     n_comms: u32,
     records: &'a [u8],
     shapes: &'a [u8],
+    minor: u16,
+    other_paths: TraceOtherPaths,
+    tags: &'a [u8],
 }
 
 fn bad(offset: usize, what: &'static str) -> TraceError {
@@ -436,8 +474,9 @@ impl<'a> Trace<'a> {
             return Err(TraceError::Checksum { expected, actual });
         }
         let abi = h.u8(20);
-        if !(4..=6).contains(&abi) {
-            return Err(bad(20, "a profiler ABI from 4 to 6"));
+        // Only the profiler versions with GPU timestamps trace.
+        if ProfilerAbi::traced(abi).is_none() {
+            return Err(bad(20, "a profiler ABI with GPU timestamps (4 to 7)"));
         }
         let flags = h.u8(21);
         let known_flags = if major >= 3 {
@@ -462,9 +501,13 @@ impl<'a> Trace<'a> {
         } else {
             None
         };
+        // Minor 1 of major 3: the other paths and tags after the shapes,
+        // the tags' count at 84.
+        let minor = h.u16(10);
+        let extended = major >= 3 && minor >= 1;
         // Major 3: the number of shapes at 80 (reserved 0 before).
         if h.u16(22) != 0
-            || h.u32(84) != 0
+            || (!extended && h.u32(84) != 0)
             || (major < 3 && h.u32(80) != 0)
             || (major < 2 && h.u32(52) != 0)
         {
@@ -474,6 +517,15 @@ impl<'a> Trace<'a> {
         if n_shapes as usize > MAX_TRACE_SHAPES {
             return Err(bad(80, "at most 2048 shapes"));
         }
+        let n_tags = if extended { h.u32(84) } else { 0 };
+        if n_tags as usize > MAX_TRACE_TAGS {
+            return Err(bad(84, "at most 256 tags"));
+        }
+        let extra_len = if extended {
+            TRACE_PATHS_LEN as u64 + n_tags as u64 * TRACE_TAG_LEN as u64
+        } else {
+            0
+        };
         // Major 2: the lengths of the platform and GPU strings.
         let (platform_len, gpu_len) = (h.u16(52) as usize, h.u16(54) as usize);
         let n_comms = h.u32(40);
@@ -510,7 +562,8 @@ impl<'a> Trace<'a> {
         let comms = &bytes[comms_at..at];
         let need = at as u64
             + n_records as u64 * TRACE_RECORD_LEN as u64
-            + n_shapes as u64 * TRACE_SHAPE_LEN as u64;
+            + n_shapes as u64 * TRACE_SHAPE_LEN as u64
+            + extra_len;
         if need != bytes.len() as u64 {
             return Err(if need > bytes.len() as u64 {
                 TraceError::Truncated {
@@ -525,7 +578,28 @@ impl<'a> Trace<'a> {
             });
         }
         let shapes_at = at + n_records as usize * TRACE_RECORD_LEN;
-        let (records, shapes) = (&bytes[at..shapes_at], &bytes[shapes_at..]);
+        let extra_at = shapes_at + n_shapes as usize * TRACE_SHAPE_LEN;
+        let (records, shapes) = (&bytes[at..shapes_at], &bytes[shapes_at..extra_at]);
+        let (other_paths, tags) = if extended {
+            let e = Le(&bytes[extra_at..]);
+            let tags = &bytes[extra_at + TRACE_PATHS_LEN..];
+            for (i, t) in tags.chunks_exact(TRACE_TAG_LEN).enumerate() {
+                check_tag(
+                    Le(t),
+                    n_comms,
+                    extra_at + TRACE_PATHS_LEN + i * TRACE_TAG_LEN,
+                )?;
+            }
+            (
+                TraceOtherPaths {
+                    symmetric: e.u64(0),
+                    copy_engine: e.u64(8),
+                },
+                tags,
+            )
+        } else {
+            (TraceOtherPaths::default(), &bytes[extra_at..extra_at])
+        };
         for (i, r) in records.chunks_exact(TRACE_RECORD_LEN).enumerate() {
             check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN)?;
         }
@@ -551,6 +625,32 @@ impl<'a> Trace<'a> {
             n_comms,
             records,
             shapes,
+            minor,
+            other_paths,
+            tags,
+        })
+    }
+
+    /// The file's minor version.
+    pub fn minor(&self) -> u16 {
+        self.minor
+    }
+
+    /// The collectives that ran a path the tuner cannot choose (minor 1;
+    /// zero in older files, which did not count them).
+    pub fn other_paths(&self) -> TraceOtherPaths {
+        self.other_paths
+    }
+
+    /// The user tags each communicator's calls carried (minor 1; none in
+    /// older files), in file order.
+    pub fn tags(&self) -> impl Iterator<Item = TraceTag> + 'a {
+        self.tags.chunks_exact(TRACE_TAG_LEN).map(|t| {
+            let t = Le(t);
+            TraceTag {
+                comm: t.u16(0),
+                tag: t.u64(8),
+            }
         })
     }
 
@@ -611,6 +711,19 @@ impl<'a> Trace<'a> {
             })
         })
     }
+}
+
+fn check_tag(t: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
+    if t.u16(0) as u32 >= n_comms {
+        return Err(bad(at, "a communicator index below the communicator count"));
+    }
+    if t.u16(2) != 0 || t.u32(4) != 0 {
+        return Err(bad(at + 2, "reserved fields of zero"));
+    }
+    if t.u64(8) == 0 {
+        return Err(bad(at + 8, "a tag other than 0 (untagged)"));
+    }
+    Ok(())
 }
 
 fn check_shape(s: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
@@ -713,8 +826,33 @@ pub fn encode_with_shapes(
     records: &[TraceRecord],
     shapes: &[TraceShape],
 ) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    encode_all(
+        head,
+        comms,
+        records,
+        shapes,
+        &TraceOtherPaths::default(),
+        &[],
+    )
+}
+
+/// [`encode_with_shapes`] with the other paths and the tags (minor 1; at
+/// most [`MAX_TRACE_TAGS`] tags, each naming a communicator and not 0, or
+/// it fails like a bad record).
+#[cfg(feature = "alloc")]
+pub fn encode_all(
+    head: &TraceHead<'_>,
+    comms: &[TraceComm<'_>],
+    records: &[TraceRecord],
+    shapes: &[TraceShape],
+    other_paths: &TraceOtherPaths,
+    tags: &[TraceTag],
+) -> Result<alloc::vec::Vec<u8>, TraceError> {
     if shapes.len() > MAX_TRACE_SHAPES {
         return Err(bad(80, "at most 2048 shapes"));
+    }
+    if tags.len() > MAX_TRACE_TAGS {
+        return Err(bad(84, "at most 256 tags"));
     }
     use alloc::string::String;
     use alloc::vec::Vec;
@@ -760,7 +898,7 @@ pub fn encode_with_shapes(
     out.extend_from_slice(&head.dropped_pool_full.to_le_bytes());
     out.extend_from_slice(&head.untimed.to_le_bytes());
     out.extend_from_slice(&(shapes.len() as u32).to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&(tags.len() as u32).to_le_bytes());
     out.extend_from_slice(&head.sweep.unwrap_or(0).to_le_bytes());
     debug_assert_eq!(out.len(), TRACE_HEADER_LEN);
     out.extend_from_slice(host.as_bytes());
@@ -799,6 +937,13 @@ pub fn encode_with_shapes(
         out.extend_from_slice(&s.comm.to_le_bytes());
         out.extend_from_slice(&[s.coll as u8, s.bucket, 0, 0, 0, 0]);
         out.extend_from_slice(&s.calls.to_le_bytes());
+    }
+    out.extend_from_slice(&other_paths.symmetric.to_le_bytes());
+    out.extend_from_slice(&other_paths.copy_engine.to_le_bytes());
+    for t in tags {
+        out.extend_from_slice(&t.comm.to_le_bytes());
+        out.extend_from_slice(&[0; 6]);
+        out.extend_from_slice(&t.tag.to_le_bytes());
     }
     if out.len() > MAX_TRACE_LEN {
         return Err(TraceError::TooLarge {
@@ -872,6 +1017,92 @@ mod tests {
         assert_eq!(r[0].source, Source::Table);
         assert_eq!(r[0].count, 3);
         assert!((r[0].geomean_ns() - 10f64.exp()).abs() < 1e-6);
+    }
+
+    /// A trace written under profiler v7 (NCCL 2.31+) is read (the reader
+    /// refused every ABI outside 4..=6, so v7 jobs' traces were rejected);
+    /// versions without GPU timestamps, or none NCCL defined, are not.
+    #[test]
+    fn a_profiler_v7_trace_is_read() {
+        let t0 = sample();
+        let t = Trace::from_bytes(&t0).unwrap();
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        for (abi, ok) in [
+            (3, false),
+            (4, true),
+            (5, true),
+            (6, true),
+            (7, true),
+            (8, false),
+        ] {
+            let head = TraceHead {
+                profiler_abi: abi,
+                ..*t.head()
+            };
+            let got = encode(&head, &comms, &recs);
+            assert_eq!(got.is_ok(), ok, "abi {abi}: {got:?}");
+            if let Ok(b) = got {
+                assert_eq!(Trace::from_bytes(&b).unwrap().head().profiler_abi, abi);
+            }
+        }
+    }
+
+    /// Minor 1's other paths and tags round-trip; a tag naming no
+    /// communicator, or 0, is refused; a minor-0 file (no block, offset 84
+    /// reserved) is still read, and one claiming tags is refused.
+    #[test]
+    fn other_paths_and_tags_round_trip_and_minor_0_files_still_read() {
+        let t0 = sample();
+        let t = Trace::from_bytes(&t0).unwrap();
+        assert_eq!(t.minor(), TRACE_MINOR);
+        assert_eq!(t.other_paths(), TraceOtherPaths::default());
+        assert_eq!(t.tags().count(), 0);
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        let paths = TraceOtherPaths {
+            symmetric: 7,
+            copy_engine: 9,
+        };
+        let tags = [
+            TraceTag {
+                comm: 0,
+                tag: 0x101,
+            },
+            TraceTag {
+                comm: 0,
+                tag: 1 << 40,
+            },
+        ];
+        let b = encode_all(t.head(), &comms, &recs, &[], &paths, &tags).unwrap();
+        let back = Trace::from_bytes(&b).unwrap();
+        assert_eq!(back.other_paths(), paths);
+        assert_eq!(back.tags().collect::<alloc::vec::Vec<_>>(), tags);
+        assert_eq!(back.records().count(), recs.len());
+        for bad in [TraceTag { comm: 1, tag: 5 }, TraceTag { comm: 0, tag: 0 }] {
+            assert!(encode_all(t.head(), &comms, &recs, &[], &paths, &[bad]).is_err());
+        }
+        // The same content as minor 0: no block, offset 84 zero.
+        let plain = encode_with_shapes(t.head(), &comms, &recs, &[]).unwrap();
+        let mut old = plain[..plain.len() - TRACE_PATHS_LEN].to_vec();
+        old[10..12].copy_from_slice(&0u16.to_le_bytes());
+        let len = old.len() as u32;
+        old[12..16].copy_from_slice(&len.to_le_bytes());
+        let crc = file_crc(&old);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        let o = Trace::from_bytes(&old).unwrap();
+        assert_eq!(
+            (o.minor(), o.other_paths(), o.tags().count()),
+            (0, TraceOtherPaths::default(), 0)
+        );
+        assert_eq!(o.records().collect::<alloc::vec::Vec<_>>(), recs);
+        old[84] = 1;
+        let crc = file_crc(&old);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Trace::from_bytes(&old),
+            Err(TraceError::BadField { offset: 22, .. })
+        ));
     }
 
     /// Every prefix and every single-byte change of a valid file is either

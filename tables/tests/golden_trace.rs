@@ -6,19 +6,52 @@
 //! [`sample`] with the encoder; with `DYNCC_BLESS=1` (`make bless`) this
 //! test rewrites it, else it checks the encoder still writes it byte for
 //! byte (with the `alloc` feature: the encoder). Files of older majors are
-//! never rewritten.
+//! never rewritten, nor are those of the current major's older minors
+//! (`trace_v<major>.<minor>.trace`, kept when the minor moved on).
 
 use std::path::{Path, PathBuf};
 
 #[cfg(feature = "alloc")]
-use dyncc_tables::trace::{encode_with_shapes, TraceHead};
-use dyncc_tables::trace::{Source, Trace, TraceComm, TraceRecord, TraceShape};
-use dyncc_tables::{size_bucket, Algo, Coll, Proto, Setting, TRACE_MAJOR};
+use dyncc_tables::trace::{encode_all, TraceHead};
+use dyncc_tables::trace::{
+    Source, Trace, TraceComm, TraceOtherPaths, TraceRecord, TraceShape, TraceTag,
+};
+use dyncc_tables::{size_bucket, Algo, Coll, Proto, Setting, TRACE_MAJOR, TRACE_MINOR};
 
 fn golden(major: u16) -> PathBuf {
+    golden_named(&format!("trace_v{major}.trace"))
+}
+
+fn golden_named(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("golden")
-        .join(format!("trace_v{major}.trace"))
+        .join(name)
+}
+
+/// The current major's older minors, kept: (file, minor).
+const OLDER_MINORS: [(&str, u16); 1] = [("trace_v3.0.trace", 0)];
+
+/// Minor 1's other paths and tags: 12 collectives ran as a symmetric
+/// kernel, 5 on the copy engines; the communicator's calls carried two
+/// tags.
+fn other_paths() -> TraceOtherPaths {
+    TraceOtherPaths {
+        symmetric: 12,
+        copy_engine: 5,
+    }
+}
+
+fn tags() -> [TraceTag; 2] {
+    [
+        TraceTag {
+            comm: 0,
+            tag: 0x101,
+        },
+        TraceTag {
+            comm: 0,
+            tag: 0x7000_0000_0000_0001,
+        },
+    ]
 }
 
 fn comm() -> TraceComm<'static> {
@@ -86,7 +119,15 @@ fn sample() -> Vec<u8> {
         dropped_pool_full: 2,
         untimed: 3,
     };
-    encode_with_shapes(&head, &[comm()], &records(), &shapes()).unwrap()
+    encode_all(
+        &head,
+        &[comm()],
+        &records(),
+        &shapes(),
+        &other_paths(),
+        &tags(),
+    )
+    .unwrap()
 }
 
 /// The facts every golden file holds, whatever its major.
@@ -119,7 +160,27 @@ fn the_current_trace_format_is_written_as_committed() {
         "{} drifted: `make bless` after an intended change",
         p.display()
     );
-    check_common(&Trace::from_bytes(&committed).unwrap());
+    let t = Trace::from_bytes(&committed).unwrap();
+    check_common(&t);
+    assert_eq!(t.minor(), TRACE_MINOR);
+    assert_eq!(t.other_paths(), other_paths());
+    assert_eq!(t.tags().collect::<Vec<_>>(), tags());
+}
+
+/// The current major's files of older minors are read as they were:
+/// minor 0 of major 3 has no other paths and no tags.
+#[test]
+fn older_minors_of_the_current_major_are_still_read() {
+    for (name, minor) in OLDER_MINORS {
+        let p = golden_named(name);
+        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        check_common(&t);
+        assert_eq!(t.minor(), minor, "{}", p.display());
+        assert_eq!(t.shapes().collect::<Vec<_>>(), shapes().to_vec());
+        assert_eq!(t.other_paths(), TraceOtherPaths::default());
+        assert_eq!(t.tags().count(), 0);
+    }
 }
 
 #[test]

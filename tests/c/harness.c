@@ -1,7 +1,7 @@
 /* C harness for libnccl-tuner-dyncc: drives the plugin the way NCCL does.
  *
  * dlopens the built library with RTLD_NOW|RTLD_LOCAL (NCCL 2.26+), resolves
- * ncclTunerPlugin_v2..v6 and the dyncc_* C API, and checks init /
+ * ncclTunerPlugin_v2..v7 and the dyncc_* C API, and checks init /
  * getCollInfo / finalize against the harness table that tests/plugin_c.rs
  * builds (see harness_table() there for the decisions expected below):
  *
@@ -120,6 +120,7 @@ static ncclTuner_v3_t *v3;
 static ncclTuner_v4_t *v4;
 static ncclTuner_v5_t *v5;
 static ncclTuner_v6_t *v6;
+static ncclTuner_v7_t *v7;
 static __typeof__(&dyncc_table_open) p_open;
 static __typeof__(&dyncc_table_lookup) p_lookup;
 static __typeof__(&dyncc_table_close) p_close;
@@ -135,19 +136,20 @@ static int load_lib(void) {
   v4 = dlsym(g_lib, "ncclTunerPlugin_v4");
   v5 = dlsym(g_lib, "ncclTunerPlugin_v5");
   v6 = dlsym(g_lib, "ncclTunerPlugin_v6");
+  v7 = dlsym(g_lib, "ncclTunerPlugin_v7");
   *(void **)&p_open = dlsym(g_lib, "dyncc_table_open");
   *(void **)&p_lookup = dlsym(g_lib, "dyncc_table_lookup");
   *(void **)&p_close = dlsym(g_lib, "dyncc_table_close");
   *(void **)&p_version = dlsym(g_lib, "dyncc_version");
   *(void **)&p_status_str = dlsym(g_lib, "dyncc_status_str");
-  CHECK(v2 && v3 && v4 && v5 && v6, "every ncclTunerPlugin_vN resolves");
+  CHECK(v2 && v3 && v4 && v5 && v6 && v7, "every ncclTunerPlugin_vN resolves");
   CHECK(p_open && p_lookup && p_close && p_version && p_status_str, "dyncc_* resolve");
-  if (!(v2 && v3 && v4 && v5 && v6 && p_open && p_lookup && p_close && p_version &&
+  if (!(v2 && v3 && v4 && v5 && v6 && v7 && p_open && p_lookup && p_close && p_version &&
         p_status_str))
     return 0;
   CHECK(strcmp(v2->name, "dyncc") == 0 && strcmp(v3->name, "dyncc") == 0 &&
             strcmp(v4->name, "dyncc") == 0 && strcmp(v5->name, "dyncc") == 0 &&
-            strcmp(v6->name, "dyncc") == 0,
+            strcmp(v6->name, "dyncc") == 0 && strcmp(v7->name, "dyncc") == 0,
         "every version is named dyncc");
   CHECK(v2->init && v2->getCollInfo && v2->destroy, "v2 slots");
   CHECK(v3->init && v3->getCollInfo && v3->destroy, "v3 slots");
@@ -155,20 +157,24 @@ static int load_lib(void) {
   CHECK(v5->init && v5->getCollInfo && v5->finalize, "v5 slots");
   CHECK(v6->init && v6->getCollInfo && v6->finalize, "v6 slots");
   CHECK(v6->getChunkSize == NULL, "v6 getChunkSize is NULL");
+  CHECK(v7->init && v7->getCollInfo && v7->finalize, "v7 slots");
+  CHECK(v7->getChunkSize == NULL, "v7 getChunkSize is NULL");
   return 1;
 }
 
-/* Version-generic wrappers over the five structs. */
+/* Version-generic wrappers over the six structs. */
 static ncclResult_t t_init(int ver, size_t nRanks, size_t nNodes, void **ctx) {
   ncclNvlDomainInfo_v5_t nvl = {(int)nNodes, (int)(nRanks / (nNodes ? nNodes : 1)),
                                 (int)(nRanks / (nNodes ? nNodes : 1))};
   static ncclTunerConstants_v5_t constants; /* zeroes; dyncc must not write it */
+  static ncclTunerConstants_v7_t constants7; /* v7's: one compute-capability row more */
   switch (ver) {
     case 2: return v2->init(nRanks, nNodes, logger, ctx);
     case 3: return v3->init(nRanks, nNodes, logger, ctx);
     case 4: return v4->init(nRanks, nNodes, logger, ctx);
     case 5: return v5->init(ctx, 0x1234abcdULL, nRanks, nNodes, logger, &nvl, &constants);
-    default: return v6->init(ctx, 0x1234abcdULL, nRanks, nNodes, logger, &nvl, &constants);
+    case 6: return v6->init(ctx, 0x1234abcdULL, nRanks, nNodes, logger, &nvl, &constants);
+    default: return v7->init(ctx, 0x1234abcdULL, nRanks, nNodes, logger, &nvl, &constants7);
   }
 }
 
@@ -179,7 +185,8 @@ static ncclResult_t t_gci(int ver, void *ctx, int coll, size_t nBytes, int pipeO
     case 3: return v3->getCollInfo(ctx, (ncclFunc_t)coll, nBytes, pipeOps, t, numAlgo, numProto, nCh);
     case 4: return v4->getCollInfo(ctx, (ncclFunc_t)coll, nBytes, pipeOps, t, numAlgo, numProto, regBuff, nCh);
     case 5: return v5->getCollInfo(ctx, (ncclFunc_t)coll, nBytes, pipeOps, t, numAlgo, numProto, regBuff, nCh);
-    default: return v6->getCollInfo(ctx, (ncclFunc_t)coll, nBytes, pipeOps, t, numAlgo, numProto, regBuff, nCh);
+    case 6: return v6->getCollInfo(ctx, (ncclFunc_t)coll, nBytes, pipeOps, t, numAlgo, numProto, regBuff, nCh);
+    default: return v7->getCollInfo(ctx, (ncclFunc_t)coll, nBytes, pipeOps, t, numAlgo, numProto, regBuff, nCh);
   }
 }
 
@@ -189,7 +196,8 @@ static ncclResult_t t_fin(int ver, void *ctx) {
     case 3: return v3->destroy(ctx);
     case 4: return v4->destroy(ctx);
     case 5: return v5->finalize(ctx);
-    default: return v6->finalize(ctx);
+    case 6: return v6->finalize(ctx);
+    default: return v7->finalize(ctx);
   }
 }
 
@@ -255,7 +263,7 @@ static const char *g_table, *g_corrupt, *g_missing, *g_digest;
 static void check_table_versions(void) {
   setenv("DYNCC_TABLE", g_table, 1);
   unsetenv("DYNCC_STRICT");
-  for (int ver = 3; ver <= 6; ver++) {
+  for (int ver = 3; ver <= 7; ver++) {
     void *ctx = (void *)0x1;
     reset_log();
     ncclResult_t rc = t_init(ver, 8, 1, &ctx);
@@ -446,7 +454,7 @@ static void check_no_table(void) {
   const char *values[] = {NULL, ""};
   for (int i = 0; i < 2; i++) {
     if (values[i]) setenv("DYNCC_TABLE", values[i], 1); else unsetenv("DYNCC_TABLE");
-    for (int ver = 2; ver <= 6; ver++) {
+    for (int ver = 2; ver <= 7; ver++) {
       reset_log();
       void *ctx = (void *)0x1;
       CHECK(t_init(ver, 8, 1, &ctx) == ncclSuccess, "v%d init without a table", ver);
@@ -468,7 +476,7 @@ static void check_bad_tables(void) {
     setenv("DYNCC_TABLE", bad[b].path, 1);
     for (int strict = 1; strict >= 0; strict--) {
       if (strict) unsetenv("DYNCC_STRICT"); else setenv("DYNCC_STRICT", "0", 1);
-      for (int ver = 2; ver <= 6; ver++) {
+      for (int ver = 2; ver <= 7; ver++) {
         reset_log();
         void *ctx = (void *)0x1;
         ncclResult_t rc = t_init(ver, 8, 1, &ctx);
@@ -507,7 +515,7 @@ static void check_bad_tables(void) {
 static void *comm_thread(void *arg) {
   int id = (int)(intptr_t)arg;
   for (int i = 0; i < NCOMMS; i++) {
-    int ver = 2 + (id + i) % 5;
+    int ver = 2 + (id + i) % 6;
     size_t nodes = (i % 2) ? 1 : 8, ranks = nodes * 8;
     void *ctx = NULL;
     ncclResult_t rc = t_init(ver, ranks, nodes, &ctx);

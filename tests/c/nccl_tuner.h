@@ -1,7 +1,8 @@
-/* NCCL's tuner-plugin ABI, v2 to v6, as the C harness needs it.
+/* NCCL's tuner-plugin ABI, v2 to v7, as the C harness needs it.
  *
  * Written from shared/reference/nccl-tuner-abi.md sections 1-2 (NCCL's
- * tuner_v2.h .. tuner_v6.h); sizes are pinned with _Static_assert so a
+ * tuner_v2.h .. tuner_v6.h) and the layout of tuner_v7.h (NCCL 2.32.6: v6's
+ * functions, constants with a fifth compute-capability row); sizes are pinned with _Static_assert so a
  * mistake here fails the build instead of passing silently. */
 #ifndef DYNCC_TEST_NCCL_TUNER_H
 #define DYNCC_TEST_NCCL_TUNER_H
@@ -130,6 +131,38 @@ typedef struct {
   ncclResult_t (*getChunkSize)(void *context, ncclFunc_t collType, size_t nBytes,
                                int algo, int proto, int nChannels, size_t *chunkSize);
 } ncclTuner_v6_t;
+
+/* v7 (2.32.6): compute capability index 4 (Rubin) added to the bandwidth
+ * arrays; the function table is v6's. */
+typedef ncclNvlDomainInfo_v5_t ncclNvlDomainInfo_v7_t;
+typedef struct {
+  double baseLatencies[7][3];
+  double hwLatencies[3][7][3];
+  double llMaxBws[5][3];
+  double perChMaxRingLL128Bws[5][3];
+  double perChMaxTreeLL128Bws[5][3];
+  double perChMaxTreeBws[5][3];
+  double perChMaxNVLSTreeBws[5][3];
+} ncclTunerConstants_v7_t;
+
+typedef struct {
+  const char *name;
+  ncclResult_t (*init)(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
+                       ncclDebugLogger_t logFunction,
+                       ncclNvlDomainInfo_v7_t *nvlDomainInfo,
+                       ncclTunerConstants_v7_t *constants);
+  ncclResult_t (*getCollInfo)(void *context, ncclFunc_t collType, size_t nBytes,
+                              int numPipeOps, float **collCostTable, int numAlgo,
+                              int numProto, int regBuff, int *nChannels);
+  ncclResult_t (*finalize)(void *context);
+  ncclResult_t (*getChunkSize)(void *context, ncclFunc_t collType, size_t nBytes,
+                               int algo, int proto, int nChannels, size_t *chunkSize);
+} ncclTuner_v7_t;
+
+_Static_assert(sizeof(ncclTuner_v7_t) == 40, "ncclTuner_v7_t is 40 bytes");
+_Static_assert(sizeof(ncclTunerConstants_v7_t) == 1272, "ncclTunerConstants_v7_t is 1272 bytes");
+_Static_assert(offsetof(ncclTunerConstants_v7_t, perChMaxNVLSTreeBws) == 1152,
+               "v7's last array at 1152");
 
 _Static_assert(sizeof(ncclTuner_v2_t) == 32, "ncclTuner_v2_t is 32 bytes");
 _Static_assert(sizeof(ncclTuner_v3_t) == 32, "ncclTuner_v3_t is 32 bytes");

@@ -9,7 +9,9 @@
  * (latency + bytes / bandwidth per algorithm and protocol) with noise.
  *
  * usage: standin ABI CALLS MODE
- *   ABI   6, 5, 4 (profiler versions with GPU timestamps) or 3 (none)
+ *   ABI   7, 6, 5, 4 (profiler versions with GPU timestamps) or 3 (none);
+ *         7 is NCCL 2.31+ (STANDIN_NCCL_VERSION=23102 or 23206: from 2.32.6
+ *         the tuner is ncclTunerPlugin_v7)
  *   MODE  finalize    finalize both plugins per rank, then exit
  *         nofinalize  exit without finalizing (the exit hook must write)
  *         loop        init, CALLS collectives, finalize, forever; each round
@@ -41,6 +43,16 @@
  * aggregated: one getCollInfo (numPipeOps 2, the summed nBytes), then a
  * Coll event per task, fed as "unknown" (no answer links either).
  * With STANDIN_INIT_THREADS set, each rank's init runs on a thread of its own.
+ * Profiler v7 only: with STANDIN_SYMK set, every 6th call (an AllReduce)
+ * runs as a symmetric kernel (its Coll event says isSymColl, kernelVariant
+ * AllReduce_AGxLL_R, algo AGxLL_R, proto ""), printed "sym COLL NBYTES
+ * VARIANT"; with STANDIN_CE set, every AllGather runs on the copy engines
+ * (a CeColl event, no Coll event, no kernel), printed "ce COLL NBYTES";
+ * with STANDIN_TAGS set, call i carries userTag 0x100 + i % 3 (on its
+ * CollApi, Coll and CeColl events). STANDIN_KERNELS_FIRST: see
+ * standin_core.h. NCCL_ALGO (a comma list of algorithm names, any case):
+ * as NCCL, the cost table's cells of every other algorithm are IGNORE
+ * (-1) before getCollInfo, whatever the tuner then forces.
  * With STANDIN_PHASES set, the calls are AllReduce in three phases of CALLS
  * calls each: 4096 and 65536 bytes alternately, then 1 MiB (a new shape),
  * then 4096 again; rank 0 prints "callmask PHASE I MASK" with the event
@@ -52,6 +64,7 @@
 #include "standin_core.h"
 
 #include <dirent.h>
+#include <strings.h>
 #include <math.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -78,11 +91,28 @@ static uint64_t next_rand(uint64_t *s) {
 
 static int calls;
 static int lose_dir;
+/* Bit a: algorithm a allowed by the job's NCCL_ALGO (all when unset). */
+static int allowed_algos = 0x7f;
+
+static void read_nccl_algo(void) {
+  const char *v = getenv("NCCL_ALGO");
+  if (!v || !*v) return;
+  allowed_algos = 0;
+  for (int a = 0; a < 7; a++) {
+    size_t n = strlen(ALGOS[a]);
+    for (const char *p = v; *p; p++)
+      if ((p == v || p[-1] == ',') && strncasecmp(p, ALGOS[a], n) == 0 && (p[n] == ',' || p[n] == 0))
+        allowed_algos |= 1 << a;
+  }
+}
 
 static void *host_thread(void *arg) {
   rank_state *r = arg;
   static const size_t sizes[4] = {4096, 65536, 1 << 20, 8 << 20};
   int aggregate = getenv("STANDIN_AGGREGATE") != NULL;
+  int symk = abi >= 7 && getenv("STANDIN_SYMK") != NULL;
+  int cecoll = abi >= 7 && getenv("STANDIN_CE") != NULL;
+  int tags = abi >= 7 && getenv("STANDIN_TAGS") != NULL;
   int phases = getenv("STANDIN_PHASES") != NULL;
   for (int i = 0; i < (phases ? 3 * calls : calls); i++) {
     int coll = (i % 5 == 4) ? 2 : 4; /* AllGather now and then, else AllReduce */
@@ -98,7 +128,8 @@ static void *host_thread(void *arg) {
     float cost[7][3];
     /* NCCL's own estimate: the world without noise; -1 where it cannot run. */
     for (int a = 0; a < 7; a++)
-      for (int p = 0; p < 3; p++) cost[a][p] = a > 1 ? -1.0f : (float)world_ns(a, p, bytes);
+      for (int p = 0; p < 3; p++)
+        cost[a][p] = a > 1 || !(allowed_algos & (1 << a)) ? -1.0f : (float)world_ns(a, p, bytes);
     int nch = 0;
     tuner->getCollInfo(r->tctx, (ncclFunc_t)coll, bytes * (size_t)ntasks, ntasks, (float **)cost, 7, 3, 0, &nch);
     nccl_pick_t ran = core_nccl_pick(cost);
@@ -107,11 +138,36 @@ static void *host_thread(void *arg) {
     if (nch > 32) nch = 32;
     /* The table chose what ran only if NCCL honoured all it forced. */
     if (own_channels && asked > 0 && asked != nch) ran.forced = 0;
+    core_path_t path = {NULL, tags ? 0x100 + (uint64_t)(i % 3) : 0};
+    if (cecoll && coll == 2 && ntasks == 1) {
+      /* NCCL ranked a copy-engine method cheapest (beside the table). */
+      core_launch_ce(r, coll, bytes, path.tag);
+      if (r->rank == 0) {
+        pthread_mutex_lock(&print_lock);
+        printf("ce %s %zu\n", FUNCS[coll], bytes);
+        pthread_mutex_unlock(&print_lock);
+      }
+      continue;
+    }
+    if (symk && coll == 4 && ntasks == 1 && i % 6 == 5) {
+      /* NCCL ranked a symmetric kernel cheapest: whatever the table
+       * forced, no classic pair ran. */
+      path.variant = "AllReduce_AGxLL_R";
+      double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);
+      uint64_t t = (uint64_t)llround(world_ns(1, 0, bytes) * 0.5 * noise);
+      core_launch_as(r, coll, bytes, ran.algo, ran.proto, nch, nch, t, path);
+      if (r->rank == 0) {
+        pthread_mutex_lock(&print_lock);
+        printf("sym %s %zu %s\n", FUNCS[coll], bytes, path.variant);
+        pthread_mutex_unlock(&print_lock);
+      }
+      continue;
+    }
     for (int task = 0; task < ntasks; task++) {
       int says_zero = hold_kernels && i % 3 == 1;
       double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);
       uint64_t t = (uint64_t)llround(world_ns(ran.algo, ran.proto, bytes) * noise);
-      core_launch(r, coll, bytes, ran.algo, ran.proto, says_zero ? 0 : nch, nch, t);
+      core_launch_as(r, coll, bytes, ran.algo, ran.proto, says_zero ? 0 : nch, nch, t, path);
       if (r->rank == 0) {
         pthread_mutex_lock(&print_lock);
         if (phases) printf("callmask %d %d %d\n", phase, i % calls, r->launch_mask);
@@ -199,6 +255,7 @@ int main(int argc, char **argv) {
   const char *id = getenv("STANDIN_COMM_ID");
   comm = (core_comm_t){"standin-comm", id ? strtoull(id, NULL, 0) : COMM_ID, 1, NRANKS, NRANKS};
   core_load(atoi(argv[1]), "standin");
+  read_nccl_algo();
   if (strcmp(mode, "loop") == 0) {
     for (;; round_no++) {
       run_round(1);

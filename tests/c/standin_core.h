@@ -1,7 +1,8 @@
 /* The NCCL-driving core that the stand-in NCCLs of the tests share
  * (standin.c: a toy world for the profiler tests; world.c: a world read
  * from `dyncc simulate`'s truth). It loads the plugin library, resolves
- * ncclTunerPlugin_v6 and ncclProfiler_vN, and drives ranks of one
+ * ncclTunerPlugin_v6 (v7 when it stands for NCCL 2.32.6+, whose loader
+ * tries v7 first) and ncclProfiler_vN, and drives ranks of one
  * communicator in NCCL's order and threads:
  *
  *  - per rank, profiler init then tuner init (as NCCL's init does);
@@ -11,7 +12,12 @@
  *    of the release its ABI stands for (core_launch);
  *  - per rank a proxy thread that later sends each channel's KernelCh
  *    start, recordEventState(KernelChStop) and stop, long after the Coll
- *    event was stopped, with timestamps spanning the collective's GPU time.
+ *    event was stopped, with timestamps spanning the collective's GPU time;
+ *    for profiler v7 (2.31+) it is NCCL's profiler thread: the work is
+ *    posted before the Coll stop (hostStreamPlanTask), so its channels may
+ *    start and stop before or after it (STANDIN_KERNELS_FIRST=1: always
+ *    before), with each channel's KernelPhase events between its start and
+ *    stop when the mask asks for them (profilerFireKernelPhaseEvents).
  *
  * Include it in exactly one translation unit (it defines the program's
  * globals, the logger and ncclGetVersion). */
@@ -60,7 +66,12 @@ typedef struct {
 
 static int abi;
 static void *lib, *plib;
+/* ncclTunerPlugin_v6 or _v7 (the same table; v7's init takes v7 constants). */
 static ncclTuner_v6_t *tuner;
+static int tuner_abi = 6;
+/* Profiler v7's profiler thread: the host waits for a collective's channels
+ * to stop before its Coll stop. */
+static int kernels_first;
 static void *profiler; /* ncclProfiler_v3_t / v4 / v5 */
 static core_comm_t comm;
 static pthread_mutex_t print_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -82,6 +93,7 @@ typedef struct {
   void *pctx, *tctx;
   kernel_work q[QLEN];
   int head, tail, done;
+  int finished; /* kernel work items the proxy thread has completed */
   pthread_mutex_t m;
   pthread_cond_t c;
   uint64_t rng;
@@ -111,12 +123,18 @@ static void core_load(int abi_, const char *prog) {
     fprintf(stderr, "%s: cannot dlopen DYNCC_TEST_PROFILER_LIB: %s\n", prog, dlerror());
     exit(2);
   }
-  tuner = dlsym(lib, "ncclTunerPlugin_v6");
+  /* STANDIN_NCCL_VERSION: the release it stands for (NCCL's code). From
+   * 2.32.6 (23206) NCCL's loader tries ncclTunerPlugin_v7 first. */
+  const char *ver = getenv("STANDIN_NCCL_VERSION");
+  if (ver) core_nccl_version = atoi(ver);
+  tuner_abi = core_nccl_version >= 23206 ? 7 : 6;
+  tuner = dlsym(lib, tuner_abi == 7 ? "ncclTunerPlugin_v7" : "ncclTunerPlugin_v6");
   profiler = dlsym(plib, sym);
   if (!tuner || !profiler) {
-    fprintf(stderr, "%s: %s or ncclTunerPlugin_v6 missing\n", prog, sym);
+    fprintf(stderr, "%s: %s or ncclTunerPlugin_v%d missing\n", prog, sym, tuner_abi);
     exit(2);
   }
+  kernels_first = abi >= 7 && getenv("STANDIN_KERNELS_FIRST") != NULL;
   const char *initial = getenv("DYNCC_TEST_INITIAL_MASK");
   event_mask = initial ? atoi(initial) : 0;
 }
@@ -195,6 +213,30 @@ static void *proxy_thread(void *arg) {
       u.kernelCh.pTimer = w.base + 50u * (uint64_t)c;
       hs[c] = w.mask & PROFILE_KERNEL_CH ? start_event(r->pctx, PROFILE_KERNEL_CH, w.coll, &u, r->rank) : NULL;
     }
+    /* Profiler v7: each channel's phases (children of its KernelCh event)
+     * fire just before its stop, initial_sync, compute, final_sync,
+     * spanning the channel's time. */
+    static const char *phase_names[3] = {"initial_sync", "compute", "final_sync"};
+    for (int c = w.nch - 1; abi >= 7 && (w.mask & PROFILE_KERNEL_PHASE) && c >= 0; c--) {
+      if (!hs[c]) continue;
+      uint64_t a0 = w.base + 50u * (uint64_t)c, z = w.base + w.t - 30u * (uint64_t)c;
+      uint64_t edge[4] = {a0, a0 + (z - a0) / 10, z - (z - a0) / 10, z};
+      for (int ph = 0; ph < 3; ph++) {
+        prof_descr_union_t u;
+        memset(&u, 0, sizeof u);
+        u.kernelPhase.channelId = (uint8_t)c;
+        u.kernelPhase.phaseId = (uint8_t)ph;
+        u.kernelPhase.phaseName = phase_names[ph];
+        u.kernelPhase.pTimer = edge[ph];
+        void *p = start_event(r->pctx, PROFILE_KERNEL_PHASE, hs[c], &u, r->rank);
+        if (!p) continue;
+        prof_state_args_t a;
+        memset(&a, 0, sizeof a);
+        a.pTimer = edge[ph + 1];
+        ((ncclProfiler_v5_t *)profiler)->recordEventState(p, PROFILER_KERNEL_PHASE_STOP, &a);
+        stop_fn()(p);
+      }
+    }
     for (int c = w.nch - 1; c >= 0; c--) {
       if (!hs[c]) continue;
       prof_state_args_t a;
@@ -203,6 +245,10 @@ static void *proxy_thread(void *arg) {
       ((ncclProfiler_v5_t *)profiler)->recordEventState(hs[c], PROFILER_KERNEL_CH_STOP, &a);
       stop_fn()(hs[c]);
     }
+    pthread_mutex_lock(&r->m);
+    r->finished++;
+    pthread_cond_broadcast(&r->c);
+    pthread_mutex_unlock(&r->m);
   }
 }
 
@@ -224,11 +270,21 @@ static void init_rank(rank_state *r) {
   printf("mask %d\n", event_mask);
   pthread_mutex_unlock(&print_lock);
   ncclNvlDomainInfo_v5_t nvl = {comm.n_nodes, comm.ppn, comm.ppn};
-  ncclTunerConstants_v5_t constants;
-  memset(&constants, 0, sizeof constants);
   r->tctx = NULL;
-  ncclResult_t rc = tuner->init(&r->tctx, comm.id, (size_t)comm.n_ranks, (size_t)comm.n_nodes,
-                                (ncclDebugLogger_t)standin_logger, &nvl, &constants);
+  ncclResult_t rc;
+  if (tuner_abi == 7) {
+    /* 2.32.6+: v7's constants, one compute-capability row more. */
+    ncclTunerConstants_v7_t constants;
+    memset(&constants, 0, sizeof constants);
+    rc = ((ncclTuner_v7_t *)(void *)tuner)
+             ->init(&r->tctx, comm.id, (size_t)comm.n_ranks, (size_t)comm.n_nodes,
+                    (ncclDebugLogger_t)standin_logger, &nvl, &constants);
+  } else {
+    ncclTunerConstants_v5_t constants;
+    memset(&constants, 0, sizeof constants);
+    rc = tuner->init(&r->tctx, comm.id, (size_t)comm.n_ranks, (size_t)comm.n_nodes,
+                     (ncclDebugLogger_t)standin_logger, &nvl, &constants);
+  }
   if (rc != ncclSuccess) {
     fprintf(stderr, "standin: tuner init failed: %d\n", (int)rc);
     exit(2);
@@ -253,16 +309,24 @@ static nccl_pick_t core_nccl_pick(float cost[7][3]) {
   return k;
 }
 
+/* How a collective ran beyond its algorithm and protocol (profiler v7). */
+typedef struct {
+  const char *variant; /* a symmetric kernel's variant, or NULL */
+  uint64_t tag;        /* the call's ncclCollConfig_t userProfilerTag */
+} core_path_t;
+static const core_path_t CORE_CLASSIC = {NULL, 0};
+
 /* One collective call on the host thread of rank r, with the profiler
  * events of the release the ABI stands for (abi 4: NCCL 2.27; 5 and 6:
- * 2.28 to 2.30), in NCCL's order: on 2.28+ the GroupApi start and the
+ * 2.28 to 2.30; 7: 2.31+, the profiler thread's work posted before the
+ * Coll stop), in NCCL's order: on 2.28+ the GroupApi start and the
  * CollApi start and stop of the API call (collTaskAppend); then the plan
  * launch (hostStreamPlanTask): Group start, Coll start (2.27: only under a
  * non-NULL Group handle) saying `event_channels`, Coll stop, Group stop; on
  * 2.28+ the GroupApi stop (ncclGroupEnd). The proxy thread is then handed
  * `kernel_channels` channels spanning t ns of GPU time. */
-static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int proto, int event_channels,
-                        int kernel_channels, uint64_t t) {
+static void core_launch_as(rank_state *r, int coll, size_t bytes, int algo, int proto, int event_channels,
+                           int kernel_channels, uint64_t t, core_path_t path) {
   /* NCCL reads its mask once per call (2.27: into the task; 2.28+: at the
    * GroupApi start, into the API state the task copies). */
   int mask = __atomic_load_n(&event_mask, __ATOMIC_RELAXED);
@@ -270,7 +334,11 @@ static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int pro
   void *gapi = NULL, *capi = NULL;
   if (abi >= 5) {
     if (mask & GROUP_API_ENABLE) gapi = start_event(r->pctx, PROFILE_GROUP_API, NULL, NULL, r->rank);
-    if (mask & COLL_API_ENABLE) capi = start_event(r->pctx, PROFILE_COLL_API, gapi, NULL, r->rank);
+    prof_descr_union_t a;
+    memset(&a, 0, sizeof a);
+    a.collApi.func = FUNCS[coll];
+    a.collApi.userTag = path.tag;
+    if (mask & COLL_API_ENABLE) capi = start_event(r->pctx, PROFILE_COLL_API, gapi, &a, r->rank);
     if (capi) stop_fn()(capi);
   }
   void *g = mask & GROUP_ENABLE ? start_event(r->pctx, PROFILE_GROUP, NULL, NULL, r->rank) : NULL;
@@ -290,23 +358,70 @@ static void core_launch(rank_state *r, int coll, size_t bytes, int algo, int pro
   u.coll.nWarps = 16;
   u.coll.algo = ALGOS[algo];
   u.coll.proto = PROTOS[proto];
+  u.coll.userTag = path.tag;
+  if (path.variant) {
+    /* ncclProfilerStartTaskEvents: the variant, its part after "_" as
+     * algo, proto "". */
+    const char *us = strchr(path.variant, '_');
+    u.coll.kernelVariant = path.variant;
+    u.coll.isSymColl = true;
+    u.coll.algo = us ? us + 1 : path.variant;
+    u.coll.proto = "";
+  }
   void *h = NULL;
   if ((mask & COLL_ENABLE) && (abi >= 5 || g)) {
     /* 2.28+: the parent is the CollApi event, the Group is a member. */
     if (abi >= 5) u.coll.parentGroup = g;
     h = start_event(r->pctx, PROFILE_COLL, abi >= 5 ? capi : g, &u, r->rank);
   }
+  if (kernel_channels > MAX_KERNEL_CHANNELS) kernel_channels = MAX_KERNEL_CHANNELS;
+  /* 2.31+: the plan's work goes to the profiler thread before the Coll
+   * stop (ncclProfilerPostPlanWork, then ncclProfilerStopTaskEvents). */
+  if (abi >= 7) {
+    pthread_mutex_lock(&r->m);
+    while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
+    int item = r->tail;
+    r->q[r->tail % QLEN] = (kernel_work){h, mask, kernel_channels, r->clock, t};
+    r->tail++;
+    pthread_cond_broadcast(&r->c);
+    while (kernels_first && r->finished <= item) pthread_cond_wait(&r->c, &r->m);
+    pthread_mutex_unlock(&r->m);
+  }
   if (h) stop_fn()(h);
   if (g) stop_fn()(g);
   if (gapi) stop_fn()(gapi);
-  if (kernel_channels > MAX_KERNEL_CHANNELS) kernel_channels = MAX_KERNEL_CHANNELS;
-  pthread_mutex_lock(&r->m);
-  while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
-  r->q[r->tail % QLEN] = (kernel_work){h, mask, kernel_channels, r->clock, t};
-  r->tail++;
-  pthread_cond_broadcast(&r->c);
-  pthread_mutex_unlock(&r->m);
+  if (abi < 7) {
+    pthread_mutex_lock(&r->m);
+    while (r->tail - r->head >= QLEN) pthread_cond_wait(&r->c, &r->m);
+    r->q[r->tail % QLEN] = (kernel_work){h, mask, kernel_channels, r->clock, t};
+    r->tail++;
+    pthread_cond_broadcast(&r->c);
+    pthread_mutex_unlock(&r->m);
+  }
   r->clock += t + 1000;
+}
+
+static inline void core_launch(rank_state *r, int coll, size_t bytes, int algo, int proto, int event_channels,
+                               int kernel_channels, uint64_t t) {
+  core_launch_as(r, coll, bytes, algo, proto, event_channels, kernel_channels, t, CORE_CLASSIC);
+}
+
+/* A collective NCCL ran on the copy engines (2.29+): a CeColl event around
+ * it when the mask asks (ncclProfilerStartCeCollEvent reads the global
+ * mask), no Coll event, no kernel. */
+static inline void core_launch_ce(rank_state *r, int coll, size_t bytes, uint64_t tag) {
+  int mask = __atomic_load_n(&event_mask, __ATOMIC_RELAXED);
+  if (abi < 6 || !(mask & PROFILE_CE_COLL)) return;
+  prof_descr_union_t u;
+  memset(&u, 0, sizeof u);
+  size_t per = coll == 2 || coll == 3 ? (size_t)comm.n_ranks : 1;
+  u.ceColl.func = FUNCS[coll];
+  u.ceColl.count = bytes / 4 / per;
+  u.ceColl.datatype = "ncclFloat32";
+  u.ceColl.syncStrategy = "MC";
+  u.ceColl.userTag = tag;
+  void *h = start_event(r->pctx, PROFILE_CE_COLL, NULL, &u, r->rank);
+  if (h) stop_fn()(h);
 }
 
 static void *core_init_thread(void *arg) {

@@ -25,7 +25,7 @@ use core::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
 
 pub use dyncc_tables::trace::MIN_CALLS_PER_SIDE;
 
-/// NCCL's event mask (a recording rank's `init` on profiler v5/v6), or
+/// NCCL's event mask (a recording rank's `init` on profiler v5+), or
 /// NULL: nothing is lowered.
 static MASK: AtomicPtr<c_int> = AtomicPtr::new(core::ptr::null_mut());
 /// The bits dyncc added to it (those NCCL or the user had set stay).
@@ -55,7 +55,8 @@ fn mask() -> Option<&'static AtomicI32> {
 /// # Safety
 /// `p` is NULL or NCCL's event mask, valid while NCCL is loaded.
 pub unsafe fn arm(p: *mut c_int, abi: u8, bits: c_int) {
-    if p.is_null() || abi < 5 {
+    let lowers = dyncc_tables::ProfilerAbi::get(abi).is_some_and(|a| a.lowers_mask);
+    if p.is_null() || !lowers {
         return;
     }
     ADDED.fetch_or(bits, Ordering::Relaxed);

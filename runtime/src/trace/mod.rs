@@ -13,7 +13,9 @@
 //! - [`writer`]: the process's facts (communicators, table, host) and
 //!   the file ([`register`], [`retire`], [`flush`]);
 //! - [`mask`]: when NCCL's event mask is lowered (every shape seen has
-//!   its evidence) and raised again (a new or explored shape).
+//!   its evidence) and raised again (a new or explored shape);
+//! - [`paths`]: the collectives that ran a path the tuner cannot choose
+//!   (a symmetric kernel, the copy engines), and the callers' tags.
 //!
 //! The order of dependence is mask, journal (counts shapes for the mask),
 //! bins, pool (adds to bins), writer (reads bins and rings, reclaims the
@@ -32,6 +34,7 @@ use crate::log::Logger;
 pub mod bins;
 pub mod journal;
 pub mod mask;
+pub mod paths;
 pub mod pool;
 pub mod writer;
 
@@ -40,6 +43,7 @@ pub use journal::{
     journal_acquire, link_rank0, note_recorded, profiled_ring, take_answer, take_answer_in, Answer,
     Journal, ANSWER_NCCL, JOURNAL_LEN, MAX_JOURNALS,
 };
+pub use paths::{note_tag, other_path_ran, other_paths, tags_of, OtherPath};
 pub use pool::{channel_start, channel_stop, reclaim, release, slot_take, Handle, Slot, POOL_LEN};
 pub use writer::{
     configured, dir_usable, file_names, flush, note_platform, note_table, register, retire,

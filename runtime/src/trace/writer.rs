@@ -15,9 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use dyncc_tables::trace::{
-    encode_with_shapes, TraceComm, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN,
-    MAX_TRACE_SHAPES, MAX_TRACE_STR, TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN,
-    TRACE_SHAPE_LEN,
+    encode_all, TraceComm, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN, MAX_TRACE_SHAPES,
+    MAX_TRACE_STR, TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN, TRACE_SHAPE_LEN,
 };
 use dyncc_tables::{Coll, Setting};
 
@@ -69,6 +68,8 @@ const _: () = assert!(
         + TRACE_HEADER_LEN
         + 4 * MAX_TRACE_STR
         + MAX_TRACE_SHAPES * TRACE_SHAPE_LEN
+        + dyncc_tables::trace::TRACE_PATHS_LEN
+        + dyncc_tables::trace::MAX_TRACE_TAGS * dyncc_tables::trace::TRACE_TAG_LEN
         <= MAX_TRACE_LEN
 );
 
@@ -489,7 +490,8 @@ pub(super) fn write_file(
         untimed: UNTIMED.load(Ordering::Relaxed),
     };
     let shapes = file_shapes(p, &comms, &index);
-    let bytes = encode_with_shapes(&head, &comms, &records, &shapes)
+    let (other, tags) = super::paths::file_block(&comms);
+    let bytes = encode_all(&head, &comms, &records, &shapes, &other, &tags)
         .map_err(|e| (path.to_path_buf(), std::io::Error::other(e)))?;
     // create_new (O_EXCL): a file, link or FIFO already at the temporary
     // name is an error, never opened (a FIFO would block the open, inside
