@@ -417,10 +417,9 @@ impl Comm {
     /// Ranks per node (NCCL's `localRanks` when nodes are alike), rounded
     /// down; `ranks` when `nodes` is 0.
     pub const fn ranks_per_node(&self) -> u64 {
-        if self.nodes == 0 {
-            self.ranks
-        } else {
-            self.ranks / self.nodes
+        match self.ranks.checked_div(self.nodes) {
+            Some(ppn) => ppn,
+            None => self.ranks,
         }
     }
 }
