@@ -6,7 +6,7 @@
 //! default.
 
 use anyhow::{bail, Context};
-use dyncc_tables::Table;
+use dyncc_tables::{Comm, Table};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -218,7 +218,13 @@ fn score_groups(
         };
         let Some(nccl) = coll.tunable() else { continue };
         let d = table
-            .lookup(nccl as u32, nranks as u64, nnodes as u64, nbytes, 1, 0)
+            .lookup(
+                nccl as u32,
+                &Comm::new(nranks as u64, nnodes as u64),
+                nbytes,
+                1,
+                0,
+            )
             .decision;
         let cfg = Config::from(d);
         let Some(&t) = m.get(&cfg) else {

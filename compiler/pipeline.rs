@@ -813,6 +813,7 @@ mod tests {
     use crate::decide::DecideOptions;
     use crate::features::tests::{cell, cfg};
     use crate::record::{Collective, Config, Record};
+    use dyncc_tables::Comm;
     use dyncc_tables::{Algo, Basis, Decision, Proto, Setting};
 
     fn sweep() -> Vec<Cell> {
@@ -934,7 +935,7 @@ mod tests {
                                 && (x.ppn.0..=x.ppn.1).contains(&pc.ppn.0)
                         })
                         .unwrap();
-                    let spec = t.specialise(ranks, nodes as u64);
+                    let spec = t.specialise(&Comm::new(ranks, nodes as u64));
                     for b in 0..NUM_BUCKETS {
                         let bytes = bucket_lower_bound(b as u8);
                         if size_bucket(bytes) as usize != b {
@@ -942,7 +943,7 @@ mod tests {
                         }
                         let want = first.buckets[b].decision;
                         let got = t
-                            .lookup(pc.coll as u32, ranks, nodes as u64, bytes, 1, 0)
+                            .lookup(pc.coll as u32, &Comm::new(ranks, nodes as u64), bytes, 1, 0)
                             .decision;
                         assert_eq!(got, want, "{:?} nodes {nodes} bucket {b}", pc.coll);
                         assert_eq!(spec.decide(pc.coll as u32, bytes, 1, 0), want);
@@ -963,7 +964,7 @@ mod tests {
         .unwrap();
         let t = Table::from_bytes(&c.bytes).unwrap();
         let d = |coll: Coll, nodes: u64, bytes: u64| {
-            t.lookup(coll as u32, nodes * 8, nodes, bytes, 1, 0)
+            t.lookup(coll as u32, &Comm::new(nodes * 8, nodes), bytes, 1, 0)
                 .decision
         };
         let tree_ll = Decision::Force(Setting::new(Algo::Tree, Proto::LL));
@@ -975,19 +976,22 @@ mod tests {
         // 8 nodes was never measured: interpolated between 4 and 16.
         assert_eq!(d(Coll::AllReduce, 8, 1 << 26), ring_simple);
         assert_eq!(
-            t.lookup(Coll::AllReduce as u32, 64, 8, 1 << 26, 1, 0).basis,
+            t.lookup(Coll::AllReduce as u32, &Comm::new(64, 8), 1 << 26, 1, 0)
+                .basis,
             Some(Basis::Interpolated)
         );
         // Within the node reach (8x beyond 16): extrapolated; beyond it, and
         // at 4 ranks per node or 1 GiB, NCCL decides.
         assert_eq!(d(Coll::AllReduce, 32, 1024), tree_ll);
         assert_eq!(
-            t.lookup(Coll::AllReduce as u32, 256, 32, 1024, 1, 0).basis,
+            t.lookup(Coll::AllReduce as u32, &Comm::new(256, 32), 1024, 1, 0)
+                .basis,
             Some(Basis::Extrapolated)
         );
         assert_eq!(d(Coll::AllReduce, 256, 1024), Decision::Default);
         assert_eq!(
-            t.lookup(Coll::AllReduce as u32, 8, 2, 1024, 1, 0).decision,
+            t.lookup(Coll::AllReduce as u32, &Comm::new(8, 2), 1024, 1, 0)
+                .decision,
             Decision::Default
         );
         assert_eq!(d(Coll::AllReduce, 2, 1 << 30), Decision::Default);

@@ -5,11 +5,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision, Setting};
+use dyncc_tables::{bucket_lower_bound, bucket_upper_bound, BucketDecision, Decision};
 use serde::Serialize;
 
 pub use crate::audit::coverage::{measured_sizes, MeasuredSizes};
 use crate::audit::evidence::{Evidence, Ground};
+use crate::audit::names::SettingJson;
 use crate::decide::{DecideOptions, GridDecisions, Why};
 use crate::distil::Fidelity;
 use crate::emit::PlannedContext;
@@ -211,9 +212,8 @@ pub struct Forced {
     pub ppn: (u32, u32),
     pub from_bytes: u64,
     pub to_bytes: u64,
-    pub algorithm: String,
-    pub protocol: String,
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// Smallest expected speedup of the table's rules in the region
     /// (t_default / t_choice).
     pub gain: f64,
@@ -306,13 +306,7 @@ pub(crate) fn describe(
                     evidence.add(Ground::of_basis(r.basis), r.gain as f64);
                 }
             }
-            if let Decision::Force(Setting {
-                algo,
-                proto,
-                channels,
-                ..
-            }) = d
-            {
+            if let Decision::Force(_) = d {
                 let to = if gate.splits(d) {
                     &mut split_by_reg_buff
                 } else {
@@ -324,9 +318,7 @@ pub(crate) fn describe(
                     ppn: c.ppn,
                     from_bytes: bucket_lower_bound(k as u8),
                     to_bytes: bucket_upper_bound((j - 1) as u8),
-                    algorithm: algo.name().into(),
-                    protocol: proto.name().into(),
-                    channels,
+                    setting: SettingJson::of(d),
                     gain: evidence.gain_min,
                     gain_max: evidence.gain_max,
                     basis: evidence.word(),
@@ -478,8 +470,8 @@ fn reg_buff_note(split: &[Forced]) -> String {
                 crate::audit::text::fmt_span(f.ppn.0, f.ppn.1),
                 fmt_bytes(f.from_bytes),
                 fmt_bytes(f.to_bytes),
-                f.algorithm,
-                f.protocol
+                f.setting.algorithm,
+                f.setting.protocol
             )
         })
         .collect();
@@ -506,9 +498,7 @@ fn merge_node_ranges(forced: &mut Vec<Forced>) {
             a.ppn,
             a.from_bytes,
             a.to_bytes,
-            &a.algorithm,
-            &a.protocol,
-            a.channels,
+            a.setting,
             &a.basis,
             a.nodes,
         )
@@ -517,9 +507,7 @@ fn merge_node_ranges(forced: &mut Vec<Forced>) {
                 b.ppn,
                 b.from_bytes,
                 b.to_bytes,
-                &b.algorithm,
-                &b.protocol,
-                b.channels,
+                b.setting,
                 &b.basis,
                 b.nodes,
             ))
@@ -532,18 +520,14 @@ fn merge_node_ranges(forced: &mut Vec<Forced>) {
                 l.ppn,
                 l.from_bytes,
                 l.to_bytes,
-                &l.algorithm,
-                &l.protocol,
-                l.channels,
+                l.setting,
                 &l.basis,
             ) == (
                 &f.collective,
                 f.ppn,
                 f.from_bytes,
                 f.to_bytes,
-                &f.algorithm,
-                &f.protocol,
-                f.channels,
+                f.setting,
                 &f.basis,
             );
             if same && l.nodes.1.checked_add(1) == Some(f.nodes.0) {

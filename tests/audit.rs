@@ -1455,7 +1455,9 @@ fn explain_lists_every_disagreement_with_the_plugin() {
             for k in 0..63u32 {
                 for bytes in [1u64 << k, (1u64 << k) + (1u64 << k) / 2] {
                     let ranks = n * 8;
-                    let plugin = table.lookup(coll as u32, ranks, n, bytes, 1, 0).decision;
+                    let plugin = table
+                        .lookup(coll as u32, &Comm::new(ranks, n), bytes, 1, 0)
+                        .decision;
                     let said = tree
                         .eval(&tree_features(bytes, n, ranks))
                         .map(|l| l.decision);

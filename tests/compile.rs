@@ -777,7 +777,8 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
         let bytes = std::fs::read(tbl).unwrap();
         let t = Table::from_bytes(&bytes).unwrap();
         // allreduce (ncclFunc_t 4), 8 ranks on 1 node, 4 KiB, one operation.
-        t.lookup(4, 8, 1, 4096, 1, reg_buff).decision
+        t.lookup(4, &dyncc_tables::Comm::new(8, 1), 4096, 1, reg_buff)
+            .decision
     };
     let force = |algo, proto| {
         Decision::Force(Setting {
@@ -800,7 +801,12 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
     let bytes = std::fs::read(&reg).unwrap();
     let t = Table::from_bytes(&bytes).unwrap();
     // Stored as compiled (gated Ring/LL below 64 KiB), answered as NCCL.
-    let c = t.find_context(dyncc_tables::Coll::AllReduce, 8, 1).unwrap();
+    let c = t
+        .find_context(
+            dyncc_tables::Coll::AllReduce,
+            &dyncc_tables::Comm::new(8, 1),
+        )
+        .unwrap();
     assert_eq!(c.spec().reg_buff, dyncc_tables::RegBuff::Only1);
     assert_eq!(
         c.rule_for_size(4096).unwrap().1.decision,
@@ -808,7 +814,10 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
     );
     assert_eq!(lookup(&reg, 1), Decision::Default);
     assert_eq!(lookup(&reg, 0), Decision::Default);
-    assert!(t.lookup(4, 8, 1, 4096, 1, 1).reg_buff_split);
+    assert!(
+        t.lookup(4, &dyncc_tables::Comm::new(8, 1), 4096, 1, 1)
+            .reg_buff_split
+    );
     let notes = report["notes"].to_string();
     assert!(
         notes.contains(

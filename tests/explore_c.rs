@@ -242,7 +242,16 @@ struct Run {
 
 /// What the table answers, as the stand-in prints it: (cell, channels).
 fn table_answer(t: &Table<'_>, nodes: u64, coll: u32, bytes: u64) -> (i32, i32) {
-    match t.lookup(coll, nodes * 8, nodes, bytes, 1, 0).decision {
+    match t
+        .lookup(
+            coll,
+            &dyncc_tables::Comm::new(nodes * 8, nodes),
+            bytes,
+            1,
+            0,
+        )
+        .decision
+    {
         // Tree/LL128 is unavailable: NCCL's choice stands.
         Decision::Force(Setting {
             algo: Algo::Tree,

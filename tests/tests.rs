@@ -27,6 +27,7 @@ mod simulate; // `dyncc simulate`: physics, realism, determinism, readable outpu
 mod stress_c; // the plugin under stress, sanitizers, failure semantics (C harnesses)
 mod support; // shared helpers: the dyncc binary, required external tools
 mod test_deps; // `make test` installs what the tests need, or names the command that does
+mod touch_lists; // the touch lists in the docs of Setting and Comm name files that exist
 mod traces; // compile SWEEP TRACES: trace files of jobs as measurements
 mod walk; // the walk of trace and sweep directories stays in the tree named
 mod world_c; // a stand-in NCCL in a world from `dyncc simulate`'s truth: rounds with tables, exploration

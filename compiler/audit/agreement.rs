@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use dyncc_tables::{
-    bucket_lower_bound, tree_features, Coll, Feature, Table, TreeLeaf, TreeNode, TreeView,
+    bucket_lower_bound, tree_features, Coll, Comm, Feature, Table, TreeLeaf, TreeNode, TreeView,
     NUM_FEATURES,
 };
 use serde::Serialize;
@@ -127,7 +127,7 @@ pub fn audit_tree(table: &Table, coll: Coll) -> Option<TreeAudit> {
         let sweep = sweep_sizes(table, coll, nodes as u64, ranks);
         for b in live_buckets() {
             let bytes = bucket_lower_bound(b);
-            let l = table.lookup(coll as u32, ranks, nodes as u64, bytes, 1, 0);
+            let l = table.lookup(coll as u32, &Comm::new(ranks, nodes as u64), bytes, 1, 0);
             let ground = ground_at(&l, sweep.as_ref(), bytes);
             let said = tree.walk(&tree_features(bytes, nodes as u64, ranks), |_| {});
             if let (Some((i, leaf)), Some(g)) = (said, ground) {
@@ -225,7 +225,7 @@ fn disagreements(table: &Table, coll: Coll, tree: &TreeView) -> Vec<Disagreement
             let mut run: Option<Disagreement> = None;
             for (j, &bytes) in sizes.iter().enumerate() {
                 let to_bytes = sizes.get(j + 1).map_or(u64::MAX, |n| n - 1);
-                let l = table.lookup(coll as u32, ranks, nodes as u64, bytes, 1, 0);
+                let l = table.lookup(coll as u32, &Comm::new(ranks, nodes as u64), bytes, 1, 0);
                 let said = tree
                     .walk(&tree_features(bytes, nodes as u64, ranks), |_| {})
                     .map(|(_, leaf)| leaf.decision);

@@ -19,10 +19,12 @@
 use std::collections::BTreeMap;
 
 use anyhow::bail;
-use dyncc_tables::{pipe_ops_allowed, Coll, ContextView, Decision, PlanCandidate, RegBuff, Table};
+use dyncc_tables::{
+    pipe_ops_allowed, Coll, Comm, ContextView, Decision, PlanCandidate, RegBuff, Table,
+};
 use serde::Serialize;
 
-use crate::audit::names::{algo_name, channels, proto_name};
+use crate::audit::names::SettingJson;
 use crate::audit::text::{fmt_decision, fmt_sizes, fmt_span};
 
 /// The share `dyncc compile` writes into a table when `--explore` is not
@@ -70,10 +72,9 @@ pub struct CandidateJson {
     pub rank: u8,
     /// `tree/ll128`, `ring/simple/16ch`, or `NCCL's choice`.
     pub setting: String,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    /// 0 = NCCL's count.
-    pub channels: u8,
+    /// Its algorithm, protocol and channels.
+    #[serde(flatten)]
+    pub knobs: SettingJson,
     /// Predicted gain over the table's answer, as a fraction (0.05 = 5 %
     /// faster).
     pub gain: f32,
@@ -89,9 +90,7 @@ impl CandidateJson {
         CandidateJson {
             rank: c.rank,
             setting: fmt_decision(c.decision),
-            algorithm: algo_name(c.decision),
-            protocol: proto_name(c.decision),
-            channels: channels(c.decision),
+            knobs: SettingJson::of(c.decision),
             gain: c.gain,
             spread: c.spread,
             cost_bound: c.cost_bound,
@@ -366,7 +365,7 @@ pub fn for_call(table: &Table, call: &PlanCall, decided: Decision, share: f64) -
         return out;
     }
     let own: Option<ContextView> = table
-        .specialise(ranks, nodes)
+        .specialise(&Comm::new(ranks, nodes))
         .context(coll)
         .and_then(|i| table.context(i));
     let Some(own) = own else {

@@ -5,7 +5,7 @@ use dyncc_tables::{ContextView, Rule, Table};
 use serde::Serialize;
 
 use crate::audit::evidence::{rule_evidence, sweep_sizes, SweepSizes};
-use crate::audit::names::{algo_name, channels, proto_name};
+use crate::audit::names::SettingJson;
 
 /// One size rule of a context.
 #[derive(Clone, Debug, Serialize)]
@@ -13,9 +13,8 @@ pub struct RuleJson {
     pub index: u32,
     pub from_bytes: u64,
     pub to_bytes: u64,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     pub expected_gain: f32,
     /// What the rule rests on, worded by [`crate::audit::evidence`]: a
     /// "measured" rule reaching past the sweep's sizes says so.
@@ -53,9 +52,7 @@ fn rule_json(index: u32, prev_last: Option<u8>, r: &Rule, sweep: Option<&SweepSi
         index,
         from_bytes: lo,
         to_bytes: hi,
-        algorithm: algo_name(r.decision),
-        protocol: proto_name(r.decision),
-        channels: channels(r.decision),
+        setting: SettingJson::of(r.decision),
         expected_gain: r.gain,
         basis: rule_evidence(sweep, lo, hi, r.basis, r.gain as f64).word(),
     }

@@ -2,29 +2,63 @@
 //! algorithms, protocols and tree features, as NCCL's example CSV and the
 //! JSON reports spell them.
 
-use dyncc_tables::{Coll, Decision, Feature, Setting};
+use dyncc_tables::{Algo, Coll, Decision, Feature, Proto, Setting};
+use serde::Serialize;
 
-/// Lower-case NCCL example-CSV algorithm name, `default` when NCCL chooses.
-pub fn algo_name(d: Decision) -> &'static str {
-    match d {
-        Decision::Default => "default",
-        Decision::Force(Setting { algo, .. }) => algo.name(),
+/// A decision as every JSON report spells it: `algorithm` and `protocol`
+/// by their lower-case NCCL example-CSV names (`default` when NCCL
+/// chooses) and `channels` (0 = NCCL's count). Each report struct holds
+/// one, `#[serde(flatten)]`ed, so a new knob is a field here and in
+/// [`SettingJson::of`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct SettingJson {
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    /// 0 = NCCL's count.
+    pub channels: u8,
+}
+
+impl SettingJson {
+    /// How the reports spell `d`.
+    pub fn of(d: Decision) -> SettingJson {
+        match d {
+            Decision::Default => SettingJson {
+                algorithm: "default",
+                protocol: "default",
+                channels: 0,
+            },
+            Decision::Force(Setting {
+                algo,
+                proto,
+                channels,
+            }) => SettingJson {
+                algorithm: algo.name(),
+                protocol: proto.name(),
+                channels,
+            },
+        }
+    }
+
+    /// The decision this spells (what [`SettingJson::of`] was given).
+    pub fn decision(&self) -> Decision {
+        match (Algo::parse(self.algorithm), Proto::parse(self.protocol)) {
+            (Some(algo), Some(proto)) => {
+                Decision::Force(Setting::new(algo, proto).with_channels(self.channels))
+            }
+            _ => Decision::Default,
+        }
+    }
+
+    /// Whether NCCL chooses (nothing forced).
+    pub fn is_default(&self) -> bool {
+        self.decision() == Decision::Default
     }
 }
 
-/// Lower-case NCCL example-CSV protocol name, `default` when NCCL chooses.
-pub fn proto_name(d: Decision) -> &'static str {
-    match d {
-        Decision::Default => "default",
-        Decision::Force(Setting { proto, .. }) => proto.name(),
-    }
-}
-
-/// Channel count of a decision, 0 = NCCL's choice.
-pub fn channels(d: Decision) -> u8 {
-    match d {
-        Decision::Default => 0,
-        Decision::Force(Setting { channels, .. }) => channels,
+impl std::fmt::Display for SettingJson {
+    /// As [`Decision`]'s `Display`: `default`, `tree/ll128`, `ring/simple/8ch`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.decision().fmt(f)
     }
 }
 
@@ -57,4 +91,61 @@ pub fn parse_colls(s: Option<&str>) -> anyhow::Result<Vec<Coll>> {
         Some(c) => vec![parse_coll(c)?],
         None => Coll::ALL.iter().rev().copied().collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setting_json_spells_every_decision_and_reads_it_back() {
+        assert_eq!(
+            SettingJson::of(Decision::Default),
+            SettingJson {
+                algorithm: "default",
+                protocol: "default",
+                channels: 0
+            }
+        );
+        assert!(SettingJson::of(Decision::Default).is_default());
+        for a in 0..8 {
+            for p in 0..3 {
+                let (Some(algo), Some(proto)) = (Algo::from_u8(a), Proto::from_u8(p)) else {
+                    continue;
+                };
+                for ch in [0, 1, 16, dyncc_tables::MAX_CHANNELS] {
+                    let d = Decision::Force(Setting::new(algo, proto).with_channels(ch));
+                    let j = SettingJson::of(d);
+                    assert_eq!(
+                        (j.algorithm, j.protocol, j.channels),
+                        (algo.name(), proto.name(), ch)
+                    );
+                    assert_eq!(j.decision(), d, "{j}");
+                    assert_eq!(j.to_string(), d.to_string());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn setting_json_flattens_into_the_keys_the_reports_always_wrote() {
+        #[derive(Serialize)]
+        struct Report {
+            index: u32,
+            #[serde(flatten)]
+            setting: SettingJson,
+            gain: f32,
+        }
+        let d = Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(8));
+        let s = serde_json::to_string(&Report {
+            index: 1,
+            setting: SettingJson::of(d),
+            gain: 1.5,
+        })
+        .unwrap();
+        assert_eq!(
+            s,
+            r#"{"index":1,"algorithm":"ring","protocol":"simple","channels":8,"gain":1.5}"#
+        );
+    }
 }

@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 
 use dyncc_tables::{
-    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, ContextSpec, Decision, Lookup,
-    Table, NUM_BUCKETS,
+    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Comm, ContextSpec, Decision,
+    Lookup, Table, NUM_BUCKETS,
 };
 
 /// The buckets a size can fall in (0..=3 and 8..=255).
@@ -108,7 +108,7 @@ pub fn patches(tables: &[&Table], coll: Coll) -> Vec<Patch> {
     for &ppn in &ppns {
         for &n in &nodes {
             let covered = tables.iter().any(|t| {
-                t.find_context(coll, n.0 as u64 * ppn.0 as u64, n.0 as u64)
+                t.find_context(coll, &Comm::new(n.0 as u64 * ppn.0 as u64, n.0 as u64))
                     .is_some()
             });
             if covered {
@@ -145,8 +145,7 @@ pub fn plane(table: &Table, p: &Patch, probe: Probe) -> Box<[Lookup; NUM_BUCKETS
         };
         row[b as usize] = table.lookup(
             p.coll as u32,
-            n * ppn,
-            n,
+            &Comm::new(n * ppn, n),
             size,
             probe.pipe_ops,
             probe.reg_buff,

@@ -14,17 +14,6 @@ pub fn fmt_decision(d: Decision) -> String {
     }
 }
 
-/// A forced setting from the fields the JSON reports carry: `tree/ll128`,
-/// `ring/simple/8ch` (channels 0 = NCCL's count), as [`Decision`]'s
-/// `Display` writes it.
-pub fn fmt_forced(algorithm: &str, protocol: &str, channels: u8) -> String {
-    if channels > 0 {
-        format!("{algorithm}/{protocol}/{channels}ch")
-    } else {
-        format!("{algorithm}/{protocol}")
-    }
-}
-
 /// `4`, `4-7`, `9+`, `any`.
 pub fn fmt_span(lo: u32, hi: u32) -> String {
     if lo <= 1 && hi == u32::MAX {

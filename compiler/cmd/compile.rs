@@ -275,7 +275,7 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
             ppn,
             fmt_bytes(f.from_bytes),
             fmt_bytes(f.to_bytes.saturating_add(1)),
-            crate::audit::text::fmt_forced(&f.algorithm, &f.protocol, f.channels),
+            f.setting.to_string(),
             f.evidence.gain_text(),
             f.basis
         )?;

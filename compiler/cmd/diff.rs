@@ -10,9 +10,9 @@ use dyncc_tables::{Coll, Decision, Lookup, Table, NUM_BUCKETS};
 use serde::Serialize;
 
 use crate::audit::files::{open, read_table};
-use crate::audit::names::{algo_name, channels, proto_name};
+use crate::audit::names::SettingJson;
 use crate::audit::plane::{live_buckets, patches, plane, probes, run_bytes, runs, Patch, Probe};
-use crate::audit::text::{fmt_forced, fmt_sizes, fmt_span};
+use crate::audit::text::{fmt_decision, fmt_sizes, fmt_span};
 use crate::units::fmt_gain;
 
 /// Show where two tables decide differently.
@@ -44,9 +44,8 @@ pub struct DiffArgs {
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Side {
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// Smallest expected gain over NCCL's default in the region.
     pub expected_gain: f32,
     pub basis: Option<&'static str>,
@@ -135,9 +134,7 @@ fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
         .map(|b| row[b as usize].gain)
         .fold(f32::INFINITY, f32::min);
     Side {
-        algorithm: algo_name(l.decision),
-        protocol: proto_name(l.decision),
-        channels: channels(l.decision),
+        setting: SettingJson::of(l.decision),
         expected_gain: gain,
         basis: l.basis.map(dyncc_tables::Basis::name),
         context: l.context,
@@ -145,10 +142,7 @@ fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
 }
 
 fn decision_of(s: &Side) -> String {
-    if s.algorithm == "default" {
-        return "NCCL's choice".into();
-    }
-    fmt_forced(s.algorithm, s.protocol, s.channels)
+    fmt_decision(s.setting.decision())
 }
 
 /// The changed regions of one patch under one probe.
@@ -404,10 +398,17 @@ mod tests {
             ("allreduce", (4, 4), (8, 8), 1 << 20, u64::MAX)
         );
         assert_eq!(
-            (c.old.algorithm, c.old.protocol, c.old.channels),
+            (
+                c.old.setting.algorithm,
+                c.old.setting.protocol,
+                c.old.setting.channels
+            ),
             ("ring", "ll128", 16)
         );
-        assert_eq!((c.new.algorithm, c.new.protocol), ("ring", "simple"));
+        assert_eq!(
+            (c.new.setting.algorithm, c.new.setting.protocol),
+            ("ring", "simple")
+        );
         assert!(
             (c.expected_effect - 1.2 / 1.12).abs() < 1e-3,
             "{}",
@@ -424,7 +425,7 @@ mod tests {
         let d = diff(&old, &new);
         assert_eq!(d.len(), 1, "{d:?}");
         assert_eq!(d[0].nodes, (2, 2));
-        assert_eq!(d[0].new.algorithm, "default");
+        assert_eq!(d[0].new.setting.algorithm, "default");
         assert_eq!(d[0].new.context, None);
         // ... and the shape is covered only by the old table.
         assert_eq!(

@@ -16,7 +16,7 @@ use crate::audit::colour::colour_hex;
 use crate::audit::explore::{self, ContextPlan};
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, ContextJson};
-use crate::audit::names::{algo_name, channels, parse_colls, proto_name};
+use crate::audit::names::{parse_colls, SettingJson};
 use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, one_line_summary};
 use crate::units::fmt_gain;
 
@@ -81,9 +81,8 @@ pub struct TreeRule {
     pub leaf: u32,
     pub conditions: Vec<Condition>,
     pub when: String,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// The smallest expected gain of the shapes where the plugin does what
     /// the leaf says ([`crate::audit::evidence`]).
     pub expected_gain: f32,
@@ -113,9 +112,8 @@ pub enum NodeJson {
         right: u32,
     },
     Leaf {
-        algorithm: &'static str,
-        protocol: &'static str,
-        channels: u8,
+        #[serde(flatten)]
+        setting: SettingJson,
         expected_gain: f32,
         basis: &'static str,
     },
@@ -212,9 +210,7 @@ pub fn tree_rules(tree: &TreeView, audit: &TreeAudit) -> Vec<TreeRule> {
                     leaf: i as u32,
                     when,
                     conditions,
-                    algorithm: algo_name(decision),
-                    protocol: proto_name(decision),
-                    channels: channels(decision),
+                    setting: SettingJson::of(decision),
                     expected_gain: e.gain_min as f32,
                     expected_gain_max: e.gain_max as f32,
                     basis: e.word(),
@@ -244,9 +240,7 @@ fn node_json(n: TreeNode) -> NodeJson {
             basis,
             gain,
         } => NodeJson::Leaf {
-            algorithm: algo_name(decision),
-            protocol: proto_name(decision),
-            channels: channels(decision),
+            setting: SettingJson::of(decision),
             expected_gain: gain,
             basis: basis.name(),
         },
@@ -601,7 +595,7 @@ mod tests {
             rules[3].then,
             "ring/ll128/16ch, +12.0 % vs default, measured"
         );
-        assert_eq!(rules[1].algorithm, "default");
+        assert_eq!(rules[1].setting.algorithm, "default");
     }
 
     #[test]

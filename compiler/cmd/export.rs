@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use dyncc_tables::{
-    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Decision, RegBuff, Setting,
-    Table,
+    bucket_is_empty, bucket_lower_bound, bucket_upper_bound, Coll, Comm, Decision, RegBuff,
+    Setting, Table,
 };
 
 use crate::audit::files::{open, read_table, write_output_or_stdout};
@@ -91,9 +91,10 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
     let mut csv = Csv::default();
     for coll in Coll::ALL.iter().rev().copied() {
         for p in patches(&[table], coll) {
-            let Some(ctx) =
-                table.find_context(coll, p.nodes.0 as u64 * p.ppn.0 as u64, p.nodes.0 as u64)
-            else {
+            let Some(ctx) = table.find_context(
+                coll,
+                &Comm::new(p.nodes.0 as u64 * p.ppn.0 as u64, p.nodes.0 as u64),
+            ) else {
                 continue;
             };
             let spec = ctx.spec();

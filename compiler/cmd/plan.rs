@@ -275,11 +275,12 @@ struct PlanJson<'a> {
     nodes: &'a [u32],
     sizes: usize,
     not_swept: &'a [String],
-    settings: Vec<SettingJson>,
+    settings: Vec<SweptSettingsJson>,
 }
 
 #[derive(Serialize)]
-struct SettingJson {
+/// The settings a plan sweeps for one (collective, node count).
+struct SweptSettingsJson {
     collective: &'static str,
     nodes: u32,
     forced: Vec<String>,
@@ -303,7 +304,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
         let mut settings = Vec::new();
         for &n in &p.nodes {
             for &c in &p.colls {
-                settings.push(SettingJson {
+                settings.push(SweptSettingsJson {
                     collective: c.name(),
                     nodes: n,
                     forced: settings_names(&p, c, n),

@@ -15,7 +15,7 @@ use dyncc_tables::{
 
 use crate::audit::colour::colour_hex;
 use crate::audit::files::{open, read_table, write_output_or_stdout};
-use crate::audit::names::{channels, parse_colls};
+use crate::audit::names::{parse_colls, SettingJson};
 use crate::audit::plane::{live_buckets, patches, plane, Patch, Probe};
 use crate::audit::text::fmt_span;
 use crate::units::{fmt_bytes, fmt_gain};
@@ -285,7 +285,7 @@ pub fn render(
                     if let Some(pat) = pat {
                         let _ = writeln!(body, "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"url(#{pat})\"/>");
                     }
-                    if channels(l.decision) > 0 {
+                    if SettingJson::of(l.decision).channels > 0 {
                         let _ = writeln!(body, "<rect x=\"{x:.1}\" y=\"{ry:.1}\" width=\"{w:.1}\" height=\"{ROW_H}\" fill=\"url(#pinned)\"/>");
                     }
                 }
@@ -428,7 +428,7 @@ pub fn render(
         (
             "pinned",
             "channels pinned",
-            decisions.iter().any(|d| channels(*d) > 0),
+            decisions.iter().any(|d| SettingJson::of(*d).channels > 0),
         ),
     ] {
         if !show {

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use dyncc_tables::{Coll, Decision, Feature, Table};
+use dyncc_tables::{Coll, Comm, Decision, Feature, Table};
 use serde::Serialize;
 
 use crate::audit::agreement::{audit_tree, TreeAudit};
@@ -17,7 +17,7 @@ use crate::audit::evidence::{ground_at, sweep_sizes, Ground, BEYOND_THE_SWEEP};
 use crate::audit::explore::{self, CallPlan, PlanCall, DEFAULT_SHARE};
 use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, RuleJson};
-use crate::audit::names::{algo_name, channels, feature_label, parse_coll, proto_name};
+use crate::audit::names::{feature_label, parse_coll, SettingJson};
 use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then};
 use crate::audit::traced::{self, Traced, TracedEvidence};
 use crate::ingest::args::IngestArgs;
@@ -106,8 +106,8 @@ pub struct QueryArgs {
 pub struct Call {
     pub coll: Coll,
     pub bytes: u64,
-    pub nodes: u64,
-    pub ranks: u64,
+    /// The communicator, as the plugin's init builds it.
+    pub comm: Comm,
     pub pipe_ops: i32,
     pub reg_buff: i32,
 }
@@ -135,9 +135,8 @@ pub struct Step {
 pub struct TreePath {
     pub steps: Vec<Step>,
     pub leaf: u32,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// The leaf as `explain` words it ([`crate::audit::agreement`]): the
     /// smallest and largest expected gain of the shapes where the plugin
     /// does what it says, and every ground they rest on.
@@ -187,10 +186,8 @@ pub struct Answer {
     pub ranks: u64,
     pub num_pipe_ops: i32,
     pub reg_buff: i32,
-    pub algorithm: &'static str,
-    pub protocol: &'static str,
-    /// 0 = NCCL's choice.
-    pub channels: u8,
+    #[serde(flatten)]
+    pub setting: SettingJson,
     /// Expected speedup over NCCL's default (t_default / t_choice); 1.0 when left alone.
     pub expected_gain: f32,
     /// measured / interpolated / extrapolated, or "beyond the sweep" for a
@@ -233,7 +230,7 @@ fn tree_path(
     audits: &mut TreeAudits,
 ) -> Option<TreePath> {
     let tree = table.tree(call.coll)?;
-    let x = dyncc_tables::tree_features(call.bytes, call.nodes, call.ranks);
+    let x = dyncc_tables::tree_features(call.bytes, call.comm.nodes, call.comm.ranks);
     let mut steps = Vec::new();
     let (leaf, l) = tree.walk(&x, |s| {
         steps.push(Step {
@@ -248,9 +245,7 @@ fn tree_path(
     Some(TreePath {
         steps,
         leaf: leaf as u32,
-        algorithm: algo_name(l.decision),
-        protocol: proto_name(l.decision),
-        channels: channels(l.decision),
+        setting: SettingJson::of(l.decision),
         expected_gain: e.gain_min as f32,
         expected_gain_max: e.gain_max as f32,
         basis: e.word(),
@@ -276,12 +271,11 @@ pub fn answer_with(
     audits: &mut TreeAudits,
     share: f64,
 ) -> anyhow::Result<Answer> {
-    let spec = table.specialise(call.ranks, call.nodes);
+    let spec = table.specialise(&call.comm);
     let d = spec.decide(call.coll as u32, call.bytes, call.pipe_ops, call.reg_buff);
     let l = table.lookup(
         call.coll as u32,
-        call.ranks,
-        call.nodes,
+        &call.comm,
         call.bytes,
         call.pipe_ops,
         call.reg_buff,
@@ -311,17 +305,20 @@ pub fn answer_with(
     // A size outside the sweep's is left to NCCL by a rule stored as
     // "measured" (the sweep measured NCCL's default there as much as
     // anything else): say the size is beyond the sweep.
-    let sweep = sweep_sizes(table, call.coll, call.nodes, call.ranks);
+    let sweep = sweep_sizes(table, call.coll, call.comm.nodes, call.comm.ranks);
     let beyond =
         sweep.filter(|_| ground_at(&l, sweep.as_ref(), call.bytes) == Some(Ground::BeyondSweep));
     let shape = format!(
         "{} node{} x {} ranks/node",
-        call.nodes,
-        if call.nodes == 1 { "" } else { "s" },
-        if call.nodes > 0 && call.ranks.is_multiple_of(call.nodes) {
-            (call.ranks / call.nodes).to_string()
+        call.comm.nodes,
+        if call.comm.nodes == 1 { "" } else { "s" },
+        if call.comm.nodes > 0 && call.comm.ranks.is_multiple_of(call.comm.nodes) {
+            (call.comm.ranks / call.comm.nodes).to_string()
         } else {
-            format!("{:.2}", call.ranks as f64 / call.nodes.max(1) as f64)
+            format!(
+                "{:.2}",
+                call.comm.ranks as f64 / call.comm.nodes.max(1) as f64
+            )
         }
     );
     // A measured shape where nothing beat NCCL's default is stored as a
@@ -385,13 +382,11 @@ pub fn answer_with(
     Ok(Answer {
         collective: call.coll.name(),
         bytes: call.bytes,
-        nodes: call.nodes,
-        ranks: call.ranks,
+        nodes: call.comm.nodes,
+        ranks: call.comm.ranks,
         num_pipe_ops: call.pipe_ops,
         reg_buff: call.reg_buff,
-        algorithm: algo_name(d),
-        protocol: proto_name(d),
-        channels: channels(d),
+        setting: SettingJson::of(d),
         expected_gain: l.gain,
         basis: match beyond {
             Some(_) => Some(BEYOND_THE_SWEEP),
@@ -407,8 +402,8 @@ pub fn answer_with(
             &PlanCall {
                 coll: call.coll,
                 bytes: call.bytes,
-                nodes: call.nodes,
-                ranks: call.ranks,
+                nodes: call.comm.nodes,
+                ranks: call.comm.ranks,
                 pipe_ops: call.pipe_ops,
             },
             d,
@@ -437,10 +432,10 @@ pub fn evidence(
     let want = Collective::from_coll(call.coll);
     let mine: Vec<&Cell> = cells.iter().filter(|c| c.key.collective == want).collect();
     let lg = |v: f64| v.max(1.0).log2();
-    let ppn = call.ranks as f64 / call.nodes.max(1) as f64;
+    let ppn = call.comm.ranks as f64 / call.comm.nodes.max(1) as f64;
     let dist = |c: &Cell| {
         let cppn = c.key.nranks as f64 / c.key.nnodes.max(1) as f64;
-        (lg(c.key.nnodes as f64) - lg(call.nodes as f64)).abs() + (lg(cppn) - lg(ppn)).abs()
+        (lg(c.key.nnodes as f64) - lg(call.comm.nodes as f64)).abs() + (lg(cppn) - lg(ppn)).abs()
     };
     let best = mine.iter().min_by(|a, b| dist(a).total_cmp(&dist(b)))?;
     let (nodes, ranks) = (best.key.nnodes, best.key.nranks);
@@ -490,7 +485,7 @@ pub fn evidence(
     Some(Evidence {
         nodes,
         ranks,
-        exact_shape: nodes as u64 == call.nodes && ranks as u64 == call.ranks,
+        exact_shape: nodes as u64 == call.comm.nodes && ranks as u64 == call.comm.ranks,
         sizes,
         skipped,
     })
@@ -507,23 +502,23 @@ pub fn print_answer(a: &Answer, data_given: bool) {
         a.num_pipe_ops,
         a.reg_buff
     );
-    match a.algorithm {
+    match a.setting.algorithm {
         "default" => {
             println!("decision: leave NCCL alone (NCCL's own algorithm, protocol and channels)")
         }
         _ => println!(
             "decision: algorithm {}, protocol {}, channels {}",
-            a.algorithm,
-            a.protocol,
-            if a.channels == 0 {
+            a.setting.algorithm,
+            a.setting.protocol,
+            if a.setting.channels == 0 {
                 "NCCL's choice".to_string()
             } else {
-                a.channels.to_string()
+                a.setting.channels.to_string()
             }
         ),
     }
     match a.basis {
-        Some(b) if a.algorithm != "default" => {
+        Some(b) if a.setting.algorithm != "default" => {
             println!(
                 "expected: {} vs NCCL's default ({b})",
                 fmt_gain(a.expected_gain as f64)
@@ -567,7 +562,7 @@ pub fn print_answer(a: &Answer, data_given: bool) {
                     .to_string()
             } else if t.basis == here && t.expected_gain == t.expected_gain_max {
                 String::new()
-            } else if a.algorithm == "default" {
+            } else if a.setting.algorithm == "default" {
                 format!("  [this call: {here}]")
             } else {
                 format!(
@@ -635,8 +630,7 @@ pub fn make_call(
     Ok(Call {
         coll,
         bytes,
-        nodes,
-        ranks,
+        comm: Comm::new(ranks, nodes),
         pipe_ops,
         reg_buff,
     })
@@ -775,14 +769,14 @@ pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
             ans.traced = t.near(
                 Collective::from_coll(call.coll),
                 call.bytes,
-                call.nodes,
-                call.ranks,
+                call.comm.nodes,
+                call.comm.ranks,
             );
         }
         ans
     };
     let decision_of = |t: &Table, c: &Call| {
-        t.specialise(c.ranks, c.nodes)
+        t.specialise(&c.comm)
             .decide(c.coll as u32, c.bytes, c.pipe_ops, c.reg_buff)
     };
     if let Some(batch) = &a.batch {
@@ -836,16 +830,22 @@ mod tests {
         let bytes = testutil::sample();
         let t = Table::from_bytes(&bytes).unwrap();
         let a = answer(&t, &make_call("all_reduce", "4K", 2, 16, 1, 0).unwrap()).unwrap();
-        assert_eq!((a.algorithm, a.protocol, a.channels), ("tree", "ll", 0));
+        assert_eq!(
+            (a.setting.algorithm, a.setting.protocol, a.setting.channels),
+            ("tree", "ll", 0)
+        );
         assert_eq!(a.basis, Some("measured"));
         assert!((a.expected_gain - 1.3).abs() < 1e-6);
         assert_eq!(a.context.as_ref().unwrap().index, 0);
         assert!(a.tree.as_ref().unwrap().agrees);
         let a = answer(&t, &make_call("allreduce", "4MiB", 4, 32, 1, 0).unwrap()).unwrap();
-        assert_eq!((a.algorithm, a.protocol, a.channels), ("ring", "ll128", 16));
+        assert_eq!(
+            (a.setting.algorithm, a.setting.protocol, a.setting.channels),
+            ("ring", "ll128", 16)
+        );
         let a = answer(&t, &make_call("allreduce", "4MiB", 8, 64, 1, 0).unwrap()).unwrap();
         assert_eq!(
-            (a.algorithm, a.protocol, a.basis),
+            (a.setting.algorithm, a.setting.protocol, a.basis),
             ("default", "default", None)
         );
         assert!(
@@ -906,12 +906,12 @@ mod tests {
         ) {
             let b = testutil::sample();
             let t = Table::from_bytes(&b).unwrap();
-            let call = Call { coll: Coll::from_nccl(coll).unwrap(), bytes, nodes, ranks: nodes * ppn, pipe_ops: pipe, reg_buff: reg };
+            let call = Call { coll: Coll::from_nccl(coll).unwrap(), bytes, comm: Comm::new(nodes * ppn, nodes), pipe_ops: pipe, reg_buff: reg };
             let a = answer(&t, &call).unwrap();
             match (&a.context, &a.rule) {
                 (None, rule) => {
                     prop_assert!(rule.is_none());
-                    prop_assert_eq!((a.algorithm, a.protocol, a.basis), ("default", "default", None));
+                    prop_assert_eq!((a.setting.algorithm, a.setting.protocol, a.basis), ("default", "default", None));
                 }
                 (Some(c), rule) => {
                     let within = |v: u64, (lo, hi): (u32, u32)| (lo as u64..=hi as u64).contains(&v);
@@ -924,11 +924,11 @@ mod tests {
                             (r.from_bytes..=r.to_bytes).contains(&bytes),
                             "rule {} covers {}..={} B, the call is {} B", r.index, r.from_bytes, r.to_bytes, bytes
                         );
-                        prop_assert_eq!((r.algorithm, r.protocol, r.channels), (a.algorithm, a.protocol, a.channels));
+                        prop_assert_eq!((r.setting.algorithm, r.setting.protocol, r.setting.channels), (a.setting.algorithm, a.setting.protocol, a.setting.channels));
                         // The rule speaks for all its sizes; it names the call's ground.
                         prop_assert!(a.basis.is_some_and(|b| r.basis.contains(b)), "{} vs {:?}", r.basis, a.basis);
                     } else {
-                        prop_assert_eq!(a.algorithm, "default");
+                        prop_assert_eq!(a.setting.algorithm, "default");
                     }
                 }
             }

@@ -11,7 +11,7 @@
 
 use core::ffi::{c_char, c_int};
 
-use dyncc_tables::{Decision, Error, Setting};
+use dyncc_tables::{Comm, Decision, Error, Setting};
 
 use crate::guard::ffi_guard;
 use crate::owned::OwnedTable;
@@ -132,8 +132,7 @@ pub unsafe extern "C" fn dyncc_table_lookup(
     let r = ffi_guard(None, || {
         let l = t.inner.table().lookup(
             coll as u32,
-            nRanks as u64,
-            nNodes as u64,
+            &Comm::new(nRanks as u64, nNodes as u64),
             nBytes as u64,
             numPipeOps,
             regBuff,

@@ -793,7 +793,7 @@ mod tests {
 
     fn plan(bytes: &[u8], nodes: u64) -> Plan {
         let t = Table::from_bytes(bytes).unwrap();
-        let spec = t.specialise(nodes * 8, nodes);
+        let spec = t.specialise(&dyncc_tables::Comm::new(nodes * 8, nodes));
         Plan::build(&t, &spec, nodes * 8, nodes)
     }
 

@@ -44,6 +44,16 @@ impl NcclVersion {
         })
     }
 
+    /// `ncclGetVersion`'s integer in today's spelling (`MAJOR*10000 +
+    /// MINOR*100 + PATCH`, 2.23.4 = 22304; saturating), whichever spelling
+    /// [`NcclVersion::from_code`] read.
+    pub fn code(&self) -> u32 {
+        self.major
+            .saturating_mul(10000)
+            .saturating_add(self.minor.saturating_mul(100))
+            .saturating_add(self.patch)
+    }
+
     /// Parses `MAJOR.MINOR.PATCH` (or `MAJOR.MINOR`), as the compiler
     /// writes it.
     pub fn parse(s: &str) -> Option<NcclVersion> {
@@ -195,6 +205,9 @@ mod tests {
         assert_eq!(NcclVersion::from_code(2804), Some(v(2, 8, 4)));
         assert_eq!(NcclVersion::from_code(0), None);
         assert_eq!(NcclVersion::from_code(-1), None);
+        // The code a Comm carries, in today's spelling whichever was read.
+        assert_eq!(v(2, 19, 3).code(), 21903);
+        assert_eq!(NcclVersion::from_code(2804).map(|v| v.code()), Some(20804));
         assert_eq!(NcclVersion::parse(" 2.19.3"), Some(v(2, 19, 3)));
         assert_eq!(NcclVersion::parse("2.19"), Some(v(2, 19, 0)));
         assert_eq!(NcclVersion::parse("2.19.3.1"), None);

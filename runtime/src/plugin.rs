@@ -323,6 +323,9 @@ fn init_inner(
     let shown = Escaped(&shown);
     let running = nccl_version::running(log);
     let (n_ranks, n_nodes) = (n_ranks as u64, n_nodes as u64);
+    // What the table's contexts match on, built once for this communicator.
+    let comm = dyncc_tables::Comm::new(n_ranks, n_nodes)
+        .with_nccl_version(running.map_or(0, |v| v.code()));
     let loaded = cache::acquire(path, |table, digest, fresh| {
         if trace::configured().is_some() {
             // The trace header names the table's platform, GPU and sweep.
@@ -339,7 +342,7 @@ fn init_inner(
         let spec = if off {
             Specialised::empty()
         } else {
-            table.specialise(n_ranks, n_nodes)
+            table.specialise(&comm)
         };
         // Drawn once per communicator from what every rank sees alike:
         // the table, the communicator's id (v5/v6) or shape, its decisions.

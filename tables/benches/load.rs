@@ -11,7 +11,7 @@
 use std::hint::black_box;
 
 use divan::Bencher;
-use dyncc_tables::{digest, Decision, Table};
+use dyncc_tables::{digest, Comm, Decision, Table};
 
 #[path = "support/table_64k.rs"]
 mod support;
@@ -68,7 +68,7 @@ fn queries() -> Vec<(u32, u64)> {
 fn decide(bencher: Bencher) {
     let bytes = table_64k();
     let t = Table::from_bytes(&bytes).unwrap();
-    let s = t.specialise(16, 2);
+    let s = t.specialise(&Comm::new(16, 2));
     let q = queries();
     let mut i = 0usize;
     bencher.bench_local(|| {
@@ -82,7 +82,7 @@ fn decide(bencher: Bencher) {
 fn bare_array(bencher: Bencher) {
     let bytes = table_64k();
     let t = Table::from_bytes(&bytes).unwrap();
-    let s = t.specialise(16, 2);
+    let s = t.specialise(&Comm::new(16, 2));
     // The same decisions in the simplest possible layout: [coll][log2 n].
     let mut bare = [[Decision::Default; 64]; 5];
     for (c, row) in bare.iter_mut().enumerate() {
@@ -109,6 +109,7 @@ fn lookup(bencher: Bencher) {
     bencher.bench_local(|| {
         i = (i + 1) & 4095;
         let (c, n) = q[i];
-        t.lookup(black_box(c), 16, 2, black_box(n), 1, 0).decision
+        t.lookup(black_box(c), &Comm::new(16, 2), black_box(n), 1, 0)
+            .decision
     });
 }

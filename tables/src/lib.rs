@@ -20,7 +20,7 @@
 //! ];
 //! let bytes = TableBuilder::new().context(spec, &rules).unwrap().build().unwrap();
 //! let table = Table::from_bytes(&bytes).unwrap();
-//! let comm = table.specialise(16, 2);
+//! let comm = table.specialise(&Comm::new(16, 2));
 //! assert_eq!(comm.decide(Coll::AllReduce as u32, 4096, 1, 0), ll);
 //! assert_eq!(comm.decide(Coll::AllReduce as u32, 1 << 30, 1, 0), Decision::Default);
 //! # }
@@ -81,7 +81,7 @@ pub use model::{
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{
-    datatype_size, Algo, Coll, Machine, ProfilerAbi, Proto, Refusal, Setting, TunerAbi,
+    datatype_size, Algo, Coll, Comm, Machine, ProfilerAbi, Proto, Refusal, Setting, TunerAbi,
     MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS, PROFILER_ABIS, TUNER_ABIS,
 };
 pub use plan::{

@@ -3,7 +3,7 @@
 //! These are the values the reader hands out and the builder takes in; the
 //! byte layout they are stored in lives in `raw.rs`.
 
-use crate::nccl::{Coll, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_PROTOS};
+use crate::nccl::{Coll, Comm, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_PROTOS};
 
 /// What the plugin tells NCCL for one collective call.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Hash)]
@@ -214,11 +214,11 @@ pub struct ContextSpec {
 }
 
 impl ContextSpec {
-    /// Whether a communicator of `n_ranks` ranks on `n_nodes` nodes is in
-    /// this context: `nodes.0 <= n_nodes <= nodes.1` and
-    /// `ppn.0 * n_nodes <= n_ranks <= ppn.1 * n_nodes` (saturating).
+    /// Whether `comm` is in this context: `nodes.0 <= nodes <= nodes.1`
+    /// and `ppn.0 * nodes <= ranks <= ppn.1 * nodes` (saturating).
     #[inline]
-    pub const fn matches(&self, n_ranks: u64, n_nodes: u64) -> bool {
+    pub const fn matches(&self, comm: &Comm) -> bool {
+        let (n_ranks, n_nodes) = (comm.ranks, comm.nodes);
         (self.nodes.0 as u64) <= n_nodes
             && n_nodes <= self.nodes.1 as u64
             && (self.ppn.0 as u64).saturating_mul(n_nodes) <= n_ranks
@@ -520,19 +520,19 @@ mod tests {
             max_pipe_ops: 0,
             reg_buff: RegBuff::Any,
         };
-        assert!(c.matches(16, 2));
-        assert!(!c.matches(15, 2));
-        assert!(!c.matches(16, 1));
+        assert!(c.matches(&Comm::new(16, 2)));
+        assert!(!c.matches(&Comm::new(15, 2)));
+        assert!(!c.matches(&Comm::new(16, 1)));
         let wide = ContextSpec {
             nodes: (0, u32::MAX),
             ppn: (0, u32::MAX),
             ..c
         };
-        assert!(wide.matches(
+        assert!(wide.matches(&Comm::new(
             u64::from(u32::MAX) * u64::from(u32::MAX),
             u64::from(u32::MAX)
-        ));
-        assert!(!wide.matches(u64::MAX, u64::from(u32::MAX) + 1));
+        )));
+        assert!(!wide.matches(&Comm::new(u64::MAX, u64::from(u32::MAX) + 1)));
     }
 
     #[test]

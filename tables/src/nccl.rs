@@ -365,6 +365,65 @@ impl core::fmt::Display for Setting {
     }
 }
 
+/// What dyncc knows of a communicator when it decides for one: what the
+/// tuner's `init` is told (`nRanks`, `nNodes`) and the NCCL running it.
+/// Context matching ([`ContextSpec::matches`](crate::ContextSpec::matches)),
+/// [`Table::specialise`](crate::Table::specialise),
+/// [`Table::find_context`](crate::Table::find_context) and
+/// [`Table::lookup`](crate::Table::lookup) take one, so every caller (the
+/// plugin's init, the C API's `dyncc_table_lookup`, `dyncc query`) passes
+/// the communicator whole rather than numbers by position.
+///
+/// Built with [`Comm::new`] and the `with_` setters (`#[non_exhaustive]`:
+/// no other crate spells its fields), so a field added here breaks no
+/// caller. A new field (a role read from the profiler's `commName`, NVLink
+/// domains) touches: this struct, `Comm::new`'s default and a `with_`
+/// setter; `ContextSpec::matches` and the context record (`raw.rs`,
+/// `table.rs::decode_context`, `build.rs`, `FORMAT.md`) if contexts gate
+/// on it; `runtime/src/plugin.rs`'s init, which builds the plugin's one;
+/// and the compiler's readers that see it (`cmd/query.rs`'s call). The
+/// platform is not here: the plugin is not told it (the table's
+/// `platform` metadata names what it was swept on).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Comm {
+    /// Ranks in the communicator (`nRanks`).
+    pub ranks: u64,
+    /// Nodes it spans (`nNodes`).
+    pub nodes: u64,
+    /// The running NCCL's version code (`ncclGetVersion`: 2.23.4 is
+    /// 22304), 0 when not known. No context gates on it (yet).
+    pub nccl_version: u32,
+}
+
+impl Comm {
+    /// `ranks` ranks on `nodes` nodes, the NCCL version not known.
+    pub const fn new(ranks: u64, nodes: u64) -> Comm {
+        Comm {
+            ranks,
+            nodes,
+            nccl_version: 0,
+        }
+    }
+
+    /// The same communicator run by NCCL `code` (`ncclGetVersion`'s integer).
+    pub const fn with_nccl_version(self, code: u32) -> Comm {
+        Comm {
+            nccl_version: code,
+            ..self
+        }
+    }
+
+    /// Ranks per node (NCCL's `localRanks` when nodes are alike), rounded
+    /// down; `ranks` when `nodes` is 0.
+    pub const fn ranks_per_node(&self) -> u64 {
+        match self.ranks.checked_div(self.nodes) {
+            Some(ppn) => ppn,
+            None => self.ranks,
+        }
+    }
+}
+
 /// What NCCL knows about a communicator and its machines that decides
 /// which (algorithm, protocol) it can run: the shape, and the facts NCCL
 /// finds at init (NVLS and CollNet support, NVSwitch, PAT, LL128).
@@ -576,6 +635,17 @@ mod tests {
     use super::*;
     extern crate alloc;
     use alloc::string::ToString;
+
+    #[test]
+    fn comm_derives_ranks_per_node_and_keeps_its_version() {
+        let c = Comm::new(16, 2);
+        assert_eq!((c.ranks, c.nodes, c.nccl_version), (16, 2, 0));
+        assert_eq!(c.ranks_per_node(), 8);
+        assert_eq!(Comm::new(7, 2).ranks_per_node(), 3, "rounded down");
+        assert_eq!(Comm::new(4, 0).ranks_per_node(), 4, "no nodes: no division");
+        let v = c.with_nccl_version(23007);
+        assert_eq!((v.ranks, v.nodes, v.nccl_version), (16, 2, 23007));
+    }
 
     #[test]
     fn setting_encodings_round_trip_and_rule_bits_match_the_format() {

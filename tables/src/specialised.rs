@@ -172,7 +172,7 @@ mod tests {
             .unwrap();
         let bytes = b.build().unwrap();
         let t = Table::from_bytes(&bytes).unwrap();
-        let s = t.specialise(8, 1);
+        let s = t.specialise(&Comm::new(8, 1));
         for reg in [0, 1, -1, 7] {
             for coll in [Coll::AllReduce, Coll::AllGather] {
                 let c = coll as u32;
@@ -182,26 +182,26 @@ mod tests {
                     s.decide_bucket(c, size_bucket(4096), 1, reg),
                     Decision::Default
                 );
-                let l = t.lookup(c, 8, 1, 4096, 1, reg);
+                let l = t.lookup(c, &Comm::new(8, 1), 4096, 1, reg);
                 assert_eq!(
                     (l.decision, l.rule, l.basis, l.reg_buff_split),
                     (Decision::Default, None, None, true),
                     "{coll:?} regBuff {reg}"
                 );
                 // Default for every regBuff already: the rule applies.
-                let l = t.lookup(c, 8, 1, 1 << 20, 1, reg);
+                let l = t.lookup(c, &Comm::new(8, 1), 1 << 20, 1, reg);
                 assert_eq!(
                     (l.decision, l.rule, l.basis, l.reg_buff_split),
                     (Decision::Default, Some(1), Some(Basis::Measured), false)
                 );
                 // The numPipeOps gate is the same on every rank: it stays.
-                let l = t.lookup(c, 8, 1, 4096, 3, reg);
+                let l = t.lookup(c, &Comm::new(8, 1), 4096, 3, reg);
                 assert_eq!((l.decision, l.reg_buff_split), (Decision::Default, false));
             }
             let c = Coll::Broadcast as u32;
             assert_eq!(s.decide(c, 4096, 1, reg), ll);
             assert_eq!(s.decide(c, 4096, 3, reg), Decision::Default);
-            let l = t.lookup(c, 8, 1, 4096, 1, reg);
+            let l = t.lookup(c, &Comm::new(8, 1), 4096, 1, reg);
             assert_eq!((l.decision, l.rule, l.reg_buff_split), (ll, Some(0), false));
         }
     }

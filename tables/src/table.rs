@@ -16,7 +16,7 @@ use crate::model::{
     Basis, ContextSpec, Decision, Feature, RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES,
     PACKED_DEFAULT,
 };
-use crate::nccl::{Coll, NUM_COLLS};
+use crate::nccl::{Coll, Comm, NUM_COLLS};
 use crate::raw::{
     kind, ContextRecord, CountPrefix, Header, MetaEntry, NodeRecord, PlanRecord, RuleRecord,
     SectionEntry, TreeEntry, COUNT_PREFIX_LEN, FORMAT_MAJOR, HEADER_LEN, MAGIC, MAX_SECTIONS,
@@ -661,17 +661,17 @@ impl<'a> Table<'a> {
         })
     }
 
-    /// The first context of `coll` that a communicator of `n_ranks` ranks on
-    /// `n_nodes` nodes falls in.
-    pub fn find_context(&self, coll: Coll, n_ranks: u64, n_nodes: u64) -> Option<ContextView<'a>> {
+    /// The first context of `coll` that `comm` falls in.
+    pub fn find_context(&self, coll: Coll, comm: &Comm) -> Option<ContextView<'a>> {
         let i = self.contexts.iter().position(|c| {
-            c.coll == coll as u8 && decode_context(c).is_some_and(|s| s.matches(n_ranks, n_nodes))
+            c.coll == coll as u8 && decode_context(c).is_some_and(|s| s.matches(comm))
         })?;
         self.context(i as u32)
     }
 
     /// What to tell NCCL for one call, with provenance. Same arguments as
-    /// the tuner's `getCollInfo` (`coll_type` is `ncclFunc_t`); `regBuff`
+    /// the tuner's `getCollInfo`, the communicator whole (`coll_type` is
+    /// `ncclFunc_t`); `regBuff`
     /// is taken and ignored: NCCL computes it per rank, so no answer may
     /// depend on it. A context gated on it keeps only what it decides for
     /// every value ([`RegBuff::agreed`]; [`Lookup::reg_buff_split`] marks
@@ -679,8 +679,7 @@ impl<'a> Table<'a> {
     pub fn lookup(
         &self,
         coll_type: u32,
-        n_ranks: u64,
-        n_nodes: u64,
+        comm: &Comm,
         n_bytes: u64,
         num_pipe_ops: i32,
         _reg_buff: i32,
@@ -688,7 +687,7 @@ impl<'a> Table<'a> {
         let Some(coll) = Coll::from_nccl(coll_type) else {
             return Lookup::default_with(None);
         };
-        let Some(ctx) = self.find_context(coll, n_ranks, n_nodes) else {
+        let Some(ctx) = self.find_context(coll, comm) else {
             return Lookup::default_with(None);
         };
         let spec = ctx.spec();
@@ -713,10 +712,9 @@ impl<'a> Table<'a> {
         }
     }
 
-    /// The dense per-communicator lookup for `n_ranks` ranks on `n_nodes`
-    /// nodes. [`Specialised::decide`] equals [`Table::lookup`]'s decision for
-    /// every call on that communicator.
-    pub fn specialise(&self, n_ranks: u64, n_nodes: u64) -> Specialised {
+    /// The dense lookup for `comm`. [`Specialised::decide`] equals
+    /// [`Table::lookup`]'s decision for every call on that communicator.
+    pub fn specialise(&self, comm: &Comm) -> Specialised {
         // One pass over the contexts finds every collective's first match
         // (what `find_context` finds for each).
         let mut chosen: [Option<u32>; NUM_COLLS] = [None; NUM_COLLS];
@@ -725,7 +723,7 @@ impl<'a> Table<'a> {
             let Some(slot @ None) = chosen.get_mut(c.coll as usize) else {
                 continue;
             };
-            if decode_context(c).is_some_and(|s| s.matches(n_ranks, n_nodes)) {
+            if decode_context(c).is_some_and(|s| s.matches(comm)) {
                 *slot = Some(i as u32);
                 open -= 1;
                 if open == 0 {

@@ -197,7 +197,10 @@ fn newer_minor_with_unknown_section_loads() {
     let t2 = Table::from_bytes(&b).unwrap();
     assert_eq!(t2.version(), (1, 1));
     assert_eq!(t2.coverage(), t.coverage());
-    assert_eq!(t2.lookup(4, 4, 1, 100, 1, 0), t.lookup(4, 4, 1, 100, 1, 0));
+    assert_eq!(
+        t2.lookup(4, &Comm::new(4, 1), 100, 1, 0),
+        t.lookup(4, &Comm::new(4, 1), 100, 1, 0)
+    );
 }
 
 #[test]
@@ -781,7 +784,8 @@ fn channels_over_nccl_maxchannels_are_rejected() {
     reseal(&mut b);
     let t = Table::from_bytes(&b).unwrap();
     assert_eq!(
-        t.lookup(Coll::AllReduce as u32, 8, 1, 0, 1, 0).decision,
+        t.lookup(Coll::AllReduce as u32, &Comm::new(8, 1), 0, 1, 0)
+            .decision,
         Decision::Force(Setting::new(Algo::Tree, Proto::LL).with_channels(64))
     );
 }

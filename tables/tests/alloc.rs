@@ -7,7 +7,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::hint::black_box;
 
-use dyncc_tables::{Coll, Table, NUM_FEATURES};
+use dyncc_tables::{Coll, Comm, Table, NUM_FEATURES};
 
 struct Counting;
 
@@ -83,11 +83,11 @@ fn reader_paths_allocate_nothing() {
                 }
             }
             for (ranks, nodes) in [(16, 2), (8, 1), (4, 1), (32, 2), (1, 1)] {
-                let s = t.specialise(ranks, nodes);
+                let s = t.specialise(&Comm::new(ranks, nodes));
                 for coll in 0..6u32 {
                     for shift in 0..64 {
                         let n = 1u64 << shift;
-                        black_box(t.lookup(coll, ranks, nodes, n, 1, 0));
+                        black_box(t.lookup(coll, &Comm::new(ranks, nodes), n, 1, 0));
                         black_box(s.decide(coll, n, 1, 0));
                         black_box(s.decide(coll, n, 2, 1));
                     }

@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dyncc_tables::{Algo, Basis, Coll, Decision, Proto, Setting, Table, NUM_FEATURES};
+use dyncc_tables::{Algo, Basis, Coll, Comm, Decision, Proto, Setting, Table, NUM_FEATURES};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -471,7 +471,7 @@ fn allreduce_plan_answers_known_plan_lookups() {
     );
     assert!(t.plan_cell(0, 16, f1).get(2).is_none());
     // The table's answers are unchanged by the plan.
-    let comm = t.specialise(16, 2);
+    let comm = t.specialise(&Comm::new(16, 2));
     assert_eq!(
         comm.decide(AR, 32 * KIB, 1, 0),
         force(Algo::Tree, Proto::LL, 0)
@@ -482,7 +482,7 @@ fn allreduce_plan_answers_known_plan_lookups() {
     );
     assert_eq!(comm.decide(AR, 64 * MIB, 1, 0), Decision::Default);
     assert_eq!(
-        t.specialise(8, 1)
+        t.specialise(&Comm::new(8, 1))
             .decide(Coll::AllGather as u32, 4 * MIB, 1, 0),
         force(Algo::Ring, Proto::LL, 0)
     );
@@ -530,10 +530,14 @@ fn allreduce_2x8_answers_known_queries() {
         (256 * MIB, Decision::Default),
         (u64::MAX, Decision::Default),
     ];
-    let comm = t.specialise(16, 2);
+    let comm = t.specialise(&Comm::new(16, 2));
     assert_eq!(comm.context(Coll::AllReduce), Some(0));
     for (n, want) in cases {
-        assert_eq!(t.lookup(AR, 16, 2, n, 1, 0).decision, want, "{n} bytes");
+        assert_eq!(
+            t.lookup(AR, &Comm::new(16, 2), n, 1, 0).decision,
+            want,
+            "{n} bytes"
+        );
         assert_eq!(comm.decide(AR, n, 1, 0), want, "{n} bytes (specialised)");
         // The tree says the same at the size's log2 (f32 cannot tell
         // log2(2^k - 1) from k for large k, so those sizes are skipped).
@@ -549,7 +553,7 @@ fn allreduce_2x8_answers_known_queries() {
         let d = t.tree(Coll::AllReduce).unwrap().eval(&f).unwrap().decision;
         assert_eq!(d, want, "tree at {n} bytes");
     }
-    let l = t.lookup(AR, 16, 2, 4 * MIB, 1, 0);
+    let l = t.lookup(AR, &Comm::new(16, 2), 4 * MIB, 1, 0);
     assert_eq!(
         (l.basis, l.gain, l.context, l.rule),
         (Some(Basis::Interpolated), 1.1, Some(0), Some(2))
@@ -557,7 +561,7 @@ fn allreduce_2x8_answers_known_queries() {
     // Other shapes and collectives are left alone.
     for (ranks, nodes) in [(8, 1), (32, 4), (24, 2), (15, 2)] {
         assert!(
-            t.specialise(ranks, nodes).is_empty(),
+            t.specialise(&Comm::new(ranks, nodes)).is_empty(),
             "{ranks} ranks on {nodes} nodes"
         );
     }
@@ -573,7 +577,10 @@ fn multi_context_first_match_wins() {
     let bytes = load("multi_context_v1.0.tbl");
     let t = Table::from_bytes(&bytes).unwrap();
     assert_eq!(t.context_count(), 6);
-    let ctx = |coll: Coll, ranks, nodes| t.find_context(coll, ranks, nodes).map(|c| c.index());
+    let ctx = |coll: Coll, ranks, nodes| {
+        t.find_context(coll, &Comm::new(ranks, nodes))
+            .map(|c| c.index())
+    };
     assert_eq!(ctx(Coll::AllReduce, 8, 1), Some(0));
     assert_eq!(ctx(Coll::AllReduce, 4, 1), Some(1));
     assert_eq!(ctx(Coll::AllReduce, 16, 2), Some(2));
@@ -586,7 +593,7 @@ fn multi_context_first_match_wins() {
     assert_eq!(ctx(Coll::Broadcast, 8, 1), Some(4));
     assert_eq!(ctx(Coll::Reduce, 8, 1), None);
 
-    let one_node = t.specialise(8, 1);
+    let one_node = t.specialise(&Comm::new(8, 1));
     // Context 0 wins the match but gates numPipeOps and regBuff: Default,
     // not a fall-through to context 1. Its rules force settings for
     // regBuff 0 only, and NCCL computes regBuff per rank: left to NCCL for
@@ -595,13 +602,13 @@ fn multi_context_first_match_wins() {
         assert_eq!(one_node.decide(AR, 4 * KIB, 1, reg), Decision::Default);
         assert_eq!(one_node.decide(AR, 4 * MIB, 1, reg), Decision::Default);
         assert_eq!(one_node.decide(AR, 4 * MIB, 2, reg), Decision::Default);
-        let l = t.lookup(AR, 8, 1, 4 * MIB, 1, reg);
+        let l = t.lookup(AR, &Comm::new(8, 1), 4 * MIB, 1, reg);
         assert_eq!(
             (l.decision, l.context, l.rule, l.reg_buff_split),
             (Decision::Default, Some(0), None, true)
         );
     }
-    let l = t.lookup(AR, 8, 1, 4 * MIB, 2, 0);
+    let l = t.lookup(AR, &Comm::new(8, 1), 4 * MIB, 2, 0);
     assert_eq!(
         (l.decision, l.context, l.rule, l.reg_buff_split),
         (Decision::Default, Some(0), None, false)
@@ -628,15 +635,21 @@ fn multi_context_first_match_wins() {
         Decision::Default
     );
     assert_eq!(
-        t.specialise(16, 2).decide(AR, KIB, 7, 1),
+        t.specialise(&Comm::new(16, 2)).decide(AR, KIB, 7, 1),
         force(Algo::Tree, Proto::Simple, 8)
     );
     assert_eq!(
-        t.specialise(32, 4).decide(AR, KIB, 1, 0),
+        t.specialise(&Comm::new(32, 4)).decide(AR, KIB, 1, 0),
         force(Algo::Tree, Proto::Simple, 8)
     );
-    assert_eq!(t.specialise(32, 2).decide(AR, KIB, 1, 0), Decision::Default);
-    assert_eq!(t.specialise(32, 2).context(Coll::AllReduce), Some(5));
+    assert_eq!(
+        t.specialise(&Comm::new(32, 2)).decide(AR, KIB, 1, 0),
+        Decision::Default
+    );
+    assert_eq!(
+        t.specialise(&Comm::new(32, 2)).context(Coll::AllReduce),
+        Some(5)
+    );
 }
 
 #[test]
@@ -644,10 +657,13 @@ fn empty_table_leaves_nccl_alone() {
     let bytes = load("empty_v1.0.tbl");
     let t = Table::from_bytes(&bytes).unwrap();
     assert_eq!(t.context_count(), 0);
-    assert!(t.specialise(16, 2).is_empty());
+    assert!(t.specialise(&Comm::new(16, 2)).is_empty());
     for coll in 0..5 {
         for n in [0, 1, KIB, MIB, u64::MAX] {
-            assert_eq!(t.lookup(coll, 16, 2, n, 1, 0).decision, Decision::Default);
+            assert_eq!(
+                t.lookup(coll, &Comm::new(16, 2), n, 1, 0).decision,
+                Decision::Default
+            );
         }
     }
     assert_eq!(

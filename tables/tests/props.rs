@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use dyncc_tables::{
-    Algo, Basis, BucketDecision, Coll, ContextSpec, Decision, Feature, Proto, RegBuff, Rule,
+    Algo, Basis, BucketDecision, Coll, Comm, ContextSpec, Decision, Feature, Proto, RegBuff, Rule,
     Setting, Table, TableBuilder, TreeNode, NUM_FEATURES,
 };
 use proptest::prelude::*;
@@ -283,12 +283,12 @@ proptest! {
         prop_assert_eq!(t.context_count() as usize, s.contexts.len());
         for (coll, ranks, nodes, n, pipe, reg) in queries {
             let (d, ctx, rule, basis, gain, split) = expected(&s, coll, ranks, nodes, n, pipe);
-            let l = t.lookup(coll, ranks, nodes, n, pipe, reg);
+            let l = t.lookup(coll, &Comm::new(ranks, nodes), n, pipe, reg);
             prop_assert_eq!((l.decision, l.context, l.rule, l.basis, l.reg_buff_split), (d, ctx, rule, basis, split));
             prop_assert_eq!(l.gain.to_bits(), gain.to_bits());
             // Nothing depends on regBuff: ranks may pass different ones.
-            prop_assert_eq!(l, t.lookup(coll, ranks, nodes, n, pipe, 1 - reg));
-            let sp = t.specialise(ranks, nodes);
+            prop_assert_eq!(l, t.lookup(coll, &Comm::new(ranks, nodes), n, pipe, 1 - reg));
+            let sp = t.specialise(&Comm::new(ranks, nodes));
             prop_assert_eq!(sp.decide(coll, n, pipe, reg), l.decision);
             prop_assert_eq!(sp.decide(coll, n, pipe, 1 - reg), l.decision);
         }
@@ -327,13 +327,13 @@ proptest! {
     ) {
         let bytes = build(&s);
         let t = Table::from_bytes(&bytes).unwrap();
-        let sp = t.specialise(ranks, nodes);
+        let sp = t.specialise(&Comm::new(ranks, nodes));
         for coll in Coll::ALL {
-            prop_assert_eq!(sp.context(coll), t.find_context(coll, ranks, nodes).map(|c| c.index()));
+            prop_assert_eq!(sp.context(coll), t.find_context(coll, &Comm::new(ranks, nodes)).map(|c| c.index()));
         }
         for (coll, n, pipe, reg) in calls {
             let coll = coll % 8;
-            prop_assert_eq!(sp.decide(coll, n, pipe, reg), t.lookup(coll, ranks, nodes, n, pipe, reg).decision);
+            prop_assert_eq!(sp.decide(coll, n, pipe, reg), t.lookup(coll, &Comm::new(ranks, nodes), n, pipe, reg).decision);
         }
     }
 
@@ -421,7 +421,7 @@ proptest! {
         tb.context(spec, &rules).unwrap();
         let bytes = tb.build().unwrap();
         let t = Table::from_bytes(&bytes).unwrap();
-        let ctx = t.find_context(Coll::Reduce, 1, 1).unwrap();
+        let ctx = t.find_context(Coll::Reduce, &Comm::new(1, 1)).unwrap();
         for (bucket, &BucketDecision { decision: d, basis: ba, .. }) in per.iter().enumerate() {
             let (i, r) = ctx.rule_for_bucket(bucket as u8).unwrap();
             prop_assert_eq!((r.decision, r.basis), (d, ba));

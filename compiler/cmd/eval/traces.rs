@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use dyncc_tables::{Decision, Setting, Table};
+use dyncc_tables::{Comm, Decision, Setting, Table};
 use serde::Serialize;
 
 use std::collections::BTreeMap;
@@ -285,8 +285,7 @@ pub fn score(
         let d = table
             .lookup(
                 coll as u32,
-                u64::from(ranks),
-                u64::from(nodes),
+                &Comm::new(u64::from(ranks), u64::from(nodes)),
                 n_bytes,
                 1,
                 0,

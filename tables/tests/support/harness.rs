@@ -10,7 +10,7 @@
 
 #![allow(dead_code)] // each includer (fuzz target, replay test, props) uses a subset
 
-use dyncc_tables::{size_bucket, Coll, Table, NUM_FEATURES};
+use dyncc_tables::{size_bucket, Coll, Comm, Table, NUM_FEATURES};
 
 /// Communicator shapes and sizes probed on every table that validates.
 const SHAPES: [(u64, u64); 6] = [
@@ -78,11 +78,11 @@ pub fn exercise(data: &[u8]) {
         .iter()
         .chain([(extra & 0xFFFF, (extra >> 16) & 0xFF)].iter())
     {
-        let s = t.specialise(ranks, nodes);
+        let s = t.specialise(&Comm::new(ranks, nodes));
         for coll_type in 0..7u32 {
             for &n in SIZES.iter().chain([extra].iter()) {
                 for (pipe, reg) in [(1, 0), (2, 1), (i32::MAX, -1), (-1, 0)] {
-                    let l = t.lookup(coll_type, ranks, nodes, n, pipe, reg);
+                    let l = t.lookup(coll_type, &Comm::new(ranks, nodes), n, pipe, reg);
                     let d = s.decide(coll_type, n, pipe, reg);
                     assert_eq!(
                         d,
