@@ -384,31 +384,6 @@ impl Dataset {
 }
 
 /// Records the submodules' tests build their datasets from.
-#[cfg(test)]
-mod test_util {
-    use std::path::PathBuf;
-    use std::sync::Arc;
-
-    use crate::record::{Measurement, Record, Run, Source};
-
-    pub(super) fn rec(nbytes: u64, t: f64, in_place: bool) -> Record {
-        Record {
-            run: Run::example(),
-            measurement: Measurement {
-                nbytes,
-                time_us: t,
-                in_place,
-                dtype: None,
-                source: Source {
-                    file: Arc::new(PathBuf::from("x")),
-                    line: 1,
-                },
-                flags: 0,
-            },
-        }
-    }
-}
-
 /// A sweep's fingerprint from its files' sha256 digests (hex): the first
 /// 8 bytes of the sha256 of the sorted, distinct digests, one per line
 /// ([`Dataset::sweep_fingerprint_of`]); `None` for no digest.
@@ -432,4 +407,29 @@ pub fn sweep_fingerprint_of_files(paths: &[&Path]) -> std::io::Result<Option<u64
         sums.push(format!("{:x}", Sha256::digest(std::fs::read(p)?)));
     }
     Ok(fingerprint_of_digests(sums.iter().map(String::as_str)))
+}
+
+#[cfg(test)]
+mod test_util {
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    use crate::record::{Measurement, Record, Run, Source};
+
+    pub(super) fn rec(nbytes: u64, t: f64, in_place: bool) -> Record {
+        Record {
+            run: Run::example(),
+            measurement: Measurement {
+                nbytes,
+                time_us: t,
+                in_place,
+                dtype: None,
+                source: Source {
+                    file: Arc::new(PathBuf::from("x")),
+                    line: 1,
+                },
+                flags: 0,
+            },
+        }
+    }
 }

@@ -35,7 +35,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
     // Per point, per communicator (file, index): sizes in one bucket are
     // one point, so one communicator's shapes there pool.
     let mut by_point: BTreeMap<PointKey, BTreeMap<(usize, u16), AtShape>> = BTreeMap::new();
-    for fi in 0..files.len() {
+    for (fi, file) in files.iter().enumerate() {
         for ((ci, s), at) in readings.classify(fi) {
             let others = at
                 .others
@@ -52,7 +52,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
                 if n > 0 {
                     let e = notes.read.overridden.entry(why.describe()).or_default();
                     e.0 = e.0.saturating_add(n);
-                    e.1.insert(files[fi].path.display().to_string());
+                    e.1.insert(file.path.display().to_string());
                 }
             }
             if all == 0 {
