@@ -30,9 +30,9 @@ pub mod rule {
     //!   short where it misses the margin by `z` sds, loses where it is
     //!   slower than NCCL's choice by `z` sds;
     //! - at a point the sweep measured with R runs, the jobs change nothing
-    //!   unless their communicators outweigh those runs ([`Evidence::units`]
+    //!   unless their communicators outweigh those runs ([`Evidence::units`](super::Evidence::units)
     //!   greater than R), and then the sweep's runs and the communicators are
-    //!   pooled ([`Evidence::pooled`]) before the same judgement.
+    //!   pooled ([`Evidence::pooled`](super::Evidence::pooled)) before the same judgement.
 
     /// Fewest calls on each side inside one communicator for it to count.
     /// Defined by the tables crate, which the plugin reads too: it stops
