@@ -249,6 +249,9 @@ fn init_tracing(
 /// The `Coll` event of a recording rank: what ran, who chose it, a slot
 /// (none for `nChannels` 0: counted as untimed, see [`crate::trace`]).
 fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_void {
+    // Every event a recording rank sees is spent from tracing's budget,
+    // linked or not (trace::mask).
+    trace::mask::spend();
     let (Some(coll), Some(size), Some(algo), Some(proto)) = (
         c_name(d.func).and_then(Coll::parse),
         c_str(d.datatype).and_then(datatype_size),
@@ -326,6 +329,7 @@ fn other_path_start(
     if ctx.recording.is_none() {
         return;
     }
+    trace::mask::spend();
     let (Some(coll), Some(size)) = (
         c_name(func).and_then(Coll::parse),
         c_str(datatype).and_then(datatype_size),

@@ -57,6 +57,17 @@
  * calls each: 4096 and 65536 bytes alternately, then 1 MiB (a new shape),
  * then 4096 again; rank 0 prints "callmask PHASE I MASK" with the event
  * mask NCCL read for each call.
+ * STANDIN_PATTERN (a job's ways of holding tracing up, CALLS calls of steady
+ * AllReduce at 4096 and 65536 bytes alternately, plus):
+ *   oneoff    first 40 one-off calls at init, one per shape (Broadcast and
+ *             Reduce, 20 sizes each: a parameter broadcast)
+ *   simulate  every 1000th call also a tuner call NCCL never launches (1 MiB,
+ *             as ncclGroupSimulateEnd asks the tuner)
+ *   replay    after the first 20 calls, CUDA-graph replays: the captured
+ *             collectives' events with no tuner call
+ * and rank 0 prints "events E N" at the end: of the N collectives launched
+ * from call STANDIN_WARMUP on (default CALLS / 5), E read a mask asking for
+ * Coll events (NCCL paid for the event).
  * Prints "mask N" after each rank's init, "fed COLL NBYTES ALGO PROTO CH SRC
  * NS" for each collective rank 0 ran and timed, "untimed COLL NBYTES" for
  * those it ran with nChannels 0, and the logger's lines ("WARN ...",
@@ -114,6 +125,13 @@ static void *host_thread(void *arg) {
   int cecoll = abi >= 7 && getenv("STANDIN_CE") != NULL;
   int tags = abi >= 7 && getenv("STANDIN_TAGS") != NULL;
   int phases = getenv("STANDIN_PHASES") != NULL;
+  const char *pattern = getenv("STANDIN_PATTERN");
+  int oneoff = pattern && strcmp(pattern, "oneoff") == 0;
+  int simulate = pattern && strcmp(pattern, "simulate") == 0;
+  int replay = pattern && strcmp(pattern, "replay") == 0;
+  const char *warm = getenv("STANDIN_WARMUP");
+  int warmup = warm ? atoi(warm) : calls / 5;
+  long paid = 0, launched = 0;
   for (int i = 0; i < (phases ? 3 * calls : calls); i++) {
     int coll = (i % 5 == 4) ? 2 : 4; /* AllGather now and then, else AllReduce */
     size_t bytes = sizes[(i / 5) % 4] + 4096u * (size_t)round_no;
@@ -123,6 +141,14 @@ static void *host_thread(void *arg) {
       coll = 4;
       bytes = phase_sizes[phase > 2 ? 2 : phase][i % 2];
     }
+    if (pattern) {
+      coll = 4;
+      bytes = i % 2 ? 65536 : 4096;
+      if (oneoff && i < 40) {
+        coll = i < 20 ? 0 : 1;
+        bytes = (size_t)8 << (i % 20);
+      }
+    }
     int ntasks = aggregate && i % 7 == 3 ? 2 : 1;
     if (ntasks > 1) coll = 4;
     float cost[7][3];
@@ -130,8 +156,17 @@ static void *host_thread(void *arg) {
     for (int a = 0; a < 7; a++)
       for (int p = 0; p < 3; p++)
         cost[a][p] = a > 1 || !(allowed_algos & (1 << a)) ? -1.0f : (float)world_ns(a, p, bytes);
+    if (simulate && i % 1000 == 999) {
+      /* ncclGroupSimulateEnd: the tuner is asked, nothing is launched. */
+      float sim[7][3];
+      memcpy(sim, cost, sizeof sim);
+      int sch = 0;
+      tuner->getCollInfo(r->tctx, (ncclFunc_t)4, 1 << 20, 1, (float **)sim, 7, 3, 0, &sch);
+    }
     int nch = 0;
-    tuner->getCollInfo(r->tctx, (ncclFunc_t)coll, bytes * (size_t)ntasks, ntasks, (float **)cost, 7, 3, 0, &nch);
+    /* A graph replay launches what was captured: no tuner call. */
+    if (!(replay && i >= 20))
+      tuner->getCollInfo(r->tctx, (ncclFunc_t)coll, bytes * (size_t)ntasks, ntasks, (float **)cost, 7, 3, 0, &nch);
     nccl_pick_t ran = core_nccl_pick(cost);
     int asked = nch;
     if (nch <= 0 || own_channels) nch = 4;
@@ -169,7 +204,11 @@ static void *host_thread(void *arg) {
       double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);
       uint64_t t = (uint64_t)llround(world_ns(ran.algo, ran.proto, bytes) * noise);
       core_launch_as(r, coll, bytes, ran.algo, ran.proto, says_zero ? 0 : nch, nch, t, path);
-      if (r->rank == 0) {
+      if (i >= warmup) {
+        launched++;
+        paid += (r->launch_mask & PROFILE_COLL) != 0;
+      }
+      if (r->rank == 0 && !pattern) {
         pthread_mutex_lock(&print_lock);
         if (phases) printf("callmask %d %d %d\n", phase, i % calls, r->launch_mask);
         if (says_zero)
@@ -184,6 +223,11 @@ static void *host_thread(void *arg) {
         pthread_mutex_unlock(&print_lock);
       }
     }
+  }
+  if (pattern && r->rank == 0) {
+    pthread_mutex_lock(&print_lock);
+    printf("events %ld %ld\n", paid, launched);
+    pthread_mutex_unlock(&print_lock);
   }
   return NULL;
 }

@@ -225,6 +225,9 @@ impl Journal {
         let h = head.load(Ordering::Relaxed);
         ring[h % JOURNAL_LEN].store(v, Ordering::Relaxed);
         head.store(h.wrapping_add(1), Ordering::Release);
+        if h % mask::TICK_CALLS == mask::TICK_CALLS - 1 {
+            self.tick();
+        }
         if count {
             // A u8 bucket indexes a 256-entry row: no bounds check.
             let at = &calls[size_bucket(n_bytes as u64) as usize];
@@ -239,6 +242,16 @@ impl Journal {
     /// This ring's index in [`JOURNALS`].
     fn index(&self) -> usize {
         (self as *const Journal as usize - JOURNALS.as_ptr() as usize) / size_of::<Journal>()
+    }
+
+    /// Another [`mask::TICK_CALLS`] calls of one collective: on rank 0's
+    /// ring, the tracing budget's credit ([`mask::credit`]).
+    #[cold]
+    #[inline(never)]
+    fn tick(&self) {
+        if JOURNAL_RANK0[self.index()].load(Ordering::Relaxed) {
+            mask::credit(mask::TICK_CALLS as u64);
+        }
     }
 
     /// A shape this ring had not seen: on rank 0's ring (the one the

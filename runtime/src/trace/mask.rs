@@ -19,9 +19,24 @@
 //! recorded side); the mask is lowered when both reach 0 and raised by a
 //! new or explored shape. Lock-free; the mask writes are relaxed atomics on
 //! NCCL's `int`, as NCCL's reads are.
+//!
+//! The bound: wanting evidence alone never holds the events up for good. A
+//! shape seen once (a parameter broadcast at start), tuner calls NCCL never
+//! launches (`ncclGroupSimulateEnd`) and graph replays (events with no tuner
+//! call, so no answer to link) would each keep a shape short of its
+//! evidence for the life of the process. So the `Coll` events the recording
+//! ranks see while dyncc's bits are up are spent from a budget: the first
+//! [`WARM_UP_EVENTS`], then one per [`CALLS_PER_EVENT`] calls rank 0's tuners
+//! answered (credited every [`TICK_CALLS`] calls of a collective, carried at
+//! most [`WARM_UP_EVENTS`] ahead). Spent, the bits come down though shapes
+//! still want; the next credit gives them back while any does. At every
+//! moment, events seen <= `WARM_UP_EVENTS` + calls / `CALLS_PER_EVENT`,
+//! whatever the job does. Explored shapes are exempt (exploration is spent
+//! from the table's own budget, and an explored call not recorded would be
+//! spent for nothing).
 
 use core::ffi::c_int;
-use core::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, Ordering};
+use core::sync::atomic::{AtomicI32, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 pub use dyncc_tables::trace::MIN_CALLS_PER_SIDE;
 
@@ -35,6 +50,22 @@ static ADDED: AtomicI32 = AtomicI32::new(0);
 static WANTING: AtomicI64 = AtomicI64::new(0);
 /// Shapes a communicator explores (kept raised while they exist).
 static EXPLORING: AtomicI64 = AtomicI64::new(0);
+/// `Coll` events the recording ranks have seen while the mask was armed.
+static SPENT: AtomicU64 = AtomicU64::new(0);
+/// The events the budget allows so far (see the module's doc).
+static LIMIT: AtomicU64 = AtomicU64::new(WARM_UP_EVENTS);
+
+/// Events recorded before the budget's rate applies: the warm-up, in which
+/// a job's steady shapes get their evidence (5 calls a side; about 100
+/// shapes of two sides).
+pub const WARM_UP_EVENTS: u64 = 1024;
+/// After the warm-up, at most one recorded event per this many calls
+/// (0.39 %).
+pub const CALLS_PER_EVENT: u64 = 256;
+/// Calls of one collective on rank 0's ring between credits (a power of two:
+/// the tuner's test is a mask of the ring's head).
+pub const TICK_CALLS: usize = 1024;
+const _: () = assert!(TICK_CALLS.is_power_of_two() && TICK_CALLS as u64 >= CALLS_PER_EVENT);
 
 /// NCCL's mask as an atomic.
 fn mask() -> Option<&'static AtomicI32> {
@@ -71,25 +102,70 @@ fn raise() {
     }
 }
 
-/// Takes the bits away when nothing wants them. A new shape racing this
+/// The budget has events left (see the module's doc).
+fn affordable() -> bool {
+    SPENT.load(Ordering::Relaxed) < LIMIT.load(Ordering::Relaxed)
+}
+
+/// Whether anything holds the bits up now: an explored shape, or a shape
+/// wanting evidence while the budget lasts.
+fn wanted() -> bool {
+    EXPLORING.load(Ordering::Acquire) > 0 || (WANTING.load(Ordering::Acquire) > 0 && affordable())
+}
+
+/// Takes the bits away when nothing holds them up. A new shape racing this
 /// (its count raised after the check) gives them back at once.
 fn maybe_lower() {
     let Some(m) = mask() else { return };
-    if WANTING.load(Ordering::Acquire) > 0 || EXPLORING.load(Ordering::Acquire) > 0 {
+    if wanted() {
         return;
     }
     let bits = ADDED.load(Ordering::Relaxed);
     m.fetch_and(!bits, Ordering::Relaxed);
-    if WANTING.load(Ordering::Acquire) > 0 || EXPLORING.load(Ordering::Acquire) > 0 {
+    if wanted() {
         raise();
     }
 }
 
-/// Rank 0's tuner saw a shape for the first time: it wants evidence.
+/// Rank 0's tuner saw a shape for the first time: it wants evidence (now,
+/// if the budget has any left; else from the next credit).
 #[cold]
 pub fn new_shape() {
     WANTING.fetch_add(1, Ordering::AcqRel);
-    raise();
+    if affordable() {
+        raise();
+    }
+}
+
+/// `calls` more calls of rank 0's tuner (every [`TICK_CALLS`] of one
+/// collective): the budget's credit, and the bits back up if a shape still
+/// wants evidence. Cold: once per [`TICK_CALLS`] calls.
+#[cold]
+pub fn credit(calls: u64) {
+    let ahead = SPENT.load(Ordering::Relaxed).saturating_add(WARM_UP_EVENTS);
+    let add = calls / CALLS_PER_EVENT;
+    // Several rank-0 tuners may credit at once: each adds its own share.
+    let _ = LIMIT.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+        Some(l.saturating_add(add).min(ahead.max(l)))
+    });
+    if mask().is_some() && WANTING.load(Ordering::Acquire) > 0 && affordable() {
+        raise();
+    }
+}
+
+/// A recording rank saw a `Coll` event: spent from the budget; the bits come
+/// down when it is spent and no explored shape holds them.
+#[inline]
+pub fn spend() {
+    let n = SPENT.fetch_add(1, Ordering::Relaxed) + 1;
+    if n >= LIMIT.load(Ordering::Relaxed) {
+        spent();
+    }
+}
+
+#[cold]
+fn spent() {
+    maybe_lower();
 }
 
 /// A communicator explores a shape (first call there): kept raised.
