@@ -1438,44 +1438,51 @@ fn paid_share(out: &str) -> (u64, u64) {
 
 /// Tracing's cost is bounded per process whatever the job does (NCCL
 /// 2.28+): one-off shapes at init, tuner calls NCCL never launches and
-/// graph replays (events with no tuner call) each kept a shape short of
-/// its evidence, and the events up, for the life of the process. Now the
-/// share of calls after the warm-up whose events NCCL pays for is at most
-/// 1 % in each, the steady shapes still get their evidence, and a replay's
-/// events never raise the mask. Failed before: 100 %, 99 % and 100 %.
+/// graph replays (events with no tuner call, so nothing links them) each
+/// kept a shape short of its evidence, and the events up, for the life of
+/// the process. Now the share of calls after the warm-up whose events NCCL
+/// pays for is at most 1 % in each, and the steady shapes still get their
+/// evidence where their calls can be linked. Failed before in all three.
 #[test]
 fn tracing_cost_stops_for_one_off_shapes_simulated_calls_and_graph_replays() {
     const CALLS: usize = 30_000;
+    const WARM_UP: usize = 5_000;
+    let mut shares = Vec::new();
     for pattern in ["oneoff", "simulate", "replay"] {
         let s = Standin::new();
         let n = CALLS.to_string();
         let args = ["6", n.as_str(), "finalize"];
         let mut cmd = s.command(&[], &args, Some(&s.traces));
         cmd.env("STANDIN_PATTERN", pattern)
-            .env("STANDIN_WARMUP", "5000")
+            .env("STANDIN_WARMUP", WARM_UP.to_string())
             .env_remove("DYNCC_TRACE_ALL");
         let out = stdout_of(&cmd.output().unwrap(), &args);
         assert!(!out.contains("WARN"), "{pattern}: {out}");
         let (paid, launched) = paid_share(&out);
-        assert_eq!(launched, (CALLS - 5000) as u64, "{pattern}");
-        assert!(
-            paid * 100 <= launched,
-            "{pattern}: {paid} of {launched} calls after the warm-up paid for events"
-        );
-        // What tracing is for still happens: both steady shapes have their
-        // evidence (NCCL's side, 5 calls) in the trace.
+        assert_eq!(launched, (CALLS - WARM_UP) as u64, "{pattern}");
+        shares.push((pattern, paid, launched));
+        // What tracing is for still happens: the steady shapes have their
+        // evidence (NCCL's side) in the trace; a graph's, the one call each
+        // its capture made.
         let files = s.trace_files();
         assert_eq!(files.len(), 1, "{pattern}: {files:?}");
         let bytes_read = std::fs::read(&files[0]).unwrap();
         let t = Trace::from_bytes(&bytes_read).unwrap();
+        let need = if pattern == "replay" { 1 } else { 5 };
         for bytes in [4096, 65536] {
             let linked: u64 = t
                 .records()
                 .filter(|r| r.n_bytes == bytes && r.source != Source::Unknown)
                 .map(|r| r.count)
                 .sum();
-            assert!(linked >= 5, "{pattern} {bytes}: {linked} linked records");
+            assert!(linked >= need, "{pattern} {bytes}: {linked} linked records");
         }
-        eprintln!("{pattern}: {paid} of {launched} calls after the warm-up paid for events");
     }
+    eprintln!("calls after the warm-up whose events NCCL paid for: {shares:?}");
+    assert!(
+        shares
+            .iter()
+            .all(|&(_, paid, launched)| paid * 100 <= launched),
+        "at most 1 %: {shares:?}"
+    );
 }

@@ -63,8 +63,9 @@
  *             Reduce, 20 sizes each: a parameter broadcast)
  *   simulate  every 1000th call also a tuner call NCCL never launches (1 MiB,
  *             as ncclGroupSimulateEnd asks the tuner)
- *   replay    after the first 20 calls, CUDA-graph replays: the captured
- *             collectives' events with no tuner call
+ *   replay    after the first 2 calls (one per size: the graph's capture),
+ *             CUDA-graph replays: the captured collectives' events with no
+ *             tuner call
  * and rank 0 prints "events E N" at the end: of the N collectives launched
  * from call STANDIN_WARMUP on (default CALLS / 5), E read a mask asking for
  * Coll events (NCCL paid for the event).
@@ -165,7 +166,7 @@ static void *host_thread(void *arg) {
     }
     int nch = 0;
     /* A graph replay launches what was captured: no tuner call. */
-    if (!(replay && i >= 20))
+    if (!(replay && i >= 2))
       tuner->getCollInfo(r->tctx, (ncclFunc_t)coll, bytes * (size_t)ntasks, ntasks, (float **)cost, 7, 3, 0, &nch);
     nccl_pick_t ran = core_nccl_pick(cost);
     int asked = nch;
