@@ -8,13 +8,14 @@
 //! [`EXPLORE_Z`] sds of its uncertainty (optimism under uncertainty: a
 //! setting that may well win is tried before one sure to lose):
 //!
-//! * every setting of the grid (measured by the sweep for this collective
+//! * elsewhere, every setting of the grid (measured by the sweep for this collective
 //!   and ranks per node) whose optimistic gain over the answer clears the
 //!   margin, not yet measured at this count and size, and not what NCCL
 //!   runs there on its own where jobs traced that (a no-op to force);
-//! * first, NCCL's own choice wherever the answer forces a setting the
+//! * NCCL's own choice, alone, wherever the answer forces a setting the
 //!   count has not measured against it, whatever the predicted gain: a
-//!   confident guess is checked too (its cost bound makes it rare).
+//!   confident guess is checked too (its cost bound makes it rare), and
+//!   the settings wait for it, since their gains are read against it.
 //!
 //! Each candidate carries a cost bound, the extra time it is predicted to
 //! take over the answer at the reading's pessimistic end ([`COST_Z`]
@@ -162,6 +163,15 @@ pub fn candidates(
     // choice first: that is what confirms it or takes it back (a wrong
     // force is a regression; a better setting is only a missed gain).
     if !ans_measured && !measured(0) {
+        // Alone: a setting tried where NCCL's choice has not run has no
+        // baseline to be read against (every gain is read off NCCL's
+        // choice), while the check always has one (the communicators that
+        // keep the answer), so an explored shape always forms a point. With
+        // the check one of four, 3 of 8 communicators or fewer tried it, and
+        // at F = 0.1 six shapes a round explored had no baseline after two
+        // rounds of 8 jobs (issue 42); with it one of two, a check costed at
+        // +55 % still left one. The settings follow once it has run.
+        out.clear();
         out.insert(
             0,
             Candidate {

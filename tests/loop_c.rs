@@ -25,6 +25,11 @@ const CALLS: u32 = 500;
 /// command line makes every run of a test, in any checkout, draw the same
 /// cells (absolute temporary and build paths did not).
 pub(crate) fn compile(inputs: &[PathBuf], out: &Path) -> serde_json::Value {
+    compile_with(inputs, out, &[])
+}
+
+/// [`compile`] with more arguments (`--explore 0.1`).
+pub(crate) fn compile_with(inputs: &[PathBuf], out: &Path, extra: &[&str]) -> serde_json::Value {
     let root = out.parent().and_then(Path::parent).unwrap();
     let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).to_path_buf();
     let o = dyncc()
@@ -34,6 +39,7 @@ pub(crate) fn compile(inputs: &[PathBuf], out: &Path) -> serde_json::Value {
         .args(inputs.iter().map(|p| rel(p)))
         .arg("-o")
         .arg(rel(out))
+        .args(extra)
         .arg("--json")
         .output()
         .unwrap();
@@ -811,4 +817,159 @@ fn the_loop_over_draws() {
         }
         eprintln!("{out}");
     }
+}
+
+/// A (collective, nodes, bytes) shape jobs ran.
+type Shape = (String, u64, u64);
+
+/// Every shape some communicator explored in the trace files under `dir`,
+/// as `dyncc inspect` reads them, but those where nothing ran that NCCL's
+/// own choice did not run there (a probe or a force that runs what NCCL
+/// runs: the compile marks the setting as NCCL's own there, no gain to
+/// read).
+fn explored_shapes(dir: &Path) -> std::collections::BTreeSet<Shape> {
+    use std::collections::{BTreeMap, BTreeSet};
+    type Ran = (String, String, u64);
+    // Per shape: what explored calls forced ran, what NCCL's choice ran,
+    // whether some communicator explored NCCL's choice (a force's check),
+    // what the table's answer ran.
+    let mut at: BTreeMap<Shape, (BTreeSet<Ran>, BTreeSet<Ran>, bool, BTreeSet<Ran>)> =
+        BTreeMap::new();
+    for f in trace_files(dir) {
+        let o = dyncc()
+            .arg("inspect")
+            .arg(&f)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let comms = v["comms"].as_array().unwrap();
+        for r in v["records"].as_array().unwrap() {
+            let c = &comms[r["comm"].as_u64().unwrap() as usize];
+            let shape = (
+                r["collective"].as_str().unwrap().to_string(),
+                c["nodes"].as_u64().unwrap(),
+                r["bytes"].as_u64().unwrap(),
+            );
+            let ran = (
+                r["algo"].as_str().unwrap().to_string(),
+                r["proto"].as_str().unwrap().to_string(),
+                r["channels"].as_u64().unwrap(),
+            );
+            let e = at.entry(shape).or_default();
+            match r["chosen_by"].as_str().unwrap() {
+                "explore" => {
+                    e.0.insert(ran);
+                }
+                "nccl" => {
+                    e.1.insert(ran);
+                }
+                "explore-nccl" => {
+                    e.1.insert(ran);
+                    e.2 = true;
+                }
+                "table" => {
+                    e.3.insert(ran);
+                }
+                _ => {}
+            }
+        }
+    }
+    at.into_iter()
+        .filter(|(_, (forced, nccl, checked, table))| {
+            (*checked || !forced.is_empty()) && !(forced.is_subset(nccl) && table.is_subset(nccl))
+        })
+        .map(|(shape, _)| shape)
+        .collect()
+}
+
+/// (collective, nodes, bytes) of every point where a compile read a gain
+/// from jobs: the points it decided and those it found short of evidence.
+fn traced_points(report: &serde_json::Value) -> std::collections::BTreeSet<Shape> {
+    let t = &report["traces"];
+    t["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(t["short_of_evidence"].as_array().unwrap())
+        .map(|p| {
+            (
+                p["collective"].as_str().unwrap().to_string(),
+                p["nodes"].as_u64().unwrap(),
+                p["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 42 item 5: at F = 0.1 a cell whose every candidate's cost bound
+/// was <= F was explored by every communicator, so no job ran the table's
+/// answer or NCCL's choice there: 12 of 51 shapes formed no point after a
+/// round of 8 jobs, and 7 of 8 such cells still none after a second. With
+/// the chance capped at 1/2, a force's check (NCCL's choice) was still one
+/// candidate of up to four: 6 of 229 shapes round 1 explored had no NCCL
+/// side after two rounds (another setting tried beside the answer, never
+/// NCCL's choice). Now the check is listed alone until it has run, so a
+/// shape explored has both sides in the same round (220 of 220). The
+/// simulated H100 world, sweep 1, 2, 8, 32 nodes, rounds at 4, 16 and 64,
+/// a table compiled with `--explore 0.1`, 8 jobs per count and round.
+#[test]
+fn at_the_largest_share_every_explored_shape_forms_a_point_within_two_rounds() {
+    let d = tempfile::tempdir().unwrap();
+
+    let h100 = SimWorld::new(d.path());
+    let world = h100.world();
+    let production = [4u32, 16, 64];
+    let dir = d.path().join("share");
+    std::fs::create_dir(&dir).unwrap();
+    let share = ["--explore", "0.1"];
+    let mut inputs = h100.swept(&[1, 2, 8, 32]);
+    let mut table = dir.join("t0.tbl");
+    compile_with(&inputs, &table, &share);
+    let mut explored = Vec::new();
+    let mut points = Vec::new();
+    for r in 1..=2 {
+        let traces = dir.join(format!("traces-{r}"));
+        std::fs::create_dir(&traces).unwrap();
+        for &n in &production {
+            for j in 0..JOBS {
+                let job = (100_000 * r + 1000 * n + j + 1).to_string();
+                let w = world.round(
+                    n,
+                    &table,
+                    &[
+                        ("DYNCC_EXPLORE", "1"),
+                        ("DYNCC_TRACE", traces.to_str().unwrap()),
+                        ("WORLD_JOB", job.as_str()),
+                    ],
+                );
+                assert_eq!(w.summary.disagreements, 0, "round {r}, {n} nodes, job {j}");
+                assert!(w.warns().is_empty(), "{:?}", w.warns());
+            }
+        }
+        explored.push(explored_shapes(&traces));
+        inputs.push(traces);
+        let next = dir.join(format!("t{r}.tbl"));
+        let report = compile_with(&inputs, &next, &share);
+        points.push(traced_points(&report));
+        table = next;
+    }
+    let formed: std::collections::BTreeSet<_> = points[0].union(&points[1]).cloned().collect();
+    let missing: Vec<_> = explored[0].difference(&formed).collect();
+    let second_missing = explored[1].difference(&points[1]).count();
+    eprintln!(
+        "F = 0.1: round 1 explored {} shapes, {} formed a point after round 1, {} after round 2; \
+         round 2 explored {}, {} without a point after round 2",
+        explored[0].len(),
+        explored[0].intersection(&points[0]).count(),
+        explored[0].len() - missing.len(),
+        explored[1].len(),
+        second_missing,
+    );
+    assert!(!explored[0].is_empty(), "round 1 explored nothing");
+    assert!(
+        missing.is_empty(),
+        "explored in round 1, no point after round 2: {missing:?}"
+    );
 }
