@@ -19,6 +19,12 @@
  *        WORLD_JOB    a number mixed into the communicator id (default 0):
  *                     rounds of one shape with different numbers are
  *                     different communicators (NCCL's commHash)
+ *        WORLD_JOB_NOISE  sd of ln(time) between jobs (default 0: none):
+ *                     when set, each (job, collective, size) draws one
+ *                     factor every call there shares, whatever setting
+ *                     runs (a job's placement, contention, clocks), and
+ *                     the per-call noise is drawn per job too; unset, every
+ *                     job draws the same per-call noise
  *
  * Every (collective, size) the truth holds at the communicator's shape is
  * run CALLS times, round robin over them (ordered by NCCL's collective
@@ -92,6 +98,8 @@ static int nshapes;
 static int calls_per_shape;
 static uint64_t seed;
 static double noise_sd;
+static double job_noise_sd;
+static uint64_t job; /* WORLD_JOB */
 static answer_t *answers[MAX_RANKS];
 
 static void die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -291,13 +299,19 @@ static uint64_t splitmix64(uint64_t x) {
 
 /* exp(noise) of call k: a normal draw (Box-Muller) from (seed, k) alone,
  * so every rank, and every round with the same seed, draws the same. */
-static double noise_factor(uint64_t k) {
-  uint64_t a = splitmix64(seed * 0xD1342543DE82EF95ULL + 2 * k);
-  uint64_t b = splitmix64(seed * 0xD1342543DE82EF95ULL + 2 * k + 1);
+static double normal_of(uint64_t key, uint64_t k) {
+  uint64_t a = splitmix64(key * 0xD1342543DE82EF95ULL + 2 * k);
+  uint64_t b = splitmix64(key * 0xD1342543DE82EF95ULL + 2 * k + 1);
   double u1 = ((double)(a >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
   double u2 = (double)(b >> 11) / 9007199254740992.0;
-  double z = sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-  return exp(noise_sd * z);
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+static double noise_factor(uint64_t k) {
+  if (job_noise_sd == 0) return exp(noise_sd * normal_of(seed, k));
+  uint64_t key = splitmix64(seed ^ splitmix64(job + 0x6A6F62ULL)); /* "job" */
+  double per_job = job_noise_sd * normal_of(key ^ 0x5348415045ULL, k % (uint64_t)nshapes); /* "SHAPE" */
+  return exp(noise_sd * normal_of(key, k) + per_job);
 }
 
 static void *host_thread(void *arg) {
@@ -376,6 +390,8 @@ int main(int argc, char **argv) {
     die(2, "WORLD_RANKS=%s: expected 1..%d and at most NNODES*PPN", rv, MAX_RANKS);
   seed = env_u64("WORLD_SEED", 1);
   noise_sd = env_double("WORLD_NOISE", 0.03);
+  job_noise_sd = env_double("WORLD_JOB_NOISE", 0);
+  job = env_u64("WORLD_JOB", 0);
   core_nccl_version = (int)env_u64("WORLD_NCCL_VERSION", 23007);
   read_truth(nnodes, nnodes * ppn, getenv("WORLD_COLLS"));
   build_shapes();
@@ -383,8 +399,7 @@ int main(int argc, char **argv) {
   /* Every communicator has its own id (NCCL's commHash), so the rounds of
    * a test are different communicators; WORLD_JOB tells repeated rounds
    * of one shape apart. */
-  uint64_t comm_id = WORLD_COMM_ID ^ ((uint64_t)nnodes << 40) ^ ((uint64_t)ppn << 32) ^
-                     env_u64("WORLD_JOB", 0);
+  uint64_t comm_id = WORLD_COMM_ID ^ ((uint64_t)nnodes << 40) ^ ((uint64_t)ppn << 32) ^ job;
   comm = (core_comm_t){"world-comm", comm_id, nnodes, nnodes * ppn, ppn};
   core_load(6, "world");
   rank_state *ranks = calloc((size_t)nranks_driven, sizeof *ranks);
