@@ -894,11 +894,17 @@ type Shape = (String, u64, u64);
 fn explored_shapes(dir: &Path) -> std::collections::BTreeSet<Shape> {
     use std::collections::{BTreeMap, BTreeSet};
     type Ran = (String, String, u64);
-    // Per shape: what explored calls forced ran, what NCCL's choice ran,
-    // whether some communicator explored NCCL's choice (a force's check),
-    // what the table's answer ran.
-    let mut at: BTreeMap<Shape, (BTreeSet<Ran>, BTreeSet<Ran>, bool, BTreeSet<Ran>)> =
-        BTreeMap::new();
+    /// Per shape: what explored calls forced ran, what NCCL's choice ran,
+    /// whether some communicator explored NCCL's choice (a force's check),
+    /// what the table's answer ran.
+    #[derive(Default)]
+    struct Seen {
+        forced: BTreeSet<Ran>,
+        nccl: BTreeSet<Ran>,
+        checked: bool,
+        table: BTreeSet<Ran>,
+    }
+    let mut at: BTreeMap<Shape, Seen> = BTreeMap::new();
     for f in trace_files(dir) {
         let o = dyncc()
             .arg("inspect")
@@ -924,25 +930,26 @@ fn explored_shapes(dir: &Path) -> std::collections::BTreeSet<Shape> {
             let e = at.entry(shape).or_default();
             match r["chosen_by"].as_str().unwrap() {
                 "explore" => {
-                    e.0.insert(ran);
+                    e.forced.insert(ran);
                 }
                 "nccl" => {
-                    e.1.insert(ran);
+                    e.nccl.insert(ran);
                 }
                 "explore-nccl" => {
-                    e.1.insert(ran);
-                    e.2 = true;
+                    e.nccl.insert(ran);
+                    e.checked = true;
                 }
                 "table" => {
-                    e.3.insert(ran);
+                    e.table.insert(ran);
                 }
                 _ => {}
             }
         }
     }
     at.into_iter()
-        .filter(|(_, (forced, nccl, checked, table))| {
-            (*checked || !forced.is_empty()) && !(forced.is_subset(nccl) && table.is_subset(nccl))
+        .filter(|(_, e)| {
+            (e.checked || !e.forced.is_empty())
+                && !(e.forced.is_subset(&e.nccl) && e.table.is_subset(&e.nccl))
         })
         .map(|(shape, _)| shape)
         .collect()
