@@ -101,6 +101,7 @@ fn complete_exploration(
     ppn: u32,
     nccl: u32,
     sweep_fp: Option<u64>,
+    job: u32,
     dir: &Path,
 ) {
     let text = std::fs::read_to_string(truth).unwrap();
@@ -138,7 +139,7 @@ fn complete_exploration(
         }
     }
     let mut recs = Vec::new();
-    let mut seed = u64::from(nodes) << 32;
+    let mut seed = (u64::from(nodes) << 32) ^ (u64::from(job) << 52);
     for ((coll, bytes), Ran { nccl, others }) in shapes {
         let Some((own, own_us)) = nccl else {
             continue;
@@ -176,13 +177,13 @@ fn complete_exploration(
         // the sweep.
         sweep: sweep_fp,
         nccl_version: nccl,
-        pid: nodes,
+        pid: nodes + 1000 * job,
         host: "node0",
         job_id: "",
         ..Default::default()
     };
     let comm = TraceComm {
-        comm_id: 0xC0FFEE ^ u64::from(nodes),
+        comm_id: 0xC0FFEE ^ u64::from(nodes) ^ (u64::from(job) << 32),
         n_nodes: nodes,
         n_ranks: nodes * ppn,
         rank: 0,
@@ -190,7 +191,7 @@ fn complete_exploration(
     };
     std::fs::create_dir_all(dir).unwrap();
     std::fs::write(
-        dir.join(format!("n{nodes}.trace")),
+        dir.join(format!("n{nodes}-j{job}.trace")),
         encode(&head, &[comm], &recs).unwrap(),
     )
     .unwrap();
@@ -246,17 +247,20 @@ impl Parity {
 
 /// Compiles the sweep alone, with `rows` (every setting at the production
 /// counts, as sweep rows) and with complete-exploration traces of the
-/// world there, and runs each table at `production`.
+/// world there (`jobs` communicators per count, each its own noise), and
+/// runs each table at `production`.
 fn split(
     world: &World<'_>,
     sweep: &[PathBuf],
     rows: &[PathBuf],
     production: &[u32],
+    jobs: u32,
     dir: &Path,
 ) -> Parity {
     let play = |t: &Path| -> Vec<WorldRound> {
         production.iter().map(|&n| world.round(n, t, &[])).collect()
     };
+    std::fs::create_dir_all(dir).unwrap();
     let alone = dir.join("sweep.tbl");
     compile(sweep, &alone);
     let with_rows = dir.join("rows.tbl");
@@ -269,13 +273,15 @@ fn split(
         .unwrap()
         .sweep_fingerprint();
     for &n in production {
-        complete_exploration(world.truth, n, world.ppn, nccl, fp, &traces);
+        for j in 0..jobs {
+            complete_exploration(world.truth, n, world.ppn, nccl, fp, j, &traces);
+        }
     }
     let with_traces = dir.join("traces.tbl");
     let report = compile(&[sweep, &[traces]].concat(), &with_traces);
     assert_eq!(
         report["traces"]["communicators"],
-        production.len(),
+        production.len() * jobs as usize,
         "{}",
         report["traces"]
     );
@@ -301,7 +307,7 @@ fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_h100() {
     ] {
         let dir = d.path().join(format!("split-{}", counts(sweep)));
         std::fs::create_dir(&dir).unwrap();
-        let p = split(&world, &at(sweep), &at(production), production, &dir);
+        let p = split(&world, &at(sweep), &at(production), production, 1, &dir);
         let lines = p.describe(production);
         eprintln!(
             "H100 world, sweep {} (production {}):\n  {lines}",
@@ -328,7 +334,7 @@ fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_dgx2v() {
         let (s, r) = (dir.join("sweep.csv"), dir.join("rows.csv"));
         sweep_rows(&real, sweep, &s);
         sweep_rows(&real, production, &r);
-        let p = split(&world, &[s], &[r], production, &dir);
+        let p = split(&world, &[s], &[r], production, 1, &dir);
         let lines = p.describe(production);
         eprintln!(
             "DGX-2V world, sweep {} (production {}):\n  {lines}",
@@ -336,5 +342,56 @@ fn complete_exploration_as_traces_decides_as_well_as_sweep_rows_dgx2v() {
             counts(production),
         );
         p.holds(&lines);
+    }
+}
+
+/// Several communicators per count (issue 40 item 7): three jobs each
+/// exploring completely at every production count. The communicator is
+/// the unit, as a sweep run is: three of them weigh like the rows' three
+/// repeats, so the traces decide at least as well as one job's, and as
+/// well as the rows. The simulated H100 world, both splits.
+#[test]
+fn several_communicators_per_count_decide_as_well_as_sweep_rows_h100() {
+    let d = tempfile::tempdir().unwrap();
+    let sim = SimWorld::new(d.path());
+    let world = sim.world();
+    let at = |nodes: &[u32]| sim.swept(nodes);
+    for (sweep, production) in [
+        (&[1, 2, 8, 32][..], &[4, 16, 64][..]),
+        (&[1, 2, 4, 8, 16], &[32, 64]),
+    ] {
+        let dir = d.path().join(format!("split-{}", counts(sweep)));
+        std::fs::create_dir(&dir).unwrap();
+        let one = split(
+            &world,
+            &at(sweep),
+            &at(production),
+            production,
+            1,
+            &dir.join("one"),
+        );
+        let three = split(
+            &world,
+            &at(sweep),
+            &at(production),
+            production,
+            3,
+            &dir.join("three"),
+        );
+        let lines = format!(
+            "one job per count:\n  {}\n three jobs per count:\n  {}",
+            one.describe(production),
+            three.describe(production)
+        );
+        eprintln!(
+            "H100 world, sweep {} (production {}):\n  {lines}",
+            counts(sweep),
+            counts(production),
+        );
+        three.holds(&lines);
+        assert!(
+            captured(&three.traces) >= captured(&one.traces) - 0.005,
+            "{lines}"
+        );
     }
 }
