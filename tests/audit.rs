@@ -690,6 +690,106 @@ fn diff_ignores_metadata_and_shows_changed_regions() {
     assert_eq!(ag["to_bytes"], 4096 + 1023);
 }
 
+/// `dyncc diff` printed one effect per region, from one figure of its
+/// cells: allreduce at 1 node 48-192 B read "-4.1 %" where compile said
+/// "+4.1 to +5.6 %" and query at 160 B "+5.6 %". A region that spans rules
+/// (and node counts) with different gains now prints, and writes to JSON,
+/// the range over every cell it spans.
+#[test]
+fn diff_effect_spans_every_rule_of_a_region_not_one() {
+    let d = tempfile::tempdir().unwrap();
+    let all_default = |b: &mut TableBuilder, nodes| {
+        b.context(
+            spec(Coll::AllReduce, nodes, (8, 8)),
+            &[Rule {
+                last_bucket: 255,
+                decision: Decision::Default,
+                basis: Basis::Measured,
+                gain: 1.0,
+            }],
+        )
+        .unwrap();
+    };
+    let mut ob = TableBuilder::new();
+    all_default(&mut ob, (1, 1));
+    all_default(&mut ob, (2, 2));
+    let old = write(d.path(), "old.tbl", &ob.build().unwrap());
+    // new: tree/ll from 48 B to 192 B at 1 and 2 nodes, as two rules with
+    // their own gains at 1 node (+4.1 % to 96 B, +5.6 % above) and one at 2.
+    let tree = force(Algo::Tree, Proto::LL, 0);
+    let rule = |last: u64, decision, gain| Rule {
+        last_bucket: size_bucket(last),
+        decision,
+        basis: Basis::Measured,
+        gain,
+    };
+    let mut nb = TableBuilder::new();
+    nb.context(
+        spec(Coll::AllReduce, (1, 1), (8, 8)),
+        &[
+            rule(47, Decision::Default, 1.0),
+            rule(96, tree, 1.041),
+            rule(192, tree, 1.056),
+            Rule {
+                last_bucket: 255,
+                ..rule(0, Decision::Default, 1.0)
+            },
+        ],
+    )
+    .unwrap();
+    nb.context(
+        spec(Coll::AllReduce, (2, 2), (8, 8)),
+        &[
+            rule(47, Decision::Default, 1.0),
+            rule(192, tree, 1.02),
+            Rule {
+                last_bucket: 255,
+                ..rule(0, Decision::Default, 1.0)
+            },
+        ],
+    )
+    .unwrap();
+    let new = write(d.path(), "new.tbl", &nb.build().unwrap());
+    let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
+
+    // Only 1 node differs from 2 in its gains, so the two node counts are
+    // one region: +2.0 % (2 nodes) to +5.6 % (1 node, 128-192 B).
+    let o = dyncc_output(&["diff", old, new]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("1 region decide"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("allreduce"))
+        .unwrap_or_else(|| panic!("no allreduce line: {out}"));
+    assert!(line.contains("1-2"), "{line}");
+    assert!(line.contains("+2.0 to +5.6 %"), "{line}");
+
+    let j: serde_json::Value =
+        serde_json::from_str(&text(&dyncc_output(&["diff", old, new, "--json"])).0).unwrap();
+    let c = &j["changes"][0];
+    let f = |k: &str| c[k].as_f64().unwrap_or_else(|| panic!("no {k}: {c}"));
+    assert!((f("expected_effect_min") - 1.02).abs() < 1e-4, "{c}");
+    assert!((f("expected_effect_max") - 1.056).abs() < 1e-4, "{c}");
+    assert!(f("expected_effect_min") < f("expected_effect") && f("expected_effect") < f("expected_effect_max"), "{c}");
+    assert!((c["new"]["expected_gain"].as_f64().unwrap() - 1.02).abs() < 1e-4, "{c}");
+    assert!((c["new"]["expected_gain_max"].as_f64().unwrap() - 1.056).abs() < 1e-4, "{c}");
+
+    // One node alone: the range of its two rules.
+    let mut one = TableBuilder::new();
+    for ctx in Table::from_bytes(&std::fs::read(new).unwrap())
+        .unwrap()
+        .contexts()
+        .filter(|c| c.spec().nodes == (1, 1))
+    {
+        one.context(ctx.spec(), &ctx.rules().collect::<Vec<_>>()).unwrap();
+    }
+    all_default(&mut one, (2, 2));
+    let one = write(d.path(), "one.tbl", &one.build().unwrap());
+    let out = text(&dyncc_output(&["diff", old, one.to_str().unwrap()])).0;
+    assert!(out.contains("+4.1 to +5.6 %"), "{out}");
+}
+
 /// `dyncc diff` exited 1 ("decisions differ") on a missing or unreadable
 /// table, so `dyncc diff old new && ...` scripts took an error for a
 /// finding. Errors exit 2; the help says so.
