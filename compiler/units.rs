@@ -63,9 +63,28 @@ pub fn fmt_gain(ratio: f64) -> String {
     format!("{:+.1} %", (ratio - 1.0) * 100.0)
 }
 
+/// `+4.1 %`, or `+4.1 to +5.6 %` when the ends of a range of speedup
+/// ratios print apart: how compile, query and diff show a region whose
+/// cells expect different gains.
+pub fn fmt_gain_range(lo: f64, hi: f64) -> String {
+    let (a, b) = (fmt_gain(lo), fmt_gain(hi));
+    if a == b || hi < lo {
+        a
+    } else {
+        format!("{} to {b}", a.trim_end_matches(" %"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gain_ranges_print_one_figure_when_their_ends_agree() {
+        assert_eq!(fmt_gain_range(1.041, 1.056), "+4.1 to +5.6 %");
+        assert_eq!(fmt_gain_range(0.96, 1.02), "-4.0 to +2.0 %");
+        assert_eq!(fmt_gain_range(1.041, 1.0412), "+4.1 %");
+    }
 
     #[test]
     fn sizes_round_trip() {

@@ -690,6 +690,106 @@ fn diff_ignores_metadata_and_shows_changed_regions() {
     assert_eq!(ag["to_bytes"], 4096 + 1023);
 }
 
+/// `dyncc diff` printed one effect per region, from one figure of its
+/// cells: allreduce at 1 node 48-192 B read "-4.1 %" where compile said
+/// "+4.1 to +5.6 %" and query at 160 B "+5.6 %". A region that spans rules
+/// (and node counts) with different gains now prints, and writes to JSON,
+/// the range over every cell it spans.
+#[test]
+fn diff_effect_spans_every_rule_of_a_region_not_one() {
+    let d = tempfile::tempdir().unwrap();
+    let all_default = |b: &mut TableBuilder, nodes| {
+        b.context(
+            spec(Coll::AllReduce, nodes, (8, 8)),
+            &[Rule {
+                last_bucket: 255,
+                decision: Decision::Default,
+                basis: Basis::Measured,
+                gain: 1.0,
+            }],
+        )
+        .unwrap();
+    };
+    let mut ob = TableBuilder::new();
+    all_default(&mut ob, (1, 1));
+    all_default(&mut ob, (2, 2));
+    let old = write(d.path(), "old.tbl", &ob.build().unwrap());
+    // new: tree/ll from 48 B to 192 B at 1 and 2 nodes, as two rules with
+    // their own gains at 1 node (+4.1 % to 96 B, +5.6 % above) and one at 2.
+    let tree = force(Algo::Tree, Proto::LL, 0);
+    let rule = |last: u64, decision, gain| Rule {
+        last_bucket: size_bucket(last),
+        decision,
+        basis: Basis::Measured,
+        gain,
+    };
+    let mut nb = TableBuilder::new();
+    nb.context(
+        spec(Coll::AllReduce, (1, 1), (8, 8)),
+        &[
+            rule(47, Decision::Default, 1.0),
+            rule(96, tree, 1.041),
+            rule(192, tree, 1.056),
+            Rule {
+                last_bucket: 255,
+                ..rule(0, Decision::Default, 1.0)
+            },
+        ],
+    )
+    .unwrap();
+    nb.context(
+        spec(Coll::AllReduce, (2, 2), (8, 8)),
+        &[
+            rule(47, Decision::Default, 1.0),
+            rule(192, tree, 1.02),
+            Rule {
+                last_bucket: 255,
+                ..rule(0, Decision::Default, 1.0)
+            },
+        ],
+    )
+    .unwrap();
+    let new = write(d.path(), "new.tbl", &nb.build().unwrap());
+    let (old, new) = (old.to_str().unwrap(), new.to_str().unwrap());
+
+    // Only 1 node differs from 2 in its gains, so the two node counts are
+    // one region: +2.0 % (2 nodes) to +5.6 % (1 node, 128-192 B).
+    let o = dyncc_output(&["diff", old, new]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(out.contains("1 region decide"), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("allreduce"))
+        .unwrap_or_else(|| panic!("no allreduce line: {out}"));
+    assert!(line.contains("1-2"), "{line}");
+    assert!(line.contains("+2.0 to +5.6 %"), "{line}");
+
+    let j: serde_json::Value =
+        serde_json::from_str(&text(&dyncc_output(&["diff", old, new, "--json"])).0).unwrap();
+    let c = &j["changes"][0];
+    let f = |k: &str| c[k].as_f64().unwrap_or_else(|| panic!("no {k}: {c}"));
+    assert!((f("expected_effect_min") - 1.02).abs() < 1e-4, "{c}");
+    assert!((f("expected_effect_max") - 1.056).abs() < 1e-4, "{c}");
+    assert!(f("expected_effect_min") < f("expected_effect") && f("expected_effect") < f("expected_effect_max"), "{c}");
+    assert!((c["new"]["expected_gain"].as_f64().unwrap() - 1.02).abs() < 1e-4, "{c}");
+    assert!((c["new"]["expected_gain_max"].as_f64().unwrap() - 1.056).abs() < 1e-4, "{c}");
+
+    // One node alone: the range of its two rules.
+    let mut one = TableBuilder::new();
+    for ctx in Table::from_bytes(&std::fs::read(new).unwrap())
+        .unwrap()
+        .contexts()
+        .filter(|c| c.spec().nodes == (1, 1))
+    {
+        one.context(ctx.spec(), &ctx.rules().collect::<Vec<_>>()).unwrap();
+    }
+    all_default(&mut one, (2, 2));
+    let one = write(d.path(), "one.tbl", &one.build().unwrap());
+    let out = text(&dyncc_output(&["diff", old, one.to_str().unwrap()])).0;
+    assert!(out.contains("+4.1 to +5.6 %"), "{out}");
+}
+
 /// `dyncc diff` exited 1 ("decisions differ") on a missing or unreadable
 /// table, so `dyncc diff old new && ...` scripts took an error for a
 /// finding. Errors exit 2; the help says so.
@@ -882,6 +982,198 @@ fn plot_writes_an_svg_that_renders() {
     if let Ok(keep) = std::env::var("DYNCC_KEEP_PLOT") {
         std::fs::copy(&png, keep).unwrap();
     }
+}
+
+/// A well-formedness check of the XML the SVG writers produce (no parser
+/// is among the dependencies): every element closes in order, attribute
+/// values are quoted, and text holds no raw `<` or `&`. Returns the
+/// root's name and the number of elements.
+fn well_formed_xml(s: &str) -> Result<(String, usize), String> {
+    let mut stack: Vec<String> = Vec::new();
+    let (mut root, mut count) = (None, 0);
+    let mut rest = s;
+    while let Some(open) = rest.find('<') {
+        let text = &rest[..open];
+        for (i, _) in text.match_indices('&') {
+            let ent = &text[i..];
+            if !["&amp;", "&lt;", "&gt;", "&quot;", "&#"]
+                .iter()
+                .any(|e| ent.starts_with(e))
+            {
+                return Err(format!("raw & in text: {}", &ent[..ent.len().min(30)]));
+            }
+        }
+        let after = &rest[open + 1..];
+        // Quoted attribute values may not hold '>' here, but find the end
+        // outside quotes anyway.
+        let mut quoted = false;
+        let end = after
+            .char_indices()
+            .find(|&(_, c)| {
+                if c == '"' {
+                    quoted = !quoted;
+                }
+                c == '>' && !quoted
+            })
+            .map(|(i, _)| i)
+            .ok_or("a tag never ends")?;
+        let tag = &after[..end];
+        rest = &after[end + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') {
+            continue;
+        }
+        if tag.contains('<') {
+            return Err(format!("`<` inside a tag: {tag}"));
+        }
+        if tag.matches('"').count() % 2 != 0 {
+            return Err(format!("unbalanced quotes: {tag}"));
+        }
+        if let Some(name) = tag.strip_prefix('/') {
+            match stack.pop() {
+                Some(open) if open == name.trim() => {}
+                other => return Err(format!("</{name}> closes {other:?}")),
+            }
+            continue;
+        }
+        let name: String = tag
+            .chars()
+            .take_while(|c| !c.is_whitespace() && *c != '/')
+            .collect();
+        if name.is_empty() {
+            return Err(format!("empty tag name: <{tag}>"));
+        }
+        if stack.is_empty() {
+            if root.is_some() {
+                return Err(format!("a second root element <{name}>"));
+            }
+            root = Some(name.clone());
+        }
+        count += 1;
+        if !tag.ends_with('/') {
+            stack.push(name);
+        }
+    }
+    if !stack.is_empty() {
+        return Err(format!("never closed: {stack:?}"));
+    }
+    if !rest.trim().is_empty() {
+        return Err(format!("text after the root: {}", rest.trim()));
+    }
+    Ok((root.ok_or("no element")?, count))
+}
+
+#[test]
+fn the_xml_check_finds_broken_documents() {
+    assert_eq!(
+        well_formed_xml("<svg a=\"1\"><rect/><g><text>a &amp; b</text></g></svg>\n"),
+        Ok(("svg".to_string(), 4))
+    );
+    for bad in [
+        "<svg><rect></svg>",
+        "<svg><text>a & b</text></svg>",
+        "<svg a=\"1><rect/></svg>",
+        "<svg></svg><svg></svg>",
+        "<svg><g></svg></g>",
+    ] {
+        assert!(well_formed_xml(bad).is_err(), "{bad}");
+    }
+}
+
+/// `dyncc plot --diff OLD NEW` draws what `dyncc diff` lists: the cells
+/// whose decision changes are marked with the kind of change, both
+/// decisions in their tooltip, the effect on a strip of its own; the SVG
+/// is well-formed and renders.
+#[test]
+fn plot_diff_marks_the_cells_whose_decision_changes() {
+    let d = tempfile::tempdir().unwrap();
+    let old_bytes = sample("x");
+    let old = write(d.path(), "old.tbl", &old_bytes);
+    // new: allgather left to NCCL, allreduce at 4 nodes ring/simple from 1 MiB.
+    let t = Table::from_bytes(&old_bytes).unwrap();
+    let mut nb = TableBuilder::new();
+    for c in t.contexts().filter(|c| c.spec().coll == Coll::AllReduce) {
+        let mut rules: Vec<Rule> = c.rules().collect();
+        if c.spec().nodes == (4, 4) {
+            rules[1].decision = force(Algo::Ring, Proto::Simple, 0);
+            rules[1].gain = 1.2;
+        }
+        nb.context(c.spec(), &rules).unwrap();
+    }
+    let new_bytes = nb.build().unwrap();
+    let new = write(d.path(), "new.tbl", &new_bytes);
+    let svg = d.path().join("changes.svg");
+    let (o, n, out_path) = (
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+        svg.to_str().unwrap(),
+    );
+    let out = ok(&["plot", "--diff", o, n, "-o", out_path]);
+    assert!(out.contains("wrote"), "{out}");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    let (root, elements) = well_formed_xml(&s).unwrap_or_else(|e| panic!("{e}\n{s}"));
+    assert_eq!(root, "svg");
+    assert!(elements > 20, "{elements} elements");
+    assert!(s.contains("allreduce \u{2014} 8 ranks per node"), "{s}");
+    assert!(s.contains("allgather \u{2014} 8 ranks per node"), "{s}");
+
+    let rects: Vec<&str> = s.lines().filter(|l| l.starts_with("<rect class=")).collect();
+    let cell = |class: &str, title: &str| {
+        rects
+            .iter()
+            .any(|l| l.contains(&format!("class=\"{class}\"")) && l.contains(title))
+    };
+    // allreduce at 4 nodes from 1 MiB: one setting for another.
+    assert!(
+        cell("changed switched", "1 MiB..") && cell("changed switched", "ring/ll128/16ch -&gt; ring/simple"),
+        "{s}"
+    );
+    // allgather at 1 node up to 4 KiB: given back to NCCL.
+    assert!(cell("changed returned", "ring/ll -&gt; NCCL's choice"), "{s}");
+    // 2 nodes' tree/ll is unchanged, and drawn as such.
+    assert!(cell("unchanged", "tree/ll in both"), "{s}");
+    assert!(!rects.iter().any(|l| l.contains("changed taken")), "nothing is taken over");
+    // The effect has its own strip: 1.2 / 1.12 at 4 nodes.
+    assert!(cell("effect", "+7.1 %"), "{s}");
+    assert!(s.contains(">ring/ll128/16ch -&gt; ring/simple</text>"), "the legend lists the change");
+
+    // Identical tables: nothing marked changed.
+    ok(&["plot", "--diff", o, o, "-o", out_path]);
+    let same = std::fs::read_to_string(&svg).unwrap();
+    well_formed_xml(&same).unwrap();
+    assert!(!same.contains("class=\"changed"));
+    assert!(same.contains("no decision differs"));
+
+    // One table and --diff together, or --diff with one table, is a usage error.
+    for args in [
+        vec!["plot", o, "--diff", o, n, "-o", out_path],
+        vec!["plot", "--diff", o, "-o", out_path],
+    ] {
+        assert_eq!(dyncc_output(&args).status.code(), Some(2), "{args:?}");
+    }
+    // The SVG may not overwrite either table.
+    assert_eq!(
+        dyncc_output(&["plot", "--diff", o, n, "-o", n]).status.code(),
+        Some(2)
+    );
+    assert_eq!(std::fs::read(&new).unwrap(), new_bytes);
+
+    ok(&["plot", "--diff", o, n, "-o", out_path]);
+    crate::support::tools::require_tool("rsvg-convert", "librsvg2-bin");
+    let png = d.path().join("changes.png");
+    let r = Command::new("rsvg-convert")
+        .arg(&svg)
+        .arg("-o")
+        .arg(&png)
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "rsvg-convert rejected the SVG: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let help = ok(&["plot", "--help"]);
+    assert!(help.contains("dyncc plot --diff "), "{help}");
 }
 
 #[test]

@@ -124,23 +124,96 @@ fn every_book_page_is_in_the_summary() {
     }
 }
 
-/// Nothing a reader of a clone cannot open: the session's shared folder,
-/// the tracker's issue numbers.
+/// Every markdown file of the repository the checks below read: all of
+/// them but build outputs and the published files copied verbatim into
+/// tests/data/real/ (other people's notes, which must stay as published;
+/// its README.md is ours and is checked).
+fn every_markdown_file() -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap();
+            let name = p.file_name().unwrap().to_string_lossy();
+            if p.is_dir() {
+                let skip = name == "target"
+                    || name.starts_with('.')
+                    || rel == Path::new("docs/book")
+                    || rel.starts_with("fuzz/corpus");
+                if !skip {
+                    walk(root, &p, out);
+                }
+            } else if p.extension().is_some_and(|x| x == "md") {
+                let published = rel.starts_with("tests/data/real")
+                    && rel != Path::new("tests/data/real/README.md");
+                if !published {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    let root = root();
+    let mut v = Vec::new();
+    walk(&root, &root, &mut v);
+    v.sort();
+    v
+}
+
+/// What a reader of a clone cannot open on `line`: the development
+/// checkout's shared folder, or an issue number with no link to the
+/// tracker that holds it ("issue 44" means nothing outside this project's
+/// tracker; "[NCCL issue #1136](https://github.com/NVIDIA/nccl/issues/1136)"
+/// resolves).
+fn unresolvable(line: &str) -> Option<String> {
+    let lower = line.to_lowercase();
+    for path in ["../shared", "shared/reference", "shared/datasets", "shared/design"] {
+        if lower.contains(path) {
+            return Some(format!("names `{path}`, which a clone lacks"));
+        }
+    }
+    for (at, word) in lower.match_indices("issue") {
+        let rest = lower[at + word.len()..].trim_start_matches('s');
+        let rest = rest.strip_prefix(' ').unwrap_or(rest);
+        let rest = rest.strip_prefix('#').unwrap_or(rest);
+        let number: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        if !number.is_empty() && !lower.contains(&format!("/issues/{number}")) {
+            return Some(format!(
+                "names issue {number} without a link to the tracker that holds it"
+            ));
+        }
+    }
+    None
+}
+
+#[test]
+fn unresolvable_names_are_found() {
+    assert!(unresolvable("see issue 44").is_some());
+    assert!(unresolvable("(issue #1136)").is_some());
+    assert!(unresolvable("diff -r ../shared/datasets/real x").is_some());
+    assert!(unresolvable("`shared/datasets/real/sweeps/`").is_some());
+    assert!(unresolvable("[NCCL issue #1136](https://github.com/NVIDIA/nccl/issues/1136)").is_none());
+    assert!(unresolvable("cp cluster.tbl /shared/cluster.tbl").is_none());
+    assert!(unresolvable("the issue is 3 nodes").is_none());
+}
+
+/// Nothing a reader of a clone cannot open, in any committed markdown
+/// file: the development checkout's shared folder, the tracker's issue
+/// numbers.
 #[test]
 fn no_document_names_what_a_clone_lacks() {
+    let root = root();
+    let docs = every_markdown_file();
+    assert!(
+        docs.len() > 30 && docs.iter().any(|d| d.ends_with("tests/data/real/README.md")),
+        "only {} markdown files found: is the walk right?",
+        docs.len()
+    );
     let mut found = Vec::new();
-    for doc in documents() {
+    for doc in docs {
         let md = std::fs::read_to_string(&doc).unwrap();
+        let rel = doc.strip_prefix(&root).unwrap().display().to_string();
         for (i, line) in md.lines().enumerate() {
-            let lower = line.to_lowercase();
-            let issue = lower.match_indices("issue ").any(|(at, _)| {
-                lower[at + 6..]
-                    .chars()
-                    .next()
-                    .is_some_and(|c| c.is_ascii_digit())
-            });
-            if lower.contains("../shared") || lower.contains("shared/reference") || issue {
-                found.push(format!("{}:{}: {line}", doc.display(), i + 1));
+            if let Some(why) = unresolvable(line) {
+                found.push(format!("{rel}:{}: {why}: {line}", i + 1));
             }
         }
     }

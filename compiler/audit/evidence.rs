@@ -12,7 +12,7 @@
 
 use dyncc_tables::{size_bucket, Basis, Coll, Decision, Lookup, Table};
 
-use crate::units::{fmt_bytes, fmt_gain};
+use crate::units::{fmt_bytes, fmt_gain_range};
 
 /// What one answer rests on, strongest first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -200,12 +200,7 @@ impl Evidence {
 
     /// "+4.1 %", or "+3.0 to +5.6 %" when the shapes' gains print apart.
     pub fn gain_text(&self) -> String {
-        let (lo, hi) = (fmt_gain(self.gain_min), fmt_gain(self.gain_max));
-        if lo == hi || self.gain_max < self.gain_min {
-            lo
-        } else {
-            format!("{} to {hi}", lo.trim_end_matches(" %"))
-        }
+        fmt_gain_range(self.gain_min, self.gain_max)
     }
 
     /// "tree/ll, +4.1 % vs default, measured" or "NCCL's choice (measured)".

@@ -2,7 +2,10 @@
 //! Both tables are resolved the way the plugin resolves them (first
 //! matching context, then the size rule) over every (collective, nodes,
 //! ranks per node, size) region either table has a context for, and the
-//! regions whose decision differs are listed with the expected effect.
+//! regions whose decision differs are listed with the expected effect:
+//! its range over every size and node count the region spans (a region
+//! can cross several rules of either table, each with its own gain), as
+//! compile and query print a region's gain.
 
 use std::path::PathBuf;
 
@@ -13,15 +16,17 @@ use crate::audit::files::{open, read_table};
 use crate::audit::names::SettingJson;
 use crate::audit::plane::{live_buckets, patches, plane, probes, run_bytes, runs, Patch, Probe};
 use crate::audit::text::{fmt_decision, fmt_sizes, fmt_span};
-use crate::units::fmt_gain;
+use crate::units::fmt_gain_range;
 
 /// Show where two tables decide differently.
 ///
 /// Lists every region (collective, node range, ranks per node, size
 /// range) where a job would get a different decision from NEW than from
-/// OLD, with both decisions and the expected effect of the change (by the
-/// tables' own gain estimates). Metadata differences (command line, dates)
-/// are shown but do not count.
+/// OLD, with both decisions and the expected effect of the change: the
+/// speedup of NEW over OLD by the tables' own gain estimates, as a range
+/// ("+4.1 to +5.6 %") when the region spans sizes or node counts whose
+/// gains differ. Metadata differences (command line, dates) are shown but
+/// do not count. `dyncc plot --diff OLD NEW -o changes.svg` draws the same.
 ///
 /// Exit status: 0 when the decisions are identical, 1 when they differ,
 /// 2 when a table is missing, unreadable or not a valid table (or on a
@@ -48,6 +53,8 @@ pub struct Side {
     pub setting: SettingJson,
     /// Smallest expected gain over NCCL's default in the region.
     pub expected_gain: f32,
+    /// Largest expected gain over NCCL's default in the region.
+    pub expected_gain_max: f32,
     pub basis: Option<&'static str>,
     pub context: Option<u32>,
 }
@@ -64,8 +71,41 @@ pub struct Change {
     pub old: Side,
     pub new: Side,
     /// Expected speedup of NEW over OLD in the region (geometric mean over
-    /// its size buckets of gain_new / gain_old; > 1 is faster).
+    /// its cells, one per size bucket and node range, of gain_new /
+    /// gain_old; > 1 is faster).
     pub expected_effect: f64,
+    /// The smallest and largest speedup of any cell of the region: the
+    /// region can span rules of either table with different gains.
+    pub expected_effect_min: f64,
+    pub expected_effect_max: f64,
+    /// How many cells the geometric mean is over, so that merging node
+    /// ranges weighs each cell once.
+    #[serde(skip)]
+    cells: u32,
+}
+
+impl Change {
+    /// The effect as printed: one figure, or the range over the region.
+    pub fn effect_text(&self) -> String {
+        fmt_gain_range(self.expected_effect_min, self.expected_effect_max)
+    }
+
+    /// Folds the same change at the next node range into this one.
+    fn absorb(&mut self, y: &Change) {
+        self.nodes.1 = y.nodes.1;
+        for (x, y) in [(&mut self.old, &y.old), (&mut self.new, &y.new)] {
+            x.expected_gain = x.expected_gain.min(y.expected_gain);
+            x.expected_gain_max = x.expected_gain_max.max(y.expected_gain_max);
+        }
+        let (n, m) = (self.cells as f64, y.cells as f64);
+        if n + m > 0.0 {
+            self.expected_effect =
+                ((self.expected_effect.ln() * n + y.expected_effect.ln() * m) / (n + m)).exp();
+        }
+        self.cells += y.cells;
+        self.expected_effect_min = self.expected_effect_min.min(y.expected_effect_min);
+        self.expected_effect_max = self.expected_effect_max.max(y.expected_effect_max);
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -129,13 +169,14 @@ pub fn coverage_changes(a: &Table, b: &Table) -> Vec<CoverageChange> {
 
 fn side(row: &[Lookup; NUM_BUCKETS], r: (u8, u8)) -> Side {
     let l = row[r.0 as usize];
-    let live = live_buckets().filter(|b| (r.0..=r.1).contains(b));
-    let gain = live
+    let gains: Vec<f32> = live_buckets()
+        .filter(|b| (r.0..=r.1).contains(b))
         .map(|b| row[b as usize].gain)
-        .fold(f32::INFINITY, f32::min);
+        .collect();
     Side {
         setting: SettingJson::of(l.decision),
-        expected_gain: gain,
+        expected_gain: gains.iter().copied().fold(f32::INFINITY, f32::min),
+        expected_gain_max: gains.iter().copied().fold(f32::NEG_INFINITY, f32::max),
         basis: l.basis.map(dyncc_tables::Basis::name),
         context: l.context,
     }
@@ -160,11 +201,11 @@ fn patch_changes(a: &Table, b: &Table, p: &Patch, probe: Probe) -> Vec<Change> {
         .filter(|r| pair[r.0 as usize].0 != pair[r.0 as usize].1)
         .map(|r| {
             let (lo, hi) = run_bytes(r);
-            let live: Vec<u8> = live_buckets().filter(|k| (r.0..=r.1).contains(k)).collect();
-            let log_sum: f64 = live
-                .iter()
-                .map(|&k| (rb[k as usize].gain as f64 / ra[k as usize].gain as f64).ln())
-                .sum();
+            let effects: Vec<f64> = live_buckets()
+                .filter(|k| (r.0..=r.1).contains(k))
+                .map(|k| rb[k as usize].gain as f64 / ra[k as usize].gain as f64)
+                .collect();
+            let log_sum: f64 = effects.iter().map(|e| e.ln()).sum();
             Change {
                 collective: p.coll.name(),
                 nodes: p.nodes,
@@ -175,7 +216,10 @@ fn patch_changes(a: &Table, b: &Table, p: &Patch, probe: Probe) -> Vec<Change> {
                 reg_buff: probe.reg_buff,
                 old: side(&ra, r),
                 new: side(&rb, r),
-                expected_effect: (log_sum / live.len().max(1) as f64).exp(),
+                expected_effect: (log_sum / effects.len().max(1) as f64).exp(),
+                expected_effect_min: effects.iter().copied().fold(f64::INFINITY, f64::min),
+                expected_effect_max: effects.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                cells: effects.len() as u32,
             }
         })
         .collect()
@@ -213,10 +257,7 @@ pub fn diff(a: &Table, b: &Table) -> Vec<Change> {
                     Some(q) if same_as_prev(q) => {
                         q.0.nodes.1 = p.nodes.1;
                         for (x, y) in q.1.iter_mut().zip(&ch) {
-                            x.nodes.1 = p.nodes.1;
-                            x.old.expected_gain = x.old.expected_gain.min(y.old.expected_gain);
-                            x.new.expected_gain = x.new.expected_gain.min(y.new.expected_gain);
-                            x.expected_effect = (x.expected_effect * y.expected_effect).sqrt();
+                            x.absorb(y);
                         }
                     }
                     _ => {
@@ -285,7 +326,7 @@ fn print_human(j: &DiffJson) {
             if j.changes.len() == 1 { "" } else { "s" }
         );
         println!(
-            "  {:<14} {:>7} {:>5}  {:<28} {:<22}    {:<22} {:>9}",
+            "  {:<14} {:>7} {:>5}  {:<28} {:<22}    {:<22} {:>15}",
             "collective", "nodes", "ppn", "sizes", "old", "new", "effect"
         );
         for c in &j.changes {
@@ -295,14 +336,14 @@ fn print_human(j: &DiffJson) {
                 String::new()
             };
             println!(
-                "  {:<14} {:>7} {:>5}  {:<28} {:<22} -> {:<22} {:>9}{gate}",
+                "  {:<14} {:>7} {:>5}  {:<28} {:<22} -> {:<22} {:>15}{gate}",
                 c.collective,
                 fmt_span(c.nodes.0, c.nodes.1),
                 fmt_span(c.ppn.0, c.ppn.1),
                 fmt_sizes(c.from_bytes, c.to_bytes),
                 decision_of(&c.old),
                 decision_of(&c.new),
-                fmt_gain(c.expected_effect)
+                c.effect_text()
             );
         }
     }

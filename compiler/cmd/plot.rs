@@ -3,7 +3,8 @@
 //! each cell is coloured by the decision the plugin makes there and hatched
 //! when the decision is interpolated or extrapolated rather than measured;
 //! under it, the expected gain over NCCL's default on a scale of its own, so
-//! decision and gain never share a visual channel.
+//! decision and gain never share a visual channel. `--diff OLD NEW` draws
+//! what changes between two tables on the same grid ([`changes`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -20,6 +21,8 @@ use crate::audit::plane::{live_buckets, patches, plane, Patch, Probe};
 use crate::audit::text::fmt_span;
 use crate::units::{fmt_bytes, fmt_gain};
 
+mod changes;
+
 /// Draw a table's decision map as SVG.
 ///
 /// One panel per collective and ranks-per-node: x = message size (log
@@ -33,14 +36,30 @@ use crate::units::{fmt_bytes, fmt_gain};
 /// default on its own scale (white: none, dark: the table's largest). Open
 /// it in a browser, or convert it with `rsvg-convert map.svg -o map.png`.
 ///
+/// With --diff OLD NEW, draws instead what changes for jobs when OLD is
+/// replaced by NEW (what `dyncc diff` lists), on the same grid: blue =
+/// NEW forces a setting where OLD left NCCL's choice, red = NEW gives a
+/// setting back to NCCL, purple = NEW forces another setting, light grey
+/// = the same decision in both; rows are the node ranges either table
+/// distinguishes. Hover a cell for both decisions. Under each map, the
+/// expected effect of NEW over OLD by the tables' own gains, on a scale
+/// of its own (brown slower, white the same, teal faster); the legend
+/// lists every change.
+///
 /// Examples:
 ///   dyncc plot cluster.tbl -o map.svg
 ///   dyncc plot cluster.tbl --coll allgather --min-bytes 1K --max-bytes 1GiB -o ag.svg
+///   dyncc plot --diff cluster.tbl cluster-next.tbl -o changes.svg
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct PlotArgs {
     /// The table (written by `dyncc compile`).
-    pub table: PathBuf,
+    #[arg(required_unless_present = "diff")]
+    pub table: Option<PathBuf>,
+    /// Draw what changes from table OLD (what jobs use today) to table NEW
+    /// instead of one table's decisions.
+    #[arg(long, num_args = 2, value_names = ["OLD", "NEW"], conflicts_with = "table")]
+    pub diff: Option<Vec<PathBuf>>,
     /// Where to write the SVG (atomically).
     #[arg(short, long)]
     pub output: PathBuf,
@@ -55,25 +74,72 @@ pub struct PlotArgs {
     pub max_bytes: Option<String>,
 }
 
-fn short_bytes(n: u64) -> String {
+pub(super) fn short_bytes(n: u64) -> String {
     fmt_bytes(n).replace(' ', "").replace("iB", "")
 }
 
-fn esc(s: &str) -> String {
+pub(super) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
 
-const LEFT: f64 = 64.0;
-const CELL_W: f64 = 5.0;
-const ROW_H: f64 = 22.0;
-const GAIN_ROW_H: f64 = 10.0;
+/// The x axis under a panel spanning `top..axis_y`: a tick every 3
+/// octaves (12 buckets), labelled with the size, and the axis title.
+pub(super) fn size_axis(body: &mut String, cols: &[u8], top: f64, axis_y: f64) {
+    for (k, &b) in cols.iter().enumerate() {
+        if b % 12 != 0 || b < 12 {
+            continue;
+        }
+        let x = LEFT + k as f64 * CELL_W;
+        let _ = writeln!(body, "<line x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{axis_y:.1}\" stroke=\"#000000\" stroke-opacity=\"0.12\" stroke-width=\"0.8\"/>");
+        let _ = writeln!(body, "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#555\" stroke-width=\"0.8\"/>", axis_y + 4.0);
+        let _ = writeln!(
+            body,
+            "<text x=\"{x:.1}\" y=\"{:.1}\" {FONT} font-size=\"10\" text-anchor=\"middle\">{}</text>",
+            axis_y + 15.0,
+            short_bytes(bucket_lower_bound(b))
+        );
+    }
+    let plot_w = cols.len() as f64 * CELL_W;
+    let _ = writeln!(
+        body,
+        "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} font-size=\"11\" text-anchor=\"middle\">message size (bytes, log scale)</text>",
+        LEFT + plot_w / 2.0,
+        axis_y + 30.0
+    );
+}
+
+/// The buckets on the x axis: 8 B .. 4 GiB, widened to `first..=last`
+/// (the sizes that matter: forced, or changed) unless they are open-ended;
+/// `--min-bytes` and `--max-bytes` override.
+pub(super) fn size_range(first: u8, last: u8, min_b: Option<u64>, max_b: Option<u64>) -> (u8, u8) {
+    let mut x0 = size_bucket(8);
+    let mut x1 = size_bucket(4 << 30);
+    if first != u8::MAX {
+        x0 = x0.min(first.max(8));
+        if last < size_bucket(1 << 40) {
+            x1 = x1.max(last);
+        }
+    }
+    if let Some(m) = min_b {
+        x0 = size_bucket(m).max(8);
+    }
+    if let Some(m) = max_b {
+        x1 = size_bucket(m).max(x0);
+    }
+    (x0, x1)
+}
+
+pub(super) const LEFT: f64 = 64.0;
+pub(super) const CELL_W: f64 = 5.0;
+pub(super) const ROW_H: f64 = 22.0;
+pub(super) const GAIN_ROW_H: f64 = 10.0;
 /// NCCL's own choice where the sweep measured it best (or within the noise).
 const NCCL_BEST: &str = "#d0d0d0";
 /// NCCL's own choice where nothing was confidently better.
 const NCCL_UNSURE: &str = "#ffffff";
-const FONT: &str = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
+pub(super) const FONT: &str = "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\"";
 
 /// One row of a panel: a node span and its answers per size bucket.
 type Row = (Patch, Box<[Lookup; 256]>);
@@ -131,21 +197,7 @@ pub fn render(
             ..
         }) => (*algo as u8, *proto as u8, *channels),
     });
-    // x range: 8 B .. 4 GiB, widened to every forced size that is not open-ended.
-    let mut x0 = size_bucket(8);
-    let mut x1 = size_bucket(4 << 30);
-    if first_forced != u8::MAX {
-        x0 = x0.min(first_forced.max(8));
-        if last_forced < size_bucket(1 << 40) {
-            x1 = x1.max(last_forced);
-        }
-    }
-    if let Some(m) = min_b {
-        x0 = size_bucket(m).max(8);
-    }
-    if let Some(m) = max_b {
-        x1 = size_bucket(m).max(x0);
-    }
+    let (x0, x1) = size_range(first_forced, last_forced, min_b, max_b);
     let cols: Vec<u8> = live_buckets().filter(|b| (x0..=x1).contains(b)).collect();
     let plot_w = cols.len() as f64 * CELL_W;
     let width = (LEFT + plot_w + 24.0).max(560.0);
@@ -302,28 +354,8 @@ pub fn render(
             top + h / 2.0,
             top + h / 2.0
         );
-        // x ticks every 3 octaves (12 buckets), labelled with the size.
         let axis_y = top + h;
-        for (k, &b) in cols.iter().enumerate() {
-            if b % 12 != 0 || b < 12 {
-                continue;
-            }
-            let x = LEFT + k as f64 * CELL_W;
-            let _ = writeln!(body, "<line x1=\"{x:.1}\" y1=\"{top:.1}\" x2=\"{x:.1}\" y2=\"{axis_y:.1}\" stroke=\"#000000\" stroke-opacity=\"0.12\" stroke-width=\"0.8\"/>");
-            let _ = writeln!(body, "<line x1=\"{x:.1}\" y1=\"{axis_y:.1}\" x2=\"{x:.1}\" y2=\"{:.1}\" stroke=\"#555\" stroke-width=\"0.8\"/>", axis_y + 4.0);
-            let _ = writeln!(
-                body,
-                "<text x=\"{x:.1}\" y=\"{:.1}\" {FONT} font-size=\"10\" text-anchor=\"middle\">{}</text>",
-                axis_y + 15.0,
-                short_bytes(bucket_lower_bound(b))
-            );
-        }
-        let _ = writeln!(
-            body,
-            "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} font-size=\"11\" text-anchor=\"middle\">message size (bytes, log scale)</text>",
-            LEFT + plot_w / 2.0,
-            axis_y + 30.0
-        );
+        size_axis(&mut body, &cols, top, axis_y);
         y = axis_y + 50.0;
         // The gain, same rows and columns, on its own scale.
         let _ = writeln!(
@@ -505,10 +537,15 @@ pub fn render(
 }
 
 pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
-    // Writing the SVG over the table would destroy it.
-    crate::atomic::check_output(&a.output, [a.table.as_path()], "svg")?;
-    let bytes = read_table(&a.table)?;
-    let table = open(&a.table, &bytes)?;
+    // The tables this picture reads: one, or OLD and NEW.
+    let inputs: Vec<PathBuf> = match (&a.diff, &a.table) {
+        (Some(pair), _) => pair.clone(),
+        (None, Some(t)) => vec![t.clone()],
+        // clap requires one of the two.
+        (None, None) => anyhow::bail!("name a table, or --diff OLD NEW"),
+    };
+    // Writing the SVG over a table would destroy it.
+    crate::atomic::check_output(&a.output, inputs.iter().map(|p| p.as_path()), "svg")?;
     let colls = parse_colls(a.coll.as_deref())?;
     let parse = |v: &Option<String>, flag: &str| -> anyhow::Result<Option<u64>> {
         v.as_deref()
@@ -528,11 +565,26 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    let svg = render(&table, &a.table.display().to_string(), &colls, lo, hi);
+    let bytes: Vec<Vec<u8>> = inputs
+        .iter()
+        .map(|p| read_table(p))
+        .collect::<anyhow::Result<_>>()?;
+    let tables: Vec<Table> = inputs
+        .iter()
+        .zip(&bytes)
+        .map(|(p, b)| open(p, b))
+        .collect::<anyhow::Result<_>>()?;
+    let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+    let svg = match tables.as_slice() {
+        [old, new] => changes::render(old, new, (&names[0], &names[1]), &colls, lo, hi),
+        [table, ..] => render(table, &names[0], &colls, lo, hi),
+        [] => anyhow::bail!("name a table, or --diff OLD NEW"),
+    };
     write_output_or_stdout(&a.output, svg.as_bytes(), 0o644)?;
+    let what = if a.diff.is_some() { "change map" } else { "map" };
     if crate::atomic::names_stdout(&a.output) {
         // The SVG went to stdout; the note must not follow it there.
-        eprintln!("wrote the map to standard output ({} bytes)", svg.len());
+        eprintln!("wrote the {what} to standard output ({} bytes)", svg.len());
     } else {
         println!(
             "wrote {} ({} bytes); view it in a browser or `rsvg-convert {} -o map.png`",
