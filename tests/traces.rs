@@ -1897,3 +1897,96 @@ fn a_forced_call_nccl_ran_otherwise_enters_neither_side() {
     let o = r["traces"]["overridden"].to_string();
     assert!(o.contains("capped.trace") && o.contains("490"), "{o}");
 }
+
+/// Issue 40 item 6: `dyncc diff OLD NEW --data SWEEP TRACES` names, for
+/// each region traces changed, the points jobs measured there, the
+/// communicators behind them and the trace files, read as compile read
+/// them; a region no job measured carries none, and without `--data` no
+/// region does. Before, diff had no `--data`: a reviewer saw the change
+/// and not what moved it.
+#[test]
+fn diff_with_data_names_the_trace_files_behind_each_change() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(&traces, "a.trace", 23007, &[comm(1, 4, 0)], &explored_win());
+    let before = d.path().join("before.tbl");
+    compile_json(&[&s], &before);
+    let after = d.path().join("after.tbl");
+    compile_json(&[&s, &traces], &after);
+    let diff = |extra: &[&Path]| {
+        let o = dyncc()
+            .arg("diff")
+            .arg(&before)
+            .arg(&after)
+            .args(extra)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let plain = diff(&[]);
+    let changes = plain["changes"].as_array().unwrap();
+    assert!(!changes.is_empty(), "{plain}");
+    assert!(changes.iter().all(|c| c.get("traces").is_none()), "{plain}");
+    let with = diff(&[Path::new("--data"), &s, &traces]);
+    let at_4 = with["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| {
+            let (lo, hi) = (
+                c["nodes"][0].as_u64().unwrap(),
+                c["nodes"][1].as_u64().unwrap(),
+            );
+            let (from, to) = (
+                c["from_bytes"].as_u64().unwrap(),
+                c["to_bytes"].as_u64().unwrap(),
+            );
+            (lo..=hi).contains(&4) && (from..=to).contains(&(1 << 20))
+        })
+        .unwrap_or_else(|| panic!("no change at 4 nodes, 1 MiB: {with}"));
+    let t = &at_4["traces"];
+    assert_eq!(t["points"], 1, "{at_4}");
+    assert_eq!(t["communicators"], 1, "{at_4}");
+    let files = t["files"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{at_4}");
+    assert!(files[0].as_str().unwrap().ends_with("a.trace"), "{at_4}");
+    // The text says it under the change.
+    let o = dyncc()
+        .arg("diff")
+        .arg(&before)
+        .arg(&after)
+        .arg("--data")
+        .arg(&s)
+        .arg(&traces)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("jobs measured 1 point here (up to 1 communicator each)")
+            && text.contains("a.trace"),
+        "{text}"
+    );
+    // Traces alone are refused, as query refuses them.
+    let o = dyncc()
+        .arg("diff")
+        .arg(&before)
+        .arg(&after)
+        .arg("--data")
+        .arg(&traces)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("give it too"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

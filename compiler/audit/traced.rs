@@ -1,13 +1,19 @@
-//! What jobs measured near one call, for `dyncc query --data SWEEP TRACES`:
+//! What jobs measured near one call, for `dyncc query --data SWEEP TRACES`
+//! (and inside a changed region, for `dyncc diff --data`):
 //! the points compile reads from the same traces (through the pipeline's
 //! one reading, [`crate::pipeline::trace_cells`]), at the traced
 //! communicator shape nearest the call and the traced sizes around it. A
 //! decision at a count jobs ran rests on these; a setting short of the
 //! evidence rule is shown with why it decides nothing.
 
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
 use serde::Serialize;
 
 use dyncc_tables::Table;
+
+use crate::ingest::args::IngestArgs;
 
 use crate::decide::DecideOptions;
 use crate::ingest::traces::{Finding, TraceNotes, TracedGain, TracedPoint, Verdict};
@@ -161,6 +167,12 @@ impl Traced {
             skipped,
             bar,
         }
+    }
+
+    /// The points jobs measured that decided a setting's fate (those
+    /// compile's report lists).
+    pub fn points(&self) -> impl Iterator<Item = &TracedPoint> {
+        self.notes.points.iter()
     }
 
     fn findings(&self) -> impl Iterator<Item = &Finding> {
@@ -329,6 +341,101 @@ pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
         ));
     }
     out
+}
+
+/// What `--data SWEEP TRACES` holds for a table-reading command: the
+/// sweep's measured cells (its NCCL version, the inputs skipped), and the
+/// jobs' traces read against it as compile reads them.
+pub struct Data {
+    pub sweep: Option<(Vec<Cell>, u32, usize)>,
+    pub traced: Option<Traced>,
+}
+
+/// Reads `data` (sweep files and jobs' trace files, leniently) for
+/// `table` (at `table_path`): the traces of the table's platform and sweep
+/// only (unless `foreign`), judged by the table's own bar
+/// ([`TraceBar::of_table`]), through the pipeline's one reading
+/// ([`crate::pipeline::trace_cells`]). Traces without a sweep are an error:
+/// they are read against the sweep the table was compiled from.
+pub fn read_data(
+    table: &Table<'_>,
+    table_path: &Path,
+    data: &[PathBuf],
+    ingest: &IngestArgs,
+    foreign: bool,
+) -> anyhow::Result<Data> {
+    let mut sweeps = data.to_vec();
+    let crate::ingest::traces::Found {
+        files: trace_files,
+        skipped: walk_skipped,
+    } = crate::ingest::traces::find(&mut sweeps);
+    for s in &walk_skipped {
+        warn_skipped(s);
+    }
+    if !trace_files.is_empty() && sweeps.is_empty() {
+        bail!(
+            "--data holds only trace files ({}); jobs' measurements are read against the sweep \
+             the table was compiled from: give it too, e.g. `--data SWEEP_DIR TRACE_DIR`",
+            trace_files.len()
+        );
+    }
+    let sweep = if sweeps.is_empty() {
+        None
+    } else {
+        // The one read of a sweep (folded), always lenient here.
+        let read = IngestArgs {
+            lenient: true,
+            ..ingest.clone()
+        };
+        let mut ds = read.read_sweep(&sweeps, false).context("reading --data")?;
+        let mut trusted = ds.take_folded();
+        trusted.retain(|g| g.key.flags == 0);
+        let nccl = crate::pipeline::sweep_nccl_version(&trusted);
+        Some((trusted.cells(), nccl, ds.skipped.len()))
+    };
+    let traced = match &sweep {
+        Some((cells, nccl, _)) if !trace_files.is_empty() => {
+            let (mut files, mut skipped) = crate::ingest::traces::read(&trace_files, true)?;
+            // Named, as compile's report names them: a count alone does not
+            // say which job's traces were left out.
+            for s in &skipped {
+                warn_skipped(s);
+            }
+            skipped.extend(walk_skipped.iter().cloned());
+            let meta = |k| table.meta(k).filter(|v| !v.is_empty());
+            let provenance = crate::ingest::traces::check_provenance(
+                &mut files,
+                meta("platform"),
+                meta("gpu"),
+                table.sweep_fingerprint(),
+                None,
+                foreign,
+            )
+            .with_context(|| {
+                format!(
+                    "reading --data's traces against {} (the table's platform and sweep)",
+                    table_path.display()
+                )
+            })?;
+            let bar = TraceBar::of_table(table)?;
+            let (cells, mut notes) =
+                crate::pipeline::trace_cells(cells, *nccl, &files, &bar.decide());
+            notes.read.provenance = provenance;
+            Some(Traced::new(cells, notes, skipped.len(), bar))
+        }
+        _ => None,
+    };
+    Ok(Data { sweep, traced })
+}
+
+/// One input `--data` could not read, named on stderr.
+fn warn_skipped(s: &crate::ingest::Skip) {
+    eprintln!(
+        "warning: skipped {}:{}: {}",
+        s.file.display(),
+        s.line,
+        s.reason
+    );
 }
 
 #[cfg(test)]

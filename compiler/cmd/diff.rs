@@ -35,6 +35,7 @@ use crate::units::fmt_gain_range;
 /// Examples:
 ///   dyncc diff old.tbl new.tbl
 ///   dyncc diff old.tbl new.tbl --json | jq '.changes | length'
+///   dyncc diff old.tbl new.tbl --data sweep/ traces/   # what jobs measured in each change
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct DiffArgs {
@@ -42,9 +43,36 @@ pub struct DiffArgs {
     pub old: PathBuf,
     /// The table that would replace it.
     pub new: PathBuf,
+    /// The sweep NEW was compiled from and the jobs' trace files
+    /// (DYNCC_TRACE directories) it read: each changed region then names
+    /// the points jobs measured in it, the communicators behind them and
+    /// their files, read as `dyncc compile` read them (NEW's own bar and
+    /// provenance), so a reviewer sees what moved the table.
+    #[arg(long, num_args = 1.., value_name = "SWEEP_AND_TRACES")]
+    pub data: Vec<PathBuf>,
+    /// With --data: use trace files of another platform or sweep than
+    /// NEW's (refused without it, as compile refuses them).
+    #[arg(long, requires = "data")]
+    pub foreign_traces: bool,
+    /// How to read and label the --data inputs, as for `dyncc compile`
+    /// (always leniently: what cannot be read is counted).
+    #[command(flatten)]
+    pub ingest: crate::ingest::args::IngestArgs,
     /// Print a JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What jobs' traces measured inside a changed region (`--data`).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct RegionTraces {
+    /// Points (node count, ranks, size) jobs measured in the region that
+    /// decided a setting's fate there.
+    pub points: usize,
+    /// The most communicators behind one of those points.
+    pub communicators: usize,
+    /// The trace files behind them, sorted.
+    pub files: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -82,6 +110,10 @@ pub struct Change {
     /// ranges weighs each cell once.
     #[serde(skip)]
     cells: u32,
+    /// With `--data`: what jobs measured in the region (`None` where they
+    /// measured nothing there, or without `--data`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traces: Option<RegionTraces>,
 }
 
 impl Change {
@@ -220,6 +252,7 @@ fn patch_changes(a: &Table, b: &Table, p: &Patch, probe: Probe) -> Vec<Change> {
                 expected_effect_min: effects.iter().copied().fold(f64::INFINITY, f64::min),
                 expected_effect_max: effects.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 cells: effects.len() as u32,
+                traces: None,
             }
         })
         .collect()
@@ -312,6 +345,34 @@ pub fn meta_changes(a: &Table, b: &Table) -> Vec<MetaChange> {
         .collect()
 }
 
+/// The points jobs measured inside change `c`'s region.
+fn region_traces(t: &crate::audit::traced::Traced, c: &Change) -> Option<RegionTraces> {
+    let inside: Vec<_> = t
+        .points()
+        .filter(|p| {
+            let ppn = p.ranks / p.nodes.max(1);
+            p.collective == c.collective
+                && (c.nodes.0..=c.nodes.1).contains(&p.nodes)
+                && (c.ppn.0..=c.ppn.1).contains(&ppn)
+                && (c.from_bytes..=c.to_bytes).contains(&p.bytes)
+        })
+        .collect();
+    if inside.is_empty() {
+        return None;
+    }
+    let mut files: Vec<String> = inside
+        .iter()
+        .flat_map(|p| p.files.iter().cloned())
+        .collect();
+    files.sort();
+    files.dedup();
+    Some(RegionTraces {
+        points: inside.len(),
+        communicators: inside.iter().map(|p| p.communicators).max().unwrap_or(0),
+        files,
+    })
+}
+
 fn print_human(j: &DiffJson) {
     println!(
         "old {} (digest {})\nnew {} (digest {})",
@@ -345,6 +406,28 @@ fn print_human(j: &DiffJson) {
                 decision_of(&c.new),
                 c.effect_text()
             );
+            if let Some(t) = &c.traces {
+                const SHOWN: usize = 3;
+                let more = t.files.len().saturating_sub(SHOWN);
+                println!(
+                    "      jobs measured {} point{} here (up to {} communicator{} each): {}{}",
+                    t.points,
+                    if t.points == 1 { "" } else { "s" },
+                    t.communicators,
+                    if t.communicators == 1 { "" } else { "s" },
+                    t.files
+                        .iter()
+                        .take(SHOWN)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                );
+            }
         }
     }
     if !j.coverage.is_empty() {
@@ -383,7 +466,20 @@ fn print_human(j: &DiffJson) {
 pub fn run(a: DiffArgs) -> anyhow::Result<i32> {
     let (ba, bb) = (read_table(&a.old)?, read_table(&a.new)?);
     let (ta, tb) = (open(&a.old, &ba)?, open(&a.new, &bb)?);
-    let changes = diff(&ta, &tb);
+    let mut changes = diff(&ta, &tb);
+    if !a.data.is_empty() {
+        let data =
+            crate::audit::traced::read_data(&tb, &a.new, &a.data, &a.ingest, a.foreign_traces)?;
+        let Some(traced) = data.traced else {
+            anyhow::bail!(
+                "--data holds no trace file NEW could have read: give the sweep NEW was compiled \
+                 from and the jobs' DYNCC_TRACE directories, e.g. `--data SWEEP_DIR TRACE_DIR`"
+            );
+        };
+        for c in &mut changes {
+            c.traces = region_traces(&traced, c);
+        }
+    }
     let j = DiffJson {
         old: a.old.display().to_string(),
         new: a.new.display().to_string(),

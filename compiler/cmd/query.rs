@@ -19,7 +19,7 @@ use crate::audit::files::{open, read_table};
 use crate::audit::json::{context_json, RuleJson};
 use crate::audit::names::{feature_label, parse_coll, SettingJson};
 use crate::audit::text::{condition_text, fmt_decision, fmt_sizes, fmt_span, fmt_then};
-use crate::audit::traced::{self, Traced, TracedEvidence};
+use crate::audit::traced::{self, TracedEvidence};
 use crate::ingest::args::IngestArgs;
 use crate::record::{Cell, Collective, Config};
 use crate::units::{fmt_bytes, fmt_gain, parse_bytes};
@@ -682,85 +682,14 @@ fn parse_batch_line(line: &str) -> anyhow::Result<Call> {
     )
 }
 
-/// One input `--data` could not read, named on stderr.
-fn warn_skipped(s: &crate::ingest::Skip) {
-    eprintln!(
-        "warning: skipped {}:{}: {}",
-        s.file.display(),
-        s.line,
-        s.reason
-    );
-}
-
 pub fn run(a: QueryArgs) -> anyhow::Result<i32> {
     let bytes = read_table(&a.table)?;
     let table = open(&a.table, &bytes)?;
     let share = explore::check_share(a.explore.unwrap_or_else(|| explore::table_share(&table)))?;
-    // Jobs' trace files are read apart, against the sweep, as compile
-    // reads them.
-    let mut sweeps = a.data.clone();
-    let crate::ingest::traces::Found {
-        files: trace_files,
-        skipped: walk_skipped,
-    } = crate::ingest::traces::find(&mut sweeps);
-    for s in &walk_skipped {
-        warn_skipped(s);
-    }
-    if !trace_files.is_empty() && sweeps.is_empty() {
-        bail!(
-            "--data holds only trace files ({}); jobs' measurements are read against the sweep \
-             the table was compiled from: give it too, e.g. `--data SWEEP_DIR TRACE_DIR`",
-            trace_files.len()
-        );
-    }
-    let data = if sweeps.is_empty() {
-        None
-    } else {
-        // The one read of a sweep (folded), always lenient here.
-        let read = IngestArgs {
-            lenient: true,
-            ..a.ingest.clone()
-        };
-        let mut ds = read.read_sweep(&sweeps, false).context("reading --data")?;
-        let mut trusted = ds.take_folded();
-        trusted.retain(|g| g.key.flags == 0);
-        let nccl = crate::pipeline::sweep_nccl_version(&trusted);
-        Some((trusted.cells(), nccl, ds.skipped.len()))
-    };
-    let traced = match &data {
-        Some((cells, nccl, _)) if !trace_files.is_empty() => {
-            let (mut files, mut skipped) = crate::ingest::traces::read(&trace_files, true)?;
-            // Named, as compile's report names them: a count alone does not
-            // say which job's traces were left out.
-            for s in &skipped {
-                warn_skipped(s);
-            }
-            skipped.extend(walk_skipped.iter().cloned());
-            let meta = |k| table.meta(k).filter(|v| !v.is_empty());
-            // Traces of the table's platform and sweep only, as compile
-            // takes them (unless --foreign-traces).
-            let provenance = crate::ingest::traces::check_provenance(
-                &mut files,
-                meta("platform"),
-                meta("gpu"),
-                table.sweep_fingerprint(),
-                None,
-                a.foreign_traces,
-            )
-            .with_context(|| {
-                format!(
-                    "reading --data's traces against {} (the table's platform and sweep)",
-                    a.table.display()
-                )
-            })?;
-            let bar = traced::TraceBar::of_table(&table)?;
-            let (cells, mut notes) =
-                crate::pipeline::trace_cells(cells, *nccl, &files, &bar.decide());
-            notes.read.provenance = provenance;
-            Some(Traced::new(cells, notes, skipped.len(), bar))
-        }
-        _ => None,
-    };
+    let traced::Data {
+        sweep: data,
+        traced,
+    } = traced::read_data(&table, &a.table, &a.data, &a.ingest, a.foreign_traces)?;
     let with_evidence = |mut ans: Answer, call: &Call, d: Decision| {
         if let Some((cells, _, skipped)) = &data {
             ans.evidence = evidence(cells, call, d, *skipped);
