@@ -771,9 +771,19 @@ fn diff_effect_spans_every_rule_of_a_region_not_one() {
     let f = |k: &str| c[k].as_f64().unwrap_or_else(|| panic!("no {k}: {c}"));
     assert!((f("expected_effect_min") - 1.02).abs() < 1e-4, "{c}");
     assert!((f("expected_effect_max") - 1.056).abs() < 1e-4, "{c}");
-    assert!(f("expected_effect_min") < f("expected_effect") && f("expected_effect") < f("expected_effect_max"), "{c}");
-    assert!((c["new"]["expected_gain"].as_f64().unwrap() - 1.02).abs() < 1e-4, "{c}");
-    assert!((c["new"]["expected_gain_max"].as_f64().unwrap() - 1.056).abs() < 1e-4, "{c}");
+    assert!(
+        f("expected_effect_min") < f("expected_effect")
+            && f("expected_effect") < f("expected_effect_max"),
+        "{c}"
+    );
+    assert!(
+        (c["new"]["expected_gain"].as_f64().unwrap() - 1.02).abs() < 1e-4,
+        "{c}"
+    );
+    assert!(
+        (c["new"]["expected_gain_max"].as_f64().unwrap() - 1.056).abs() < 1e-4,
+        "{c}"
+    );
 
     // One node alone: the range of its two rules.
     let mut one = TableBuilder::new();
@@ -782,7 +792,8 @@ fn diff_effect_spans_every_rule_of_a_region_not_one() {
         .contexts()
         .filter(|c| c.spec().nodes == (1, 1))
     {
-        one.context(ctx.spec(), &ctx.rules().collect::<Vec<_>>()).unwrap();
+        one.context(ctx.spec(), &ctx.rules().collect::<Vec<_>>())
+            .unwrap();
     }
     all_default(&mut one, (2, 2));
     let one = write(d.path(), "one.tbl", &one.build().unwrap());
@@ -1025,7 +1036,7 @@ fn well_formed_xml(s: &str) -> Result<(String, usize), String> {
         if tag.contains('<') {
             return Err(format!("`<` inside a tag: {tag}"));
         }
-        if tag.matches('"').count() % 2 != 0 {
+        if !tag.matches('"').count().is_multiple_of(2) {
             return Err(format!("unbalanced quotes: {tag}"));
         }
         if let Some(name) = tag.strip_prefix('/') {
@@ -1116,7 +1127,10 @@ fn plot_diff_marks_the_cells_whose_decision_changes() {
     assert!(s.contains("allreduce \u{2014} 8 ranks per node"), "{s}");
     assert!(s.contains("allgather \u{2014} 8 ranks per node"), "{s}");
 
-    let rects: Vec<&str> = s.lines().filter(|l| l.starts_with("<rect class=")).collect();
+    let rects: Vec<&str> = s
+        .lines()
+        .filter(|l| l.starts_with("<rect class="))
+        .collect();
     let cell = |class: &str, title: &str| {
         rects
             .iter()
@@ -1124,17 +1138,27 @@ fn plot_diff_marks_the_cells_whose_decision_changes() {
     };
     // allreduce at 4 nodes from 1 MiB: one setting for another.
     assert!(
-        cell("changed switched", "1 MiB..") && cell("changed switched", "ring/ll128/16ch -&gt; ring/simple"),
+        cell("changed switched", "1 MiB..")
+            && cell("changed switched", "ring/ll128/16ch -&gt; ring/simple"),
         "{s}"
     );
     // allgather at 1 node up to 4 KiB: given back to NCCL.
-    assert!(cell("changed returned", "ring/ll -&gt; NCCL's choice"), "{s}");
+    assert!(
+        cell("changed returned", "ring/ll -&gt; NCCL's choice"),
+        "{s}"
+    );
     // 2 nodes' tree/ll is unchanged, and drawn as such.
     assert!(cell("unchanged", "tree/ll in both"), "{s}");
-    assert!(!rects.iter().any(|l| l.contains("changed taken")), "nothing is taken over");
+    assert!(
+        !rects.iter().any(|l| l.contains("changed taken")),
+        "nothing is taken over"
+    );
     // The effect has its own strip: 1.2 / 1.12 at 4 nodes.
     assert!(cell("effect", "+7.1 %"), "{s}");
-    assert!(s.contains(">ring/ll128/16ch -&gt; ring/simple</text>"), "the legend lists the change");
+    assert!(
+        s.contains(">ring/ll128/16ch -&gt; ring/simple</text>"),
+        "the legend lists the change"
+    );
 
     // Identical tables: nothing marked changed.
     ok(&["plot", "--diff", o, o, "-o", out_path]);
@@ -1152,7 +1176,9 @@ fn plot_diff_marks_the_cells_whose_decision_changes() {
     }
     // The SVG may not overwrite either table.
     assert_eq!(
-        dyncc_output(&["plot", "--diff", o, n, "-o", n]).status.code(),
+        dyncc_output(&["plot", "--diff", o, n, "-o", n])
+            .status
+            .code(),
         Some(2)
     );
     assert_eq!(std::fs::read(&new).unwrap(), new_bytes);

@@ -165,7 +165,12 @@ fn every_markdown_file() -> Vec<PathBuf> {
 /// resolves).
 fn unresolvable(line: &str) -> Option<String> {
     let lower = line.to_lowercase();
-    for path in ["../shared", "shared/reference", "shared/datasets", "shared/design"] {
+    for path in [
+        "../shared",
+        "shared/reference",
+        "shared/datasets",
+        "shared/design",
+    ] {
         if lower.contains(path) {
             return Some(format!("names `{path}`, which a clone lacks"));
         }
@@ -190,7 +195,9 @@ fn unresolvable_names_are_found() {
     assert!(unresolvable("(issue #1136)").is_some());
     assert!(unresolvable("diff -r ../shared/datasets/real x").is_some());
     assert!(unresolvable("`shared/datasets/real/sweeps/`").is_some());
-    assert!(unresolvable("[NCCL issue #1136](https://github.com/NVIDIA/nccl/issues/1136)").is_none());
+    assert!(
+        unresolvable("[NCCL issue #1136](https://github.com/NVIDIA/nccl/issues/1136)").is_none()
+    );
     assert!(unresolvable("cp cluster.tbl /shared/cluster.tbl").is_none());
     assert!(unresolvable("the issue is 3 nodes").is_none());
 }
@@ -203,7 +210,10 @@ fn no_document_names_what_a_clone_lacks() {
     let root = root();
     let docs = every_markdown_file();
     assert!(
-        docs.len() > 30 && docs.iter().any(|d| d.ends_with("tests/data/real/README.md")),
+        docs.len() > 30
+            && docs
+                .iter()
+                .any(|d| d.ends_with("tests/data/real/README.md")),
         "only {} markdown files found: is the walk right?",
         docs.len()
     );

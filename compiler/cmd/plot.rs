@@ -581,7 +581,11 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
         [] => anyhow::bail!("name a table, or --diff OLD NEW"),
     };
     write_output_or_stdout(&a.output, svg.as_bytes(), 0o644)?;
-    let what = if a.diff.is_some() { "change map" } else { "map" };
+    let what = if a.diff.is_some() {
+        "change map"
+    } else {
+        "map"
+    };
     if crate::atomic::names_stdout(&a.output) {
         // The SVG went to stdout; the note must not follow it there.
         eprintln!("wrote the {what} to standard output ({} bytes)", svg.len());

@@ -310,7 +310,13 @@ pub fn render(
         );
         y += 18.0;
         for (k, o, n) in pairs.keys() {
-            let _ = writeln!(legend, "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/>", LEFT + 8.0, y + 2.0, k.fill());
+            let _ = writeln!(
+                legend,
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"10\" height=\"10\" fill=\"{}\"/>",
+                LEFT + 8.0,
+                y + 2.0,
+                k.fill()
+            );
             let _ = writeln!(
                 legend,
                 "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} font-size=\"11\">{}</text>",
@@ -388,7 +394,10 @@ mod tests {
         let t = testutil::force(Algo::Tree, Proto::LL, 0);
         let r = testutil::force(Algo::Ring, Proto::LL, 0);
         assert_eq!(Kind::of(t, t), Kind::Unchanged);
-        assert_eq!(Kind::of(Decision::Default, Decision::Default), Kind::Unchanged);
+        assert_eq!(
+            Kind::of(Decision::Default, Decision::Default),
+            Kind::Unchanged
+        );
         assert_eq!(Kind::of(Decision::Default, t), Kind::Taken);
         assert_eq!(Kind::of(t, Decision::Default), Kind::Returned);
         assert_eq!(Kind::of(t, r), Kind::Switched);
