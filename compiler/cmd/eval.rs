@@ -38,11 +38,13 @@ mod traces;
 /// (measure the node counts your jobs run at).
 ///
 /// With --traces, it scores the table on what jobs measured (trace files
-/// from DYNCC_TRACE, or directories of them): within each file, at each
-/// shape (nodes, ranks, collective, size) where the job ran both NCCL's own
-/// choice and the table's setting, t(table)/t(NCCL's choice) from their
-/// geometric mean GPU times, +- its standard error from the traces' own
-/// spread; pooled, weighted by the calls at each shape. Shapes the table
+/// from DYNCC_TRACE, or directories of them): at each shape (nodes, ranks,
+/// collective, size) where jobs ran both NCCL's own choice and the
+/// table's setting (in one communicator or across several),
+/// t(table)/t(NCCL's choice) from their geometric mean GPU times, +- its
+/// standard error under compile's evidence rule (a communicator weighs
+/// like one sweep run, whatever its calls); pooled over shapes, weighted by
+/// the communicators that measured each. Shapes the table
 /// leaves to NCCL count as "default" (ratio 1); shapes where only one side
 /// ran are listed as not comparable. A trace is never compared with a sweep.
 /// A trace recorded under an earlier table compiled from the same sweep is
