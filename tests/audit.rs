@@ -1794,3 +1794,52 @@ fn explain_lists_every_disagreement_with_the_plugin() {
     }
     assert!(probed > 50_000);
 }
+
+/// Issue 44 item 4: eval's regressions as a picture. `dyncc eval --cv
+/// nodes --svg FILE` on the shipped DGX-2V sweep draws every held-out cell
+/// over size x nodes, outlines exactly the cells the scores count as
+/// regressions, renders with rsvg-convert, and `--svg -` is refused
+/// (the scores own standard output).
+#[test]
+fn eval_svg_outlines_the_regressions_it_scores() {
+    let d = tempfile::tempdir().unwrap();
+    let csv = crate::support::cli::root().join("datasets/real/nvidia-dgx2v-allreduce.csv");
+    let svg = d.path().join("eval.svg");
+    let o = crate::support::cli::dyncc()
+        .args(["eval", "--cv", "nodes", "--json", "--svg"])
+        .arg(&svg)
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let regressions = v["regressions"].as_u64().unwrap();
+    assert!(regressions > 0, "the DGX-2V folds hold a regression: {v}");
+    assert_eq!(
+        text.matches("class=\"regression\"").count() as u64,
+        regressions,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("<rect").count() as u64,
+        v["cells"].as_u64().unwrap() + 1 + 6,
+        "a cell per scored cell, the background and six legend swatches"
+    );
+    let png = d.path().join("eval.png");
+    crate::support::tools::require_tool("rsvg-convert", "librsvg2-bin");
+    let r = Command::new("rsvg-convert")
+        .arg(&svg)
+        .arg("-o")
+        .arg(&png)
+        .status()
+        .unwrap();
+    assert!(r.success() && png.metadata().unwrap().len() > 0);
+    let o = crate::support::cli::dyncc()
+        .args(["eval", "--cv", "nodes", "--svg", "-"])
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("give the picture a file"));
+}

@@ -12,6 +12,7 @@ use crate::ingest;
 use crate::pipeline::CompileOptions;
 
 mod explore_cost;
+mod svg;
 mod traces;
 
 /// Score a decision table on measurements.
@@ -56,6 +57,7 @@ mod traces;
 ///   dyncc eval cluster.tbl --traces /shared/traces/
 ///   dyncc eval --cv nodes datasets/real/nvidia-dgx1v-allreduce.csv
 ///   dyncc eval --cv all --json datasets/real/nvidia-dgx2v-allreduce.csv
+///   dyncc eval --cv upward datasets/real/nvidia-dgx2v-allreduce.csv --svg upward.svg
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct EvalArgs {
@@ -95,6 +97,12 @@ pub struct EvalArgs {
     /// Print the scores as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Also draw the scored cells as SVG to FILE: per collective and ranks per node, size x nodes, each cell
+    /// coloured by the table's speed against NCCL's default, regressions
+    /// (more than 5 % slower) outlined in red; with --cv, the held-out
+    /// cells of each mode, as a user's next job meets them.
+    #[arg(long, value_name = "FILE", conflicts_with = "traces")]
+    pub svg: Option<PathBuf>,
 }
 
 /// One scored scenario, as printed.
@@ -219,6 +227,19 @@ pub fn run(a: EvalArgs) -> anyhow::Result<i32> {
                 s.score.unscorable
             );
         }
+    }
+    if let Some(out) = &a.svg {
+        if crate::atomic::names_stdout(out) {
+            bail!("--svg -: the scores go to standard output; give the picture a file, e.g. --svg eval.svg");
+        }
+        crate::atomic::check_output(out, a.paths.iter().map(|p| p.as_path()), "svg")?;
+        let parts: Vec<(&str, &[Scored])> = scenarios
+            .iter()
+            .map(|s| (s.title.as_str(), &s.cells[..]))
+            .collect();
+        let text = svg::render(&parts);
+        crate::audit::files::write_output_or_stdout(out, text.as_bytes(), 0o644)?;
+        eprintln!("wrote {} ({} bytes)", out.display(), text.len());
     }
     if a.json {
         let v: Vec<serde_json::Value> = scenarios
