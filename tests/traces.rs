@@ -1990,3 +1990,43 @@ fn diff_with_data_names_the_trace_files_behind_each_change() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+/// Issue 44 item 4, the loop's picture: `dyncc plot --diff OLD NEW --data
+/// SWEEP TRACES` rings each point the round's jobs measured on the change
+/// map of what the round changed (here the explored win at 4 nodes and
+/// 1 MiB that NEW now forces), and draws no ring without `--data`.
+#[test]
+fn plot_diff_with_data_rings_what_the_rounds_jobs_measured() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let traces = d.path().join("traces");
+    write_trace(&traces, "a.trace", 23007, &[comm(1, 4, 0)], &explored_win());
+    let before = d.path().join("before.tbl");
+    compile_json(&[&s], &before);
+    let after = d.path().join("after.tbl");
+    compile_json(&[&s, &traces], &after);
+    let plot = |out: &Path, data: bool| {
+        let mut c = dyncc();
+        c.arg("plot")
+            .arg("--diff")
+            .arg(&before)
+            .arg(&after)
+            .arg("-o")
+            .arg(out);
+        if data {
+            c.arg("--data").arg(&s).arg(&traces);
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(out).unwrap()
+    };
+    let with = plot(&d.path().join("round.svg"), true);
+    assert_eq!(with.matches("class=\"traced\"").count(), 1, "{with}");
+    assert!(
+        with.contains("jobs measured 1 MiB at 4 nodes: 1 communicator"),
+        "{with}"
+    );
+    assert!(with.contains("(--data; 1 drawn)"));
+    let without = plot(&d.path().join("plain.svg"), false);
+    assert!(!without.contains("class=\"traced\""));
+}

@@ -44,12 +44,15 @@ mod changes;
 /// distinguishes. Hover a cell for both decisions. Under each map, the
 /// expected effect of NEW over OLD by the tables' own gains, on a scale
 /// of its own (brown slower, white the same, teal faster); the legend
-/// lists every change.
+/// lists every change. With --data SWEEP TRACES, each point the jobs
+/// measured that decided something is ringed: one picture per round of
+/// the loop, what its jobs read and what the table changed.
 ///
 /// Examples:
 ///   dyncc plot cluster.tbl -o map.svg
 ///   dyncc plot cluster.tbl --coll allgather --min-bytes 1K --max-bytes 1GiB -o ag.svg
 ///   dyncc plot --diff cluster.tbl cluster-next.tbl -o changes.svg
+///   dyncc plot --diff cluster.tbl cluster-next.tbl --data sweep/ traces/ -o round.svg
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct PlotArgs {
@@ -72,6 +75,19 @@ pub struct PlotArgs {
     /// Largest size on the x axis (default: 4 GiB or the largest forced size).
     #[arg(long)]
     pub max_bytes: Option<String>,
+    /// With --diff: the sweep NEW was compiled from and the jobs' trace
+    /// files it read; each point the jobs measured that decided something
+    /// is ringed on the change map (read as compile read it), so one
+    /// picture per round shows what the round measured and what changed.
+    #[arg(long, num_args = 1.., value_name = "SWEEP_AND_TRACES", requires = "diff")]
+    pub data: Vec<PathBuf>,
+    /// With --data: use trace files of another platform or sweep than
+    /// NEW's (refused without it, as compile refuses them).
+    #[arg(long, requires = "data")]
+    pub foreign_traces: bool,
+    /// How to read and label the --data inputs, as for `dyncc compile`.
+    #[command(flatten)]
+    pub ingest: crate::ingest::args::IngestArgs,
 }
 
 pub(super) fn short_bytes(n: u64) -> String {
@@ -575,8 +591,31 @@ pub fn run(a: PlotArgs) -> anyhow::Result<i32> {
         .map(|(p, b)| open(p, b))
         .collect::<anyhow::Result<_>>()?;
     let names: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+    let mut traced = Vec::new();
+    if let ([_, new], false) = (tables.as_slice(), a.data.is_empty()) {
+        let data =
+            crate::audit::traced::read_data(new, &inputs[1], &a.data, &a.ingest, a.foreign_traces)?;
+        let Some(t) = data.traced else {
+            anyhow::bail!(
+                "--data holds no trace file NEW could have read: give the sweep NEW was compiled \
+                 from and the jobs' DYNCC_TRACE directories, e.g. `--data SWEEP_DIR TRACE_DIR`"
+            );
+        };
+        traced = t
+            .points()
+            .filter_map(|p| {
+                Some(changes::TracedMark {
+                    coll: Coll::parse(p.collective)?,
+                    nodes: p.nodes,
+                    ppn: p.ranks / p.nodes.max(1),
+                    bytes: p.bytes,
+                    communicators: p.communicators,
+                })
+            })
+            .collect();
+    }
     let svg = match tables.as_slice() {
-        [old, new] => changes::render(old, new, (&names[0], &names[1]), &colls, lo, hi),
+        [old, new] => changes::render(old, new, (&names[0], &names[1]), &colls, lo, hi, &traced),
         [table, ..] => render(table, &names[0], &colls, lo, hi),
         [] => anyhow::bail!("name a table, or --diff OLD NEW"),
     };

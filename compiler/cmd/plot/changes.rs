@@ -73,6 +73,18 @@ impl Kind {
     }
 }
 
+/// A point jobs measured that decided something (`plot --diff --data`):
+/// marked on the change map, so a round of the loop is one picture of what
+/// its jobs measured and what the table changed.
+#[derive(Clone, Debug)]
+pub struct TracedMark {
+    pub coll: Coll,
+    pub nodes: u32,
+    pub ppn: u32,
+    pub bytes: u64,
+    pub communicators: usize,
+}
+
 /// One row of a panel: a node span and what each table answers there.
 struct Row {
     patch: Patch,
@@ -100,7 +112,9 @@ pub fn render(
     colls: &[Coll],
     min_b: Option<u64>,
     max_b: Option<u64>,
+    traced: &[TracedMark],
 ) -> String {
+    let mut marked = 0usize;
     let mut panels: Vec<(Coll, (u32, u32), Vec<Row>)> = Vec::new();
     let (mut first, mut last) = (u8::MAX, 0u8);
     let mut kinds: Vec<Kind> = Vec::new();
@@ -231,6 +245,31 @@ pub fn render(
                 k = j;
             }
             let _ = writeln!(body, "<line x1=\"{LEFT}\" y1=\"{ry:.1}\" x2=\"{:.1}\" y2=\"{ry:.1}\" stroke=\"#ffffff\" stroke-width=\"1\"/>", LEFT + plot_w);
+            // What jobs measured in this row, one ring per point.
+            for m in traced.iter().filter(|m| {
+                m.coll == *coll
+                    && (row.patch.nodes.0..=row.patch.nodes.1).contains(&m.nodes)
+                    && (row.patch.ppn.0..=row.patch.ppn.1).contains(&m.ppn)
+            }) {
+                let b = dyncc_tables::size_bucket(m.bytes);
+                let Some(ci) = cols.iter().position(|&c| c == b) else {
+                    continue;
+                };
+                marked += 1;
+                let _ = writeln!(
+                    body,
+                    "<circle class=\"traced\" cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"none\" stroke=\"#111111\" stroke-width=\"1.4\"><title>{}</title></circle>",
+                    LEFT + (ci as f64 + 0.5) * CELL_W,
+                    ry + ROW_H / 2.0,
+                    esc(&format!(
+                        "jobs measured {} at {} nodes: {} communicator{}",
+                        fmt_bytes(m.bytes),
+                        m.nodes,
+                        m.communicators,
+                        if m.communicators == 1 { "" } else { "s" }
+                    ))
+                );
+            }
         }
         let h = rows.len() as f64 * ROW_H;
         let _ = writeln!(body, "<rect x=\"{LEFT}\" y=\"{top:.1}\" width=\"{plot_w:.1}\" height=\"{h:.1}\" fill=\"none\" stroke=\"#555\" stroke-width=\"0.8\"/>");
@@ -292,6 +331,16 @@ pub fn render(
             LEFT + 20.0,
             y + 11.0,
             esc(k.label())
+        );
+        y += 20.0;
+    }
+    if !traced.is_empty() {
+        let _ = writeln!(legend, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3.5\" fill=\"none\" stroke=\"#111111\" stroke-width=\"1.4\"/>", LEFT + 7.0, y + 7.0);
+        let _ = writeln!(
+            legend,
+            "<text x=\"{:.1}\" y=\"{:.1}\" {FONT} font-size=\"11\">a point jobs measured (--data; {marked} drawn): what this round of the loop read</text>",
+            LEFT + 20.0,
+            y + 11.0
         );
         y += 20.0;
     }
@@ -407,7 +456,7 @@ mod tests {
     fn identical_tables_draw_no_change() {
         let b = testutil::sample();
         let t = Table::from_bytes(&b).unwrap();
-        let s = render(&t, &t, ("a", "a"), &Coll::ALL, None, None);
+        let s = render(&t, &t, ("a", "a"), &Coll::ALL, None, None, &[]);
         assert!(!s.contains("class=\"changed"), "{s}");
         assert!(s.contains("no decision differs"));
         assert!(s.contains("class=\"unchanged\""));
