@@ -10,11 +10,7 @@ use dyncc_tables::{
 };
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force(Setting {
-        algo,
-        proto,
-        channels,
-    })
+    Decision::Force(Setting::new(algo, proto).with_channels(channels))
 }
 
 fn spec(coll: Coll, nodes: (u32, u32)) -> ContextSpec {
