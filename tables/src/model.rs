@@ -433,7 +433,7 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
 /// already over, so it can add a false "over" to the next field but never
 /// hide one. The chunk byte ([`Chunk`](crate::Chunk)) is tested apart:
 /// NCCL's (0), or a code whose size is on the protocol's grain
-/// ([`chunk_on_grain`]).
+/// (`chunk_on_grain`).
 #[inline]
 pub(crate) const fn packed_is_valid(v: u32) -> bool {
     const ADD: u32 = (0x80 - NUM_ALGOS as u32)
@@ -443,25 +443,7 @@ pub(crate) const fn packed_is_valid(v: u32) -> bool {
     let low = v & 0x00FF_FFFF;
     (v == PACKED_DEFAULT)
         | (((low.wrapping_add(ADD) | low) & TOP == 0)
-            & chunk_on_grain((v >> 8) as u8, (v >> 24) as u8))
-}
-
-/// Whether chunk code `code` is NCCL's (0) or a size on protocol `proto`'s
-/// grain (`Chunk::bytes() % Proto::chunk_grain() == 0`; any protocol
-/// byte), without branches. In 16-byte units a code `e << 3 | m` (e >= 1)
-/// is `(8 + m) << (e - 1)`: LL's grain is 1 unit (every code), Simple's 32
-/// units (trailing zeros of `8 + m`, plus `e - 1`, at least 5), LL128's 120
-/// = 15 x 8 units (`m` 7 and `e - 1` at least 3). Codes past 199 are none.
-#[inline]
-pub(crate) const fn chunk_on_grain(proto: u8, code: u8) -> bool {
-    // Trailing zeros of 8 + m, a nibble per m.
-    const TZ: u32 = 0x0102_0103; // m 0..7: 3, 0, 1, 0, 2, 0, 1, 0
-    let (e, m) = ((code >> 3) as u32, (code & 7) as u32);
-    let tz = (TZ >> (m * 4)) & 0xF;
-    let simple = e + tz >= 6;
-    let ll128 = (m == 7) & (e >= 4);
-    let on = (proto == 0) | ((proto == 1) & ll128) | ((proto == 2) & simple);
-    (code == 0) | ((code <= 199) & on)
+            & crate::nccl::chunk_on_grain((v >> 8) as u8, (v >> 24) as u8))
 }
 
 /// `check_gain(f32::from_bits(bits)).is_ok()` as one comparison: the
@@ -505,7 +487,11 @@ mod tests {
                     (Some(proto), Some(c)) => c.bytes() % proto.chunk_grain() == 0,
                     _ => false,
                 };
-                assert_eq!(chunk_on_grain(p, code), want, "proto {p} code {code}");
+                assert_eq!(
+                    crate::nccl::chunk_on_grain(p, code),
+                    want,
+                    "proto {p} code {code}"
+                );
             }
         }
     }

@@ -329,6 +329,24 @@ impl core::fmt::Display for Chunk {
     }
 }
 
+/// Whether chunk code `code` is NCCL's (0) or a size on protocol `proto`'s
+/// grain (`Chunk::bytes() % Proto::chunk_grain() == 0`; any protocol
+/// byte), without branches. In 16-byte units a code `e << 3 | m` (e >= 1)
+/// is `(8 + m) << (e - 1)`: LL's grain is 1 unit (every code), Simple's 32
+/// units (trailing zeros of `8 + m`, plus `e - 1`, at least 5), LL128's 120
+/// = 15 x 8 units (`m` 7 and `e - 1` at least 3). Codes past 199 are none.
+#[inline]
+pub(crate) const fn chunk_on_grain(proto: u8, code: u8) -> bool {
+    // Trailing zeros of 8 + m, a nibble per m.
+    const TZ: u32 = 0x0102_0103; // m 0..7: 3, 0, 1, 0, 2, 0, 1, 0
+    let (e, m) = ((code >> 3) as u32, (code & 7) as u32);
+    let tz = (TZ >> (m * 4)) & 0xF;
+    let simple = e + tz >= 6;
+    let ll128 = (m == 7) & (e >= 4);
+    let on = (proto == 0) | ((proto == 1) & ll128) | ((proto == 2) & simple);
+    (code == 0) | ((code <= 199) & on)
+}
+
 impl Proto {
     /// The multiple NCCL rounds a chunk size down to (`ncclProtoGrainSize`:
     /// LL 16, LL128 1920 = 32 threads x 8 words / 16 x 15 x 8, Simple 512).
@@ -402,7 +420,9 @@ impl Setting {
     /// multiple of the protocol's grain (NCCL would round it down, so the
     /// setting would not be what runs).
     pub const fn with_chunk(self, chunk: Chunk) -> Option<Setting> {
-        if !chunk.bytes().is_multiple_of(self.proto.chunk_grain()) {
+        // Bit arithmetic on the code, not a division: `from_rule_bits`
+        // runs per rule when a table is specialised.
+        if !chunk_on_grain(self.proto as u8, chunk.code()) {
             return None;
         }
         Some(Setting { chunk, ..self })
