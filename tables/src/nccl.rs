@@ -337,10 +337,11 @@ impl core::fmt::Display for Chunk {
 /// = 15 x 8 units (`m` 7 and `e - 1` at least 3). Codes past 199 are none.
 #[inline]
 pub(crate) const fn chunk_on_grain(proto: u8, code: u8) -> bool {
-    // Trailing zeros of 8 + m, a nibble per m.
-    const TZ: u32 = 0x0102_0103; // m 0..7: 3, 0, 1, 0, 2, 0, 1, 0
+    // Trailing zeros of 8 + m (m 0..7: 3, 0, 1, 0, 2, 0, 1, 0), by
+    // comparisons only: the reader's rule scan checks four rules at once,
+    // and a shift by a per-lane amount does not vectorise on baseline x86-64.
     let (e, m) = ((code >> 3) as u32, (code & 7) as u32);
-    let tz = (TZ >> (m * 4)) & 0xF;
+    let tz = ((m & 1) == 0) as u32 + ((m & 3) == 0) as u32 + (m == 0) as u32;
     let simple = e + tz >= 6;
     let ll128 = (m == 7) & (e >= 4);
     let on = (proto == 0) | ((proto == 1) & ll128) | ((proto == 2) & simple);
