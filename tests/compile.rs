@@ -780,13 +780,7 @@ fn registered_buffer_runs_compile_into_a_table_gated_on_reg_buff() {
         t.lookup(4, &dyncc_tables::Comm::new(8, 1), 4096, 1, reg_buff)
             .decision
     };
-    let force = |algo, proto| {
-        Decision::Force(Setting {
-            algo,
-            proto,
-            channels: 0,
-        })
-    };
+    let force = |algo, proto| Decision::Force(Setting::new(algo, proto));
     let compile_with = |out: &Path, setup: &str| {
         run_json(
             dyncc()

@@ -22,11 +22,7 @@ use crate::plugin_c::{compile_c, plugin_lib, HARNESS_LINK_FLAGS};
 use crate::support::tools::require_c_compiler;
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force(Setting {
-        algo,
-        proto,
-        channels,
-    })
+    Decision::Force(Setting::new(algo, proto).with_channels(channels))
 }
 
 fn rule(last: u64, decision: Decision, basis: Basis, gain: f32) -> Rule {

@@ -1149,11 +1149,7 @@ fn trace_record(
         comm: 0,
         coll: Coll::AllReduce,
         n_bytes,
-        setting: Setting {
-            algo,
-            proto,
-            channels,
-        },
+        setting: Setting::new(algo, proto).with_channels(channels),
         source,
         count: n,
         sum_ln: n as f64 * m,

@@ -2,12 +2,13 @@
 //! algorithms, protocols and tree features, as NCCL's example CSV and the
 //! JSON reports spell them.
 
-use dyncc_tables::{Algo, Coll, Decision, Feature, Proto, Setting};
+use dyncc_tables::{Algo, Chunk, Coll, Decision, Feature, Proto, Setting};
 use serde::Serialize;
 
 /// A decision as every JSON report spells it: `algorithm` and `protocol`
 /// by their lower-case NCCL example-CSV names (`default` when NCCL
-/// chooses) and `channels` (0 = NCCL's count). Each report struct holds
+/// chooses), `channels` (0 = NCCL's count) and `chunk_bytes` (NCCL's
+/// chunk size's setting; absent when NCCL's own). Each report struct holds
 /// one, `#[serde(flatten)]`ed, so a new knob is a field here and in
 /// [`SettingJson::of`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -16,6 +17,13 @@ pub struct SettingJson {
     pub protocol: &'static str,
     /// 0 = NCCL's count.
     pub channels: u8,
+    /// The chunk size in bytes; 0 (not written) = NCCL's.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub chunk_bytes: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl SettingJson {
@@ -26,15 +34,18 @@ impl SettingJson {
                 algorithm: "default",
                 protocol: "default",
                 channels: 0,
+                chunk_bytes: 0,
             },
             Decision::Force(Setting {
                 algo,
                 proto,
                 channels,
+                chunk,
             }) => SettingJson {
                 algorithm: algo.name(),
                 protocol: proto.name(),
                 channels,
+                chunk_bytes: chunk.bytes(),
             },
         }
     }
@@ -43,7 +54,9 @@ impl SettingJson {
     pub fn decision(&self) -> Decision {
         match (Algo::parse(self.algorithm), Proto::parse(self.protocol)) {
             (Some(algo), Some(proto)) => {
-                Decision::Force(Setting::new(algo, proto).with_channels(self.channels))
+                let s = Setting::new(algo, proto).with_channels(self.channels);
+                let chunk = Chunk::from_bytes(self.chunk_bytes.into()).unwrap_or(Chunk::NCCL);
+                Decision::Force(s.with_chunk(chunk).unwrap_or(s))
             }
             _ => Decision::Default,
         }
@@ -56,7 +69,8 @@ impl SettingJson {
 }
 
 impl std::fmt::Display for SettingJson {
-    /// As [`Decision`]'s `Display`: `default`, `tree/ll128`, `ring/simple/8ch`.
+    /// As [`Decision`]'s `Display`: `default`, `tree/ll128`, `ring/simple/8ch`,
+    /// `ring/simple/8ch/512K`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.decision().fmt(f)
     }
@@ -104,7 +118,8 @@ mod tests {
             SettingJson {
                 algorithm: "default",
                 protocol: "default",
-                channels: 0
+                channels: 0,
+                chunk_bytes: 0,
             }
         );
         assert!(SettingJson::of(Decision::Default).is_default());
@@ -122,6 +137,18 @@ mod tests {
                     );
                     assert_eq!(j.decision(), d, "{j}");
                     assert_eq!(j.to_string(), d.to_string());
+                    let k = dyncc_tables::Chunk::from_bytes(1920 << 11).unwrap(); // on every grain
+                    let c = Decision::Force(
+                        Setting::new(algo, proto)
+                            .with_channels(ch)
+                            .with_chunk(k)
+                            .unwrap(),
+                    );
+                    let j = SettingJson::of(c);
+                    assert_eq!((j.chunk_bytes, j.decision()), (1920 << 11, c));
+                    assert!(serde_json::to_string(&j)
+                        .unwrap()
+                        .contains("\"chunk_bytes\":3932160"));
                 }
             }
         }

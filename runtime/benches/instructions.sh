@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Instructions per getCollInfo call through ncclTunerPlugin_v6, measured with
+# Instructions per getCollInfo (and getChunkSize) call through ncclTunerPlugin_v6, measured with
 # callgrind as (instructions for N calls - instructions for 0 calls) / N, for
 # repeated and random inputs, and per first init of the ~64 KiB benchmark
 # table (user space only; 200 inits). Deterministic, so it does not care how
@@ -37,6 +37,13 @@ for mode in repeated random; do
   full="$(DYNCC_EXPLORE=0.05 total "$n" "$mode")"
   awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
     'BEGIN { printf "getCollInfo v6 with DYNCC_EXPLORE=0.05 (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
+done
+# getChunkSize (v6), NCCL's next question once getCollInfo chose.
+for mode in repeated random; do
+  base="$(DYNCC_BENCH_CHUNK=1 total 0 "$mode")"
+  full="$(DYNCC_BENCH_CHUNK=1 total "$n" "$mode")"
+  awk -v b="$base" -v f="$full" -v n="$n" -v m="$mode" \
+    'BEGIN { printf "getChunkSize v6 (%s inputs): %.1f instructions per call (%d calls: %d - %d)\n", m, (f - b) / n, n, f, b }'
 done
 init_exe="${CARGO_TARGET_DIR:-target}/release/examples/callgrind_first_init"
 init_total() { # N -> total instructions (Ir)

@@ -76,6 +76,12 @@ fn main() {
     // The same fixed-size input set whatever N is, so it cancels out.
     let inputs = inputs::random_inputs();
     inputs::check_random_inputs(&inputs);
+    if std::env::var_os("DYNCC_BENCH_CHUNK").is_some() {
+        chunk_calls(ctx, n, random, &inputs);
+        // SAFETY: ctx came from init.
+        unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
+        return;
+    }
     let mut table = [[1.0f32; 3]; 7];
     let mut nch = 0;
     let gci = black_box(&ncclTunerPlugin_v6).getCollInfo.unwrap();
@@ -103,6 +109,27 @@ fn main() {
     black_box(table);
     // SAFETY: ctx came from init.
     unsafe { ncclTunerPlugin_v6.finalize.unwrap()(ctx) };
+}
+
+/// `DYNCC_BENCH_CHUNK`: `getChunkSize` N times instead, as NCCL asks
+/// after getCollInfo chose (AllGather PAT/Simple repeated: the harness
+/// table's 512 KiB answered; random: the inputs' cells, mostly NCCL's
+/// kept). Apart from `main`'s loop, which compiles as before.
+#[inline(never)]
+fn chunk_calls(ctx: *mut std::ffi::c_void, n: usize, random: bool, inputs: &[(i32, usize)]) {
+    let gcs = black_box(&ncclTunerPlugin_v6).getChunkSize.unwrap();
+    let mut chunk = 0usize;
+    for i in 0..n {
+        let (coll, bytes) = if random {
+            inputs[i % inputs::N_INPUTS]
+        } else {
+            (2, 1 << 20)
+        };
+        chunk = 131072;
+        // SAFETY: a context from init, a writable size_t.
+        unsafe { gcs(ctx, black_box(coll), black_box(bytes), 6, 2, 4, &mut chunk) };
+    }
+    black_box(chunk);
 }
 
 /// The harness table, unconfirmed with `DYNCC_EXPLORE`. Not inlined, so

@@ -201,7 +201,7 @@ pub type GetCollInfoV4 = unsafe extern "C" fn(
 /// `destroy` (v2-v4) / `finalize` (v5, v6): same slot, same signature.
 pub type Finalize = unsafe extern "C" fn(context: *mut c_void) -> ncclResult_t;
 
-/// v6 `getChunkSize` (optional; dyncc sets it to NULL).
+/// v6 `getChunkSize` (optional; dyncc answers from the table).
 pub type GetChunkSize = unsafe extern "C" fn(
     context: *mut c_void,
     collType: ncclFunc_t,
@@ -276,7 +276,7 @@ pub struct ncclTuner_v6_t {
     pub getCollInfo: Option<GetCollInfoV4>,
     /// Frees the context.
     pub finalize: Option<Finalize>,
-    /// Optional; NULL.
+    /// Optional; dyncc's answers the table's chunk sizes.
     pub getChunkSize: Option<GetChunkSize>,
 }
 
@@ -291,7 +291,7 @@ pub struct ncclTuner_v7_t {
     pub getCollInfo: Option<GetCollInfoV4>,
     /// Frees the context.
     pub finalize: Option<Finalize>,
-    /// Optional; NULL.
+    /// Optional; dyncc's answers the table's chunk sizes.
     pub getChunkSize: Option<GetChunkSize>,
 }
 

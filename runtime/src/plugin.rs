@@ -1184,6 +1184,41 @@ fn journal_exploring(
     }
 }
 
+/// `getChunkSize` (v6, v7): NCCL asks, once per scheduled task after its
+/// own chunking (`calcCollChunking`), with the chunk it computed in
+/// `*chunkSize`. The answer is the table's chunk where its cell for this
+/// call forces this algorithm and protocol with one
+/// ([`Specialised::chunk`]); everywhere else NCCL's stays. NCCL clamps
+/// the answer to its buffer's ceiling and rounds it down to the
+/// protocol's grain; a table's chunk is on the grain already. Never
+/// allocates; always `ncclSuccess` (NCCL fails the collective on an error).
+unsafe extern "C" fn get_chunk_size(
+    ctx: *mut c_void,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    algo: c_int,
+    proto: c_int,
+    _n_channels: c_int,
+    chunk_size: *mut usize,
+) -> ncclResult_t {
+    if ctx.is_null() || chunk_size.is_null() {
+        return NCCL_SUCCESS;
+    }
+    ffi_guard((), || {
+        // SAFETY: a non-NULL ctx came from Box::into_raw in init and stays
+        // live until finalize; NCCL never calls after finalize.
+        let ctx = unsafe { &*ctx.cast::<Context>() };
+        if let Some(bytes) = ctx
+            .spec
+            .chunk(coll_type as u32, n_bytes as u64, algo, proto)
+        {
+            // SAFETY: checked non-NULL above; NCCL passes its own size_t.
+            unsafe { *chunk_size = bytes as usize };
+        }
+    });
+    NCCL_SUCCESS
+}
+
 /// `destroy` (v2-v4) and `finalize` (v5, v6).
 unsafe extern "C" fn finalize(ctx: *mut c_void) -> ncclResult_t {
     if ctx.is_null() {
@@ -1246,7 +1281,7 @@ pub static ncclTunerPlugin_v6: ncclTuner_v6_t = ncclTuner_v6_t {
     init: Some(init_v5),
     getCollInfo: Some(get_coll_info_v4),
     finalize: Some(finalize),
-    getChunkSize: None,
+    getChunkSize: Some(get_chunk_size),
 };
 
 /// NCCL 2.32.6+ (its loader tries v7 first).
@@ -1256,7 +1291,7 @@ pub static ncclTunerPlugin_v7: ncclTuner_v7_t = ncclTuner_v7_t {
     init: Some(init_v7),
     getCollInfo: Some(get_coll_info_v4),
     finalize: Some(finalize),
-    getChunkSize: None,
+    getChunkSize: Some(get_chunk_size),
 };
 
 #[cfg(test)]

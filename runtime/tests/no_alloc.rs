@@ -143,7 +143,10 @@ fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<String>) -> u64 {
     let v4 = ncclTunerPlugin_v4.getCollInfo.unwrap();
     let v5 = ncclTunerPlugin_v5.getCollInfo.unwrap();
     let v6 = ncclTunerPlugin_v6.getCollInfo.unwrap();
+    let chunk6 = ncclTunerPlugin_v6.getChunkSize.unwrap();
+    let chunk7 = ncclTunerPlugin_v7.getChunkSize.unwrap();
     let mut forced = 0u64;
+    let mut chunks = 0u64;
     let start = allocs();
     for &(coll, n, pipe, reg, ignore) in &inputs {
         let mut t = [1.0f32; 21];
@@ -159,10 +162,24 @@ fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<String>) -> u64 {
             v5(ctx, coll, n, pipe, tp, 7, 2, reg, &mut ch);
             v6(ctx, coll, n, pipe, tp, 7, 3, reg, &mut ch);
             v6(null_mut(), coll, n, pipe, tp, 7, 3, reg, &mut ch);
+            // getChunkSize after getCollInfo, as NCCL's calcCollChunking.
+            let (algo, proto) = ((ignore % 7) as i32, pipe.rem_euclid(3));
+            let mut c = 3usize;
+            chunk6(ctx, coll, n, algo, proto, 4, &mut c);
+            chunk7(ctx, coll, n, algo, proto, 4, &mut c);
+            chunk7(null_mut(), coll, n, algo, proto, 4, &mut c);
+            chunk7(ctx, coll, n, algo, proto, 4, null_mut());
+            chunks += u64::from(c != 3);
         }
         forced += t.iter().filter(|&&c| c == 0.0).count() as u64;
     }
     let during = allocs() - start;
+    // The harness table's AllGather PAT/Simple chunk is answered (proto 2
+    // when pipe is 2, algorithm 6 when ignore is 6).
+    assert!(
+        chunks > 10,
+        "the inputs exercise answered chunks ({chunks})"
+    );
     assert!(
         forced > 1000,
         "the inputs exercise forced decisions ({forced})"
@@ -170,8 +187,8 @@ fn calls_allocate_nothing(bytes: Vec<u8>, explore: Option<String>) -> u64 {
     assert_eq!(
         during,
         0,
-        "getCollInfo allocated {during} times over {} calls",
-        inputs.len() * 6
+        "getCollInfo or getChunkSize allocated {during} times over {} calls",
+        inputs.len() * 10
     );
 
     // SAFETY: ctx came from init.

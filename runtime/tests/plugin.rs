@@ -236,11 +236,7 @@ fn v2_answers_only_what_nccl_can_run_for_the_collective_and_shape() {
     let force = |algo, proto| {
         [Rule {
             last_bucket: 255,
-            decision: Decision::Force(Setting {
-                algo,
-                proto,
-                channels: 0,
-            }),
+            decision: Decision::Force(Setting::new(algo, proto)),
             basis: Basis::Measured,
             gain: 1.2,
         }]

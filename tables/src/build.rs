@@ -318,7 +318,23 @@ impl TableBuilder {
         if !plan.is_empty() {
             sections.push((kind::PLAN, plan.as_bytes()));
         }
-        let out = assemble(&sections)?;
+        // 1.2 only where a decision carries a chunk (byte 3, reserved in
+        // 1.1), 1.1 where a plan is present: every other table is byte for
+        // byte what the older writers wrote.
+        let chunked = |packed: u32| packed >> 24 != 0;
+        let minor = if rules.iter().any(|r| chunked(r.decision.get()))
+            || nodes
+                .iter()
+                .any(|n| n.kind == NODE_LEAF && chunked(n.w0.get()))
+            || plan.iter().any(|c| chunked(c.decision.get()))
+        {
+            FORMAT_MINOR
+        } else if !plan.is_empty() {
+            1
+        } else {
+            0
+        };
+        let out = assemble_as(&sections, minor)?;
         if !plan.is_empty() {
             if let Err(e) = crate::Table::from_bytes(&out) {
                 return Err(BuildError::Plan(e));
@@ -330,7 +346,14 @@ impl TableBuilder {
 
 /// Lays out header, directory and sections (each section starts on an
 /// 8-byte boundary, padding is zero) and fills in lengths and the CRC.
+#[cfg(test)]
 pub(crate) fn assemble(sections: &[(u32, &[u8])]) -> Result<Vec<u8>, BuildError> {
+    let minor = u16::from(sections.iter().any(|s| s.0 == kind::PLAN));
+    assemble_as(sections, minor)
+}
+
+/// [`assemble`] with the header's minor version given.
+fn assemble_as(sections: &[(u32, &[u8])], minor: u16) -> Result<Vec<u8>, BuildError> {
     let dir_end = HEADER_LEN + sections.len() * core::mem::size_of::<SectionEntry>();
     let mut out = alloc::vec![0u8; dir_end];
     let mut dir = Vec::new();
@@ -353,13 +376,7 @@ pub(crate) fn assemble(sections: &[(u32, &[u8])]) -> Result<Vec<u8>, BuildError>
     let header = Header {
         magic: MAGIC,
         major: U16::new(FORMAT_MAJOR),
-        // 1.1 only where a 1.1 section is present: older readers then see
-        // unchanged 1.0 tables for everything that has no plan.
-        minor: U16::new(if sections.iter().any(|s| s.0 == kind::PLAN) {
-            FORMAT_MINOR
-        } else {
-            0
-        }),
+        minor: U16::new(minor),
         header_len: U32::new(HEADER_LEN as u32),
         total_len: U32::new(total),
         flags: U32::new(0),

@@ -81,8 +81,8 @@ pub use model::{
     RegBuff, Rule, TreeLeaf, TreeNode, NUM_FEATURES, PACKED_DEFAULT,
 };
 pub use nccl::{
-    datatype_size, Algo, Coll, Comm, Machine, ProfilerAbi, Proto, Refusal, Setting, TunerAbi,
-    MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS, PROFILER_ABIS, TUNER_ABIS,
+    datatype_size, Algo, Chunk, Coll, Comm, Machine, ProfilerAbi, Proto, Refusal, Setting,
+    TunerAbi, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS, PROFILER_ABIS, TUNER_ABIS,
 };
 pub use plan::{
     plan_pick, plan_pick_share, PlanCandidate, MAX_EXPLORE_CHANCE, MAX_PLAN_CANDIDATES,

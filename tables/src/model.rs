@@ -20,8 +20,8 @@ pub const PACKED_DEFAULT: u32 = 0x0000_FFFF;
 
 impl Decision {
     /// The file encoding: a forced decision is [`Setting::to_rule_bits`]
-    /// (byte0 algo, byte1 proto, byte2 channels, byte3 reserved 0);
-    /// Default is byte0 and byte1 0xFF.
+    /// (byte0 algo, byte1 proto, byte2 channels, byte3 the chunk's code,
+    /// 0 = NCCL's); Default is byte0 and byte1 0xFF, bytes 2 and 3 zero.
     #[inline]
     pub const fn to_packed(self) -> u32 {
         match self {
@@ -32,12 +32,13 @@ impl Decision {
 
     /// Decodes [`Decision::to_packed`]; `None` for any other value (unknown
     /// algorithm or protocol, Default with a protocol or channels, more
-    /// than [`MAX_CHANNELS`] channels, reserved byte set).
+    /// than [`MAX_CHANNELS`] channels, a chunk no code or grain allows, a
+    /// Default with a chunk).
     #[inline]
     pub fn from_packed(v: u32) -> Option<Decision> {
-        let [a, p, ch, reserved] = v.to_le_bytes();
+        let [a, p, ch, chunk] = v.to_le_bytes();
         if a == 0xFF {
-            return (p == 0xFF && ch == 0 && reserved == 0).then_some(Decision::Default);
+            return (p == 0xFF && ch == 0 && chunk == 0).then_some(Decision::Default);
         }
         Setting::from_rule_bits(v).map(Decision::Force)
     }
@@ -425,19 +426,24 @@ pub(crate) fn check_rules<I: Iterator<Item = (u8, u32, u8, f32)>>(
 
 /// `Decision::from_packed(v).is_some()` without branches, for the
 /// reader's one-pass rule scan: Default's exact encoding, or algorithm
-/// <= 6, protocol <= 2 and (channels | reserved << 8) <= 64, tested in one
-/// addition: each field plus (0x80 - its limit - 1) reaches its top bit
-/// exactly when it is over the limit, unless the field had that bit set
-/// already, which the OR catches. A carry out of a field only happens when
-/// that field is already over, so it can add a false "over" to the next
-/// field but never hide one.
+/// <= 6, protocol <= 2 and channels <= 64, tested in one addition: each
+/// field plus (0x80 - its limit - 1) reaches its top bit exactly when it
+/// is over the limit, unless the field had that bit set already, which the
+/// OR catches. A carry out of a field only happens when that field is
+/// already over, so it can add a false "over" to the next field but never
+/// hide one. The chunk byte ([`Chunk`](crate::Chunk)) is tested apart:
+/// NCCL's (0), or a code whose size is on the protocol's grain
+/// (`chunk_on_grain`).
 #[inline]
 pub(crate) const fn packed_is_valid(v: u32) -> bool {
     const ADD: u32 = (0x80 - NUM_ALGOS as u32)
         | (0x80 - NUM_PROTOS as u32) << 8
-        | (0x8000 - 1 - MAX_CHANNELS as u32) << 16;
-    const TOP: u32 = 0x80 | 0x80 << 8 | 0x8000 << 16;
-    (v == PACKED_DEFAULT) | ((v.wrapping_add(ADD) | v) & TOP == 0)
+        | (0x80 - 1 - MAX_CHANNELS as u32) << 16;
+    const TOP: u32 = 0x80 | 0x80 << 8 | 0x80 << 16;
+    let low = v & 0x00FF_FFFF;
+    (v == PACKED_DEFAULT)
+        | (((low.wrapping_add(ADD) | low) & TOP == 0)
+            & crate::nccl::chunk_on_grain((v >> 8) as u8, (v >> 24) as u8))
 }
 
 /// `check_gain(f32::from_bits(bits)).is_ok()` as one comparison: the
@@ -469,6 +475,26 @@ pub(crate) fn check_gain(gain: f32) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The branch-free grain check says what decoding says, for every
+    /// protocol byte and chunk code.
+    #[test]
+    fn chunk_on_grain_is_the_decoded_size_on_the_grain() {
+        for p in 0..=255u8 {
+            for code in 0..=255u8 {
+                let want = match (crate::Proto::from_u8(p), crate::Chunk::from_code(code)) {
+                    _ if code == 0 => true,
+                    (Some(proto), Some(c)) => c.bytes() % proto.chunk_grain() == 0,
+                    _ => false,
+                };
+                assert_eq!(
+                    crate::nccl::chunk_on_grain(p, code),
+                    want,
+                    "proto {p} code {code}"
+                );
+            }
+        }
+    }
     use crate::nccl::{Algo, Proto};
 
     #[test]
@@ -498,7 +524,20 @@ mod tests {
             None,
             "default with proto 0"
         );
-        assert_eq!(Decision::from_packed(0x0100_0000), None, "reserved byte");
+        assert_eq!(
+            Decision::from_packed(0x0100_FFFF),
+            None,
+            "default with a chunk"
+        );
+        assert_eq!(
+            Decision::from_packed(0x0100_0200),
+            None,
+            "16 B chunk on simple"
+        );
+        assert!(
+            Decision::from_packed(0x0100_0000).is_some(),
+            "16 B chunk on LL"
+        );
         assert_eq!(
             Decision::from_packed(0x0041_0101),
             None,

@@ -220,12 +220,153 @@ impl Proto {
     }
 }
 
-/// What the plugin sets for one collective: algorithm, protocol and channel
-/// count (0 = NCCL's). One value for every layer: a table's forced
-/// decision ([`crate::Decision::Force`]), what a trace record says ran, the
-/// runtime's journal and bin words, and the compiler's configurations.
+/// NCCL's chunk size for one collective as a tuner sets it
+/// (`getChunkSize`, tuner ABI v6+): bytes a channel moves per pipeline
+/// step, or [`Chunk::NCCL`] to leave NCCL's own. One byte holds it (the
+/// packed decision's byte 3, the trace record's byte 7): a small float of
+/// 16-byte units, three mantissa bits, so every power of two from 16 bytes
+/// and every 9..15 x 2^k (the 288 KiB and 18 KiB of published ladders,
+/// LL128's 1920-byte grain) is exact, up to 1.875 GiB. Sizes between are
+/// not representable: [`Chunk::from_bytes`] refuses them and
+/// [`Chunk::at_most`] rounds down, so a table stores exactly what it asks.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
+pub struct Chunk(u8);
+
+impl Chunk {
+    /// NCCL's own chunk size (code 0).
+    pub const NCCL: Chunk = Chunk(0);
+    /// Largest code: 15 x 2^23 units of 16 bytes (1.875 GiB), below
+    /// NCCL's `int` chunk size limit.
+    const MAX_CODE: u8 = 24 << 3 | 7;
+
+    /// From its one-byte code; `None` for a code past the largest.
+    #[inline]
+    pub const fn from_code(code: u8) -> Option<Chunk> {
+        if code > Chunk::MAX_CODE {
+            None
+        } else {
+            Some(Chunk(code))
+        }
+    }
+
+    /// Its one-byte code (0 for NCCL's).
+    #[inline]
+    pub const fn code(self) -> u8 {
+        self.0
+    }
+
+    /// Whether this leaves NCCL's chunk size alone.
+    #[inline]
+    pub const fn is_nccl(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Bytes (0 for NCCL's). Code `e << 3 | m`: `m` units for `e` 0, else
+    /// `(8 + m) << (e - 1)` units of 16 bytes.
+    #[inline]
+    pub const fn bytes(self) -> u32 {
+        let (e, m) = ((self.0 >> 3) as u32, (self.0 & 7) as u32);
+        let units = if e == 0 { m } else { (8 + m) << (e - 1) };
+        units * 16
+    }
+
+    /// The chunk of exactly `bytes` (0 = NCCL's); `None` when no code
+    /// holds it.
+    pub const fn from_bytes(bytes: u64) -> Option<Chunk> {
+        let c = Chunk::at_most(bytes);
+        if c.bytes() as u64 == bytes {
+            Some(c)
+        } else {
+            None
+        }
+    }
+
+    /// The largest chunk of at most `bytes` (NCCL's below 16 bytes).
+    pub const fn at_most(bytes: u64) -> Chunk {
+        let units = bytes / 16;
+        if units < 8 {
+            return Chunk(units as u8);
+        }
+        let l = 63 - units.leading_zeros(); // >= 3
+        let e = l - 2;
+        if e > (Chunk::MAX_CODE >> 3) as u32 {
+            return Chunk(Chunk::MAX_CODE);
+        }
+        let m = (units >> (l - 3)) - 8;
+        Chunk((e << 3) as u8 | m as u8)
+    }
+
+    /// Parses what `Display` writes: `512K`, `2M`, `1920B` (K and M are
+    /// 1024 and 1024^2 bytes); `None` for no unit, 0 or a size no code
+    /// holds.
+    pub fn parse(s: &str) -> Option<Chunk> {
+        let s = s.trim();
+        let (digits, unit) = match s.as_bytes().last()? {
+            b'K' | b'k' => (&s[..s.len() - 1], 1024),
+            b'M' | b'm' => (&s[..s.len() - 1], 1024 * 1024),
+            b'B' | b'b' => (&s[..s.len() - 1], 1),
+            _ => return None,
+        };
+        let n: u64 = digits.parse().ok()?;
+        let c = Chunk::from_bytes(n.checked_mul(unit)?)?;
+        (!c.is_nccl()).then_some(c)
+    }
+}
+
+impl core::fmt::Display for Chunk {
+    /// `512K`, `2M`, `1920B`; `nccl` for NCCL's own.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let b = self.bytes();
+        if b == 0 {
+            f.write_str("nccl")
+        } else if b.is_multiple_of(1 << 20) {
+            write!(f, "{}M", b >> 20)
+        } else if b.is_multiple_of(1024) {
+            write!(f, "{}K", b >> 10)
+        } else {
+            write!(f, "{b}B")
+        }
+    }
+}
+
+/// Whether chunk code `code` is NCCL's (0) or a size on protocol `proto`'s
+/// grain (`Chunk::bytes() % Proto::chunk_grain() == 0`; any protocol
+/// byte), without branches. In 16-byte units a code `e << 3 | m` (e >= 1)
+/// is `(8 + m) << (e - 1)`: LL's grain is 1 unit (every code), Simple's 32
+/// units (trailing zeros of `8 + m`, plus `e - 1`, at least 5), LL128's 120
+/// = 15 x 8 units (`m` 7 and `e - 1` at least 3). Codes past 199 are none.
+#[inline]
+pub(crate) const fn chunk_on_grain(proto: u8, code: u8) -> bool {
+    // Trailing zeros of 8 + m (m 0..7: 3, 0, 1, 0, 2, 0, 1, 0), by
+    // comparisons only: the reader's rule scan checks four rules at once,
+    // and a shift by a per-lane amount does not vectorise on baseline x86-64.
+    let (e, m) = ((code >> 3) as u32, (code & 7) as u32);
+    let tz = ((m & 1) == 0) as u32 + ((m & 3) == 0) as u32 + (m == 0) as u32;
+    let simple = e + tz >= 6;
+    let ll128 = (m == 7) & (e >= 4);
+    let on = (proto == 0) | ((proto == 1) & ll128) | ((proto == 2) & simple);
+    (code == 0) | ((code <= 199) & on)
+}
+
+impl Proto {
+    /// The multiple NCCL rounds a chunk size down to (`ncclProtoGrainSize`:
+    /// LL 16, LL128 1920 = 32 threads x 8 words / 16 x 15 x 8, Simple 512).
+    pub const fn chunk_grain(self) -> u32 {
+        match self {
+            Proto::LL => 16,
+            Proto::LL128 => 1920,
+            Proto::Simple => 512,
+        }
+    }
+}
+
+/// What the plugin sets for one collective: algorithm, protocol, channel
+/// count (0 = NCCL's) and chunk size ([`Chunk::NCCL`] = NCCL's). One value
+/// for every layer: a table's forced decision ([`crate::Decision::Force`]),
+/// what a trace record says ran, the runtime's journal and bin words, and
+/// the compiler's configurations.
 ///
-/// A new knob (NCCL's chunk size, say) is a field here, and it touches:
+/// A new knob is a field here, and it touches:
 /// this type (the field, [`Setting::to_rule_bits`]/[`Setting::from_rule_bits`]
 /// if tables store it, [`Setting::to_word`]/[`Setting::from_word`] and
 /// [`Setting::WORD_BITS`], `Display`/`parse`, [`Setting::ran_as`]); the
@@ -236,6 +377,11 @@ impl Proto {
 /// `compiler/choice.rs::to_decision`), the report structs that spell the
 /// setting out and their printers (README, "Layout", counts them), and the
 /// sweep reader if sweeps vary it (`compiler/ingest/knobs.rs`).
+///
+/// The chunk is not in the runtime's word ([`Setting::to_word`]): the bin
+/// key has no spare bit, and NCCL asks for the chunk in a later callback
+/// than the one the journal records, so what the plugin's traces say ran
+/// carries NCCL's chunk ([`Chunk::NCCL`]).
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Setting {
     /// The algorithm.
@@ -244,6 +390,10 @@ pub struct Setting {
     pub proto: Proto,
     /// Channel count, 0 = NCCL's choice; at most [`MAX_CHANNELS`].
     pub channels: u8,
+    /// Chunk size, [`Chunk::NCCL`] = NCCL's; when set, a multiple of the
+    /// protocol's [`Proto::chunk_grain`] (what NCCL would run, up to its
+    /// buffer's ceiling).
+    pub chunk: Chunk,
 }
 
 impl Setting {
@@ -252,12 +402,13 @@ impl Setting {
     /// so a new field here fails to build where a word has no room.
     pub const WORD_BITS: u32 = 12;
 
-    /// Algorithm and protocol with NCCL's channel count.
+    /// Algorithm and protocol with NCCL's channel count and chunk size.
     pub const fn new(algo: Algo, proto: Proto) -> Setting {
         Setting {
             algo,
             proto,
             channels: 0,
+            chunk: Chunk::NCCL,
         }
     }
 
@@ -266,24 +417,49 @@ impl Setting {
         Setting { channels, ..self }
     }
 
+    /// The same setting with `chunk`; `None` when the chunk is not a
+    /// multiple of the protocol's grain (NCCL would round it down, so the
+    /// setting would not be what runs).
+    pub const fn with_chunk(self, chunk: Chunk) -> Option<Setting> {
+        // Bit arithmetic on the code, not a division: `from_rule_bits`
+        // runs per rule when a table is specialised.
+        if !chunk_on_grain(self.proto as u8, chunk.code()) {
+            return None;
+        }
+        Some(Setting { chunk, ..self })
+    }
+
+    /// The same setting with NCCL's chunk size.
+    pub const fn without_chunk(self) -> Setting {
+        Setting {
+            chunk: Chunk::NCCL,
+            ..self
+        }
+    }
+
     /// The rule record's encoding: byte0 algorithm, byte1 protocol, byte2
-    /// channels, byte3 reserved 0 (the bytes `FORMAT.md` gives a forced
-    /// decision).
+    /// channels, byte3 the chunk's code (0 = NCCL's; the bytes `FORMAT.md`
+    /// gives a forced decision).
     #[inline]
     pub const fn to_rule_bits(self) -> u32 {
-        self.algo as u32 | (self.proto as u32) << 8 | (self.channels as u32) << 16
+        self.algo as u32
+            | (self.proto as u32) << 8
+            | (self.channels as u32) << 16
+            | (self.chunk.code() as u32) << 24
     }
 
     /// Decodes [`Setting::to_rule_bits`]; `None` for an unknown algorithm
-    /// or protocol, more than [`MAX_CHANNELS`] channels or a reserved byte
-    /// set.
+    /// or protocol, more than [`MAX_CHANNELS`] channels, or a chunk code
+    /// past the largest or off the protocol's grain.
     #[inline]
     pub fn from_rule_bits(v: u32) -> Option<Setting> {
-        let [a, p, ch, reserved] = v.to_le_bytes();
-        if reserved != 0 || ch > MAX_CHANNELS {
+        let [a, p, ch, chunk] = v.to_le_bytes();
+        if ch > MAX_CHANNELS {
             return None;
         }
-        Some(Setting::new(Algo::from_u8(a)?, Proto::from_u8(p)?).with_channels(ch))
+        Setting::new(Algo::from_u8(a)?, Proto::from_u8(p)?)
+            .with_channels(ch)
+            .with_chunk(Chunk::from_code(chunk)?)
     }
 
     /// The runtime's encoding, in the low [`Setting::WORD_BITS`] bits:
@@ -310,15 +486,13 @@ impl Setting {
         ) else {
             return None;
         };
-        Some(Setting {
-            algo,
-            proto,
-            channels,
-        })
+        Some(Setting::new(algo, proto).with_channels(channels))
     }
 
     /// Whether `ran` is what this setting asked for: the same algorithm and
-    /// protocol, and the same channel count when this one forces one.
+    /// protocol, and the same channel count when this one forces one. The
+    /// chunk is not compared: what ran is known from NCCL's profiler
+    /// events, which do not say the chunk.
     #[inline]
     pub const fn ran_as(&self, ran: &Setting) -> bool {
         self.algo as u8 == ran.algo as u8
@@ -326,40 +500,43 @@ impl Setting {
             && (self.channels == 0 || self.channels == ran.channels)
     }
 
-    /// Parses what `Display` writes: `tree/ll`, `ring/simple/8ch` (any
-    /// spelling [`Algo::parse`] and [`Proto::parse`] take; `0ch` is NCCL's
-    /// count).
+    /// Parses what `Display` writes: `tree/ll`, `ring/simple/8ch`,
+    /// `ring/simple/8ch/512K`, `tree/ll128/1920B` (any spelling
+    /// [`Algo::parse`] and [`Proto::parse`] take; `0ch` is NCCL's count;
+    /// a chunk as [`Chunk::parse`] takes it, on the protocol's grain).
     pub fn parse(s: &str) -> Option<Setting> {
-        let mut parts = s.trim().split('/');
+        let mut parts = s.trim().split('/').peekable();
         let algo = Algo::parse(parts.next()?)?;
         let proto = Proto::parse(parts.next()?)?;
-        let channels = match parts.next() {
-            None => 0,
-            Some(c) => {
-                let n: u8 = c.strip_suffix("ch")?.parse().ok()?;
-                if n > MAX_CHANNELS {
-                    return None;
-                }
-                n
+        let mut setting = Setting::new(algo, proto);
+        if let Some(c) = parts.peek().and_then(|c| c.strip_suffix("ch")) {
+            let n: u8 = c.parse().ok()?;
+            if n > MAX_CHANNELS {
+                return None;
             }
-        };
+            setting = setting.with_channels(n);
+            parts.next();
+        }
+        if let Some(c) = parts.next() {
+            setting = setting.with_chunk(Chunk::parse(c)?)?;
+        }
         if parts.next().is_some() {
             return None;
         }
-        Some(Setting {
-            algo,
-            proto,
-            channels,
-        })
+        Some(setting)
     }
 }
 
 impl core::fmt::Display for Setting {
-    /// `tree/ll` (NCCL's channel count) or `ring/simple/8ch`.
+    /// `tree/ll` (NCCL's channel count and chunk), `ring/simple/8ch`,
+    /// `ring/simple/8ch/512K` or `ring/simple/512K`.
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "{}/{}", self.algo.name(), self.proto.name())?;
         if self.channels > 0 {
             write!(f, "/{}ch", self.channels)?;
+        }
+        if !self.chunk.is_nccl() {
+            write!(f, "/{}", self.chunk)?;
         }
         Ok(())
     }
@@ -664,8 +841,25 @@ mod tests {
                 }
             }
         }
-        assert_eq!(Setting::from_rule_bits(0x0100_0001), None);
+        assert_eq!(Setting::from_rule_bits(0x0000_0701), None, "protocol 7");
         assert_eq!(Setting::from_rule_bits(65 << 16), None);
+        assert_eq!(
+            Setting::from_rule_bits(200 << 24),
+            None,
+            "past the largest chunk"
+        );
+        // A chunk is byte 3: 512 KiB on Simple (code 104), none on LL128's grain.
+        let s = Setting::new(Algo::Ring, Proto::Simple).with_channels(8);
+        let c = s.with_chunk(Chunk::from_bytes(512 << 10).unwrap()).unwrap();
+        assert_eq!(c.to_rule_bits(), s.to_rule_bits() | 104 << 24);
+        assert_eq!(Setting::from_rule_bits(c.to_rule_bits()), Some(c));
+        assert_eq!(
+            Setting::from_rule_bits(1 << 24 | 2 << 8),
+            None,
+            "16 B on Simple"
+        );
+        // The runtime's word has no chunk.
+        assert_eq!(Setting::from_word(c.to_word()), Some(s));
         // The journal's "NCCL chose" mark (algorithm 7) is no setting.
         assert_eq!(Setting::from_word(7 << 9), None);
     }
@@ -696,15 +890,62 @@ mod tests {
             Some(Setting::new(Algo::Ring, Proto::LL128).with_channels(4))
         );
         assert_eq!(Setting::parse("ring/simple/0ch"), Some(s));
+        let k512 = Chunk::from_bytes(512 << 10).unwrap();
+        let chunked = s.with_channels(8).with_chunk(k512).unwrap();
+        assert_eq!(chunked.to_string(), "ring/simple/8ch/512K");
+        assert_eq!(Setting::parse("ring/simple/8ch/512K"), Some(chunked));
+        assert_eq!(Setting::parse("ring/simple/512k"), s.with_chunk(k512));
+        let ll128 = Setting::parse("tree/ll128/1920B").unwrap();
+        assert_eq!(
+            (ll128.chunk.bytes(), ll128.to_string().as_str()),
+            (1920, "tree/ll128/1920B")
+        );
         for bad in [
             "ring",
             "ring/simple/65ch",
             "ring/simple/8",
             "ring/simple/8ch/x",
+            "ring/simple/8ch/512K/1",
+            "ring/simple/512B/8ch",
+            "ring/simple/16B",
+            "tree/ll128/1K",
+            "ring/simple/0K",
+            "ring/ll/17B",
             "foo/ll",
         ] {
             assert_eq!(Setting::parse(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn chunk_codes_are_exact_and_monotone() {
+        let mut last = 0;
+        for code in 0..=Chunk::MAX_CODE {
+            let c = Chunk::from_code(code).unwrap();
+            let b = c.bytes();
+            assert!(code == 0 || b > last, "code {code} grows");
+            assert_eq!(Chunk::from_bytes(b as u64), Some(c), "{b}");
+            assert_eq!(Chunk::at_most(b as u64 + 15), c);
+            assert!(b <= i32::MAX as u32);
+            assert_eq!(Chunk::parse(&c.to_string()), (code > 0).then_some(c));
+            last = b;
+        }
+        assert_eq!(Chunk::from_code(Chunk::MAX_CODE + 1), None);
+        assert_eq!(
+            Chunk::at_most(u64::MAX),
+            Chunk::from_code(Chunk::MAX_CODE).unwrap()
+        );
+        // The ladders' sizes are exact: 288 KiB, 18 KiB, 2 MiB, LL128's grain.
+        for b in [288 << 10, 18 << 10, 2 << 20, 1920, 16, 512] {
+            assert_eq!(Chunk::from_bytes(b).map(|c| c.bytes() as u64), Some(b));
+        }
+        assert_eq!(
+            Chunk::from_bytes(17 << 10 | 512),
+            None,
+            "17.5 KiB: between codes"
+        );
+        assert_eq!(Chunk::at_most(17 << 10 | 512).bytes(), 16 << 10);
+        assert_eq!(Chunk::from_bytes(8), None);
     }
 
     #[test]

@@ -12,11 +12,14 @@ pub const MAGIC: [u8; 8] = *b"DYNCCTBL";
 /// Format major version this code reads and writes. Readers reject any other
 /// major.
 pub const FORMAT_MAJOR: u16 = 1;
-/// Format minor version this code writes when a table has a section only
-/// that minor defines (1.1: PLAN); a table without one is written as 1.0,
-/// byte for byte what 1.0 writers wrote. A newer minor only adds section
-/// kinds, which older readers ignore.
-pub const FORMAT_MINOR: u16 = 1;
+/// Format minor version this code writes when a table holds what only that
+/// minor defines (1.2: a decision with a chunk size, byte 3 of the packed
+/// decision); a table with a plan and no chunk is written as 1.1, one with
+/// neither as 1.0, byte for byte what those writers wrote. 1.1 added a
+/// section kind, which older readers skip; 1.2 gave the packed decision's
+/// reserved byte a meaning, so a 1.1 reader refuses (never misreads) a
+/// table whose decisions carry a chunk.
+pub const FORMAT_MINOR: u16 = 2;
 /// `nccl_layout` value meaning "NCCL 2.23+ numbering" (algorithms 0..=6 with
 /// PAT = 6, protocols 0..=2, collectives 0..=4).
 pub const NCCL_LAYOUT: u32 = 1;

@@ -107,6 +107,25 @@ impl Specialised {
         }
     }
 
+    /// The chunk size to answer NCCL's `getChunkSize` (tuner v6+) with, in
+    /// bytes: the table's chunk where its decision for this call's cell
+    /// (`nBytes` as NCCL passes it here, one collective: numPipeOps 1)
+    /// forces the same algorithm and protocol NCCL is chunking with and a
+    /// chunk; else `None` (leave NCCL's). A function of the table, the
+    /// communicator and the call's arguments only, so every rank answers
+    /// alike. Hot path: no allocation, no panic.
+    #[inline]
+    pub fn chunk(&self, coll_type: u32, n_bytes: u64, algo: i32, proto: i32) -> Option<u32> {
+        match self.decide(coll_type, n_bytes, 1, 0) {
+            Decision::Force(s)
+                if !s.chunk.is_nccl() && s.algo as i32 == algo && s.proto as i32 == proto =>
+            {
+                Some(s.chunk.bytes())
+            }
+            _ => None,
+        }
+    }
+
     /// The decisions of `coll_type` by size bucket, when its context's
     /// `numPipeOps` gate lets the call through (the same on every rank).
     #[inline(always)]
@@ -132,6 +151,68 @@ impl Specialised {
 #[cfg(all(test, feature = "build"))]
 mod tests {
     use crate::*;
+
+    /// `getChunkSize`'s answer: the table's chunk only where its cell
+    /// forces that algorithm and protocol with a chunk.
+    #[test]
+    fn chunk_answers_only_a_forced_chunk_of_the_same_algorithm_and_protocol() {
+        let k512 = Chunk::from_bytes(512 << 10).unwrap();
+        let ring = Setting::new(Algo::Ring, Proto::Simple)
+            .with_chunk(k512)
+            .unwrap();
+        let tree = Setting::new(Algo::Tree, Proto::LL);
+        let rule = |last, s| Rule {
+            last_bucket: last,
+            decision: Decision::Force(s),
+            basis: Basis::Measured,
+            gain: 1.2,
+        };
+        let mut b = TableBuilder::new();
+        b.context(
+            ContextSpec {
+                coll: Coll::AllReduce,
+                nodes: (1, 1),
+                ppn: (8, 8),
+                max_pipe_ops: 0,
+                reg_buff: RegBuff::Any,
+            },
+            &[rule(size_bucket(65535), tree), rule(255, ring)],
+        )
+        .unwrap();
+        let bytes = b.build().unwrap();
+        let t = Table::from_bytes(&bytes).unwrap();
+        let s = t.specialise(&Comm::new(8, 1));
+        let (ar, ring_a, simple) = (
+            Coll::AllReduce as u32,
+            Algo::Ring as i32,
+            Proto::Simple as i32,
+        );
+        assert_eq!(s.chunk(ar, 1 << 20, ring_a, simple), Some(512 << 10));
+        assert_eq!(
+            s.chunk(ar, 1 << 20, Algo::Tree as i32, simple),
+            None,
+            "another algorithm"
+        );
+        assert_eq!(
+            s.chunk(ar, 1 << 20, ring_a, Proto::LL as i32),
+            None,
+            "another protocol"
+        );
+        assert_eq!(
+            s.chunk(ar, 4096, Algo::Tree as i32, Proto::LL as i32),
+            None,
+            "no chunk"
+        );
+        assert_eq!(
+            s.chunk(Coll::AllGather as u32, 1 << 20, ring_a, simple),
+            None
+        );
+        assert_eq!(s.chunk(99, 1 << 20, ring_a, simple), None);
+        assert!(t
+            .specialise(&Comm::new(16, 2))
+            .chunk(ar, 1 << 20, ring_a, simple)
+            .is_none());
+    }
 
     /// A table compiled with `--setup regBuff=1` gates its contexts to
     /// `regBuff != 0`; NCCL computes `regBuff` per rank, so a rank that

@@ -15,7 +15,7 @@
 use core::fmt;
 
 use crate::nccl::{
-    Algo, Coll, ProfilerAbi, Proto, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS,
+    Algo, Chunk, Coll, ProfilerAbi, Proto, Setting, MAX_CHANNELS, NUM_ALGOS, NUM_COLLS, NUM_PROTOS,
 };
 
 /// The first 8 bytes of every trace file.
@@ -36,9 +36,12 @@ pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// engines) and the user tags (profiler v7's `userTag`) each
 /// communicator's calls carried, their count at header offset 84 (reserved
 /// 0 before), and the record sources `ran-other` and `ran-other-channels` (a
-/// forced call NCCL ran otherwise). A reader reads every minor up to its own; one of an older
-/// minor refuses a newer file by its length.
-pub const TRACE_MINOR: u16 = 1;
+/// forced call NCCL ran otherwise). 2 gave the record's reserved byte 7
+/// the chunk size the setting ran with ([`crate::Chunk`]'s code, 0 =
+/// NCCL's). A reader reads every minor up to its own; one of an older
+/// minor refuses a newer file by its length (minor 1) or a record with a
+/// chunk by its reserved byte (minor 2).
+pub const TRACE_MINOR: u16 = 2;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
 /// below it, and a reader refuses anything longer.
 pub const MAX_TRACE_LEN: usize = 1 << 20;
@@ -522,6 +525,8 @@ impl<'a> Trace<'a> {
         // the tags' count at 84.
         let minor = h.u16(10);
         let extended = major >= 3 && minor >= 1;
+        // Minor 2 of major 3: a record's byte 7 is its chunk.
+        let chunked = major >= 3 && minor >= 2;
         // Major 3: the number of shapes at 80 (reserved 0 before).
         if h.u16(22) != 0
             || (!extended && h.u32(84) != 0)
@@ -618,7 +623,7 @@ impl<'a> Trace<'a> {
             (TraceOtherPaths::default(), &bytes[extra_at..extra_at])
         };
         for (i, r) in records.chunks_exact(TRACE_RECORD_LEN).enumerate() {
-            check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN)?;
+            check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN, chunked)?;
         }
         for (i, s) in shapes.chunks_exact(TRACE_SHAPE_LEN).enumerate() {
             check_shape(Le(s), n_comms, shapes_at + i * TRACE_SHAPE_LEN)?;
@@ -759,7 +764,7 @@ fn check_shape(s: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
     Ok(())
 }
 
-fn check_record(r: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
+fn check_record(r: Le<'_>, n_comms: u32, at: usize, chunked: bool) -> Result<(), TraceError> {
     if r.u16(0) as u32 >= n_comms {
         return Err(bad(at, "a communicator index below the communicator count"));
     }
@@ -778,8 +783,11 @@ fn check_record(r: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
     if Source::from_u8(r.u8(6)).is_none() {
         return Err(bad(at + 6, "a source 0-4"));
     }
-    if r.u8(7) != 0 {
+    if !chunked && r.u8(7) != 0 {
         return Err(bad(at + 7, "a reserved byte of zero"));
+    }
+    if chunked && read_record(r).is_none() {
+        return Err(bad(at + 7, "a chunk code on the protocol's grain"));
     }
     if r.u64(16) == 0 {
         return Err(bad(at + 16, "a count >= 1"));
@@ -798,7 +806,8 @@ fn read_record(r: Le<'_>) -> Option<TraceRecord> {
         comm: r.u16(0),
         coll: Coll::from_nccl(r.u8(2) as u32)?,
         setting: Setting::new(Algo::from_u8(r.u8(3))?, Proto::from_u8(r.u8(4))?)
-            .with_channels(r.u8(5)),
+            .with_channels(r.u8(5))
+            .with_chunk(Chunk::from_code(r.u8(7))?)?,
         source: Source::from_u8(r.u8(6))?,
         n_bytes: r.u64(8),
         count: r.u64(16),
@@ -941,7 +950,7 @@ pub fn encode_all(
             r.setting.proto as u8,
             r.setting.channels,
             r.source as u8,
-            0,
+            r.setting.chunk.code(),
         ]);
         out.extend_from_slice(&r.n_bytes.to_le_bytes());
         out.extend_from_slice(&r.count.to_le_bytes());

@@ -391,7 +391,8 @@ fn rule_errors() {
         0x0000_0007u32,
         0x0000_0300,
         0x0001_FFFF,
-        0x0100_0000,
+        0x0100_0200,
+        0xC800_0000,
         0x0000_00FF,
     ] {
         assert_eq!(
@@ -1004,7 +1005,7 @@ fn branch_free_decision_check_is_from_packed() {
     for a in 0..=255u32 {
         for p in 0..=255u32 {
             for ch in [0u32, 1, 63, 64, 65, 127, 128, 255] {
-                for reserved in [0u32, 1, 0x80, 0xFF] {
+                for reserved in [0u32, 1, 0x27, 0x68, 0x80, 0xC7, 0xC8, 0xFF] {
                     let v = a | p << 8 | ch << 16 | reserved << 24;
                     assert_eq!(
                         crate::model::packed_is_valid(v),

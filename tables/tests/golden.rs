@@ -1,7 +1,7 @@
 //! Golden tables: committed `.tbl` files that today's reader must keep
 //! loading and answering the same way.
 //!
-//! `tables/golden/*_v1.0.tbl` and `*_v1.1.tbl` are written by `generate()`
+//! `tables/golden/*_v1.0.tbl`, `*_v1.1.tbl` and `*_v1.2.tbl` are written by `generate()`
 //! below. With the
 //! `build` feature this test also checks that the builder still produces
 //! them byte for byte; to rewrite them after an intentional format change,
@@ -13,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use dyncc_tables::{Algo, Basis, Coll, Comm, Decision, Proto, Setting, Table, NUM_FEATURES};
+use dyncc_tables::{Algo, Basis, Chunk, Coll, Comm, Decision, Proto, Setting, Table, NUM_FEATURES};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("golden")
@@ -29,11 +29,13 @@ const MIB: u64 = 1024 * 1024;
 const AR: u32 = Coll::AllReduce as u32;
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force(Setting {
-        algo,
-        proto,
-        channels,
-    })
+    Decision::Force(Setting::new(algo, proto).with_channels(channels))
+}
+
+/// `force` with a chunk of `bytes` (on the protocol's grain).
+fn chunked(algo: Algo, proto: Proto, channels: u8, bytes: u64) -> Decision {
+    let s = Setting::new(algo, proto).with_channels(channels);
+    Decision::Force(s.with_chunk(Chunk::from_bytes(bytes).unwrap()).unwrap())
 }
 
 #[cfg(feature = "build")]
@@ -308,12 +310,76 @@ mod gen {
         b.build().unwrap()
     }
 
+    /// Format 1.2: allreduce on 2 nodes x 8 ranks with chunk sizes: tree/ll
+    /// (NCCL's chunk) below 64 KiB, tree/ll128 with 3840-byte chunks below
+    /// 1 MiB, ring/simple on 8 channels with 512 KiB chunks below 64 MiB,
+    /// ring/simple with 2 MiB chunks from 64 MiB; the tree explains the
+    /// same split.
+    fn allreduce_chunk() -> Vec<u8> {
+        let mut b = TableBuilder::new();
+        b.meta("dyncc_version", "0.1.0")
+            .meta(
+                "command",
+                "make bless (DYNCC_BLESS=1 cargo test -p dyncc-tables --features build --test golden)",
+            )
+            .meta("inputs", "")
+            .meta("platform", "golden-fixture")
+            .meta("gpu", "none (hand-written fixture)")
+            .meta("gpus_per_node", "8")
+            .meta("created", "1970-01-01T00:00:00Z")
+            .meta("coverage", "allreduce 2x8: 4 rules, 4 forced, 3 with a chunk");
+        let below = |n: u64| size_bucket(n) as u64 - 1;
+        let c = super::chunk::rules();
+        b.context(
+            ContextSpec {
+                coll: Coll::AllReduce,
+                nodes: (2, 2),
+                ppn: (8, 8),
+                max_pipe_ops: 0,
+                reg_buff: RegBuff::Any,
+            },
+            &[
+                rule(below(64 * KIB), c[0], Basis::Measured, 1.4),
+                rule(below(MIB), c[1], Basis::Measured, 1.2),
+                rule(below(64 * MIB), c[2], Basis::Interpolated, 1.1),
+                rule(255, c[3], Basis::Extrapolated, 1.05),
+            ],
+        )
+        .unwrap();
+        let split = |threshold: f32, left, right| TreeNode::Split {
+            feature: Feature::Log2Bytes,
+            threshold,
+            left,
+            right,
+        };
+        let leaf = |decision, basis| TreeNode::Leaf {
+            decision,
+            basis,
+            gain: 1.1,
+        };
+        b.tree(
+            Coll::AllReduce,
+            &[
+                split(16.0, 1, 2),
+                leaf(c[0], Basis::Measured),
+                split(20.0, 3, 4),
+                leaf(c[1], Basis::Measured),
+                split(26.0, 5, 6),
+                leaf(c[2], Basis::Interpolated),
+                leaf(c[3], Basis::Extrapolated),
+            ],
+        )
+        .unwrap();
+        b.build().unwrap()
+    }
+
     pub fn generate() -> Vec<(&'static str, Vec<u8>)> {
         vec![
             ("allreduce_2x8_v1.0.tbl", allreduce_2x8()),
             ("multi_context_v1.0.tbl", multi_context()),
             ("empty_v1.0.tbl", empty()),
             ("allreduce_plan_v1.1.tbl", allreduce_plan()),
+            ("allreduce_chunk_v1.2.tbl", allreduce_chunk()),
         ]
     }
 
@@ -487,6 +553,80 @@ fn allreduce_plan_answers_known_plan_lookups() {
         force(Algo::Ring, Proto::LL, 0)
     );
     assert_eq!(t.meta("platform"), Some("golden-fixture"));
+}
+
+/// The decisions of `allreduce_chunk_v1.2.tbl`, by rule.
+mod chunk {
+    use super::*;
+
+    pub fn rules() -> [Decision; 4] {
+        [
+            force(Algo::Tree, Proto::LL, 0),
+            chunked(Algo::Tree, Proto::LL128, 0, 3840),
+            chunked(Algo::Ring, Proto::Simple, 8, 512 * KIB),
+            chunked(Algo::Ring, Proto::Simple, 0, 2 * MIB),
+        ]
+    }
+}
+
+#[test]
+fn allreduce_chunk_answers_its_chunks() {
+    let bytes = load("allreduce_chunk_v1.2.tbl");
+    let t = Table::from_bytes(&bytes).unwrap();
+    assert_eq!(t.version(), (1, 2));
+    let [ll, ll128, simple8, simple] = chunk::rules();
+    let comm = Comm::new(16, 2);
+    let s = t.specialise(&comm);
+    for (n, want) in [
+        (0, ll),
+        (64 * KIB - 1, ll),
+        (64 * KIB, ll128),
+        (MIB - 1, ll128),
+        (MIB, simple8),
+        (64 * MIB - 1, simple8),
+        (64 * MIB, simple),
+        (u64::MAX, simple),
+    ] {
+        assert_eq!(t.lookup(AR, &comm, n, 1, 0).decision, want, "{n} bytes");
+        assert_eq!(s.decide(AR, n, 1, 0), want, "{n} bytes (specialised)");
+        if n == 0 || (n.wrapping_add(1).is_power_of_two() && n > 1024) {
+            continue;
+        }
+        let mut f = [0.0f32; NUM_FEATURES];
+        f[0] = (n as f64).log2() as f32;
+        let d = t.tree(Coll::AllReduce).unwrap().eval(&f).unwrap().decision;
+        assert_eq!(d, want, "tree at {n} bytes");
+    }
+    let Decision::Force(r) = simple8 else {
+        unreachable!()
+    };
+    assert_eq!(
+        (r.chunk.bytes(), r.to_string().as_str()),
+        (512 << 10, "ring/simple/8ch/512K")
+    );
+}
+
+#[test]
+fn tables_without_chunks_keep_their_minor() {
+    for (name, minor) in [
+        ("allreduce_2x8_v1.0.tbl", 0),
+        ("multi_context_v1.0.tbl", 0),
+        ("empty_v1.0.tbl", 0),
+        ("allreduce_plan_v1.1.tbl", 1),
+    ] {
+        let bytes = load(name);
+        let t = Table::from_bytes(&bytes).unwrap();
+        assert_eq!(t.version(), (1, minor), "{name}");
+        // A table of 1.0/1.1 forces no chunk.
+        for c in Coll::ALL {
+            let comm = Comm::new(16, 2);
+            for n in [0, 4 * KIB, MIB, 64 * MIB] {
+                if let Decision::Force(s) = t.lookup(c as u32, &comm, n, 1, 0).decision {
+                    assert!(s.chunk.is_nccl(), "{name}");
+                }
+            }
+        }
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ use dyncc_tables::trace::{encode_all, TraceHead};
 use dyncc_tables::trace::{
     Source, Trace, TraceComm, TraceOtherPaths, TraceRecord, TraceShape, TraceTag,
 };
-use dyncc_tables::{size_bucket, Algo, Coll, Proto, Setting, TRACE_MAJOR, TRACE_MINOR};
+use dyncc_tables::{size_bucket, Algo, Chunk, Coll, Proto, Setting, TRACE_MAJOR, TRACE_MINOR};
 
 fn golden(major: u16) -> PathBuf {
     golden_named(&format!("trace_v{major}.trace"))
@@ -29,7 +29,7 @@ fn golden_named(name: &str) -> PathBuf {
 }
 
 /// The current major's older minors, kept: (file, minor).
-const OLDER_MINORS: [(&str, u16); 1] = [("trace_v3.0.trace", 0)];
+const OLDER_MINORS: [(&str, u16); 2] = [("trace_v3.0.trace", 0), ("trace_v3.1.trace", 1)];
 
 /// Minor 1's other paths and tags: 12 collectives ran as a symmetric
 /// kernel, 5 on the copy engines; the communicator's calls carried two
@@ -71,11 +71,7 @@ fn records() -> [TraceRecord; 2] {
             comm: 0,
             coll: Coll::AllReduce,
             n_bytes: 4 << 20,
-            setting: Setting {
-                algo,
-                proto: Proto::Simple,
-                channels: 16,
-            },
+            setting: Setting::new(algo, Proto::Simple).with_channels(16),
             source,
             count,
             sum_ln: count as f64 * ln,
@@ -88,6 +84,14 @@ fn records() -> [TraceRecord; 2] {
         r(Source::Nccl, Algo::Ring, 490, 1_000_000.0),
         r(Source::Explore, Algo::Tree, 10, 800_000.0),
     ]
+}
+
+/// Minor 2's records: the explored one ran with 512 KiB chunks.
+fn records_with_chunk() -> [TraceRecord; 2] {
+    let [nccl, mut explored] = records();
+    let chunk = Chunk::from_bytes(512 << 10).unwrap();
+    explored.setting = explored.setting.with_chunk(chunk).unwrap();
+    [nccl, explored]
 }
 
 /// Major 3's shapes: the tuner answered 2000 calls at the records' shape,
@@ -122,7 +126,7 @@ fn sample() -> Vec<u8> {
     encode_all(
         &head,
         &[comm()],
-        &records(),
+        &records_with_chunk(),
         &shapes(),
         &other_paths(),
         &tags(),
@@ -142,7 +146,18 @@ fn check_common(t: &Trace<'_>) {
         (1, 2, 3)
     );
     assert_eq!(t.comms().collect::<Vec<_>>(), vec![comm()]);
-    assert_eq!(t.records().collect::<Vec<_>>(), records().to_vec());
+    // Every file's records; chunks from minor 2 on (checked there).
+    let read: Vec<_> = t
+        .records()
+        .map(|mut r| {
+            r.setting = r.setting.without_chunk();
+            r
+        })
+        .collect();
+    assert_eq!(read, records().to_vec());
+    if t.minor() < 2 {
+        assert!(t.records().all(|r| r.setting.chunk.is_nccl()));
+    }
 }
 
 #[cfg(feature = "alloc")]
@@ -163,12 +178,14 @@ fn the_current_trace_format_is_written_as_committed() {
     let t = Trace::from_bytes(&committed).unwrap();
     check_common(&t);
     assert_eq!(t.minor(), TRACE_MINOR);
+    assert_eq!(t.records().collect::<Vec<_>>(), records_with_chunk());
     assert_eq!(t.other_paths(), other_paths());
     assert_eq!(t.tags().collect::<Vec<_>>(), tags());
 }
 
 /// The current major's files of older minors are read as they were:
-/// minor 0 of major 3 has no other paths and no tags.
+/// minor 0 of major 3 has no other paths and no tags, minors before 2 no
+/// chunks.
 #[test]
 fn older_minors_of_the_current_major_are_still_read() {
     for (name, minor) in OLDER_MINORS {
@@ -178,8 +195,13 @@ fn older_minors_of_the_current_major_are_still_read() {
         check_common(&t);
         assert_eq!(t.minor(), minor, "{}", p.display());
         assert_eq!(t.shapes().collect::<Vec<_>>(), shapes().to_vec());
-        assert_eq!(t.other_paths(), TraceOtherPaths::default());
-        assert_eq!(t.tags().count(), 0);
+        if minor == 0 {
+            assert_eq!(t.other_paths(), TraceOtherPaths::default());
+            assert_eq!(t.tags().count(), 0);
+        } else {
+            assert_eq!(t.other_paths(), other_paths());
+            assert_eq!(t.tags().collect::<Vec<_>>(), tags());
+        }
     }
 }
 

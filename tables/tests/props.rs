@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 
 use dyncc_tables::{
-    Algo, Basis, BucketDecision, Coll, Comm, ContextSpec, Decision, Feature, Proto, RegBuff, Rule,
-    Setting, Table, TableBuilder, TreeNode, NUM_FEATURES,
+    Algo, Basis, BucketDecision, Chunk, Coll, Comm, ContextSpec, Decision, Feature, Proto, RegBuff,
+    Rule, Setting, Table, TableBuilder, TreeNode, NUM_FEATURES,
 };
 use proptest::prelude::*;
 
@@ -18,13 +18,19 @@ mod harness;
 fn decision() -> impl Strategy<Value = Decision> {
     prop_oneof![
         Just(Decision::Default),
-        (0..7u8, 0..3u8, 0..=dyncc_tables::MAX_CHANNELS).prop_map(|(a, p, channels)| {
-            Decision::Force(Setting {
-                algo: Algo::from_u8(a).unwrap(),
-                proto: Proto::from_u8(p).unwrap(),
-                channels,
-            })
-        }),
+        (0..7u8, 0..3u8, 0..=dyncc_tables::MAX_CHANNELS, 0..14u32).prop_map(
+            |(a, p, channels, k)| {
+                let s = Setting::new(Algo::from_u8(a).unwrap(), Proto::from_u8(p).unwrap())
+                    .with_channels(channels);
+                // k 0: NCCL's chunk; else the grain times 2^(k-1), always
+                // a code and on the grain.
+                let chunk = match k {
+                    0 => Chunk::NCCL,
+                    k => Chunk::from_bytes((s.proto.chunk_grain() as u64) << (k - 1)).unwrap(),
+                };
+                Decision::Force(s.with_chunk(chunk).unwrap())
+            }
+        ),
     ]
 }
 

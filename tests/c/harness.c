@@ -156,9 +156,9 @@ static int load_lib(void) {
   CHECK(v4->init && v4->getCollInfo && v4->destroy, "v4 slots");
   CHECK(v5->init && v5->getCollInfo && v5->finalize, "v5 slots");
   CHECK(v6->init && v6->getCollInfo && v6->finalize, "v6 slots");
-  CHECK(v6->getChunkSize == NULL, "v6 getChunkSize is NULL");
+  CHECK(v6->getChunkSize != NULL, "v6 getChunkSize is set");
   CHECK(v7->init && v7->getCollInfo && v7->finalize, "v7 slots");
-  CHECK(v7->getChunkSize == NULL, "v7 getChunkSize is NULL");
+  CHECK(v7->getChunkSize != NULL, "v7 getChunkSize is set");
   return 1;
 }
 
@@ -260,6 +260,37 @@ static void expect_call(int ver, void *ctx, int coll, size_t nBytes, int pipeOps
 
 static const char *g_table, *g_corrupt, *g_missing, *g_digest;
 
+/* getChunkSize (v6, v7), as NCCL's calcCollChunking calls it: with NCCL's
+ * own chunk in *chunkSize, after getCollInfo chose. The harness table's
+ * AllGather PAT/Simple forces 512 KiB (when `chunked`); every other cell,
+ * and another algorithm or protocol in that cell, keeps NCCL's. */
+static size_t t_chunk(int ver, void *ctx, ncclFunc_t f, size_t n, int a, int p, size_t nccl) {
+  size_t c = nccl;
+  ncclResult_t rc = ver == 6 ? v6->getChunkSize(ctx, f, n, a, p, 4, &c)
+                             : v7->getChunkSize(ctx, f, n, a, p, 4, &c);
+  CHECK(rc == ncclSuccess, "v%d getChunkSize returned %d", ver, rc);
+  return c;
+}
+
+static void check_chunks(int ver, void *ctx, int chunked) {
+  size_t want = chunked ? 512 * 1024 : 131072;
+  size_t got = t_chunk(ver, ctx, ncclFuncAllGather, 1 << 20, NCCL_ALGO_PAT, NCCL_PROTO_SIMPLE, 131072);
+  CHECK(got == want, "v%d allgather PAT/Simple chunk %zu want %zu", ver, got, want);
+  got = t_chunk(ver, ctx, ncclFuncAllGather, 1 << 20, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 131072);
+  CHECK(got == 131072, "v%d allgather Ring/Simple keeps NCCL's chunk (%zu)", ver, got);
+  got = t_chunk(ver, ctx, ncclFuncAllGather, 1 << 20, NCCL_ALGO_PAT, NCCL_PROTO_LL, 4096);
+  CHECK(got == 4096, "v%d allgather PAT/LL keeps NCCL's chunk (%zu)", ver, got);
+  got = t_chunk(ver, ctx, ncclFuncAllReduce, 1024, NCCL_ALGO_TREE, NCCL_PROTO_LL, 4096);
+  CHECK(got == 4096, "v%d allreduce Tree/LL (no chunk in the table) keeps NCCL's (%zu)", ver, got);
+  got = t_chunk(ver, ctx, ncclFuncReduce, 1 << 20, NCCL_ALGO_RING, NCCL_PROTO_SIMPLE, 65536);
+  CHECK(got == 65536, "v%d reduce (no context) keeps NCCL's (%zu)", ver, got);
+  got = t_chunk(ver, NULL, ncclFuncAllGather, 1 << 20, NCCL_ALGO_PAT, NCCL_PROTO_SIMPLE, 7);
+  CHECK(got == 7, "v%d NULL context keeps NCCL's (%zu)", ver, got);
+  ncclResult_t rc = ver == 6 ? v6->getChunkSize(ctx, ncclFuncAllGather, 1 << 20, NCCL_ALGO_PAT, NCCL_PROTO_SIMPLE, 4, NULL)
+                             : v7->getChunkSize(ctx, ncclFuncAllGather, 1 << 20, NCCL_ALGO_PAT, NCCL_PROTO_SIMPLE, 4, NULL);
+  CHECK(rc == ncclSuccess, "v%d NULL chunkSize: success", ver);
+}
+
 static void check_table_versions(void) {
   setenv("DYNCC_TABLE", g_table, 1);
   unsetenv("DYNCC_STRICT");
@@ -278,6 +309,7 @@ static void check_table_versions(void) {
     if (ver >= 5) CHECK(strstr(g_last_info, "0x000000001234abcd") != NULL, "commId in %s", g_last_info);
     CHECK(strstr(g_last_info, g_digest) != NULL, "digest %s in %s", g_digest, g_last_info);
     if (ver == 6) printf("harness: v6 init logged: %s\n", g_last_info);
+    if (ver >= 6) check_chunks(ver, ctx, 1);
 
     expect_call(ver, ctx, ncclFuncAllReduce, 1 * KiB, 1, 0, 7, 3, -1, NCCL_ALGO_TREE, NCCL_PROTO_LL, 0, "allreduce 1K");
     expect_call(ver, ctx, ncclFuncAllReduce, 1 * MiB, 1, 0, 7, 3, -1, NCCL_ALGO_RING, NCCL_PROTO_LL128, 4, "allreduce 1M");
@@ -650,6 +682,9 @@ static void check_init_line_says_not_covered_and_what_the_table_covers(void) {
   CHECK(t_fin(6, ctx) == ncclSuccess, "finalize");
   CHECK(init_on(g_versioned, 8, 1, &ctx) == ncclSuccess && ctx, "init on the versioned table");
   CHECK(strstr(g_last_info, " gpu unknown ") != NULL, "a table without gpu says unknown: %s", g_last_info);
+  /* A 1.0 table (no chunk anywhere) leaves every chunk to NCCL. */
+  check_chunks(6, ctx, 0);
+  check_chunks(7, ctx, 0);
   CHECK(t_fin(6, ctx) == ncclSuccess, "finalize");
 }
 

@@ -5,16 +5,12 @@
 #![allow(dead_code)] // each includer uses a subset
 
 use dyncc_tables::{
-    size_bucket, Algo, Basis, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting,
+    size_bucket, Algo, Basis, Chunk, Coll, ContextSpec, Decision, Proto, RegBuff, Rule, Setting,
     TableBuilder,
 };
 
 fn force(algo: Algo, proto: Proto, channels: u8) -> Decision {
-    Decision::Force(Setting {
-        algo,
-        proto,
-        channels,
-    })
+    Decision::Force(Setting::new(algo, proto).with_channels(channels))
 }
 
 fn spec(coll: Coll, nodes: (u32, u32)) -> ContextSpec {
@@ -36,19 +32,21 @@ fn all(d: Decision) -> [Rule; 1] {
     }]
 }
 
-/// The harness table's bytes.
+/// The harness table's bytes (format 1.2: its AllGather PAT/Simple forces
+/// 512 KiB chunks).
 pub fn harness_table() -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("gpu", "H100");
-    harness_decisions(b)
+    harness_decisions(b, true)
 }
 
 /// The harness table's decisions without `gpu` metadata, swept (says its
-/// `nccl_version`) on NCCL 2.18.1 and 2.19.3.
+/// `nccl_version`) on NCCL 2.18.1 and 2.19.3, and without the AllGather
+/// chunk (a format 1.0 table).
 pub fn versioned_table() -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("nccl_version", "2.18.1,2.19.3");
-    harness_decisions(b)
+    harness_decisions(b, false)
 }
 
 /// IEEE CRC-32 (as crc32fast), to reseal a deliberately edited table.
@@ -97,7 +95,7 @@ pub fn reserved_table() -> Vec<u8> {
     edited(36, &1u32.to_le_bytes())
 }
 
-fn harness_decisions(mut b: TableBuilder) -> Vec<u8> {
+fn harness_decisions(mut b: TableBuilder, chunk: bool) -> Vec<u8> {
     let m = Basis::Measured;
     b.meta("platform", "harness-sim")
         .meta("coverage", "5 contexts (harness)")
@@ -129,11 +127,15 @@ fn harness_decisions(mut b: TableBuilder) -> Vec<u8> {
         &all(force(Algo::Tree, Proto::Simple, 0)),
     )
     .unwrap();
-    b.context(
-        spec(Coll::AllGather, (1, 4)),
-        &all(force(Algo::Pat, Proto::Simple, 0)),
-    )
-    .unwrap();
+    let pat = Setting::new(Algo::Pat, Proto::Simple);
+    let pat = match chunk {
+        true => pat
+            .with_chunk(Chunk::from_bytes(512 << 10).unwrap())
+            .unwrap(),
+        false => pat,
+    };
+    b.context(spec(Coll::AllGather, (1, 4)), &all(Decision::Force(pat)))
+        .unwrap();
     b.context(
         spec(Coll::Broadcast, (1, 4)),
         &all(force(Algo::CollNetDirect, Proto::Simple, 2)),

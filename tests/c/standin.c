@@ -2,7 +2,7 @@
  * (DYNCC_TEST_PLUGIN_LIB), resolves ncclTunerPlugin_v6 and ncclProfiler_vN,
  * and drives two ranks of one communicator in NCCL's order and threads:
  * per rank a host thread (tuner init after profiler init, as NCCL's init
- * does; then per collective getCollInfo, Group start, Coll start, Coll
+ * does; then per collective getCollInfo, getChunkSize per task, Group start, Coll start, Coll
  * stop, Group stop) and a proxy thread that later sends each channel's
  * KernelCh start, recordEventState(KernelChStop) and stop, long after the
  * Coll event was stopped. Collective GPU times come from a small world
@@ -201,6 +201,12 @@ static void *host_thread(void *arg) {
       continue;
     }
     for (int task = 0; task < ntasks; task++) {
+      /* calcCollChunking (NCCL 2.30-2.32 enqueue): per task, after
+       * getCollInfo chose, NCCL's own chunk offered to the tuner. */
+      if (tuner->getChunkSize) {
+        size_t chunk = 131072;
+        tuner->getChunkSize(r->tctx, (ncclFunc_t)coll, bytes, ran.algo, ran.proto, nch, &chunk);
+      }
       int says_zero = hold_kernels && i % 3 == 1;
       double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);
       uint64_t t = (uint64_t)llround(world_ns(ran.algo, ran.proto, bytes) * noise);
