@@ -4,7 +4,7 @@
 //! when the decision is interpolated or extrapolated rather than measured;
 //! under it, the expected gain over NCCL's default on a scale of its own, so
 //! decision and gain never share a visual channel. `--diff OLD NEW` draws
-//! what changes between two tables on the same grid ([`changes`]).
+//! what changes between two tables on the same grid (`changes.rs`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
