@@ -1898,6 +1898,32 @@ fn a_forced_call_nccl_ran_otherwise_enters_neither_side() {
     assert!(o.contains("capped.trace") && o.contains("490"), "{o}");
 }
 
+/// A round of the loop in `dir`: the sweep (Tree/Simple 20 % slower),
+/// one job at 4 nodes that explored Tree/Simple winning at 1 MiB, the
+/// table before it and the table compiled with its trace.
+struct Round {
+    sweep: PathBuf,
+    traces: PathBuf,
+    before: PathBuf,
+    after: PathBuf,
+}
+
+fn a_round_with_an_explored_win(dir: &Path) -> Round {
+    let sweep = sweep(dir, &[1, 2, 8], |_, _| 1.2);
+    let traces = dir.join("traces");
+    write_trace(&traces, "a.trace", 23007, &[comm(1, 4, 0)], &explored_win());
+    let before = dir.join("before.tbl");
+    compile_json(&[&sweep], &before);
+    let after = dir.join("after.tbl");
+    compile_json(&[&sweep, &traces], &after);
+    Round {
+        sweep,
+        traces,
+        before,
+        after,
+    }
+}
+
 /// Issue 40 item 6: `dyncc diff OLD NEW --data SWEEP TRACES` names, for
 /// each region traces changed, the points jobs measured there, the
 /// communicators behind them and the trace files, read as compile read
@@ -1907,13 +1933,12 @@ fn a_forced_call_nccl_ran_otherwise_enters_neither_side() {
 #[test]
 fn diff_with_data_names_the_trace_files_behind_each_change() {
     let d = tempfile::tempdir().unwrap();
-    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
-    let traces = d.path().join("traces");
-    write_trace(&traces, "a.trace", 23007, &[comm(1, 4, 0)], &explored_win());
-    let before = d.path().join("before.tbl");
-    compile_json(&[&s], &before);
-    let after = d.path().join("after.tbl");
-    compile_json(&[&s, &traces], &after);
+    let Round {
+        sweep: s,
+        traces,
+        before,
+        after,
+    } = a_round_with_an_explored_win(d.path());
     let diff = |extra: &[&Path]| {
         let o = dyncc()
             .arg("diff")
@@ -1998,13 +2023,12 @@ fn diff_with_data_names_the_trace_files_behind_each_change() {
 #[test]
 fn plot_diff_with_data_rings_what_the_rounds_jobs_measured() {
     let d = tempfile::tempdir().unwrap();
-    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
-    let traces = d.path().join("traces");
-    write_trace(&traces, "a.trace", 23007, &[comm(1, 4, 0)], &explored_win());
-    let before = d.path().join("before.tbl");
-    compile_json(&[&s], &before);
-    let after = d.path().join("after.tbl");
-    compile_json(&[&s, &traces], &after);
+    let Round {
+        sweep: s,
+        traces,
+        before,
+        after,
+    } = a_round_with_an_explored_win(d.path());
     let plot = |out: &Path, data: bool| {
         let mut c = dyncc();
         c.arg("plot")
