@@ -22,6 +22,10 @@ pub enum Why {
     WithinNoise,
     /// The measurement says faster, the model fitted over its neighbours does not.
     ModelDisagrees,
+    /// A count only traces measured: the jobs measured it faster, by less
+    /// than would stand alone, and pooled with the sweep's reading of it
+    /// there the gain no longer clears the margin and the noise.
+    ReadingDisagrees,
     /// No default run at this cell: no baseline to claim a gain against.
     NoDefaultRun,
     /// Unmeasured node count: predicted faster, but not by more than the

@@ -953,6 +953,71 @@ fn eval_traces_judges_one_call_as_too_little_evidence() {
     assert_eq!(v["pooled"]["shapes"], 0, "{v:#}");
 }
 
+/// `eval --traces --sweep SWEEP` reads one run's spread from the sweep's
+/// repeats, as compile does: one communicator's 11 % gain is "better"
+/// against the rule's default 2 % run spread, and within the noise where
+/// the sweep's own repeats are 15 % apart. Before, eval always took 2 %
+/// (the table does not carry the sweep's spread), so it judged jobs more
+/// sure than compile would.
+#[test]
+fn eval_traces_with_the_sweep_reads_the_spread_between_runs_from_its_repeats() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |n, b| {
+        if n >= 2 && b <= 65536 {
+            0.7
+        } else {
+            1.2
+        }
+    });
+    // Every row again, 15 % slower: two runs of each cell, far apart.
+    let text = std::fs::read_to_string(&s).unwrap();
+    let mut noisy = text.clone();
+    for l in text.lines().skip(1) {
+        let f: Vec<&str> = l.split(',').collect();
+        let t: f64 = f[9].parse().unwrap();
+        let slow = format!("{:.3}", t * 1.15);
+        let mut g = f.clone();
+        g[9] = &slow;
+        g[11] = &slow;
+        noisy.push_str(&g.join(","));
+        noisy.push('\n');
+    }
+    std::fs::write(&s, noisy).unwrap();
+    remember_sweep(&s);
+    let table = d.path().join("t.tbl");
+    compile_json(&[&s], &table);
+    assert!(decision(&table, 4, 16384).contains("tree"));
+    let traces = d.path().join("traces");
+    write_trace(
+        &traces,
+        "a.trace",
+        23007,
+        &[comm(1, 4, 0)],
+        &[
+            rec(0, 16384, RING_SIMPLE, Source::Nccl, 500, 1000.0),
+            rec(0, 16384, TREE_SIMPLE, Source::Table, 500, 900.0),
+        ],
+    );
+    let verdict = |extra: &[&str]| {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let o = eval_traces(&table, &traces, &args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        (v["compared"][0]["verdict"].clone(), v["title"].clone())
+    };
+    let (alone, title) = verdict(&[]);
+    assert_eq!(alone, "better", "{title}");
+    assert!(title.as_str().unwrap().contains("no --sweep"), "{title}");
+    let (with_sweep, title) = verdict(&["--sweep", s.to_str().unwrap()]);
+    assert_eq!(with_sweep, "agree", "{title}");
+    assert!(
+        title.as_str().unwrap().contains("sweep's repeats"),
+        "{title}"
+    );
+}
+
 /// A trace whose record 1 claims sums of ln(time) that put its mean far
 /// above its own maximum (the checksum holds: it was written so). Issue
 /// 28: read, it made "+81548356.2 % (measured)", `inspect` print geomean

@@ -357,6 +357,24 @@ pub struct Data {
 /// ([`TraceBar::of_table`]), through the pipeline's one reading
 /// ([`crate::pipeline::trace_cells`]). Traces without a sweep are an error:
 /// they are read against the sweep the table was compiled from.
+/// The one read of a sweep beside a table (folded, trusted cells; always
+/// lenient here): its cells, the newest NCCL it names, and how many files
+/// it skipped.
+pub fn read_sweep(
+    sweeps: &[PathBuf],
+    ingest: &IngestArgs,
+) -> anyhow::Result<(Vec<Cell>, u32, usize)> {
+    let read = IngestArgs {
+        lenient: true,
+        ..ingest.clone()
+    };
+    let mut ds = read.read_sweep(sweeps, false)?;
+    let mut trusted = ds.take_folded();
+    trusted.retain(|g| g.key.flags == 0);
+    let nccl = crate::pipeline::sweep_nccl_version(&trusted);
+    Ok((trusted.cells(), nccl, ds.skipped.len()))
+}
+
 pub fn read_data(
     table: &Table<'_>,
     table_path: &Path,
@@ -382,16 +400,7 @@ pub fn read_data(
     let sweep = if sweeps.is_empty() {
         None
     } else {
-        // The one read of a sweep (folded), always lenient here.
-        let read = IngestArgs {
-            lenient: true,
-            ..ingest.clone()
-        };
-        let mut ds = read.read_sweep(&sweeps, false).context("reading --data")?;
-        let mut trusted = ds.take_folded();
-        trusted.retain(|g| g.key.flags == 0);
-        let nccl = crate::pipeline::sweep_nccl_version(&trusted);
-        Some((trusted.cells(), nccl, ds.skipped.len()))
+        Some(read_sweep(&sweeps, ingest).context("reading --data")?)
     };
     let traced = match &sweep {
         Some((cells, nccl, _)) if !trace_files.is_empty() => {

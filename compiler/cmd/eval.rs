@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 
 use crate::cmd::common::{DecideArgs, RunArgs};
 use crate::eval::{
@@ -91,6 +91,13 @@ pub struct EvalArgs {
     /// refused.
     #[arg(long, requires = "traces")]
     pub foreign_traces: bool,
+    /// With --traces: the sweep the table was compiled from (files or
+    /// directories, read as compile reads them). Only its repeats are used:
+    /// the spread between its runs is the least spread between
+    /// communicators, as in compile; without it, 2 %. Its times are never
+    /// set against the traces'.
+    #[arg(long, value_name = "PATH", num_args = 1.., requires = "traces")]
+    pub sweep: Vec<PathBuf>,
     /// Also list every scored cell.
     #[arg(long)]
     pub cells: bool,
@@ -302,10 +309,18 @@ fn run_traces(a: &EvalArgs) -> anyhow::Result<i32> {
     };
     let bytes = crate::audit::files::read_table(table_path)?;
     let table = crate::audit::files::open(table_path, &bytes)?;
+    let view = if a.sweep.is_empty() {
+        None
+    } else {
+        let (cells, nccl, _) =
+            crate::audit::traced::read_sweep(&a.sweep, &a.ingest).context("reading --sweep")?;
+        Some(crate::ingest::traces::SweepView::of_cells(&cells, nccl))
+    };
     let filter = traces::TraceFilter {
         platform: a.platform.as_deref(),
         foreign_ok: a.foreign_traces,
         lenient: a.ingest.lenient,
+        sweep: view.as_ref(),
     };
     let score = traces::score(table_path, &table, &a.traces, &filter)?;
     for w in score.warnings() {

@@ -181,6 +181,10 @@ pub struct TraceFilter<'a> {
     pub foreign_ok: bool,
     /// Skip damaged traces (`--lenient`).
     pub lenient: bool,
+    /// The sweep the table was compiled from (`--sweep`): its repeats set
+    /// the least spread between communicators, as compile's do; without
+    /// it, the rule's default (one run's sd of 2 %).
+    pub sweep: Option<&'a traces::SweepView>,
 }
 
 /// Scores `table` (read from `table_path`) on the trace files under
@@ -335,8 +339,11 @@ pub fn score(
             _ => None,
         };
         let var1 = traces::var_call(pairs.iter().flat_map(|p| [&p.0, &p.1]));
-        // No sweep here: one run's spread is the rule's default.
-        let e = traces::evidence(&pairs, var1, traces::rule::RUN_SD_DEFAULT);
+        // One run's spread: the sweep's where given, as compile reads it.
+        let run_sd = filter.sweep.map_or(traces::rule::RUN_SD_DEFAULT, |v| {
+            v.run_sd(coll, ranks / nodes.max(1))
+        });
+        let e = traces::evidence(&pairs, var1, run_sd);
         let why = why.or_else(|| {
             e.is_some_and(|e| {
                 e.paired == 0 && e.nccl_comms + e.comms < traces::rule::MIN_COMMS_ACROSS
@@ -411,9 +418,13 @@ pub fn score(
         title: format!(
             "{} on the traces ({} files; the table's setting against NCCL's choice at the same \
              shape, within each communicator that ran both and across those that ran one; judged \
-             by compile's rule at its default margin and noise z)",
+             by compile's rule at its default margin and noise z; {})",
             table_path.display(),
-            files.len()
+            files.len(),
+            match filter.sweep {
+                Some(_) => "the least spread between communicators from the sweep's repeats",
+                None => "no --sweep: the least spread between communicators is the rule's 2 %",
+            }
         ),
         files: files.len(),
         better: count("better"),
