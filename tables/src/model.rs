@@ -601,3 +601,7 @@ mod tests {
         }
     }
 }
+// A decision stays one 4-byte word (`Default` lives in `Algo`'s niche), so
+// the plugin's hot path moves it in a register: a field more in `Setting`
+// must keep it so.
+const _: () = assert!(core::mem::size_of::<Decision>() == 4);
