@@ -448,8 +448,10 @@ fn kernel_channels_and_phases_before_the_coll_stop_are_aggregated() {
 /// AllGather on the copy engines (CeColl events), the trace holds exactly
 /// the classic collectives fed (check_trace fails on any other record),
 /// none of the others read as a classic (algorithm, protocol); the file
-/// counts them apart and keeps the calls' tags, and `dyncc inspect` says
-/// both. (Before, the trace kept neither, and a v7 trace was refused.)
+/// counts them apart, per process and per shape (format minor 3: each at
+/// its collective and size bucket, as fed; before, shapes had none), and
+/// keeps the calls' tags, and `dyncc inspect` says both. (Before, the
+/// trace kept neither, and a v7 trace was refused.)
 #[test]
 fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
     let (s, out) = records_as_v7(
@@ -474,6 +476,11 @@ fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
     let mut tags: Vec<(u16, u64)> = t.tags().map(|g| (g.comm, g.tag)).collect();
     tags.sort_unstable();
     assert_eq!(tags, [(0, 0x100), (0, 0x101), (0, 0x102)]);
+    assert_eq!(shape_paths_fed(&out), shape_paths_in(&t));
+    // ...and there are several shapes with some (the stand-in runs every
+    // AllGather on the copy engines and one AllReduce in six as a
+    // symmetric kernel at each of its sizes).
+    assert!(shape_paths_in(&t).len() > 2, "{out}");
     // `dyncc inspect` counts them and shows the tags.
     let shown = crate::support::cli::dyncc()
         .arg("inspect")
@@ -488,6 +495,38 @@ fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
         "{shown}"
     );
     assert!(shown.contains("tags 0x10"), "{shown}");
+}
+
+/// Per (collective, size bucket): the stand-in's printed symmetric-kernel
+/// and copy-engine collectives (rank 0's; the recording rank).
+fn shape_paths_fed(out: &str) -> BTreeMap<(Coll, u8), (u16, u16)> {
+    let mut m = BTreeMap::new();
+    for l in out.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let (sym, rest) = match w.first() {
+            Some(&"sym") => (true, &w[1..]),
+            Some(&"ce") => (false, &w[1..]),
+            _ => continue,
+        };
+        let coll = Coll::parse(rest[0]).unwrap_or_else(|| panic!("{l}"));
+        let bytes: u64 = rest[1].parse().unwrap_or_else(|_| panic!("{l}"));
+        let e: &mut (u16, u16) = m.entry((coll, size_bucket(bytes))).or_default();
+        if sym {
+            e.0 += 1;
+        } else {
+            e.1 += 1;
+        }
+    }
+    m
+}
+
+/// The trace's shapes with other paths (format minor 3), by (collective,
+/// size bucket).
+fn shape_paths_in(t: &Trace<'_>) -> BTreeMap<(Coll, u8), (u16, u16)> {
+    t.shapes()
+        .filter(|s| s.symmetric + s.copy_engine > 0)
+        .map(|s| ((s.coll, s.bucket), (s.symmetric, s.copy_engine)))
+        .collect()
 }
 
 /// Before profiler v7 nothing is counted apart: a v6 trace (NCCL 2.30)

@@ -1487,8 +1487,9 @@ fn a_trace_of_a_table_from_another_sweep_is_refused_unless_told() {
 
 /// Issue 27 item 5: the trace says how much was recorded. `inspect` shows,
 /// per shape of a major-3 trace, the calls the tuner answered beside the
-/// collectives recorded (the committed golden trace: 2000 answered, 500
-/// recorded at 4 MiB).
+/// collectives recorded and those NCCL ran as a symmetric kernel or on
+/// the copy engines (the committed golden trace: 2000 answered, 500
+/// recorded, 300 symmetric at 4 MiB).
 #[test]
 fn inspect_shows_calls_answered_beside_collectives_recorded() {
     let golden = crate::support::cli::root().join("tables/golden/trace_v3.trace");
@@ -1504,12 +1505,17 @@ fn inspect_shows_calls_answered_beside_collectives_recorded() {
     let shapes = &v["shapes"];
     assert_eq!(shapes[0]["calls"], 2000, "{text}");
     assert_eq!(shapes[0]["recorded"], 500, "{text}");
+    // Minor 3: of those calls, 300 ran as a symmetric kernel, none on the
+    // copy engines (before, inspect showed no per-shape other paths).
+    assert_eq!(shapes[0]["symmetric"], 300, "{text}");
+    assert_eq!(shapes[0]["copy_engine"], 0, "{text}");
     let o = dyncc().arg("inspect").arg(&golden).output().unwrap();
     let human = String::from_utf8_lossy(&o.stdout);
     assert!(
-        human.contains("allreduce") && human.contains(" 2000 500"),
+        human.contains("allreduce") && human.contains(" 2000 500 300 0"),
         "{human}"
     );
+    assert!(human.contains("symmetric copy-engine"), "{human}");
 }
 
 /// `dyncc query TABLE` of AllReduce at `bytes` on `nodes` x 8 ranks,

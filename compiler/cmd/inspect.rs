@@ -616,20 +616,30 @@ mod traces {
         if !shapes.is_empty() {
             println!(
                 "  shapes (calls the tuner answered; the plugin stops recording a shape once it \
-                 has the evidence): comm collective sizes calls recorded"
+                 has the evidence; symmetric and copy-engine: its collectives NCCL ran on a path \
+                 the tuner cannot force): comm collective sizes calls recorded symmetric \
+                 copy-engine"
             );
             for s in &shapes {
                 println!(
-                    "  {} {} {}..<{} {} {}",
-                    s.comm, s.coll, s.from_bytes, s.to_bytes, s.calls, s.recorded
+                    "  {} {} {}..<{} {} {} {} {}",
+                    s.comm,
+                    s.coll,
+                    s.from_bytes,
+                    s.to_bytes,
+                    s.calls,
+                    s.recorded,
+                    s.symmetric,
+                    s.copy_engine
                 );
             }
         }
     }
 
-    /// Per shape of a major-3 trace: calls answered and collectives
-    /// recorded (the records of its communicator and collective whose size
-    /// falls in its bucket).
+    /// Per shape of a major-3 trace: calls answered, collectives recorded
+    /// (the records of its communicator and collective whose size falls in
+    /// its bucket), and those that ran as a symmetric kernel or on the copy
+    /// engines (minor 3; 0 in older files).
     #[derive(serde::Serialize)]
     struct ShapeShare {
         comm: u16,
@@ -638,6 +648,8 @@ mod traces {
         to_bytes: u64,
         calls: u64,
         recorded: u64,
+        symmetric: u16,
+        copy_engine: u16,
     }
 
     fn recorded_shares(t: &Trace<'_>) -> Vec<ShapeShare> {
@@ -657,6 +669,8 @@ mod traces {
                     })
                     .map(|r| r.count)
                     .sum(),
+                symmetric: s.symmetric,
+                copy_engine: s.copy_engine,
             })
             .collect()
     }

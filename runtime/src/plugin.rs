@@ -779,6 +779,20 @@ unsafe fn answer(
 /// Writes decision `d` into NCCL's cost table and channel count; whether a
 /// forced cell was written.
 ///
+/// A force is a cost of 0.0, and from NCCL 2.31 that also displaces the
+/// paths no tuner can choose: `ncclTuningCompute` (NVIDIA/nccl
+/// `src/tuning/tuning.cc`, v2.31.2-1 @ 8898068) hands the tuner a table
+/// of the classic (algorithm, protocol) candidates only, copies the
+/// tuner's values back into those candidates' times, and then
+/// `ncclTuningSelectBestTuning` keeps the candidate of least time among
+/// all of them, symmetric kernels and copy-engine methods included (whose
+/// times the tuner never saw). A classic pair at 0.0 is below any
+/// modelled time, so where NCCL would have run a symmetric kernel or a CE
+/// method, a forced cell runs the classic pair instead (the symmetric
+/// fallback that follows only applies when a symmetric kernel won). The
+/// compiler must therefore leave such shapes to NCCL unless a classic pair
+/// was measured beating what NCCL ran there.
+///
 /// # Safety
 /// `table` points to `numAlgo * numProto` floats; `n_channels` is NULL or
 /// writable.

@@ -348,6 +348,7 @@ fn other_path_start(
         // concerned (no record is written): a shape NCCL always runs this
         // way would otherwise keep the mask raised for good.
         trace::note_recorded(r, coll, n_bytes, Source::Nccl);
+        trace::note_other_path(r, coll, n_bytes, path);
     }
     trace::other_path_ran(path);
 }

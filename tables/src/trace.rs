@@ -40,8 +40,12 @@ pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// the chunk size the setting ran with ([`crate::Chunk`]'s code, 0 =
 /// NCCL's). A reader reads every minor up to its own; one of an older
 /// minor refuses a newer file by its length (minor 1) or a record with a
-/// chunk by its reserved byte (minor 2).
-pub const TRACE_MINOR: u16 = 2;
+/// chunk by its reserved byte (minor 2). 3 gave a shape entry's reserved
+/// u32 (offset 4) the shape's collectives that ran as a symmetric kernel
+/// and on the copy engines ([`TraceShape::symmetric`],
+/// [`TraceShape::copy_engine`]); an older reader refuses such a shape by
+/// its reserved field, this one reads minors 0-2 as zeros.
+pub const TRACE_MINOR: u16 = 3;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
 /// below it, and a reader refuses anything longer.
 pub const MAX_TRACE_LEN: usize = 1 << 20;
@@ -229,6 +233,31 @@ pub struct TraceShape {
     /// Calls the tuner answered there, one per collective (calls NCCL
     /// aggregated over several collectives are not counted).
     pub calls: u64,
+    /// Of the shape's collectives, those the recording rank saw run as a
+    /// symmetric kernel (profiler v7's `isSymColl`; minor 3, 0 before),
+    /// saturating at `u16::MAX`: the shape's reserved u32 holds two
+    /// counts, and what the compiler asks of them ("did NCCL run this
+    /// path in most of the shape's calls?") is answered as well by a count
+    /// that stopped at 65,535 as by an exact one, where 65,535 of a
+    /// shape's calls make a far larger sample than the evidence rule needs.
+    pub symmetric: u16,
+    /// Of the shape's collectives, those that ran on the copy engines (a
+    /// `CeColl` event; minor 3, 0 before), saturating like `symmetric`.
+    pub copy_engine: u16,
+}
+
+impl TraceShape {
+    /// A shape of `calls` answered calls with no other path seen.
+    pub fn new(comm: u16, coll: Coll, bucket: u8, calls: u64) -> Self {
+        Self {
+            comm,
+            coll,
+            bucket,
+            calls,
+            symmetric: 0,
+            copy_engine: 0,
+        }
+    }
 }
 
 /// The collectives the recording ranks saw run on a path no tuner can
@@ -527,6 +556,8 @@ impl<'a> Trace<'a> {
         let extended = major >= 3 && minor >= 1;
         // Minor 2 of major 3: a record's byte 7 is its chunk.
         let chunked = major >= 3 && minor >= 2;
+        // Minor 3 of major 3: a shape's offset 4 holds its other paths.
+        let shape_paths = major >= 3 && minor >= 3;
         // Major 3: the number of shapes at 80 (reserved 0 before).
         if h.u16(22) != 0
             || (!extended && h.u32(84) != 0)
@@ -626,7 +657,7 @@ impl<'a> Trace<'a> {
             check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN, chunked)?;
         }
         for (i, s) in shapes.chunks_exact(TRACE_SHAPE_LEN).enumerate() {
-            check_shape(Le(s), n_comms, shapes_at + i * TRACE_SHAPE_LEN)?;
+            check_shape(Le(s), n_comms, shapes_at + i * TRACE_SHAPE_LEN, shape_paths)?;
         }
         Ok(Trace {
             head: TraceHead {
@@ -730,6 +761,8 @@ impl<'a> Trace<'a> {
                 coll: Coll::from_nccl(s.u8(2) as u32)?,
                 bucket: s.u8(3),
                 calls: s.u64(8),
+                symmetric: s.u16(4),
+                copy_engine: s.u16(6),
             })
         })
     }
@@ -748,14 +781,14 @@ fn check_tag(t: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
     Ok(())
 }
 
-fn check_shape(s: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
+fn check_shape(s: Le<'_>, n_comms: u32, at: usize, paths: bool) -> Result<(), TraceError> {
     if s.u16(0) as u32 >= n_comms {
         return Err(bad(at, "a communicator index below the communicator count"));
     }
     if s.u8(2) as usize >= NUM_COLLS {
         return Err(bad(at + 2, "a collective 0-4"));
     }
-    if s.u32(4) != 0 {
+    if !paths && s.u32(4) != 0 {
         return Err(bad(at + 4, "a reserved field of zero"));
     }
     if s.u64(8) == 0 {
@@ -961,7 +994,9 @@ pub fn encode_all(
     }
     for s in shapes {
         out.extend_from_slice(&s.comm.to_le_bytes());
-        out.extend_from_slice(&[s.coll as u8, s.bucket, 0, 0, 0, 0]);
+        out.extend_from_slice(&[s.coll as u8, s.bucket]);
+        out.extend_from_slice(&s.symmetric.to_le_bytes());
+        out.extend_from_slice(&s.copy_engine.to_le_bytes());
         out.extend_from_slice(&s.calls.to_le_bytes());
     }
     out.extend_from_slice(&other_paths.symmetric.to_le_bytes());
@@ -1216,12 +1251,7 @@ mod tests {
         };
         let comms: alloc::vec::Vec<_> = t.comms().collect();
         let recs: alloc::vec::Vec<_> = t.records().collect();
-        let shape = TraceShape {
-            comm: 0,
-            coll: Coll::AllGather,
-            bucket: 77,
-            calls: 900,
-        };
+        let shape = TraceShape::new(0, Coll::AllGather, 77, 900);
         let bytes = encode_with_shapes(&head, &comms, &recs, &[shape]).unwrap();
         let back = Trace::from_bytes(&bytes).unwrap();
         assert_eq!(back.shapes().collect::<alloc::vec::Vec<_>>(), [shape]);
@@ -1268,5 +1298,44 @@ mod tests {
             Trace::from_bytes(&old),
             Err(TraceError::BadField { offset: 21, .. })
         ));
+    }
+
+    /// Minor 3: a shape's other-path counts round-trip; the same file said
+    /// to be minor 2 is refused by the shape's reserved field (what an
+    /// older reader says of a newer file); a minor-2 file's shapes read
+    /// with zero counts.
+    #[test]
+    fn shape_other_paths_round_trip_and_minor_2_reads_them_as_zero() {
+        let t0 = sample();
+        let t = Trace::from_bytes(&t0).unwrap();
+        let head = *t.head();
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        let shape = TraceShape {
+            symmetric: 700,
+            copy_engine: u16::MAX,
+            ..TraceShape::new(0, Coll::AllReduce, 60, 900)
+        };
+        let bytes = encode_with_shapes(&head, &comms, &recs, &[shape]).unwrap();
+        let back = Trace::from_bytes(&bytes).unwrap();
+        assert_eq!(back.minor(), 3);
+        assert_eq!(back.shapes().collect::<alloc::vec::Vec<_>>(), [shape]);
+        let as_minor = |bytes: &[u8], minor: u16| {
+            let mut b = bytes.to_vec();
+            b[10..12].copy_from_slice(&minor.to_le_bytes());
+            let crc = file_crc(&b);
+            b[16..20].copy_from_slice(&crc.to_le_bytes());
+            b
+        };
+        let shape_at = bytes.len() - TRACE_PATHS_LEN - TRACE_SHAPE_LEN;
+        assert!(matches!(
+            Trace::from_bytes(&as_minor(&bytes, 2)),
+            Err(TraceError::BadField { offset, .. }) if offset == (shape_at + 4) as u64
+        ));
+        let plain = TraceShape::new(0, Coll::AllReduce, 60, 900);
+        let old = encode_with_shapes(&head, &comms, &recs, &[plain]).unwrap();
+        let old = as_minor(&old, 2);
+        let old = Trace::from_bytes(&old).unwrap();
+        assert_eq!(old.shapes().collect::<alloc::vec::Vec<_>>(), [plain]);
     }
 }

@@ -29,7 +29,11 @@ fn golden_named(name: &str) -> PathBuf {
 }
 
 /// The current major's older minors, kept: (file, minor).
-const OLDER_MINORS: [(&str, u16); 2] = [("trace_v3.0.trace", 0), ("trace_v3.1.trace", 1)];
+const OLDER_MINORS: [(&str, u16); 3] = [
+    ("trace_v3.0.trace", 0),
+    ("trace_v3.1.trace", 1),
+    ("trace_v3.2.trace", 2),
+];
 
 /// Minor 1's other paths and tags: 12 collectives ran as a symmetric
 /// kernel, 5 on the copy engines; the communicator's calls carried two
@@ -96,14 +100,22 @@ fn records_with_chunk() -> [TraceRecord; 2] {
 
 /// Major 3's shapes: the tuner answered 2000 calls at the records' shape,
 /// of which the records hold 500 (recording stopped once the shape had its
-/// evidence).
+/// evidence), and 300 ran as a symmetric kernel (minor 3).
 fn shapes() -> [TraceShape; 1] {
     [TraceShape {
-        comm: 0,
-        coll: Coll::AllReduce,
-        bucket: size_bucket(4 << 20),
-        calls: 2000,
+        symmetric: 300,
+        copy_engine: 0,
+        ..TraceShape::new(0, Coll::AllReduce, size_bucket(4 << 20), 2000)
     }]
+}
+
+/// The shapes as a file before minor 3 holds them: no other paths.
+fn shapes_before_minor_3() -> [TraceShape; 1] {
+    shapes().map(|s| TraceShape {
+        symmetric: 0,
+        copy_engine: 0,
+        ..s
+    })
 }
 
 /// What the current major writes: fixed facts (no clock, no pid).
@@ -185,7 +197,7 @@ fn the_current_trace_format_is_written_as_committed() {
 
 /// The current major's files of older minors are read as they were:
 /// minor 0 of major 3 has no other paths and no tags, minors before 2 no
-/// chunks.
+/// chunks, minors before 3 no per-shape other paths.
 #[test]
 fn older_minors_of_the_current_major_are_still_read() {
     for (name, minor) in OLDER_MINORS {
@@ -194,7 +206,11 @@ fn older_minors_of_the_current_major_are_still_read() {
         let t = Trace::from_bytes(&bytes).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         check_common(&t);
         assert_eq!(t.minor(), minor, "{}", p.display());
-        assert_eq!(t.shapes().collect::<Vec<_>>(), shapes().to_vec());
+        // Before minor 3 a shape's other paths were reserved: read as 0.
+        assert_eq!(
+            t.shapes().collect::<Vec<_>>(),
+            shapes_before_minor_3().to_vec()
+        );
         if minor == 0 {
             assert_eq!(t.other_paths(), TraceOtherPaths::default());
             assert_eq!(t.tags().count(), 0);

@@ -254,12 +254,7 @@ mod tests {
     /// are counted apart.
     #[test]
     fn an_unrecorded_tail_counts_in_the_total_and_unpriced_calls_are_apart() {
-        let shape = TraceShape {
-            comm: 0,
-            coll: Coll::AllReduce,
-            bucket: size_bucket(1 << 20),
-            calls: 1000,
-        };
+        let shape = TraceShape::new(0, Coll::AllReduce, size_bucket(1 << 20), 1000);
         let f = file(
             vec![
                 rec(0, Source::Nccl, 5, 100_000.0),

@@ -15,14 +15,15 @@
 //! never guessed ([`take_answer`]).
 
 use core::sync::atomic::{
-    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    AtomicBool, AtomicI64, AtomicU16, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
 use std::sync::{Mutex, MutexGuard};
 
-use dyncc_tables::trace::Source;
+use dyncc_tables::trace::{Source, TraceShape};
 use dyncc_tables::{size_bucket, Coll, Decision, Setting, NUM_BUCKETS};
 
 use super::mask::{self, MIN_CALLS_PER_SIDE};
+use super::paths::OtherPath;
 
 /// Answers kept per communicator and collective.
 pub const JOURNAL_LEN: usize = 16;
@@ -52,6 +53,12 @@ pub struct Journal {
     /// Per shape and source (NCCL, table, exploration): `Coll` events the
     /// profiler linked, up to [`MIN_CALLS_PER_SIDE`] (the profiler's alone).
     pub(super) recorded: [[[AtomicU8; 3]; NUM_BUCKETS]; 5],
+    /// Per shape and path (symmetric kernel, copy engines): collectives
+    /// the profiler saw run where the tuner cannot force (the trace
+    /// shape's other paths), saturating at `u16::MAX` like the file's
+    /// field. Added to by a CAS that stops at the ceiling: lock-free, and
+    /// right whichever of the rank's threads reports the event.
+    pub(super) other: [[[AtomicU16; 2]; NUM_BUCKETS]; 5],
     /// Per collective: the buckets this communicator explored (bitmap; the
     /// tuner's alone).
     pub(super) explored: [[AtomicU64; NUM_BUCKETS / 64]; 5],
@@ -70,6 +77,7 @@ pub(super) const JOURNAL_EMPTY: Journal = Journal {
     answers: [const { [const { AtomicU64::new(0) }; JOURNAL_LEN] }; 5],
     calls: [const { [const { AtomicU32::new(0) }; NUM_BUCKETS] }; 5],
     recorded: [const { [const { [const { AtomicU8::new(0) }; 3] }; NUM_BUCKETS] }; 5],
+    other: [const { [const { [const { AtomicU16::new(0) }; 2] }; NUM_BUCKETS] }; 5],
     explored: [const { [const { AtomicU64::new(0) }; NUM_BUCKETS / 64] }; 5],
     wanted: [const { [const { AtomicU64::new(0) }; NUM_BUCKETS / 64] }; 5],
     wanting: AtomicI64::new(0),
@@ -317,12 +325,32 @@ impl Journal {
         mask::recorded(n + 1, first && seen);
     }
 
-    /// Calls the tuner answered per shape (the trace's "calls seen").
-    pub(super) fn shape_calls(&self) -> impl Iterator<Item = (Coll, u8, u64)> + '_ {
-        self.calls.iter().enumerate().flat_map(|(c, row)| {
+    /// A collective at `(coll, n_bytes)` ran on `path`: counted at its
+    /// shape, saturating.
+    fn note_other_path(&self, coll: usize, n_bytes: u64, path: OtherPath) {
+        let Some(row) = self.other.get(coll) else {
+            return;
+        };
+        let at = &row[size_bucket(n_bytes) as usize][path as usize];
+        let _ = at.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    }
+
+    /// The shapes the tuner answered calls at (the trace's "calls seen"),
+    /// with the collectives of each that ran on another path; `comm` is
+    /// left 0 for the writer to name. A shape with no answered call has
+    /// no entry (the file's shapes have calls >= 1): its other paths are
+    /// in the process-wide block only.
+    pub(super) fn shape_calls(&self) -> impl Iterator<Item = TraceShape> + '_ {
+        self.calls.iter().enumerate().flat_map(move |(c, row)| {
             row.iter().enumerate().filter_map(move |(b, n)| {
                 let n = n.load(Ordering::Relaxed) as u64;
-                (n > 0).then(|| Coll::from_nccl(c as u32).map(|coll| (coll, b as u8, n)))?
+                let coll = Coll::from_nccl(c as u32).filter(|_| n > 0)?;
+                let other = &self.other[c][b];
+                Some(TraceShape {
+                    symmetric: other[OtherPath::Symmetric as usize].load(Ordering::Relaxed),
+                    copy_engine: other[OtherPath::CopyEngine as usize].load(Ordering::Relaxed),
+                    ..TraceShape::new(0, coll, b as u8, n)
+                })
             })
         })
     }
@@ -364,6 +392,13 @@ impl Journal {
             for sides in row {
                 for s in sides {
                     s.store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        for row in &self.other {
+            for paths in row {
+                for n in paths {
+                    n.store(0, Ordering::Relaxed);
                 }
             }
         }
@@ -428,6 +463,13 @@ pub fn take_answer_in(ring: &Journal, coll: Coll, n_bytes: u64) -> Option<Answer
 /// its side's evidence on `ring` ([`mask`]).
 pub fn note_recorded(ring: &Journal, coll: Coll, n_bytes: u64, source: Source) {
     ring.note_recorded(coll as usize, n_bytes, source);
+}
+
+/// The profiler saw a collective at `(coll, n_bytes)` run on `path` (a
+/// symmetric kernel, the copy engines): counted at its shape on `ring`
+/// for the trace's per-shape other paths. No lock, no allocation.
+pub fn note_other_path(ring: &Journal, coll: Coll, n_bytes: u64, path: OtherPath) {
+    ring.note_other_path(coll as usize, n_bytes, path);
 }
 
 /// A profiler `init` of communicator `comm_id` (every rank, tracing on):

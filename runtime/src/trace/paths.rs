@@ -14,13 +14,14 @@ use dyncc_tables::trace::{TraceComm, TraceOtherPaths, TraceTag, MAX_TRACE_TAGS};
 
 use super::CHANGES;
 
-/// A path NCCL ranks beside the classic pairs but no tuner can force.
+/// A path NCCL ranks beside the classic pairs but no tuner can force
+/// (its number indexes a journal's per-shape counts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OtherPath {
     /// A symmetric kernel (`SYMK_*`; `kernelVariant` names it).
-    Symmetric,
+    Symmetric = 0,
     /// A copy-engine method (`CeColl`: no kernel, no algorithm).
-    CopyEngine,
+    CopyEngine = 1,
 }
 
 static SYMMETRIC: AtomicU64 = AtomicU64::new(0);

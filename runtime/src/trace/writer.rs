@@ -18,7 +18,7 @@ use dyncc_tables::trace::{
     encode_all, TraceComm, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN, MAX_TRACE_SHAPES,
     MAX_TRACE_STR, TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN, TRACE_SHAPE_LEN,
 };
-use dyncc_tables::{Coll, Setting};
+use dyncc_tables::Setting;
 
 use super::bins::{take_bins, Key, BINS, BIN_TABLE, KEY_VALID};
 use super::journal::{profiled_ring, Journal};
@@ -100,9 +100,10 @@ pub(super) struct Process {
     /// once, and how many of them a WARN has counted.
     pub(super) refused: u64,
     pub(super) refused_said: u64,
-    /// Calls per shape of rank-0 tuner contexts that finalized (their
-    /// rings are gone): communicator id, collective, bucket, calls.
-    pub(super) kept_shapes: Vec<(u64, Coll, u8, u64)>,
+    /// Calls (and other paths) per shape of rank-0 tuner contexts that
+    /// finalized (their rings are gone): communicator id, and the shape
+    /// (its `comm` unused).
+    pub(super) kept_shapes: Vec<(u64, TraceShape)>,
     /// `CHANGES` when the file was last written; `None` before.
     pub(super) written_at: Option<u64>,
     /// The process that recorded: a child forked after NCCL started
@@ -531,18 +532,12 @@ fn file_shapes(
 ) -> Vec<TraceShape> {
     let mut at: std::collections::HashMap<(u16, u8, u8), usize> = Default::default();
     let mut out: Vec<TraceShape> = Vec::new();
-    let mut add = |comm: u16, coll: Coll, bucket: u8, calls: u64| {
-        if let Some(&i) = at.get(&(comm, coll as u8, bucket)) {
-            let s: &mut TraceShape = &mut out[i];
-            s.calls = s.calls.saturating_add(calls);
+    let mut add = |comm: u16, s: &TraceShape| {
+        if let Some(&i) = at.get(&(comm, s.coll as u8, s.bucket)) {
+            merge_shape(&mut out[i], s);
         } else if out.len() < MAX_TRACE_SHAPES {
-            at.insert((comm, coll as u8, bucket), out.len());
-            out.push(TraceShape {
-                comm,
-                coll,
-                bucket,
-                calls,
-            });
+            at.insert((comm, s.coll as u8, s.bucket), out.len());
+            out.push(TraceShape { comm, ..*s });
         }
     };
     let entry_of = |id: u64| -> Option<u16> {
@@ -561,17 +556,24 @@ fn file_shapes(
     for (c, i) in p.live.iter().zip(index) {
         let (Some(c), Some(i)) = (c, i) else { continue };
         if let Some(ring) = profiled_ring(c.comm_id) {
-            for (coll, bucket, calls) in ring.shape_calls() {
-                add(*i, coll, bucket, calls);
+            for s in ring.shape_calls() {
+                add(*i, &s);
             }
         }
     }
-    for &(id, coll, bucket, calls) in &p.kept_shapes {
-        if let Some(i) = entry_of(id) {
-            add(i, coll, bucket, calls);
+    for (id, s) in &p.kept_shapes {
+        if let Some(i) = entry_of(*id) {
+            add(i, s);
         }
     }
     out
+}
+
+/// Adds `more`'s counts of the same shape to `into`, saturating.
+fn merge_shape(into: &mut TraceShape, more: &TraceShape) {
+    into.calls = into.calls.saturating_add(more.calls);
+    into.symmetric = into.symmetric.saturating_add(more.symmetric);
+    into.copy_engine = into.copy_engine.saturating_add(more.copy_engine);
 }
 
 /// Rank 0's tuner context of communicator `comm_id` finalized: its calls
@@ -579,15 +581,15 @@ fn file_shapes(
 /// [`MAX_TRACE_SHAPES`] kept, more are left out). Finalize only.
 pub(super) fn keep_shape_calls(comm_id: u64, ring: &Journal) {
     let mut p = lock();
-    for (coll, bucket, calls) in ring.shape_calls() {
-        if let Some(k) = p
+    for s in ring.shape_calls() {
+        if let Some((_, k)) = p
             .kept_shapes
             .iter_mut()
-            .find(|k| (k.0, k.1, k.2) == (comm_id, coll, bucket))
+            .find(|(id, k)| (*id, k.coll, k.bucket) == (comm_id, s.coll, s.bucket))
         {
-            k.3 = k.3.saturating_add(calls);
+            merge_shape(k, &s);
         } else if p.kept_shapes.len() < MAX_TRACE_SHAPES {
-            p.kept_shapes.push((comm_id, coll, bucket, calls));
+            p.kept_shapes.push((comm_id, s));
         }
     }
     CHANGES.fetch_add(1, Ordering::Relaxed);
