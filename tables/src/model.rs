@@ -472,6 +472,11 @@ pub(crate) fn check_gain(gain: f32) -> Result<(), &'static str> {
     }
 }
 
+// A decision stays one 4-byte word (`Default` lives in `Algo`'s niche), so
+// the plugin's hot path moves it in a register: a field more in `Setting`
+// must keep it so.
+const _: () = assert!(core::mem::size_of::<Decision>() == 4);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,7 +606,3 @@ mod tests {
         }
     }
 }
-// A decision stays one 4-byte word (`Default` lives in `Algo`'s niche), so
-// the plugin's hot path moves it in a register: a field more in `Setting`
-// must keep it so.
-const _: () = assert!(core::mem::size_of::<Decision>() == 4);
