@@ -29,6 +29,83 @@ pub struct PlannedContext {
     /// What jobs may try where its answers stand on no measurement at its
     /// node counts (the table's exploration plan), by runs of buckets.
     pub plan: Vec<explore::Run>,
+    /// Forces left to NCCL because jobs saw NCCL run a path the tuner
+    /// cannot choose in most of its own calls there ([`leave_other_paths`]).
+    pub other_paths: Vec<OtherPathLeft>,
+}
+
+/// A forced bucket left to NCCL where NCCL mostly runs a symmetric kernel
+/// or a copy-engine method on its own.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OtherPathLeft {
+    pub bucket: u8,
+    /// The force it would have been.
+    pub was: Decision,
+    /// The mark that left it: a node count of the context's, NCCL's own
+    /// calls there on that path and on a classic pair, a file that saw it.
+    pub mark: crate::features::OtherPathMark,
+}
+
+/// Where a context's node counts hold a mark that NCCL's own calls mostly
+/// ran a path the tuner cannot choose ([`crate::features::OtherPathMark`]),
+/// a forced bucket is left to NCCL unless the sweep measured that force at
+/// that count and size (its default run is what NCCL chose there, whatever
+/// path that was): forcing a classic pair displaces the path (NCCL 2.31+
+/// ranks a forced pair's zero cost before symmetric kernels and copy-engine
+/// methods), and nothing else measured a classic pair against it (a job's
+/// symmetric-kernel calls are counted, never timed). The exploration plan
+/// skips those buckets too: what a job would try there can only be
+/// measured against NCCL's minority of classic calls.
+pub fn leave_other_paths(grid: &Grid, c: &mut PlannedContext) {
+    let swept = |n: u32| {
+        grid.nodes
+            .iter()
+            .position(|&x| x == n)
+            .is_some_and(|ni| grid.swept(ni))
+    };
+    for m in grid.other_paths() {
+        if m.nodes < c.nodes.0 || m.nodes > c.nodes.1 {
+            continue;
+        }
+        let b = m.bucket as usize;
+        let Some(slot) = c.buckets.get_mut(b) else {
+            continue;
+        };
+        let measured_here = c.nodes == (m.nodes, m.nodes) && swept(m.nodes);
+        if let Decision::Force(_) = slot.decision {
+            if !(measured_here && slot.basis == Basis::Measured) {
+                c.other_paths.push(OtherPathLeft {
+                    bucket: m.bucket,
+                    was: slot.decision,
+                    mark: m.clone(),
+                });
+                *slot = BucketDecision::leave(if c.nodes == (m.nodes, m.nodes) {
+                    Basis::Measured
+                } else {
+                    slot.basis
+                });
+            }
+        }
+        c.plan = std::mem::take(&mut c.plan)
+            .into_iter()
+            .flat_map(|r| {
+                if r.first > m.bucket || r.last < m.bucket {
+                    return vec![r];
+                }
+                let below = (r.first < m.bucket).then(|| explore::Run {
+                    first: r.first,
+                    last: m.bucket - 1,
+                    candidates: r.candidates.clone(),
+                });
+                let above = (r.last > m.bucket).then(|| explore::Run {
+                    first: m.bucket + 1,
+                    last: r.last,
+                    candidates: r.candidates.clone(),
+                });
+                below.into_iter().chain(above).collect()
+            })
+            .collect();
+    }
 }
 
 impl PlannedContext {
@@ -71,7 +148,7 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
     let mut any_ppn: Vec<BestCovered> = Vec::new();
     for (gi, (g, d)) in grids.iter().zip(decided).enumerate() {
         for a in &d.anchors {
-            out.push(PlannedContext {
+            let mut c = PlannedContext {
                 coll: g.coll,
                 nodes: a.span,
                 ppn: (g.ppn, g.ppn),
@@ -79,7 +156,10 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                 measured: a.measured,
                 buckets: buckets(g, a, extrapolate),
                 plan: explore::runs(g, a),
-            });
+                other_paths: Vec::new(),
+            };
+            leave_other_paths(g, &mut c);
+            out.push(c);
         }
         if extrapolate {
             let best = BestCovered {
@@ -124,6 +204,8 @@ pub fn plan(grids: &[Grid], decided: &[GridDecisions], extrapolate: bool) -> Vec
                     buckets: b,
                     // Another ranks per node: nothing read there to plan on.
                     plan: Vec::new(),
+                    // Said once, at the grid's own context.
+                    other_paths: Vec::new(),
                 }
             })
             .collect();
@@ -301,6 +383,7 @@ mod tests {
             measured,
             buckets,
             plan: Vec::new(),
+            other_paths: Vec::new(),
         }
     }
 

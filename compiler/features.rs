@@ -65,6 +65,23 @@ pub struct Grid {
     /// on its own there, where jobs traced it at a count the sweep never
     /// measured (one setting in every communicator; `None` elsewhere).
     nccl_runs: Vec<Option<usize>>,
+    /// Where jobs saw NCCL's own calls mostly run a path the tuner cannot
+    /// choose, at any node count (a grid's or not) and size bucket.
+    other_paths: Vec<OtherPathMark>,
+}
+
+/// Where jobs that let NCCL choose saw it run a symmetric kernel or a
+/// copy-engine method in most of its calls ([`TimeBase::OtherPath`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtherPathMark {
+    pub nodes: u32,
+    /// The table's size bucket.
+    pub bucket: u8,
+    /// NCCL's own calls there on that path, and on a classic pair.
+    pub ran: u64,
+    pub classic: u64,
+    /// A trace file that saw it.
+    pub file: String,
 }
 
 impl Grid {
@@ -125,6 +142,12 @@ impl Grid {
             && x.algo == m.algo
             && x.proto == m.proto
             && (x.channels.is_none() || x.channels == m.channels)
+    }
+
+    /// Where jobs saw NCCL's own calls mostly run a path the tuner cannot
+    /// choose ([`OtherPathMark`]), in (nodes, bucket) order.
+    pub fn other_paths(&self) -> &[OtherPathMark] {
+        &self.other_paths
     }
 
     /// Whether the sweep measured anything at this node count.
@@ -219,11 +242,16 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
     }
     let grids = groups
         .into_iter()
-        .map(|((coll, ppn, state), all)| {
+        .filter_map(|((coll, ppn, state), all)| {
             // Marks of what NCCL ran name a point and a configuration
             // already there; they add none.
             let (marks, cs): (Vec<&Cell>, Vec<&Cell>) =
                 all.into_iter().partition(|c| !c.base.is_time());
+            // Marks alone (a collective or ranks per node only jobs ran):
+            // nothing to decide.
+            if cs.is_empty() {
+                return None;
+            }
             let nodes: Vec<u32> = cs
                 .iter()
                 .map(|c| c.key.nnodes)
@@ -285,7 +313,18 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
                     .or_insert_with(|| c.source.to_string());
             }
             let mut nccl_runs = vec![None; nodes.len() * sizes.len()];
+            let mut other_paths = Vec::new();
             for c in marks {
+                if let TimeBase::OtherPath { ran, classic } = c.base {
+                    other_paths.push(OtherPathMark {
+                        nodes: c.key.nnodes,
+                        bucket: dyncc_tables::size_bucket(c.key.nbytes),
+                        ran,
+                        classic,
+                        file: c.source.file.display().to_string(),
+                    });
+                    continue;
+                }
                 let (Ok(ni), Ok(si), Ok(ci)) = (
                     nodes.binary_search(&c.key.nnodes),
                     sizes.binary_search(&c.key.nbytes),
@@ -297,7 +336,8 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
                     nccl_runs[ni * sizes.len() + si] = Some(ci);
                 }
             }
-            Grid {
+            other_paths.sort_by_key(|m: &OtherPathMark| (m.nodes, m.bucket));
+            Some(Grid {
                 coll,
                 ppn,
                 state,
@@ -310,7 +350,8 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
                 swept_size,
                 sources,
                 nccl_runs,
-            }
+                other_paths,
+            })
         })
         .collect();
     (grids, notes)

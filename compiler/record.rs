@@ -483,12 +483,27 @@ pub enum TimeBase {
     /// ([`crate::ingest::traces`]). Forcing it there runs what NCCL runs
     /// anyway, so it is no probe ([`crate::features::Grid::nccl_runs`]).
     NcclRan,
+    /// Not a time: where jobs let NCCL choose at a (collective, shape, size
+    /// bucket), it ran a path no tuner can choose (a symmetric kernel, the
+    /// copy engines) in `ran` of its `ran + classic` calls, more than half
+    /// ([`crate::ingest::traces`]). A classic pair forced there displaces
+    /// that path (NCCL 2.31+'s `ncclTuningSelectBestTuning` ranks a forced
+    /// pair's zero cost first), so only a measurement there may force one
+    /// ([`crate::features::Grid::other_paths`]). The cell's `nbytes` is the
+    /// bucket's lower bound.
+    OtherPath {
+        /// NCCL's own calls that ran a symmetric kernel or on the copy
+        /// engines.
+        ran: u64,
+        /// NCCL's own calls that ran a classic (algorithm, protocol).
+        classic: u64,
+    },
 }
 
 impl TimeBase {
-    /// Whether the cell holds a time at all (not a [`TimeBase::NcclRan`]
-    /// mark).
+    /// Whether the cell holds a time at all (not a mark: what NCCL ran
+    /// there, or that it ran a path the tuner cannot choose).
     pub fn is_time(self) -> bool {
-        self != TimeBase::NcclRan
+        !matches!(self, TimeBase::NcclRan | TimeBase::OtherPath { .. })
     }
 }

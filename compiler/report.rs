@@ -37,6 +37,53 @@ pub struct Report {
     /// What jobs' traces changed, when traces were given.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traces: Option<TraceChanges>,
+    /// Forced size buckets left to NCCL because jobs saw NCCL run a
+    /// symmetric kernel or a copy-engine method in most of its own calls
+    /// there ([`crate::emit::leave_other_paths`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_paths: Vec<OtherPathJson>,
+}
+
+/// A forced size bucket left to NCCL where NCCL mostly runs a path the
+/// tuner cannot choose.
+#[derive(Clone, Debug, Serialize)]
+pub struct OtherPathJson {
+    pub collective: String,
+    /// The context's node counts, and the count the jobs ran at.
+    pub nodes: (u32, u32),
+    pub traced_nodes: u32,
+    pub ppn: u32,
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// The force it would have been.
+    pub was: SettingJson,
+    /// NCCL's own calls there that ran a symmetric kernel or on the copy
+    /// engines, and those that ran a classic (algorithm, protocol).
+    pub other_path_calls: u64,
+    pub classic_calls: u64,
+    /// A trace file that saw it.
+    pub file: String,
+}
+
+impl OtherPathJson {
+    /// The report's line.
+    pub fn text(&self) -> String {
+        format!(
+            "{} at {} nodes x {} ranks per node, {} .. <{}: NCCL ran a symmetric kernel or a \
+             copy-engine method in {} of its {} own calls ({}); left to NCCL instead of {} \
+             (forcing a classic pair displaces that path; only the sweep's measurement at this \
+             point may force one)",
+            self.collective,
+            self.traced_nodes,
+            self.ppn,
+            fmt_bytes(self.from_bytes),
+            fmt_bytes(self.to_bytes.saturating_add(1)),
+            self.other_path_calls,
+            self.other_path_calls.saturating_add(self.classic_calls),
+            self.file,
+            self.was
+        )
+    }
 }
 
 /// What became of a point jobs measured, against the table that ran there.
@@ -273,6 +320,22 @@ pub(crate) fn describe(
                     *e.entry(k.unwrap_or_default()).or_default() += 1;
                 }
             }
+        }
+    }
+    for c in contexts {
+        for l in &c.other_paths {
+            r.other_paths.push(OtherPathJson {
+                collective: c.coll.name().into(),
+                nodes: c.nodes,
+                traced_nodes: l.mark.nodes,
+                ppn: c.ppn.0,
+                from_bytes: bucket_lower_bound(l.bucket),
+                to_bytes: bucket_upper_bound(l.bucket),
+                was: SettingJson::of(l.was),
+                other_path_calls: l.mark.ran,
+                classic_calls: l.mark.classic,
+                file: l.mark.file.clone(),
+            });
         }
     }
     // Forced regions of contexts gated on regBuff that the plugin leaves to

@@ -2125,3 +2125,104 @@ fn plot_diff_with_data_rings_what_the_rounds_jobs_measured() {
     let without = plot(&d.path().join("plain.svg"), false);
     assert!(!without.contains("class=\"traced\""));
 }
+
+/// A job whose NCCL ran a symmetric kernel in `symmetric` of its own
+/// 1 MiB AllReduce calls at `nodes` (the other 100 on Ring/Simple), as the
+/// plugin writes it: the shape's counts, NCCL's classic calls as records.
+fn symmetric_trace(dir: &Path, nodes: u32, symmetric: u16) {
+    let head = TraceHead {
+        profiler_abi: 7,
+        table_digest: Some(7),
+        sweep: sweep_fp(),
+        nccl_version: 23106,
+        pid: 1,
+        host: "node1",
+        job_id: "42",
+        ..Default::default()
+    };
+    let recs = [rec(0, 1 << 20, RING_SIMPLE, Source::Nccl, 100, 1000.0)];
+    let shape = dyncc_tables::TraceShape {
+        symmetric,
+        ..dyncc_tables::TraceShape::new(
+            0,
+            Coll::AllReduce,
+            dyncc_tables::size_bucket(1 << 20),
+            100 + u64::from(symmetric),
+        )
+    };
+    std::fs::create_dir_all(dir).unwrap();
+    let bytes = dyncc_tables::trace::encode_with_shapes(
+        &head,
+        &[comm(u64::from(nodes), nodes, 0)],
+        &recs,
+        &[shape],
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("sym-{nodes}.trace")), bytes).unwrap();
+}
+
+/// Where jobs saw NCCL run a symmetric kernel in most of its own calls
+/// (NCCL 2.31+), a force the sweep did not measure at that point is left
+/// to NCCL: forcing a classic pair displaces the symmetric kernel, and
+/// nothing measured a classic pair against it. The old compile kept
+/// forcing Tree/Simple there off the sweep's reading. Where the sweep
+/// measured the force at that count, it stays; where NCCL's calls were
+/// mostly classic, nothing changes; and the report names the bucket.
+#[test]
+fn a_force_where_nccl_mostly_ran_a_symmetric_kernel_is_left_to_nccl() {
+    let d = tempfile::tempdir().unwrap();
+    // Tree/Simple 20 % faster everywhere, swept at 1, 2 and 8 nodes: read
+    // (forced) at 4.
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 0.8);
+    let before = d.path().join("before.tbl");
+    compile_json(&[&s], &before);
+    assert_eq!(decision(&before, 4, 1 << 20), "tree/simple");
+    assert_eq!(decision(&before, 2, 1 << 20), "tree/simple");
+
+    let traces = d.path().join("traces");
+    symmetric_trace(&traces, 4, 900);
+    symmetric_trace(&traces, 2, 900);
+    let after = d.path().join("after.tbl");
+    let r = compile_json(&[&s, &traces], &after);
+    assert_eq!(
+        decision(&after, 4, 1 << 20),
+        "default/default",
+        "{}",
+        r["traces"]
+    );
+    // Measured by the sweep at 2 nodes: its default run is what NCCL chose.
+    assert_eq!(decision(&after, 2, 1 << 20), "tree/simple");
+    // Other sizes at 4 nodes are as before.
+    assert_eq!(decision(&after, 4, 1 << 12), "tree/simple");
+    let left = r["other_paths"]
+        .as_array()
+        .expect("other_paths in the report");
+    assert_eq!(left.len(), 1, "{r}");
+    assert_eq!(left[0]["traced_nodes"], 4);
+    assert_eq!(left[0]["other_path_calls"], 900);
+    assert_eq!(left[0]["classic_calls"], 100);
+    assert_eq!(left[0]["was"]["algorithm"], "tree");
+    let o = dyncc()
+        .arg("compile")
+        .args([&s, &traces])
+        .arg("-o")
+        .arg(d.path().join("text.tbl"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(
+            "allreduce at 4 nodes x 8 ranks per node, 1 MiB .. <1.2 MiB: NCCL ran a symmetric \
+             kernel or a copy-engine method in 900 of its 1000 own calls"
+        ),
+        "{text}"
+    );
+
+    // Mostly classic: the force stays, nothing is said.
+    let traces = d.path().join("classic");
+    symmetric_trace(&traces, 4, 40);
+    let again = d.path().join("again.tbl");
+    let r = compile_json(&[&s, &traces], &again);
+    assert_eq!(decision(&again, 4, 1 << 20), "tree/simple");
+    assert!(r.get("other_paths").is_none(), "{r}");
+}

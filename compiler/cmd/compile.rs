@@ -300,6 +300,9 @@ fn print_report(w: &mut dyn Write, r: &Report) -> std::io::Result<()> {
     for o in &r.outside {
         writeln!(w, "  {o}")?;
     }
+    for o in &r.other_paths {
+        writeln!(w, "  {}", o.text())?;
+    }
     writeln!(w, "\nnode counts:")?;
     for o in &r.reach {
         writeln!(w, "  {o}")?;

@@ -12,6 +12,7 @@ use super::evidence::Side;
 use super::evidence::{evidence, judge, rule, var_call, Bar, Evidence, Verdict};
 use super::files::TraceFile;
 use super::notes::{Deployed, Finding, TraceCounts, TraceNotes, TracedGain, TracedPoint};
+use super::paths::OtherPaths;
 use super::points::{PointKey, SweepView};
 use super::shapes::{most_run, AtShape, Overridden, Readings};
 use crate::record::{Cell, Config, Source, TimeBase};
@@ -35,8 +36,11 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
     // Per point, per communicator (file, index): sizes in one bucket are
     // one point, so one communicator's shapes there pool.
     let mut by_point: BTreeMap<PointKey, BTreeMap<(usize, u16), AtShape>> = BTreeMap::new();
+    let mut paths = OtherPaths::default();
     for (fi, file) in files.iter().enumerate() {
+        paths.add_file(files, fi, &readings);
         for ((ci, s), at) in readings.classify(fi) {
+            paths.add_classic(&s, &at);
             let others = at
                 .others
                 .values()
@@ -178,6 +182,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
             notes.points.push(point);
         }
     }
+    out.extend(paths.marks());
     for ((traced, swept), n) in versus_sweep {
         notes.read.drift.push(format!(
             "{n} point(s) measured by the sweep with NCCL {} and by jobs with NCCL {}: the {} \

@@ -24,6 +24,8 @@
 //! - `points`: where a shape lands, the table's point, and what the sweep
 //!   measured there;
 //! - `cells`: traced points judged and turned into cells;
+//! - `paths`: where NCCL's own calls mostly ran a path the tuner cannot
+//!   choose (a symmetric kernel, the copy engines), as marks;
 //! - `notes`: what the report says of them.
 //!
 //! [`Cell`]: crate::record::Cell
@@ -33,6 +35,7 @@ mod cells;
 mod evidence;
 mod files;
 mod notes;
+mod paths;
 mod points;
 mod shapes;
 
