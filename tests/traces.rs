@@ -2217,6 +2217,14 @@ fn a_force_where_nccl_mostly_ran_a_symmetric_kernel_is_left_to_nccl() {
         ),
         "{text}"
     );
+    let o = query_data(&after, "1048576", 4, &[&s, &traces], &[]);
+    let q = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        q.contains(
+            "NCCL ran a symmetric kernel or a copy-engine method here in 900 of its 1000 own calls"
+        ),
+        "{q}"
+    );
 
     // Mostly classic: the force stays, nothing is said.
     let traces = d.path().join("classic");

@@ -101,6 +101,10 @@ pub struct TracedEvidence {
     /// Whether jobs measured this exact communicator shape.
     pub exact_shape: bool,
     pub sizes: Vec<TracedSize>,
+    /// Where jobs that let NCCL choose at the call's own shape and size
+    /// bucket saw it run a symmetric kernel or a copy-engine method in
+    /// most of its calls: (those calls, its classic calls).
+    pub other_path: Option<(u64, u64)>,
     /// Trace files that could not be read (skipped).
     pub skipped: usize,
 }
@@ -110,6 +114,8 @@ pub struct TracedEvidence {
 pub struct Traced {
     notes: TraceNotes,
     marks: Vec<Cell>,
+    /// Marks of a path the tuner cannot choose ([`TimeBase::OtherPath`]).
+    other_paths: Vec<Cell>,
     skipped: usize,
     bar: TraceBar,
 }
@@ -157,13 +163,14 @@ impl Traced {
     /// hold every traced cell: only the marks are kept) and the number of
     /// trace files skipped.
     pub fn new(cells: Vec<Cell>, notes: TraceNotes, skipped: usize, bar: TraceBar) -> Traced {
-        let marks = cells
+        let (marks, other_paths) = cells
             .into_iter()
-            .filter(|c| c.base == TimeBase::NcclRan)
-            .collect();
+            .filter(|c| !c.base.is_time())
+            .partition(|c| c.base == TimeBase::NcclRan);
         Traced {
             notes,
             marks,
+            other_paths,
             skipped,
             bar,
         }
@@ -206,10 +213,32 @@ impl Traced {
             let appn = a.ranks as f64 / a.nodes.max(1) as f64;
             (lg(a.nodes as f64) - lg(nodes as f64)).abs() + (lg(appn) - lg(ppn)).abs()
         };
+        let bucket = dyncc_tables::size_bucket(bytes);
+        let other_path = self.other_paths.iter().find_map(|c| match c.base {
+            TimeBase::OtherPath { ran, classic }
+                if c.key.collective.name() == coll
+                    && u64::from(c.key.nnodes) == nodes
+                    && u64::from(c.key.nranks) == ranks
+                    && dyncc_tables::size_bucket(c.key.nbytes) == bucket =>
+            {
+                Some((ran, classic))
+            }
+            _ => None,
+        });
+        // A shape where jobs only said that NCCL ran another path is still
+        // the call's own.
+        let own = other_path.map(|_| At {
+            coll,
+            nodes: nodes as u32,
+            ranks: ranks as u32,
+            bytes,
+        });
         let best = self
             .places()
             .filter(|a| a.coll == coll)
-            .min_by(|a, b| dist(a).total_cmp(&dist(b)))?;
+            .min_by(|a, b| dist(a).total_cmp(&dist(b)))
+            .filter(|a| own.is_none() || dist(a) == 0.0)
+            .or(own)?;
         let mut sizes: Vec<u64> = self
             .places()
             .filter(|a| a.coll == coll && a.nodes == best.nodes && a.ranks == best.ranks)
@@ -241,6 +270,7 @@ impl Traced {
             .collect();
         let pv = &self.notes.read.provenance;
         Some(TracedEvidence {
+            other_path,
             bar: self.bar,
             foreign: pv
                 .foreign_used
@@ -328,6 +358,14 @@ pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
                 if f.decides == "jobs" { "" } else { "s" }
             ));
         }
+    }
+    if let Some((ran, classic)) = e.other_path {
+        out.push_str(&format!(
+            "\n  NCCL ran a symmetric kernel or a copy-engine method here in {ran} of its {} own \
+             calls (jobs that let it choose): a classic pair is forced here only where the sweep \
+             measured it (a force displaces that path)",
+            ran.saturating_add(classic)
+        ));
     }
     for f in &e.foreign {
         out.push_str(&format!(
