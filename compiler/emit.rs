@@ -86,26 +86,30 @@ pub fn leave_other_paths(grid: &Grid, c: &mut PlannedContext) {
                 });
             }
         }
-        c.plan = std::mem::take(&mut c.plan)
-            .into_iter()
-            .flat_map(|r| {
-                if r.first > m.bucket || r.last < m.bucket {
-                    return vec![r];
-                }
-                let below = (r.first < m.bucket).then(|| explore::Run {
-                    first: r.first,
-                    last: m.bucket - 1,
-                    candidates: r.candidates.clone(),
-                });
-                let above = (r.last > m.bucket).then(|| explore::Run {
-                    first: m.bucket + 1,
-                    last: r.last,
-                    candidates: r.candidates.clone(),
-                });
-                below.into_iter().chain(above).collect()
-            })
-            .collect();
+        c.plan = without_bucket(std::mem::take(&mut c.plan), m.bucket);
     }
+}
+
+/// The plan's runs with bucket `b` cut out (a run around it splits in two).
+fn without_bucket(plan: Vec<explore::Run>, b: u8) -> Vec<explore::Run> {
+    plan.into_iter()
+        .flat_map(|r| {
+            if r.first > b || r.last < b {
+                return vec![r];
+            }
+            let below = (r.first < b).then(|| explore::Run {
+                first: r.first,
+                last: b - 1,
+                candidates: r.candidates.clone(),
+            });
+            let above = (r.last > b).then(|| explore::Run {
+                first: b + 1,
+                last: r.last,
+                candidates: r.candidates.clone(),
+            });
+            below.into_iter().chain(above).collect()
+        })
+        .collect()
 }
 
 impl PlannedContext {
@@ -366,6 +370,34 @@ pub fn build(
 mod tests {
     use super::*;
     use dyncc_tables::{Algo, Proto, Setting};
+
+    /// A bucket cut out of the plan splits the run around it and drops a
+    /// run of that bucket alone; runs elsewhere stay.
+    #[test]
+    fn a_bucket_left_to_another_path_is_cut_out_of_the_plan() {
+        let c = vec![explore::Planned {
+            decision: Decision::Force(Setting::new(Algo::Tree, Proto::LL)),
+            gain: 0.1,
+            spread: 0.05,
+            cost_bound: 0.01,
+        }];
+        let run = |first, last| explore::Run {
+            first,
+            last,
+            candidates: c.clone(),
+        };
+        let ends = |p: Vec<explore::Run>| p.iter().map(|r| (r.first, r.last)).collect::<Vec<_>>();
+        assert_eq!(
+            ends(without_bucket(
+                vec![run(8, 20), run(30, 30), run(40, 44)],
+                12
+            )),
+            vec![(8, 11), (13, 20), (30, 30), (40, 44)]
+        );
+        assert_eq!(ends(without_bucket(vec![run(30, 30)], 30)), vec![]);
+        assert_eq!(ends(without_bucket(vec![run(30, 33)], 30)), vec![(31, 33)]);
+        assert_eq!(ends(without_bucket(vec![run(30, 33)], 33)), vec![(30, 32)]);
+    }
 
     fn ctx(nodes: (u32, u32), reg_buff: bool, measured: bool, forced: bool) -> PlannedContext {
         let mut buckets = Box::new([BucketDecision::leave(Basis::Measured); NUM_BUCKETS]);
