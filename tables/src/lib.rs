@@ -97,5 +97,6 @@ pub use table::{
 };
 pub use trace::{
     Source, Trace, TraceComm, TraceError, TraceHead, TraceOtherPaths, TraceRecord, TraceShape,
-    TraceTag, MAX_TRACE_LEN, TRACE_MAGIC, TRACE_MAJOR, TRACE_MAJOR_OLDEST, TRACE_MINOR,
+    TraceTag, TraceVariant, MAX_TRACE_LEN, TRACE_MAGIC, TRACE_MAJOR, TRACE_MAJOR_OLDEST,
+    TRACE_MINOR,
 };

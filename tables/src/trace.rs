@@ -44,8 +44,12 @@ pub const TRACE_MAJOR_OLDEST: u16 = 1;
 /// u32 (offset 4) the shape's collectives that ran as a symmetric kernel
 /// and on the copy engines ([`TraceShape::symmetric`],
 /// [`TraceShape::copy_engine`]); an older reader refuses such a shape by
-/// its reserved field, this one reads minors 0-2 as zeros.
-pub const TRACE_MINOR: u16 = 3;
+/// its reserved field, this one reads minors 0-2 as zeros. 4 appended,
+/// after the tags, the symmetric-kernel variants the recording ranks saw
+/// run ([`TraceVariant`], profiler v7's `kernelVariant`), their count at
+/// header offset 22 (reserved 0 before, so an older reader refuses a file
+/// that holds any).
+pub const TRACE_MINOR: u16 = 4;
 /// Largest trace file (1 MiB): the plugin's fixed tables are sized to stay
 /// below it, and a reader refuses anything longer.
 pub const MAX_TRACE_LEN: usize = 1 << 20;
@@ -73,6 +77,13 @@ pub const TRACE_PATHS_LEN: usize = 16;
 pub const TRACE_TAG_LEN: usize = 16;
 /// Most tag entries a file holds (minor 1).
 pub const MAX_TRACE_TAGS: usize = 256;
+/// Length of one symmetric-kernel variant entry (minor 4): its name,
+/// NUL-padded, then its count.
+pub const TRACE_VARIANT_LEN: usize = 32;
+/// Longest variant name kept (NCCL's are a few characters: "AGxLL_R").
+pub const MAX_VARIANT_NAME: usize = 24;
+/// Most variant entries a file holds (minor 4).
+pub const MAX_TRACE_VARIANTS: usize = 16;
 
 /// Longest host, job id, platform, GPU or communicator name kept (longer ones are cut on
 /// a character boundary by the writer).
@@ -271,6 +282,50 @@ pub struct TraceOtherPaths {
     pub copy_engine: u64,
 }
 
+/// A symmetric kernel variant the recording ranks saw run, with how many
+/// collectives ran it (profiler v7's `kernelVariant`, e.g. "AGxLL_R";
+/// minor 4). The collectives are those [`TraceOtherPaths::symmetric`]
+/// counts: never records, never a classic (algorithm, protocol).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TraceVariant {
+    name: [u8; MAX_VARIANT_NAME],
+    /// Collectives that ran it (>= 1).
+    pub count: u64,
+}
+
+impl TraceVariant {
+    /// A variant of `name` (1 to [`MAX_VARIANT_NAME`] printable ASCII
+    /// characters, no space); `None` otherwise.
+    pub fn new(name: &[u8], count: u64) -> Option<TraceVariant> {
+        if name.is_empty()
+            || name.len() > MAX_VARIANT_NAME
+            || !name.iter().all(u8::is_ascii_graphic)
+        {
+            return None;
+        }
+        let mut n = [0u8; MAX_VARIANT_NAME];
+        n[..name.len()].copy_from_slice(name);
+        Some(TraceVariant { name: n, count })
+    }
+
+    /// The variant's name.
+    pub fn name(&self) -> &str {
+        let len = self
+            .name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(MAX_VARIANT_NAME);
+        // Checked printable ASCII by `new` and by the reader.
+        core::str::from_utf8(&self.name[..len]).unwrap_or("?")
+    }
+}
+
+impl fmt::Debug for TraceVariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.name(), self.count)
+    }
+}
+
 /// A user tag a communicator's calls carried (profiler v7's `userTag`,
 /// from `ncclCollConfig_t::userProfilerTag`; minor 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -452,6 +507,7 @@ pub struct Trace<'a> {
     minor: u16,
     other_paths: TraceOtherPaths,
     tags: &'a [u8],
+    variants: &'a [u8],
 }
 
 fn bad(offset: usize, what: &'static str) -> TraceError {
@@ -558,8 +614,11 @@ impl<'a> Trace<'a> {
         let chunked = major >= 3 && minor >= 2;
         // Minor 3 of major 3: a shape's offset 4 holds its other paths.
         let shape_paths = major >= 3 && minor >= 3;
+        // Minor 4 of major 3: the variants' count at 22, their entries
+        // after the tags.
+        let with_variants = major >= 3 && minor >= 4;
         // Major 3: the number of shapes at 80 (reserved 0 before).
-        if h.u16(22) != 0
+        if (!with_variants && h.u16(22) != 0)
             || (!extended && h.u32(84) != 0)
             || (major < 3 && h.u32(80) != 0)
             || (major < 2 && h.u32(52) != 0)
@@ -574,8 +633,14 @@ impl<'a> Trace<'a> {
         if n_tags as usize > MAX_TRACE_TAGS {
             return Err(bad(84, "at most 256 tags"));
         }
+        let n_variants = if with_variants { h.u16(22) } else { 0 };
+        if n_variants as usize > MAX_TRACE_VARIANTS {
+            return Err(bad(22, "at most 16 kernel variants"));
+        }
         let extra_len = if extended {
-            TRACE_PATHS_LEN as u64 + n_tags as u64 * TRACE_TAG_LEN as u64
+            TRACE_PATHS_LEN as u64
+                + n_tags as u64 * TRACE_TAG_LEN as u64
+                + n_variants as u64 * TRACE_VARIANT_LEN as u64
         } else {
             0
         };
@@ -633,9 +698,14 @@ impl<'a> Trace<'a> {
         let shapes_at = at + n_records as usize * TRACE_RECORD_LEN;
         let extra_at = shapes_at + n_shapes as usize * TRACE_SHAPE_LEN;
         let (records, shapes) = (&bytes[at..shapes_at], &bytes[shapes_at..extra_at]);
-        let (other_paths, tags) = if extended {
+        let (other_paths, tags, variants) = if extended {
             let e = Le(&bytes[extra_at..]);
-            let tags = &bytes[extra_at + TRACE_PATHS_LEN..];
+            let tags_at = extra_at + TRACE_PATHS_LEN;
+            let variants_at = tags_at + n_tags as usize * TRACE_TAG_LEN;
+            let (tags, variants) = (&bytes[tags_at..variants_at], &bytes[variants_at..]);
+            for (i, v) in variants.chunks_exact(TRACE_VARIANT_LEN).enumerate() {
+                check_variant(Le(v), variants_at + i * TRACE_VARIANT_LEN)?;
+            }
             for (i, t) in tags.chunks_exact(TRACE_TAG_LEN).enumerate() {
                 check_tag(
                     Le(t),
@@ -649,9 +719,11 @@ impl<'a> Trace<'a> {
                     copy_engine: e.u64(8),
                 },
                 tags,
+                variants,
             )
         } else {
-            (TraceOtherPaths::default(), &bytes[extra_at..extra_at])
+            let none = &bytes[extra_at..extra_at];
+            (TraceOtherPaths::default(), none, none)
         };
         for (i, r) in records.chunks_exact(TRACE_RECORD_LEN).enumerate() {
             check_record(Le(r), n_comms, at + i * TRACE_RECORD_LEN, chunked)?;
@@ -681,6 +753,7 @@ impl<'a> Trace<'a> {
             minor,
             other_paths,
             tags,
+            variants,
         })
     }
 
@@ -703,6 +776,19 @@ impl<'a> Trace<'a> {
             TraceTag {
                 comm: t.u16(0),
                 tag: t.u64(8),
+            }
+        })
+    }
+
+    /// The symmetric-kernel variants the recording ranks saw run (minor
+    /// 4; none in older files), in file order.
+    pub fn variants(&self) -> impl Iterator<Item = TraceVariant> + 'a {
+        self.variants.chunks_exact(TRACE_VARIANT_LEN).map(|v| {
+            let mut name = [0u8; MAX_VARIANT_NAME];
+            name.copy_from_slice(&v[..MAX_VARIANT_NAME]);
+            TraceVariant {
+                name,
+                count: Le(v).u64(MAX_VARIANT_NAME),
             }
         })
     }
@@ -766,6 +852,29 @@ impl<'a> Trace<'a> {
             })
         })
     }
+}
+
+/// A variant's name: 1-24 printable ASCII characters, then NULs; its
+/// count at least 1.
+fn check_variant(v: Le<'_>, at: usize) -> Result<(), TraceError> {
+    let name = &v.0[..MAX_VARIANT_NAME];
+    let len = name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(MAX_VARIANT_NAME);
+    if len == 0
+        || !name[..len].iter().all(u8::is_ascii_graphic)
+        || name[len..].iter().any(|&b| b != 0)
+    {
+        return Err(bad(
+            at,
+            "a kernel variant name of printable ASCII, NUL-padded",
+        ));
+    }
+    if v.u64(MAX_VARIANT_NAME) == 0 {
+        return Err(bad(at + MAX_VARIANT_NAME, "a variant count of at least 1"));
+    }
+    Ok(())
 }
 
 fn check_tag(t: Le<'_>, n_comms: u32, at: usize) -> Result<(), TraceError> {
@@ -907,6 +1016,25 @@ pub fn encode_all(
     other_paths: &TraceOtherPaths,
     tags: &[TraceTag],
 ) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    encode_full(head, comms, records, shapes, other_paths, tags, &[])
+}
+
+/// [`encode_all`] with the symmetric-kernel variants (minor 4; at most
+/// [`MAX_TRACE_VARIANTS`], each counted at least once, or it fails like a
+/// bad record).
+#[cfg(feature = "alloc")]
+pub fn encode_full(
+    head: &TraceHead<'_>,
+    comms: &[TraceComm<'_>],
+    records: &[TraceRecord],
+    shapes: &[TraceShape],
+    other_paths: &TraceOtherPaths,
+    tags: &[TraceTag],
+    variants: &[TraceVariant],
+) -> Result<alloc::vec::Vec<u8>, TraceError> {
+    if variants.len() > MAX_TRACE_VARIANTS {
+        return Err(bad(22, "at most 16 kernel variants"));
+    }
     if shapes.len() > MAX_TRACE_SHAPES {
         return Err(bad(80, "at most 2048 shapes"));
     }
@@ -943,7 +1071,7 @@ pub fn encode_all(
         0
     };
     out.push(table_flag | sweep_flag);
-    out.extend_from_slice(&[0; 2]);
+    out.extend_from_slice(&(variants.len() as u16).to_le_bytes());
     out.extend_from_slice(&head.table_digest.unwrap_or(0).to_le_bytes());
     out.extend_from_slice(&head.nccl_version.to_le_bytes());
     out.extend_from_slice(&head.pid.to_le_bytes());
@@ -1005,6 +1133,10 @@ pub fn encode_all(
         out.extend_from_slice(&t.comm.to_le_bytes());
         out.extend_from_slice(&[0; 6]);
         out.extend_from_slice(&t.tag.to_le_bytes());
+    }
+    for v in variants {
+        out.extend_from_slice(&v.name);
+        out.extend_from_slice(&v.count.to_le_bytes());
     }
     if out.len() > MAX_TRACE_LEN {
         return Err(TraceError::TooLarge {
@@ -1107,6 +1239,46 @@ mod tests {
                 assert_eq!(Trace::from_bytes(&b).unwrap().head().profiler_abi, abi);
             }
         }
+    }
+
+    /// Minor 4's kernel variants round-trip; a name that is not
+    /// printable ASCII, a count of 0 and more than 16 are refused, and a
+    /// file of minor 3 may not claim any (offset 22 was reserved).
+    #[test]
+    fn kernel_variants_round_trip_and_bad_ones_are_refused() {
+        let s = sample();
+        let t = Trace::from_bytes(&s).unwrap();
+        let comms: alloc::vec::Vec<_> = t.comms().collect();
+        let recs: alloc::vec::Vec<_> = t.records().collect();
+        let v = [
+            TraceVariant::new(b"AGxLL_R", 7).unwrap(),
+            TraceVariant::new(b"RSxLDMC", 1).unwrap(),
+        ];
+        let none = TraceOtherPaths::default();
+        let b = encode_full(t.head(), &comms, &recs, &[], &none, &[], &v).unwrap();
+        let back = Trace::from_bytes(&b).unwrap();
+        assert_eq!(back.variants().collect::<alloc::vec::Vec<_>>(), v);
+        assert_eq!(back.variants().nth(1).unwrap().name(), "RSxLDMC");
+        assert!(TraceVariant::new(b"", 1).is_none());
+        assert!(TraceVariant::new(b"AG LL", 1).is_none());
+        assert!(TraceVariant::new(&[b'A'; 25], 1).is_none());
+        let zero = [TraceVariant::new(b"AGxLL_R", 0).unwrap()];
+        assert!(encode_full(t.head(), &comms, &recs, &[], &none, &[], &zero).is_err());
+        let many = [v[0]; MAX_TRACE_VARIANTS + 1];
+        assert!(encode_full(t.head(), &comms, &recs, &[], &none, &[], &many).is_err());
+        // A name byte past a NUL, written by hand: refused.
+        let mut bad_name = b.clone();
+        let at = bad_name.len() - 2 * TRACE_VARIANT_LEN + 10;
+        bad_name[at] = b'x';
+        let crc = file_crc(&bad_name);
+        bad_name[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(Trace::from_bytes(&bad_name).is_err());
+        // Minor 3 with a variant count: the reserved field.
+        let mut old = b.clone();
+        old[10..12].copy_from_slice(&3u16.to_le_bytes());
+        let crc = file_crc(&old);
+        old[16..20].copy_from_slice(&crc.to_le_bytes());
+        assert!(Trace::from_bytes(&old).is_err());
     }
 
     /// Minor 1's other paths and tags round-trip; a tag naming no

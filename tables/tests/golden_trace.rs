@@ -12,9 +12,9 @@
 use std::path::{Path, PathBuf};
 
 #[cfg(feature = "alloc")]
-use dyncc_tables::trace::{encode_all, TraceHead};
+use dyncc_tables::trace::{encode_full, TraceHead};
 use dyncc_tables::trace::{
-    Source, Trace, TraceComm, TraceOtherPaths, TraceRecord, TraceShape, TraceTag,
+    Source, Trace, TraceComm, TraceOtherPaths, TraceRecord, TraceShape, TraceTag, TraceVariant,
 };
 use dyncc_tables::{size_bucket, Algo, Chunk, Coll, Proto, Setting, TRACE_MAJOR, TRACE_MINOR};
 
@@ -29,11 +29,21 @@ fn golden_named(name: &str) -> PathBuf {
 }
 
 /// The current major's older minors, kept: (file, minor).
-const OLDER_MINORS: [(&str, u16); 3] = [
+const OLDER_MINORS: [(&str, u16); 4] = [
     ("trace_v3.0.trace", 0),
     ("trace_v3.1.trace", 1),
     ("trace_v3.2.trace", 2),
+    ("trace_v3.3.trace", 3),
 ];
+
+/// Minor 4's symmetric-kernel variants: the 12 symmetric collectives of
+/// [`other_paths`], by the kernel variant that ran them.
+fn variants() -> [TraceVariant; 2] {
+    [
+        TraceVariant::new(b"AGxLL_R", 9).unwrap(),
+        TraceVariant::new(b"ARxLLMC_R", 3).unwrap(),
+    ]
+}
 
 /// Minor 1's other paths and tags: 12 collectives ran as a symmetric
 /// kernel, 5 on the copy engines; the communicator's calls carried two
@@ -135,13 +145,14 @@ fn sample() -> Vec<u8> {
         dropped_pool_full: 2,
         untimed: 3,
     };
-    encode_all(
+    encode_full(
         &head,
         &[comm()],
         &records_with_chunk(),
         &shapes(),
         &other_paths(),
         &tags(),
+        &variants(),
     )
     .unwrap()
 }
@@ -193,6 +204,8 @@ fn the_current_trace_format_is_written_as_committed() {
     assert_eq!(t.records().collect::<Vec<_>>(), records_with_chunk());
     assert_eq!(t.other_paths(), other_paths());
     assert_eq!(t.tags().collect::<Vec<_>>(), tags());
+    assert_eq!(t.variants().collect::<Vec<_>>(), variants());
+    assert_eq!(t.variants().next().unwrap().name(), "AGxLL_R");
 }
 
 /// The current major's files of older minors are read as they were:
@@ -207,10 +220,14 @@ fn older_minors_of_the_current_major_are_still_read() {
         check_common(&t);
         assert_eq!(t.minor(), minor, "{}", p.display());
         // Before minor 3 a shape's other paths were reserved: read as 0.
-        assert_eq!(
-            t.shapes().collect::<Vec<_>>(),
-            shapes_before_minor_3().to_vec()
-        );
+        let want = if minor >= 3 {
+            shapes()
+        } else {
+            shapes_before_minor_3()
+        };
+        assert_eq!(t.shapes().collect::<Vec<_>>(), want.to_vec());
+        // Before minor 4 no variants.
+        assert_eq!(t.variants().count(), 0, "{}", p.display());
         if minor == 0 {
             assert_eq!(t.other_paths(), TraceOtherPaths::default());
             assert_eq!(t.tags().count(), 0);
