@@ -495,6 +495,20 @@ fn symmetric_kernel_and_copy_engine_collectives_are_never_classic_records() {
         "{shown}"
     );
     assert!(shown.contains("tags 0x10"), "{shown}");
+    // The kernel variant that ran them (format minor 4): what the stand-in
+    // passed as `kernelVariant`, every symmetric collective (old plugin:
+    // none written).
+    let variants: Vec<(String, u64)> = t
+        .variants()
+        .map(|v| (v.name().to_string(), v.count))
+        .collect();
+    assert_eq!(variants, [("AllReduce_AGxLL_R".to_string(), sym)], "{out}");
+    assert!(
+        shown.contains(&format!(
+            "symmetric kernel variants: AllReduce_AGxLL_R {sym}"
+        )),
+        "{shown}"
+    );
 }
 
 /// Per (collective, size bucket): the stand-in's printed symmetric-kernel

@@ -593,6 +593,13 @@ mod traces {
                 o.symmetric, o.copy_engine
             );
         }
+        let variants: Vec<String> = t
+            .variants()
+            .map(|v| format!("{} {}", v.name(), v.count))
+            .collect();
+        if !variants.is_empty() {
+            println!("  symmetric kernel variants: {}", variants.join(", "));
+        }
         println!(
             "  comm collective bytes algo proto channels chosen-by count geomean-us min-us max-us"
         );
@@ -693,6 +700,10 @@ mod traces {
             "untimed": h.untimed,
             "symmetric_kernel_collectives": t.other_paths().symmetric,
             "copy_engine_collectives": t.other_paths().copy_engine,
+            "symmetric_kernel_variants": t.variants().map(|v| serde_json::json!({
+                "name": v.name(),
+                "collectives": v.count,
+            })).collect::<Vec<_>>(),
             "comms": t.comms().enumerate().map(|(i, c)| serde_json::json!({
                 "comm_id": format!("{:#018x}", c.comm_id),
                 "name": c.name,

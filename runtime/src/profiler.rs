@@ -109,6 +109,25 @@ fn c_str(p: *const c_char) -> Option<&'static [u8]> {
     unsafe { c_bytes(p) }
 }
 
+/// The bytes of a C string NCCL passes, if NUL-terminated within `max`
+/// bytes (never read past them; `None` for NULL or a longer string).
+///
+/// # Safety
+/// `p` is NULL or points at a NUL-terminated string, live for the call.
+unsafe fn c_bytes_bounded<'a>(p: *const c_char, max: usize) -> Option<&'a [u8]> {
+    if p.is_null() {
+        return None;
+    }
+    let mut len = 0;
+    // SAFETY: reads stop at the NUL, which the caller says is there; at
+    // most `max` bytes otherwise.
+    while len < max && unsafe { *p.add(len) } != 0 {
+        len += 1;
+    }
+    // SAFETY: the `len` bytes just read are live for the call.
+    (len < max).then(|| unsafe { core::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
 /// A name NCCL passes (`ncclFuncToString`, `ncclAlgoToString`, ...) as
 /// text for the tables crate's parsers, which own NCCL's spellings.
 fn c_name(p: *const c_char) -> Option<&'static str> {
@@ -498,6 +517,14 @@ unsafe extern "C" fn start_v7(
                 let coll = unsafe { &d.u.coll };
                 if let (Some(id), true) = (c.comm_id, c.recording.is_some()) {
                     trace::note_tag(id, coll.userTag);
+                }
+                if coll.isSymColl != 0 && c.recording.is_some() {
+                    // Bounded: NCCL's variant names are a few characters,
+                    // and one the format cannot hold is not kept.
+                    // SAFETY: NULL or NCCL's NUL-terminated static name.
+                    if let Some(v) = unsafe { c_bytes_bounded(coll.kernelVariant, 32) } {
+                        trace::note_variant(v);
+                    }
                 }
                 (coll.isSymColl != 0).then_some((
                     OtherPath::Symmetric,

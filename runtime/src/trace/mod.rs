@@ -43,7 +43,10 @@ pub use journal::{
     journal_acquire, link_rank0, note_other_path, note_recorded, profiled_ring, take_answer,
     take_answer_in, Answer, Journal, ANSWER_NCCL, JOURNAL_LEN, MAX_JOURNALS,
 };
-pub use paths::{note_tag, other_path_ran, other_paths, tags_of, OtherPath};
+pub use paths::{
+    note_tag, note_variant, other_path_ran, other_paths, tags_of, variants, variants_dropped,
+    OtherPath,
+};
 pub use pool::{channel_start, channel_stop, reclaim, release, slot_take, Handle, Slot, POOL_LEN};
 pub use writer::{
     configured, dir_usable, file_names, flush, note_platform, note_table, register, retire,

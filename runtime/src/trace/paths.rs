@@ -10,7 +10,10 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
-use dyncc_tables::trace::{TraceComm, TraceOtherPaths, TraceTag, MAX_TRACE_TAGS};
+use dyncc_tables::trace::{
+    TraceComm, TraceOtherPaths, TraceTag, TraceVariant, MAX_TRACE_TAGS, MAX_TRACE_VARIANTS,
+    MAX_VARIANT_NAME,
+};
 
 use super::CHANGES;
 
@@ -97,10 +100,99 @@ pub fn tags_of(comm_id: u64) -> impl Iterator<Item = u64> {
         .filter(|&t| t != 0)
 }
 
+/// Distinct symmetric-kernel variants kept per process (a file holds as
+/// many); collectives of later ones are counted in [`variants_dropped`].
+pub const MAX_VARIANTS: usize = MAX_TRACE_VARIANTS;
+const NAME_WORDS: usize = MAX_VARIANT_NAME / 8;
+
+/// Per variant: a hash of its name (0: free), claimed by a CAS; its name
+/// (NUL-padded, in words), stored after the claim; its collectives.
+static VARIANT_KEYS: [AtomicU64; MAX_VARIANTS] = [const { AtomicU64::new(0) }; MAX_VARIANTS];
+static VARIANT_NAMES: [[AtomicU64; NAME_WORDS]; MAX_VARIANTS] =
+    [const { [const { AtomicU64::new(0) }; NAME_WORDS] }; MAX_VARIANTS];
+static VARIANT_COUNTS: [AtomicU64; MAX_VARIANTS] = [const { AtomicU64::new(0) }; MAX_VARIANTS];
+static VARIANTS_DROPPED: AtomicU64 = AtomicU64::new(0);
+
+/// FNV-1a of `name`, never 0 (0 marks a free slot).
+fn name_key(name: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in name {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.max(1)
+}
+
+/// A recording rank saw a collective run symmetric kernel variant `name`
+/// (profiler v7's `kernelVariant`). A name the format cannot hold (empty,
+/// longer than [`MAX_VARIANT_NAME`], not printable ASCII) is not kept; the
+/// collective is counted as symmetric all the same ([`other_path_ran`]).
+/// Lock-free and allocation-free: at most [`MAX_VARIANTS`] loads once the
+/// variant is known.
+pub fn note_variant(name: &[u8]) {
+    if TraceVariant::new(name, 1).is_none() {
+        return;
+    }
+    let key = name_key(name);
+    for (i, k) in VARIANT_KEYS.iter().enumerate() {
+        let mut have = k.load(Ordering::Acquire);
+        if have == 0 {
+            match k.compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let mut words = [0u8; MAX_VARIANT_NAME];
+                    words[..name.len()].copy_from_slice(name);
+                    for (w, c) in VARIANT_NAMES[i].iter().zip(words.chunks_exact(8)) {
+                        let mut b = [0u8; 8];
+                        b.copy_from_slice(c);
+                        w.store(u64::from_le_bytes(b), Ordering::Release);
+                    }
+                    VARIANT_COUNTS[i].fetch_add(1, Ordering::AcqRel);
+                    CHANGES.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(now) => have = now,
+            }
+        }
+        if have == key {
+            VARIANT_COUNTS[i].fetch_add(1, Ordering::Relaxed);
+            CHANGES.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    }
+    VARIANTS_DROPPED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The variants seen so far, in the order first seen. A slot being
+/// claimed (name not yet stored, or no collective counted yet) is passed
+/// over: the next file holds it.
+pub fn variants() -> impl Iterator<Item = TraceVariant> {
+    (0..MAX_VARIANTS).filter_map(|i| {
+        if VARIANT_KEYS[i].load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let count = VARIANT_COUNTS[i].load(Ordering::Acquire);
+        let mut name = [0u8; MAX_VARIANT_NAME];
+        for (w, c) in VARIANT_NAMES[i].iter().zip(name.chunks_exact_mut(8)) {
+            c.copy_from_slice(&w.load(Ordering::Acquire).to_le_bytes());
+        }
+        let len = name
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(MAX_VARIANT_NAME);
+        TraceVariant::new(&name[..len], count).filter(|v| v.count > 0)
+    })
+}
+
+/// Collectives of variants not kept because [`MAX_VARIANTS`] were.
+pub fn variants_dropped() -> u64 {
+    VARIANTS_DROPPED.load(Ordering::Relaxed)
+}
+
 /// What a trace file says of the other paths and tags (the writer, under
 /// the process lock): the counts so far, and each of `comms`' tags once
 /// (file order, at most the format's [`dyncc_tables::trace::MAX_TRACE_TAGS`]).
-pub(super) fn file_block(comms: &[TraceComm<'_>]) -> (TraceOtherPaths, Vec<TraceTag>) {
+pub(super) fn file_block(
+    comms: &[TraceComm<'_>],
+) -> (TraceOtherPaths, Vec<TraceTag>, Vec<TraceVariant>) {
     let (symmetric, copy_engine) = other_paths();
     let mut tags: Vec<TraceTag> = Vec::new();
     for (i, c) in comms.iter().enumerate() {
@@ -120,6 +212,7 @@ pub(super) fn file_block(comms: &[TraceComm<'_>]) -> (TraceOtherPaths, Vec<Trace
             copy_engine,
         },
         tags,
+        variants().collect(),
     )
 }
 
@@ -153,5 +246,38 @@ mod tests {
         assert_eq!(got, [11, 22, 33]);
         assert_eq!(tags_of(id + 1).collect::<Vec<_>>(), [44]);
         assert_eq!(tags_of(id + 2).count(), 0);
+    }
+
+    /// Threads noting variants count every collective of each once-kept
+    /// name; names the format cannot hold are not kept, and past
+    /// [`MAX_VARIANTS`] names the collectives are counted as dropped (the
+    /// only test that notes variants: the statics are the process's).
+    #[test]
+    fn variants_are_counted_per_name_and_bounded() {
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for i in 0..1000 {
+                        note_variant([&b"AGxLL_R"[..], b"ARxLLMC_R"][i % 2]);
+                        note_variant(b"not a name");
+                        note_variant(b"");
+                    }
+                });
+            }
+        });
+        let got: Vec<(String, u64)> = variants()
+            .map(|v| (v.name().to_string(), v.count))
+            .collect();
+        let mut sorted = got.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            [("AGxLL_R".to_string(), 2000), ("ARxLLMC_R".to_string(), 2000)]
+        );
+        for i in 0..MAX_VARIANTS {
+            note_variant(format!("V{i}").as_bytes());
+        }
+        assert_eq!(variants().count(), MAX_VARIANTS);
+        assert_eq!(variants_dropped(), 2);
     }
 }

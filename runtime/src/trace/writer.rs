@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use dyncc_tables::trace::{
-    encode_all, TraceComm, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN, MAX_TRACE_SHAPES,
+    encode_full, TraceComm, TraceHead, TraceRecord, TraceShape, MAX_TRACE_LEN, MAX_TRACE_SHAPES,
     MAX_TRACE_STR, TRACE_COMM_LEN, TRACE_HEADER_LEN, TRACE_RECORD_LEN, TRACE_SHAPE_LEN,
 };
 use dyncc_tables::Setting;
@@ -491,8 +491,8 @@ pub(super) fn write_file(
         untimed: UNTIMED.load(Ordering::Relaxed),
     };
     let shapes = file_shapes(p, &comms, &index);
-    let (other, tags) = super::paths::file_block(&comms);
-    let bytes = encode_all(&head, &comms, &records, &shapes, &other, &tags)
+    let (other, tags, variants) = super::paths::file_block(&comms);
+    let bytes = encode_full(&head, &comms, &records, &shapes, &other, &tags, &variants)
         .map_err(|e| (path.to_path_buf(), std::io::Error::other(e)))?;
     // create_new (O_EXCL): a file, link or FIFO already at the temporary
     // name is an error, never opened (a FIFO would block the open, inside
