@@ -272,7 +272,10 @@ mod tests {
         sorted.sort();
         assert_eq!(
             sorted,
-            [("AGxLL_R".to_string(), 2000), ("ARxLLMC_R".to_string(), 2000)]
+            [
+                ("AGxLL_R".to_string(), 2000),
+                ("ARxLLMC_R".to_string(), 2000)
+            ]
         );
         for i in 0..MAX_VARIANTS {
             note_variant(format!("V{i}").as_bytes());
