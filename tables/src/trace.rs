@@ -1490,7 +1490,7 @@ mod tests {
         };
         let bytes = encode_with_shapes(&head, &comms, &recs, &[shape]).unwrap();
         let back = Trace::from_bytes(&bytes).unwrap();
-        assert_eq!(back.minor(), 3);
+        assert_eq!(back.minor(), TRACE_MINOR);
         assert_eq!(back.shapes().collect::<alloc::vec::Vec<_>>(), [shape]);
         let as_minor = |bytes: &[u8], minor: u16| {
             let mut b = bytes.to_vec();
