@@ -106,16 +106,19 @@ pub struct Candidate {
     pub score: f64,
 }
 
-/// Converts a grid config into a table decision.
+/// Converts a grid config into a table decision, its chunk with it (a
+/// config's chunk is on its protocol's grain, as ingest records it; one
+/// that is not cannot be forced as measured, so it is left to NCCL).
 pub fn to_decision(cfg: &Config) -> Decision {
     match (cfg.algo, cfg.proto) {
-        (Some(algo), Some(proto)) => Decision::Force(
-            Setting::new(algo, proto).with_channels(
+        (Some(algo), Some(proto)) => Setting::new(algo, proto)
+            .with_channels(
                 cfg.channels
                     .map(|c| c.min(dyncc_tables::MAX_CHANNELS as u32) as u8)
                     .unwrap_or(0),
-            ),
-        ),
+            )
+            .with_chunk(cfg.chunk)
+            .map_or(Decision::Default, Decision::Force),
         _ => Decision::Default,
     }
 }

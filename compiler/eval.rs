@@ -431,6 +431,7 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
                     algo,
                     proto,
                     channels,
+                    chunk: dyncc_tables::Chunk::NCCL,
                 },
             },
             time_us: t,

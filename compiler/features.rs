@@ -402,6 +402,7 @@ pub(crate) mod tests {
             algo: Some(a),
             proto: Some(p),
             channels: None,
+            chunk: dyncc_tables::Chunk::NCCL,
         }
     }
 
@@ -428,6 +429,7 @@ pub(crate) mod tests {
                     algo: Some(Algo::Ring),
                     proto: None,
                     channels: None,
+                    chunk: dyncc_tables::Chunk::NCCL,
                 },
                 11.0,
             ),

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use dyncc_tables::{Algo, Coll, Proto};
+pub use dyncc_tables::{Algo, Chunk, Coll, Proto};
 use serde::Serialize;
 
 /// Every collective nccl-tests can measure. Only the first five reach a
@@ -221,12 +221,16 @@ impl Record {
 
 /// A configuration a run was made under: a partial
 /// [`Setting`](dyncc_tables::Setting), one `Option` per knob (`None`: left to
-/// NCCL); all `None` is NCCL's default.
+/// NCCL); all `None` is NCCL's default. The chunk is the format's own
+/// [`Chunk`] ([`Chunk::NCCL`]: NCCL's), as a sweep's plugin answered it
+/// (`DYNCC_SWEEP_CHUNK`, on the protocol's grain), so a run at a chunk is
+/// another candidate than the same setting at NCCL's chunk.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default)]
 pub struct Config {
     pub algo: Option<Algo>,
     pub proto: Option<Proto>,
     pub channels: Option<u32>,
+    pub chunk: Chunk,
 }
 
 impl Config {
@@ -234,6 +238,7 @@ impl Config {
         algo: None,
         proto: None,
         channels: None,
+        chunk: Chunk::NCCL,
     };
 
     pub fn is_default(&self) -> bool {
@@ -251,18 +256,20 @@ impl From<dyncc_tables::Decision> for Config {
                 algo,
                 proto,
                 channels,
-                ..
+                chunk,
             }) => Config {
                 algo: Some(algo),
                 proto: Some(proto),
                 channels: (channels > 0).then_some(channels as u32),
+                chunk,
             },
         }
     }
 }
 
 impl std::fmt::Display for Config {
-    /// `default`, `ring/ll128`, `tree/simple/8ch`, `ring/*` (protocol left to NCCL).
+    /// `default`, `ring/ll128`, `tree/simple/8ch`, `ring/*` (protocol left
+    /// to NCCL), `ring/simple/64K` (a sweep's chunk), `*/*/64K`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.is_default() {
             return f.write_str("default");
@@ -272,6 +279,9 @@ impl std::fmt::Display for Config {
         write!(f, "{a}/{p}")?;
         if let Some(c) = self.channels {
             write!(f, "/{c}ch")?;
+        }
+        if !self.chunk.is_nccl() {
+            write!(f, "/{}", self.chunk)?;
         }
         Ok(())
     }

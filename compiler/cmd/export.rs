@@ -198,11 +198,23 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
                         algo,
                         proto,
                         channels,
-                        ..
+                        chunk,
                     }) = d
                     else {
                         continue;
                     };
+                    if !chunk.is_nccl() {
+                        // NCCL's example tuner has no chunk column: the
+                        // rule runs at NCCL's chunk, which was not measured.
+                        let l = format!(
+                            "{region}: chunk size {chunk} of {} dropped (the example \
+                             tuner's CSV has no chunk column; the rule runs at NCCL's)",
+                            d_name(d)
+                        );
+                        if !csv.lost.contains(&l) {
+                            csv.lost.push(l);
+                        }
+                    }
                     let ch: i64 = if channels == 0 { -1 } else { channels as i64 };
                     if ch == -1 {
                         csv.default_channel_rows += pipe.len();
@@ -220,6 +232,14 @@ pub fn to_csv(table: &Table, max_nodes: u32, max_ppn: u32) -> Csv {
         }
     }
     csv
+}
+
+/// `ring/simple/64K`, as the reports name a decision.
+fn d_name(d: Decision) -> String {
+    match d {
+        Decision::Force(s) => s.to_string(),
+        Decision::Default => "default".into(),
+    }
 }
 
 /// The whole file: header comments, then the rules.

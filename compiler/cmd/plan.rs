@@ -35,7 +35,22 @@ use crate::units::parse_bytes;
 /// partition, qos, constraint, ...) also become #SBATCH lines, so a site
 /// that requires them accepts `sbatch sweep.sh`.
 ///
+/// NCCL has no variable for a collective's chunk size; only a tuner's
+/// getChunkSize (NCCL 2.30+) sets it. With --chunks 64K,256K,1M each forced
+/// setting also runs once per chunk under the dyncc plugin with no table
+/// and DYNCC_SWEEP_CHUNK=BYTES: the plugin answers every getChunkSize with
+/// that chunk (rounded down to the protocol's grain) and leaves algorithm,
+/// protocol and channels to NCCL_ALGO/NCCL_PROTO/the channel variables. Its
+/// init line (NCCL_DEBUG=INFO) records the chunk in the log, which compile
+/// reads as the run's knob, so a chunk that wins becomes a decision that
+/// forces it. The plugin must be on the nodes: --plugin-dir, else this
+/// dyncc's `dyncc plugin-path`, else the script asks `dyncc plugin-path`
+/// there (DYNCC_PLUGIN_DIR overrides); a chunk run whose log lacks the
+/// plugin's line lands in failed/. A chunk below a protocol's grain
+/// (LL128: 1920 bytes) is not run with it.
+///
 /// Logs land in `OUT/logs/<coll>/nodes=N/NCCL_ALGO=A/NCCL_PROTO=P/channels=C/repeat=R.log`
+/// (`.../channels=C/chunk=BYTES/repeat=R.log` for a chunk run)
 /// with `# dyncc:` knob headers and NCCL INFO output; -J JSON (nccl-tests
 /// 2.17.3 or later) in OUT/json/...; failed runs in OUT/failed/ (a run NCCL
 /// refuses is recorded, not fatal). Re-running the script skips finished
@@ -47,6 +62,7 @@ use crate::units::parse_bytes;
 ///   dyncc plan --launcher slurm --nodes 1,2,4,8 --nccl-tests ~/nccl-tests/build -o sweep.sh
 ///   dyncc plan --launcher mpirun --nodes 2,4 --channels 0,4,8,16 --nccl-tests /opt/nt -o sweep.sh
 ///   dyncc plan --launcher local --nodes 1 --gpus-per-node 4 --nccl-tests ./build -o sweep.sh
+///   dyncc plan --launcher slurm --nodes 2,4,8 --chunks 64K,256K,1M --nccl-tests ~/nt -o sweep.sh
 ///   then: sbatch sweep.sh (or bash sweep.sh); dyncc compile dyncc-sweep/logs -o cluster.tbl
 #[derive(clap::Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -95,6 +111,16 @@ pub struct PlanArgs {
     /// Channel counts to pin (NCCL_MIN_NCHANNELS = NCCL_MAX_NCHANNELS); 0 = NCCL's choice.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub channels: Vec<u32>,
+    /// Chunk sizes to sweep, e.g. 64K,256K,1M (bytes; K = 1024, M = 1024^2):
+    /// each forced setting runs again per chunk with the dyncc plugin
+    /// answering NCCL's getChunkSize with it (NCCL 2.30+).
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub chunks: Vec<String>,
+    /// Directory holding libnccl-tuner-dyncc.so on the cluster, for
+    /// --chunks (default: this dyncc's `dyncc plugin-path`; the script's
+    /// DYNCC_PLUGIN_DIR overrides).
+    #[arg(long, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
     /// The machines have NVSwitch with NVLink SHARP (H100/B200 SXM): also sweep NVLS and NVLSTree.
     #[arg(long)]
     pub nvls: bool,
@@ -233,6 +259,29 @@ impl PlanArgs {
         if channels.iter().any(|c| *c > 64) {
             bail!("--channels: NCCL runs at most 64 channels (MAXCHANNELS); 0 means NCCL's choice");
         }
+        let mut chunks = Vec::new();
+        for c in &a.chunks {
+            let b = dyncc_tables::Chunk::parse_bytes(c).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "--chunks: `{c}` is not a chunk size; give bytes such as 65536, 64K or 1M \
+                     (at most 2 GiB), comma-separated"
+                )
+            })?;
+            if !chunks.contains(&b) {
+                chunks.push(b);
+            }
+        }
+        // Where the plugin is, as `dyncc plugin-path` finds it beside this
+        // command; the cluster's copy may be elsewhere (--plugin-dir).
+        let plugin_dir = match (&a.plugin_dir, chunks.is_empty()) {
+            (_, true) => String::new(),
+            (Some(d), false) => d.display().to_string(),
+            (None, false) => std::env::current_exe()
+                .ok()
+                .and_then(|exe| crate::installed::find(&exe).ok())
+                .map(|p| p.dir.display().to_string())
+                .unwrap_or_default(),
+        };
         let launcher_args = split_launcher_args(&a.launcher_args)?;
         Ok(Plan {
             launcher: a.launcher,
@@ -249,6 +298,8 @@ impl PlanArgs {
             explicit_algos,
             protos,
             channels,
+            chunks,
+            plugin_dir,
             nvls: a.nvls,
             collnet: a.collnet,
             nccl_tests: a.nccl_tests.clone(),
@@ -370,16 +421,24 @@ pub fn run(a: PlanArgs) -> anyhow::Result<i32> {
 
 fn settings_names(p: &Plan, c: Coll, n: u32) -> Vec<String> {
     let mut ignore = Vec::new();
-    p.settings(c, n, &mut ignore)
-        .into_iter()
-        .map(|s| {
-            let (a, pr) = (s.algo.env_name(), s.proto.env_name());
-            match s.channels {
-                0 => format!("{a}/{pr}"),
-                ch => format!("{a}/{pr}/{ch}ch"),
-            }
-        })
-        .collect()
+    let settings = p.settings(c, n, &mut ignore);
+    let name = |s: &crate::plan::Setting| {
+        let (a, pr) = (s.algo.env_name(), s.proto.env_name());
+        match s.channels {
+            0 => format!("{a}/{pr}"),
+            ch => format!("{a}/{pr}/{ch}ch"),
+        }
+    };
+    let mut out: Vec<String> = settings.iter().map(name).collect();
+    for &chunk in &p.chunks {
+        for s in settings
+            .iter()
+            .filter(|s| !s.proto.chunk_at_most(chunk).is_nccl())
+        {
+            out.push(format!("{}/chunk={chunk}", name(s)));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -526,6 +585,42 @@ mod tests {
         let ar = settings_names(&p, Coll::AllReduce, 2);
         assert!(!ar.iter().any(|s| s.starts_with("CollNet")), "{ar:?}");
         assert!(ar.contains(&"Ring/Simple".to_string()), "{ar:?}");
+    }
+
+    /// `--chunks` runs each forced setting again per chunk, with the
+    /// plugin and the chunk in the script, and leaves out a chunk below a
+    /// protocol's grain; a bad chunk is refused with what to give.
+    #[test]
+    fn chunks_run_each_forced_setting_again_under_the_plugin() {
+        let base =
+            "--launcher slurm --nodes 2 --colls allreduce --algos ring --nccl-tests /x -o s.sh";
+        let p = plan(&format!(
+            "{base} --chunks 1K,64K --plugin-dir /opt/dyncc/lib"
+        ))
+        .unwrap();
+        assert_eq!(p.chunks, vec![1024, 65536]);
+        let mut skipped = Vec::new();
+        let runs = p.runs(&mut skipped);
+        let plain = plan(base).unwrap().runs(&mut Vec::new()).len();
+        let at = |c: u64| runs.iter().filter(|r| r.chunk == c).count();
+        // Ring x (LL, LL128, Simple) per repeat; 1K is below LL128's grain.
+        assert_eq!((at(0), at(65536), at(1024)), (plain, 3 * 3, 2 * 3));
+        assert!(
+            skipped.iter().any(|s| s.contains("chunk 1024 with LL128")),
+            "{skipped:?}"
+        );
+        let text = script(&p, &runs, 1.0, &skipped);
+        assert!(
+            text.contains("allreduce all_reduce_perf 2 Ring LL128 default 1 65536"),
+            "run list"
+        );
+        assert!(text.contains("PLUGIN_DIR=${DYNCC_PLUGIN_DIR:-/opt/dyncc/lib}"));
+        assert!(text.contains("\"DYNCC_SWEEP_CHUNK=$chunk\""));
+        let e = plan(&format!("{base} --chunks 64K,lots"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`lots`") && e.contains("64K"), "{e}");
+        assert!(plan(&format!("{base} --chunks 0")).is_err());
     }
 
     #[test]

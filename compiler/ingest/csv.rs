@@ -193,6 +193,7 @@ pub(crate) fn read_nvidia_raw<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::R
                     algo,
                     proto,
                     channels: None,
+                    chunk: dyncc_tables::Chunk::NCCL,
                 },
                 ..run.clone()
             };

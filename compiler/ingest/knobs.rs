@@ -31,6 +31,14 @@
 //! are rejected. Channels: `NCCL_MIN_NCHANNELS` equal to `NCCL_MAX_NCHANNELS`
 //! pins the count; `channels=N` (or `-1`/`default`) says it directly; a count
 //! above [`MAX_CHANNELS`] is refused.
+//!
+//! The chunk size: no NCCL variable sets a collective's, only a tuner can,
+//! so a run's chunk is NCCL's unless the dyncc plugin's sweep init line
+//! (`NCCL INFO dyncc: sweep chunk=BYTES`, from `DYNCC_SWEEP_CHUNK`, which
+//! `dyncc plan --chunks` sets) or a `chunk=BYTES` label says otherwise; a
+//! knob nobody names is NCCL's chunk without a word in the report, so
+//! plain sweeps read as before. A label and the log that disagree are an
+//! error, as for the other knobs.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -53,6 +61,8 @@ pub struct KnobSource {
     pub min_channels: Option<String>,
     pub max_channels: Option<String>,
     pub channels: Option<String>,
+    /// The chunk size in bytes (the plugin's sweep line, or `chunk=`).
+    pub chunk: Option<String>,
     /// A knob this source does not name was not set (NCCL's choice).
     pub complete: bool,
 }
@@ -90,6 +100,7 @@ impl KnobSource {
             || self.min_channels.is_some()
             || self.max_channels.is_some()
             || self.channels.is_some()
+            || self.chunk.is_some()
     }
 
     /// Takes `key=value` if it is a knob; returns false otherwise.
@@ -120,6 +131,10 @@ impl KnobSource {
             "CHANNELS" | "NCHANNELS" => {
                 self.channels = v;
                 "channels"
+            }
+            "CHUNK" | "CHUNK_SIZE" | "DYNCC_SWEEP_CHUNK" => {
+                self.chunk = v;
+                "chunk"
             }
             _ => return false,
         };
@@ -156,7 +171,7 @@ impl Assumptions {
             if !a.set(k, v)? {
                 return Err(format!(
                     "unknown key {k:?}; known keys: default, NCCL_ALGO, NCCL_PROTO, \
-                     NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, coll, nodes, ranks, \
+                     NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, chunk, coll, nodes, ranks, \
                      gpus_per_node, platform, gpu, nccl_version, regBuff, pipeOps"
                 ));
             }
@@ -227,6 +242,11 @@ impl Assumptions {
 
 fn check_knob_syntax(key: &str, value: &str) -> Result<(), String> {
     let k = key.to_ascii_uppercase();
+    if k.contains("CHUNK") {
+        return parse_chunk(value)
+            .map(|_| ())
+            .map_err(|e| format!("{key}={value}: {e}"));
+    }
     if k.contains("CHANNELS") || k.contains("NRINGS") {
         return parse_channels(value)
             .map(|_| ())
@@ -255,6 +275,31 @@ pub fn parse_channels(v: &str) -> Result<Option<u32>, String> {
             super::quote(v)
         )),
     }
+}
+
+/// `65536`, `64K` -> Some(65536); `default` or `nccl` -> None (NCCL's
+/// chunk, which is what every run without the plugin's sweep chunk ran).
+pub fn parse_chunk(v: &str) -> Result<Option<u64>, String> {
+    let v = v.trim();
+    if v.eq_ignore_ascii_case("default") || v.eq_ignore_ascii_case("nccl") {
+        return Ok(None);
+    }
+    if v.contains('|') {
+        return Err(format!(
+            "the dyncc plugin's sweep lines of this run name different chunks ({}): its ranks \
+             ran with different DYNCC_SWEEP_CHUNK, so no one chunk was measured",
+            v.replace('|', ", ")
+        ));
+    }
+    dyncc_tables::Chunk::parse_bytes(v)
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+            "chunk {:?}: expected a size in bytes such as 65536, 64K or 1M (at most 2 GiB), or \
+             default",
+            super::quote(v)
+        )
+        })
 }
 
 /// `all_reduce_perf_mpi` -> `all_reduce_perf`.
@@ -342,8 +387,26 @@ pub struct Resolved {
     pub algo: Option<Algo>,
     pub proto: Option<Proto>,
     pub channels: Option<u32>,
+    /// The chunk size in bytes as given (None: NCCL's); rounded per
+    /// protocol by [`Resolved::chunk_of`].
+    pub chunk: Option<u64>,
     /// `NCCL_ALGO=Ring (# dyncc), NCCL_PROTO=default (NCCL INFO), ...`
     pub how: String,
+}
+
+impl Resolved {
+    /// The run's chunk as the plugin answered it: the largest storable
+    /// size on the protocol's grain ([`dyncc_tables::Proto::chunk_at_most`],
+    /// the plugin's own rounding), NCCL's below the grain. With the
+    /// protocol left to NCCL the chunk differed per call, and the
+    /// configuration is partial (never forced) either way.
+    pub fn chunk_of(&self) -> dyncc_tables::Chunk {
+        match (self.chunk, self.proto) {
+            (None, _) => dyncc_tables::Chunk::NCCL,
+            (Some(b), Some(p)) => p.chunk_at_most(b),
+            (Some(b), None) => dyncc_tables::Chunk::at_most(b),
+        }
+    }
 }
 
 /// Resolves each knob of a run (see the module docs): every source naming
@@ -362,10 +425,22 @@ pub fn resolve(sources: &[&KnobSource], coll: Collective) -> Result<Resolved, St
             .map(|v| resolve_name(v, coll, Proto::parse, "protocol").map(|r| (v.to_string(), r)))
     })?;
     let channels = pick(sources, coll, "channels", &mut how, channels_of)?;
+    // Only a tuner sets a chunk: unnamed, it is NCCL's, and said nowhere
+    // (a plain sweep's report reads as before).
+    let chunk = if sources.iter().any(|s| s.chunk.is_some()) {
+        pick(sources, coll, "chunk", &mut how, |s| {
+            s.chunk
+                .as_deref()
+                .map(|v| parse_chunk(v).map(|b| (v.to_string(), b)))
+        })?
+    } else {
+        None
+    };
     Ok(Resolved {
         algo,
         proto,
         channels,
+        chunk,
         how: how.join(", "),
     })
 }
@@ -579,6 +654,51 @@ mod tests {
             e.contains("NCCL INFO line 12") && e.contains("--assume"),
             "{e}"
         );
+    }
+
+    /// The chunk: the plugin's line and a label must agree (as bytes, in
+    /// any spelling); unnamed it is NCCL's without a word; a bad value is
+    /// an error naming its source; the protocol's grain rounds it.
+    #[test]
+    fn the_chunk_is_a_knob_only_where_named() {
+        let mut info = KnobSource::fact("NCCL INFO");
+        info.complete = true;
+        info.set_at("NCCL_PROTO", "LL128", 3);
+        let r = resolve(&[&info], Collective::AllReduce).unwrap();
+        assert_eq!(r.chunk, None);
+        assert!(!r.how.contains("chunk"), "{}", r.how);
+        assert_eq!(r.chunk_of(), dyncc_tables::Chunk::NCCL);
+        info.set_at("chunk", "65536", 9);
+        let mut lab = KnobSource::named("--assume");
+        lab.set("chunk", "64K");
+        let r = resolve(&[&info, &lab], Collective::AllReduce).unwrap();
+        assert_eq!(r.chunk, Some(65536));
+        assert!(
+            r.how.contains("chunk=65536 (NCCL INFO line 9)"),
+            "{}",
+            r.how
+        );
+        assert_eq!(r.chunk_of().bytes(), 61440, "LL128's grain");
+        lab.set("chunk", "256K");
+        let e = resolve(&[&info, &lab], Collective::AllReduce).unwrap_err();
+        assert!(
+            e.contains("chunk contradicts itself")
+                && e.contains("NCCL INFO line 9")
+                && e.contains("--assume"),
+            "{e}"
+        );
+        lab.set("chunk", "lots");
+        let e = resolve(&[&lab], Collective::AllReduce).unwrap_err();
+        assert!(
+            e.contains("chunk from --assume") && e.contains("64K"),
+            "{e}"
+        );
+        let p = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert!(Assumptions::from_pairs(&p("chunk", "0"))
+            .unwrap_err()
+            .contains("65536, 64K or 1M"));
+        let a = Assumptions::from_pairs(&p("chunk", "1M")).unwrap();
+        assert_eq!(a.knobs.chunk.as_deref(), Some("1M"));
     }
 
     #[test]

@@ -35,7 +35,7 @@ pub struct Manifest {
 }
 
 /// Columns a manifest may have besides `path` (the `--assume` keys).
-pub const MANIFEST_KEYS: &str = "NCCL_ALGO, NCCL_PROTO, channels, NCCL_MIN_NCHANNELS, \
+pub const MANIFEST_KEYS: &str = "NCCL_ALGO, NCCL_PROTO, channels, chunk, NCCL_MIN_NCHANNELS, \
      NCCL_MAX_NCHANNELS, coll, nodes, ranks, gpus_per_node, platform, gpu, nccl_version, regBuff, \
      pipeOps, repeat";
 

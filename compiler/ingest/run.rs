@@ -251,6 +251,7 @@ impl Labeller {
                             algo: k.algo,
                             proto: k.proto,
                             channels: k.channels,
+                            chunk: k.chunk_of(),
                         }),
                         Some(k.how),
                     ),

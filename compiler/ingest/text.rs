@@ -703,6 +703,23 @@ fn info(st: &mut State, no: u32, rest: &[u8]) {
         }
         return;
     }
+    if let Some(v) = rest.strip_prefix(SWEEP_CHUNK_LINE.as_bytes()) {
+        // The dyncc plugin's init line in a sweep run (`DYNCC_SWEEP_CHUNK`):
+        // the chunk its getChunkSize answered, one line per rank.
+        let end = v
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(v.len());
+        let val = String::from_utf8_lossy(&v[..end]).into_owned();
+        let info = &mut st.cur.info;
+        let val = match info.chunk.take() {
+            // Ranks that answered different chunks: kept, to be an error.
+            Some(old) if old.split('|').all(|o| o != val) => format!("{old}|{val}"),
+            _ => val,
+        };
+        info.set_at("chunk", &val, no);
+        return;
+    }
     if let Some(p) = memmem::find(rest, b" Bytes -> Algo ") {
         let mut toks: [&[u8]; 40] = [&[]; 40];
         let before = &rest[..p];
@@ -735,6 +752,11 @@ fn info(st: &mut State, no: u32, rest: &[u8]) {
         st.chosen.insert((func, bytes), (algo, proto));
     }
 }
+
+/// How the dyncc plugin's init line starts when `DYNCC_SWEEP_CHUNK` set
+/// the chunk (`runtime/src/plugin.rs`, `describe_sweep_chunk`), after
+/// `NCCL INFO `; the byte count follows.
+pub const SWEEP_CHUNK_LINE: &str = "dyncc: sweep chunk=";
 
 /// Whether an `NCCL_*` variable (not a knob) makes runs a different setup:
 /// anything but where NCCL writes its debug output.

@@ -623,6 +623,7 @@ fn parse_row(h: &Header, fields: &[&[u8]], strings: &mut Strings) -> Result<RowD
                 algo,
                 proto,
                 channels,
+                chunk: dyncc_tables::Chunk::NCCL,
             },
             nranks,
             nnodes,

@@ -36,6 +36,13 @@ pub struct Plan {
     pub explicit_algos: bool,
     pub protos: Vec<Proto>,
     pub channels: Vec<u32>,
+    /// `--chunks`, in bytes: each forced setting also runs once per chunk
+    /// with the dyncc plugin answering `getChunkSize` with it.
+    pub chunks: Vec<u64>,
+    /// Where the plugin is on the cluster, for chunk runs (`--plugin-dir`,
+    /// else this dyncc's `plugin-path`); empty: the script asks
+    /// `dyncc plugin-path` there, or `DYNCC_PLUGIN_DIR`.
+    pub plugin_dir: String,
     /// `--nvls`: the machines have NVLink SHARP.
     pub nvls: bool,
     /// `--collnet`: the network has CollNet (SHARP).
@@ -64,6 +71,8 @@ pub struct Run {
     pub proto: Option<Proto>,
     /// 0 = NCCL's choice.
     pub channels: u32,
+    /// The chunk the plugin answers (`DYNCC_SWEEP_CHUNK`), bytes; 0 = NCCL's.
+    pub chunk: u64,
     pub repeat: u32,
 }
 
@@ -135,7 +144,8 @@ impl Plan {
     }
 
     /// Every run, repeats outermost (interleaved), then nodes, collective,
-    /// NCCL's default first, then the forced settings.
+    /// NCCL's default first, then the forced settings, then each forced
+    /// setting again per `--chunks` chunk (where the protocol runs it).
     pub fn runs(&self, skipped: &mut Vec<String>) -> Vec<Run> {
         let mut out = Vec::new();
         for repeat in 1..=self.repeats {
@@ -147,17 +157,47 @@ impl Plan {
                         algo: None,
                         proto: None,
                         channels: 0,
+                        chunk: 0,
                         repeat,
                     });
-                    for s in self.settings(coll, nodes, skipped) {
+                    let settings = self.settings(coll, nodes, skipped);
+                    for s in &settings {
                         out.push(Run {
                             coll,
                             nodes,
                             algo: Some(s.algo),
                             proto: Some(s.proto),
                             channels: s.channels,
+                            chunk: 0,
                             repeat,
                         });
+                    }
+                    // Then each chunk under each forced setting: a chunk is
+                    // learnt per decision, and a decision forces a setting.
+                    for &chunk in &self.chunks {
+                        for s in &settings {
+                            if s.proto.chunk_at_most(chunk).is_nccl() {
+                                let why = format!(
+                                    "chunk {chunk} with {}: below the protocol's {}-byte grain, \
+                                     so NCCL's chunk would run",
+                                    s.proto.env_name(),
+                                    s.proto.chunk_grain()
+                                );
+                                if !skipped.contains(&why) {
+                                    skipped.push(why);
+                                }
+                                continue;
+                            }
+                            out.push(Run {
+                                coll,
+                                nodes,
+                                algo: Some(s.algo),
+                                proto: Some(s.proto),
+                                channels: s.channels,
+                                chunk,
+                                repeat,
+                            });
+                        }
                     }
                 }
             }

@@ -32,6 +32,7 @@ pub const PLACEHOLDERS: &[&str] = &[
     "BINARIES",
     "RUNS",
     "ESTIMATE",
+    "PLUGIN_DIR",
 ];
 
 /// The script for `runs` of `p` (estimated `est` seconds; `skipped`: what
@@ -45,7 +46,7 @@ pub fn script(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
         .iter()
         .map(|r| {
             format!(
-                "{} {} {} {} {} {} {}",
+                "{} {} {} {} {} {} {} {}",
                 r.coll.name(),
                 binary(r.coll),
                 r.nodes,
@@ -56,7 +57,12 @@ pub fn script(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
                 } else {
                     r.channels.to_string()
                 },
-                r.repeat
+                r.repeat,
+                if r.chunk == 0 {
+                    "default".to_string()
+                } else {
+                    r.chunk.to_string()
+                },
             )
         })
         .collect();
@@ -81,6 +87,7 @@ pub fn script(p: &Plan, runs: &[Run], est: f64, skipped: &[String]) -> String {
             "BINARIES" => bins.join(" "),
             "RUNS" => run_list.join("\n"),
             "ESTIMATE" => shell_quote(&fmt_duration(est)),
+            "PLUGIN_DIR" => shell_quote(&p.plugin_dir),
             _ => unreachable!("placeholder {name} is not in PLACEHOLDERS"),
         }
     };

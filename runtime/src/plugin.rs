@@ -23,7 +23,9 @@ use core::ffi::{c_int, c_void};
 use std::ffi::OsString;
 use std::fmt::Write as _;
 
-use dyncc_tables::{size_bucket, Coll, Decision, Machine, Setting, Specialised};
+use dyncc_tables::{
+    size_bucket, Chunk, Coll, Decision, Machine, Proto, Setting, Specialised, NUM_PROTOS,
+};
 
 use crate::cache::{self, Handle, LoadError};
 use crate::explore::{self, BadShare, Counts, Explorer, Plan, Probe, Share};
@@ -75,6 +77,10 @@ pub struct Context {
     /// Which `getCollInfo` body this communicator takes (one byte, so the
     /// dispatch is a load and a jump as before exploration).
     path: Path,
+    /// With `DYNCC_SWEEP_CHUNK` (no table): `getChunkSize`'s answer per
+    /// protocol, in bytes ([`Proto::chunk_at_most`]); 0 leaves NCCL's.
+    /// Computed once at init, so the callback is an index and a store.
+    sweep_chunk: [u32; NUM_PROTOS],
 }
 
 impl Context {
@@ -120,6 +126,13 @@ pub struct Config {
     /// as IGNORE, which the plugin never touches, so a forced setting
     /// there does not run. The init line says so.
     pub nccl_env: NcclEnv,
+    /// `DYNCC_SWEEP_CHUNK`, in bytes ([`Chunk::parse_bytes`]): a sweep
+    /// run's chunk size, which `getChunkSize` answers for every collective
+    /// when no table is set (`dyncc plan --chunks` sets it).
+    pub sweep_chunk: Option<u64>,
+    /// A `DYNCC_SWEEP_CHUNK` that is not a byte count (then no chunk is
+    /// forced, and init says so in a WARN).
+    pub bad_sweep_chunk: Option<String>,
 }
 
 /// The job's own `NCCL_ALGO` and `NCCL_PROTO`.
@@ -173,12 +186,25 @@ impl Config {
                 .map(|v| v.to_string_lossy().trim().to_string())
                 .filter(|v| !v.is_empty())
         };
+        let (sweep_chunk, bad_sweep_chunk) = match var("DYNCC_SWEEP_CHUNK") {
+            None => (None, None),
+            Some(v) => {
+                let v = v.to_string_lossy();
+                match Chunk::parse_bytes(&v) {
+                    Some(b) => (Some(b), None),
+                    None if v.trim().is_empty() => (None, None),
+                    None => (None, Some(v.into_owned())),
+                }
+            }
+        };
         Config {
             table,
             strict,
             nccl_mismatch,
             bad_nccl_mismatch,
             explore,
+            sweep_chunk,
+            bad_sweep_chunk,
             nccl_env: NcclEnv {
                 algo: nccl("NCCL_ALGO"),
                 proto: nccl("NCCL_PROTO"),
@@ -289,6 +315,26 @@ fn init_inner(
         ));
     }
     trace::say_pending(log);
+    if let Some(bad) = &cfg.bad_sweep_chunk {
+        log.warn(format_args!(
+            "dyncc: DYNCC_SWEEP_CHUNK={} is not a chunk size in bytes (such as 65536, 64K or \
+             1M, at most 2 GiB); forcing no chunk size: NCCL's own stay",
+            Escaped(bad)
+        ));
+    }
+    if let (Some(_), Some(path)) = (cfg.sweep_chunk, cfg.table.as_deref()) {
+        // A sweep run measures NCCL under one chunk; a job follows a table.
+        // Both at once is a mistake whichever was meant, so neither is
+        // applied (every rank has the same environment, so all agree).
+        let shown = path.to_string_lossy();
+        log.warn(format_args!(
+            "dyncc: DYNCC_SWEEP_CHUNK and DYNCC_TABLE={} are both set: a sweep run (dyncc plan \
+             --chunks) sets no table and a job with a table sets no sweep chunk; forcing \
+             nothing, NCCL's own tuning applies for this communicator (unset one of them)",
+            Escaped(&shown)
+        ));
+        return Ok(core::ptr::null_mut());
+    }
     let Some(path) = cfg.table.as_deref() else {
         // Traced without a table: a context that decides nothing but
         // journals every answer as NCCL's, so the profiler can say NCCL
@@ -297,25 +343,41 @@ fn init_inner(
             .comm_id
             .filter(|_| trace::configured().is_some())
             .and_then(trace::journal_acquire);
-        log.info(format_args!(
-            "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this communicator{}; \
-             plugin {PLUGIN_VERSION}",
-            if journal.is_some() {
-                " (DYNCC_TRACE records NCCL's choices)"
-            } else {
-                ""
-            }
-        ));
-        let Some(journal) = journal else {
-            return Ok(core::ptr::null_mut());
+        let traced = if journal.is_some() {
+            " (DYNCC_TRACE records NCCL's choices)"
+        } else {
+            ""
         };
+        let sweep_chunk = cfg.sweep_chunk.map(sweep_chunks);
+        match sweep_chunk {
+            Some(per_proto) => {
+                let mut line = Msg::new();
+                let _ = describe_sweep_chunk(&mut line, cfg.sweep_chunk.unwrap_or(0), &per_proto);
+                log.info(format_args!(
+                    "{}; DYNCC_TABLE is not set{traced}; plugin {PLUGIN_VERSION}",
+                    line.as_str()
+                ));
+            }
+            None => log.info(format_args!(
+                "dyncc: DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this \
+                 communicator{traced}; plugin {PLUGIN_VERSION}"
+            )),
+        }
+        if journal.is_none() && sweep_chunk.is_none() {
+            return Ok(core::ptr::null_mut());
+        }
         let ctx = Box::new(Context {
             spec: Specialised::empty(),
             handle: None,
             machine: v2_machine(n_ranks as u64, n_nodes as u64),
-            path: Path::Traced,
-            journal: Some(journal),
+            path: if journal.is_some() {
+                Path::Traced
+            } else {
+                Path::Plain
+            },
+            journal,
             explorer: None,
+            sweep_chunk: sweep_chunk.unwrap_or([0; NUM_PROTOS]),
         });
         return Ok(Box::into_raw(ctx).cast());
     };
@@ -446,6 +508,7 @@ fn init_inner(
                 },
                 journal,
                 explorer,
+                sweep_chunk: [0; NUM_PROTOS],
             });
             Ok(Box::into_raw(ctx).cast())
         }
@@ -475,6 +538,46 @@ fn init_inner(
             }
         }
     }
+}
+
+/// `getChunkSize`'s answers for a sweep's chunk of `bytes`, per protocol
+/// in NCCL's numbering: the largest size at most `bytes` on that
+/// protocol's grain that a table can store ([`Proto::chunk_at_most`]), so
+/// what NCCL runs is the chunk the log records and a compiled table can
+/// force the same; 0 (NCCL's stays) where `bytes` is below the grain.
+fn sweep_chunks(bytes: u64) -> [u32; NUM_PROTOS] {
+    Proto::ALL.map(|p| p.chunk_at_most(bytes).bytes())
+}
+
+/// The sweep init line's head, which `dyncc compile` reads as the run's
+/// chunk knob (`dyncc: sweep chunk=BYTES`, then what each protocol gets).
+fn describe_sweep_chunk(
+    w: &mut Msg,
+    bytes: u64,
+    per_proto: &[u32; NUM_PROTOS],
+) -> core::fmt::Result {
+    write!(
+        w,
+        "dyncc: sweep chunk={bytes} (DYNCC_SWEEP_CHUNK): getChunkSize (tuner v6/v7, NCCL 2.30+) \
+         answers it for every collective, rounded down per protocol to a size NCCL runs as set:"
+    )?;
+    for (p, b) in Proto::ALL.iter().zip(per_proto) {
+        if *b == 0 {
+            write!(
+                w,
+                " {} NCCL's (below its {}-byte grain)",
+                p.env_name(),
+                p.chunk_grain()
+            )?;
+        } else {
+            write!(w, " {} {b}", p.env_name())?;
+        }
+    }
+    write!(
+        w,
+        "; algorithm, protocol and channels stay NCCL's (or NCCL_ALGO/NCCL_PROTO/channel \
+         variables); every rank has the same environment, so every rank answers alike"
+    )
 }
 
 /// The communicator an init line is about.
@@ -1202,7 +1305,8 @@ fn journal_exploring(
 /// own chunking (`calcCollChunking`), with the chunk it computed in
 /// `*chunkSize`. The answer is the table's chunk where its cell for this
 /// call forces this algorithm and protocol with one
-/// ([`Specialised::chunk`]); everywhere else NCCL's stays. NCCL clamps
+/// ([`Specialised::chunk`]), or a sweep's (`DYNCC_SWEEP_CHUNK`, no table)
+/// for every call; everywhere else NCCL's stays. NCCL clamps
 /// the answer to its buffer's ceiling and rounds it down to the
 /// protocol's grain; a table's chunk is on the grain already. Never
 /// allocates; always `ncclSuccess` (NCCL fails the collective on an error).
@@ -1222,12 +1326,18 @@ unsafe extern "C" fn get_chunk_size(
         // SAFETY: a non-NULL ctx came from Box::into_raw in init and stays
         // live until finalize; NCCL never calls after finalize.
         let ctx = unsafe { &*ctx.cast::<Context>() };
-        if let Some(bytes) = ctx
+        let answer = match ctx
             .spec
             .chunk(coll_type as u32, n_bytes as u64, algo, proto)
         {
+            Some(bytes) => bytes,
+            // A sweep's chunk (no table: the spec is empty); a negative
+            // protocol becomes huge and finds nothing.
+            None => ctx.sweep_chunk.get(proto as usize).copied().unwrap_or(0),
+        };
+        if answer > 0 {
             // SAFETY: checked non-NULL above; NCCL passes its own size_t.
-            unsafe { *chunk_size = bytes as usize };
+            unsafe { *chunk_size = answer as usize };
         }
     });
     NCCL_SUCCESS
@@ -1311,6 +1421,105 @@ pub static ncclTunerPlugin_v7: ncclTuner_v7_t = ncclTuner_v7_t {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sweep_cfg(chunk: &str, table: Option<&str>) -> Config {
+        Config::from_vars(|k| match k {
+            "DYNCC_SWEEP_CHUNK" => Some(chunk.into()),
+            "DYNCC_TABLE" => table.map(Into::into),
+            _ => None,
+        })
+    }
+
+    /// `getChunkSize` through a context from init: what it writes over
+    /// NCCL's `own` for (algo, proto).
+    fn ask(ctx: *mut c_void, algo: c_int, proto: c_int, own: usize) -> usize {
+        let mut chunk = own;
+        // SAFETY: ctx is NULL or from init; `chunk` is writable.
+        let r = unsafe { get_chunk_size(ctx, 4, 1 << 20, algo, proto, 8, &mut chunk) };
+        assert_eq!(r, NCCL_SUCCESS);
+        chunk
+    }
+
+    /// DYNCC_SWEEP_CHUNK is read as bytes with or without a unit; what is
+    /// not a byte count is kept to be said, and empty is unset.
+    #[test]
+    fn the_sweep_chunk_is_read_and_a_bad_one_is_kept_to_say() {
+        assert_eq!(sweep_cfg("64K", None).sweep_chunk, Some(65536));
+        assert_eq!(sweep_cfg("300000", None).sweep_chunk, Some(300_000));
+        let bad = sweep_cfg("64 KiB", None);
+        assert_eq!(
+            (bad.sweep_chunk, bad.bad_sweep_chunk.as_deref()),
+            (None, Some("64 KiB"))
+        );
+        let empty = sweep_cfg(" ", None);
+        assert_eq!((empty.sweep_chunk, empty.bad_sweep_chunk), (None, None));
+        // Per protocol: on its grain, storable in a table, 0 below the grain.
+        assert_eq!(sweep_chunks(65536), [65536, 61440, 65536]);
+        assert_eq!(sweep_chunks(1024), [1024, 0, 1024]);
+    }
+
+    /// A sweep chunk with no table: every collective's getChunkSize gets
+    /// it (per protocol), getCollInfo leaves NCCL's costs and channels
+    /// alone; with a table too, or malformed, nothing is forced.
+    #[test]
+    fn a_sweep_chunk_answers_every_call_and_forces_nothing_else() {
+        let mut ctx = core::ptr::null_mut();
+        // SAFETY: writable context pointer.
+        assert_eq!(
+            unsafe { init_with(&sweep_cfg("64K", None), &mut ctx, 16, 2, None) },
+            0
+        );
+        assert!(!ctx.is_null());
+        assert_eq!(ask(ctx, 1, 2, 131072), 65536, "Ring/Simple");
+        assert_eq!(ask(ctx, 0, 1, 131072), 61440, "Tree/LL128: on its grain");
+        assert_eq!(ask(ctx, 6, 0, 4096), 65536, "PAT/LL, above NCCL's own");
+        assert_eq!(ask(ctx, 1, 3, 777), 777, "no such protocol: NCCL's stays");
+        assert_eq!(ask(ctx, 1, -1, 777), 777);
+        let mut costs = [1.0f32; 21];
+        let mut ch: c_int = 0;
+        let mut p = costs.as_mut_ptr();
+        // SAFETY: a 7 x 3 table, a writable channel count.
+        unsafe {
+            get_coll_info_v4(ctx, 4, 1 << 20, 1, &mut p, 7, 3, 0, &mut ch);
+        }
+        assert_eq!(
+            (costs, ch),
+            ([1.0f32; 21], 0),
+            "algorithm, protocol, channels: NCCL's"
+        );
+        // SAFETY: ctx from init, finalized once.
+        unsafe { finalize(ctx) };
+        for cfg in [
+            sweep_cfg("64K", Some("/no/such.tbl")),
+            sweep_cfg("lots", None),
+        ] {
+            let mut ctx = core::ptr::null_mut();
+            // SAFETY: writable context pointer.
+            assert_eq!(
+                unsafe { init_with(&cfg, &mut ctx, 16, 2, None) },
+                0,
+                "{cfg:?}"
+            );
+            assert!(ctx.is_null(), "nothing forced: {cfg:?}");
+            assert_eq!(ask(ctx, 1, 2, 131072), 131072);
+        }
+    }
+
+    /// The init line's head is what `dyncc compile` reads as the chunk.
+    #[test]
+    fn the_sweep_init_line_says_the_chunk() {
+        let mut w = Msg::new();
+        describe_sweep_chunk(&mut w, 1024, &sweep_chunks(1024)).unwrap();
+        let line = w.as_str();
+        assert!(
+            line.starts_with("dyncc: sweep chunk=1024 (DYNCC_SWEEP_CHUNK)"),
+            "{line}"
+        );
+        assert!(
+            line.contains("LL 1024 LL128 NCCL's (below its 1920-byte grain) Simple 1024"),
+            "{line}"
+        );
+    }
 
     /// The job's own NCCL_ALGO / NCCL_PROTO are read, shown escaped and
     /// cut, and nothing is said without them.

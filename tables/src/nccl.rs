@@ -311,6 +311,26 @@ impl Chunk {
         let c = Chunk::from_bytes(n.checked_mul(unit)?)?;
         (!c.is_nccl()).then_some(c)
     }
+
+    /// A byte count as a sweep's chunk is given (`DYNCC_SWEEP_CHUNK`,
+    /// `dyncc plan --chunks`, a `chunk` label): `65536`, `64K`, `1M`,
+    /// `1920B` (K and M are 1024 and 1024^2), any size, not only the ones
+    /// a code holds ([`Proto::chunk_at_most`] rounds it per protocol);
+    /// `None` for 0, no number, or more than NCCL's `int` chunk limit.
+    pub fn parse_bytes(s: &str) -> Option<u64> {
+        let s = s.trim();
+        let (digits, unit) = match s.as_bytes().last()? {
+            b'K' | b'k' => (&s[..s.len() - 1], 1024),
+            b'M' | b'm' => (&s[..s.len() - 1], 1024 * 1024),
+            b'B' | b'b' => (&s[..s.len() - 1], 1),
+            _ => (s, 1),
+        };
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n = digits.parse::<u64>().ok()?.checked_mul(unit)?;
+        (n > 0 && n <= i32::MAX as u64).then_some(n)
+    }
 }
 
 impl core::fmt::Display for Chunk {
@@ -357,6 +377,22 @@ impl Proto {
             Proto::LL128 => 1920,
             Proto::Simple => 512,
         }
+    }
+
+    /// The largest chunk of at most `bytes` that this protocol runs as set
+    /// (on its [`Proto::chunk_grain`]) and a table can store
+    /// ([`Setting::with_chunk`] takes it); [`Chunk::NCCL`] below the
+    /// grain. The plugin answers a sweep's chunk (`DYNCC_SWEEP_CHUNK`)
+    /// with it and the compiler records that run's chunk with it, so what
+    /// a sweep measured is what a table forces.
+    pub const fn chunk_at_most(self, bytes: u64) -> Chunk {
+        let mut code = Chunk::at_most(bytes).code();
+        // At most 199 codes, walked once per communicator's init (or per
+        // ingested run), never per call.
+        while code > 0 && !chunk_on_grain(self as u8, code) {
+            code -= 1;
+        }
+        Chunk(code)
     }
 }
 
@@ -914,6 +950,42 @@ mod tests {
             "foo/ll",
         ] {
             assert_eq!(Setting::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn sweep_chunk_bytes_parse_with_or_without_a_unit() {
+        assert_eq!(Chunk::parse_bytes("65536"), Some(65536));
+        assert_eq!(Chunk::parse_bytes(" 64K "), Some(65536));
+        assert_eq!(Chunk::parse_bytes("1m"), Some(1 << 20));
+        assert_eq!(Chunk::parse_bytes("1920B"), Some(1920));
+        assert_eq!(Chunk::parse_bytes("300000"), Some(300_000));
+        for bad in [
+            "", "0", "0K", "K", "-4K", "64KB", "1.5M", "4G", "big", "3000M",
+        ] {
+            assert_eq!(Chunk::parse_bytes(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_protocols_chunk_at_most_is_on_its_grain_and_storable() {
+        let k64 = 64u64 << 10;
+        assert_eq!(Proto::Simple.chunk_at_most(k64).bytes(), 64 << 10);
+        assert_eq!(Proto::LL.chunk_at_most(k64).bytes(), 64 << 10);
+        // 64K is no multiple of 1920: 32 x 1920 is the largest storable below.
+        assert_eq!(Proto::LL128.chunk_at_most(k64).bytes(), 61440);
+        assert_eq!(Proto::LL128.chunk_at_most(1919), Chunk::NCCL);
+        assert_eq!(Proto::Simple.chunk_at_most(511), Chunk::NCCL);
+        assert_eq!(Proto::Simple.chunk_at_most(1000).bytes(), 512);
+        for p in Proto::ALL {
+            for b in [16u64, 1000, 1920, 65_536, 300_000, 1 << 20, u64::MAX] {
+                let c = p.chunk_at_most(b);
+                assert!(c.bytes() as u64 <= b);
+                assert!(
+                    Setting::new(Algo::Ring, p).with_chunk(c).is_some(),
+                    "{p:?} {b}"
+                );
+            }
         }
     }
 

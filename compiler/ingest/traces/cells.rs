@@ -593,6 +593,7 @@ mod tests {
             algo: Some(algo),
             proto: Some(proto),
             channels: None,
+            chunk: dyncc_tables::Chunk::NCCL,
         }
     }
 

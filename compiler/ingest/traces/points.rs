@@ -192,6 +192,7 @@ impl SweepView {
             algo: Some(s.algo),
             proto: Some(s.proto),
             channels: (s.channels > 0).then_some(s.channels as u32),
+            chunk: dyncc_tables::Chunk::NCCL,
         };
         let auto = Config {
             channels: None,
@@ -218,6 +219,7 @@ mod tests {
             algo: Some(Algo::Tree),
             proto: Some(Proto::LL),
             channels: None,
+            chunk: dyncc_tables::Chunk::NCCL,
         };
         v.configs
             .entry((Coll::AllReduce, 8))
