@@ -3,6 +3,7 @@ mod attack; // hostile inputs through the CLI: exit status and message per row
 mod audit; // explain, query (vs the plugin), diff, plot (rendered), export, verify
 mod audit_plan; // the exploration plan (format 1.1) through verify, explain and query
 mod bless; // one switch (DYNCC_BLESS, `make bless`) regenerates golden files
+mod chunk_sweep; // chunk sizes: a sweep at DYNCC_SWEEP_CHUNK compiles into chunk decisions the built plugin answers
 mod cli_conventions; // completions, man pages, JSON errors and schema versions of every command
 mod compile; // compile and eval end to end on the shipped datasets
 mod docs; // README, CHANGELOG and the book: links resolve, pages listed, promises kept

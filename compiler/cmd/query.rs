@@ -507,13 +507,18 @@ pub fn print_answer(a: &Answer, data_given: bool) {
             println!("decision: leave NCCL alone (NCCL's own algorithm, protocol and channels)")
         }
         _ => println!(
-            "decision: algorithm {}, protocol {}, channels {}",
+            "decision: algorithm {}, protocol {}, channels {}{}",
             a.setting.algorithm,
             a.setting.protocol,
             if a.setting.channels == 0 {
                 "NCCL's choice".to_string()
             } else {
                 a.setting.channels.to_string()
+            },
+            // Said only where the table sets one (getChunkSize answers it).
+            match a.setting.chunk_bytes {
+                0 => String::new(),
+                b => format!(", chunk {b} bytes (getChunkSize, NCCL 2.30+)"),
             }
         ),
     }

@@ -17,7 +17,8 @@ pub struct IngestArgs {
     #[arg(long)]
     pub lenient: bool,
     /// KEY=VALUE facts the files do not state: NCCL_ALGO, NCCL_PROTO,
-    /// NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, coll, nodes, ranks,
+    /// NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, channels, chunk (bytes: 65536
+    /// or 64K, the chunk the dyncc plugin answered), coll, nodes, ranks,
     /// gpus_per_node, platform, gpu, nccl_version; or `default` (every knob
     /// no file states was NCCL's own choice). Repeatable; applies to every
     /// file, and must agree with what a file or another label says.

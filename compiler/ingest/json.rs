@@ -76,7 +76,11 @@ pub(crate) fn read<R: BufRead>(ctx: &mut FileCtx, rd: R) -> anyhow::Result<FileO
         .flatten()
     {
         if let Some((k, val)) = e.as_str().and_then(|s| s.split_once('=')) {
-            if k.starts_with("NCCL_") && !env.set(k, val) && super::text::is_setup_var(k) {
+            if k.starts_with("NCCL_")
+                && !env.set(k, val)
+                && super::text::is_setup_var(k)
+                && !super::text::is_dyncc_tuner(k, val)
+            {
                 // Words of the setup key are space-separated.
                 setup_env.push(format!(
                     "{k}={}",

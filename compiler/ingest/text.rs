@@ -698,7 +698,7 @@ fn info(st: &mut State, no: u32, rest: &[u8]) {
             .unwrap_or(val.len());
         let val = String::from_utf8_lossy(&val[..end]);
         let val = val.trim_end_matches(['.', ',']);
-        if !st.cur.info.set_at(var, val, no) && is_setup_var(var) {
+        if !st.cur.info.set_at(var, val, no) && is_setup_var(var) && !is_dyncc_tuner(var, val) {
             st.cur.env.insert(var.to_string(), val.to_string());
         }
         return;
@@ -757,6 +757,14 @@ fn info(st: &mut State, no: u32, rest: &[u8]) {
 /// the chunk (`runtime/src/plugin.rs`, `describe_sweep_chunk`), after
 /// `NCCL INFO `; the byte count follows.
 pub const SWEEP_CHUNK_LINE: &str = "dyncc: sweep chunk=";
+
+/// `NCCL_TUNER_PLUGIN` naming dyncc's plugin: a sweep's chunk runs load it
+/// with no table, where it changes nothing but the chunk, which is a knob
+/// of its own (read from its init line), so those runs share the plain
+/// runs' setup and compete with them.
+pub fn is_dyncc_tuner(var: &str, val: &str) -> bool {
+    var == "NCCL_TUNER_PLUGIN" && (val == "dyncc" || val.ends_with("libnccl-tuner-dyncc.so"))
+}
 
 /// Whether an `NCCL_*` variable (not a knob) makes runs a different setup:
 /// anything but where NCCL writes its debug output.

@@ -214,10 +214,23 @@ impl Config {
 }
 
 /// Extra facts NCCL v5/v6 pass to `init`, printed in the INFO line.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct CommFacts {
     comm_id: Option<u64>,
     nvl: Option<ncclNvlDomainInfo_v5_t>,
+    /// The loaded interface has `getChunkSize` (v6, v7; the Rust API's
+    /// inits, which stand for them): only then does a sweep chunk run.
+    asks_chunk: bool,
+}
+
+impl Default for CommFacts {
+    fn default() -> CommFacts {
+        CommFacts {
+            comm_id: None,
+            nvl: None,
+            asks_chunk: true,
+        }
+    }
 }
 
 /// `init` for every version, given the configuration explicitly.
@@ -260,7 +273,7 @@ pub unsafe fn init_with_comm_id(
 ) -> ncclResult_t {
     let facts = CommFacts {
         comm_id: Some(comm_id),
-        nvl: None,
+        ..CommFacts::default()
     };
     // SAFETY: forwarded caller contract.
     unsafe { init_guarded(cfg, ctx_out, n_ranks, n_nodes, Logger(log), facts) }
@@ -348,8 +361,18 @@ fn init_inner(
         } else {
             ""
         };
-        let sweep_chunk = cfg.sweep_chunk.map(sweep_chunks);
+        let sweep_chunk = cfg
+            .sweep_chunk
+            .filter(|_| facts.asks_chunk)
+            .map(sweep_chunks);
         match sweep_chunk {
+            None if cfg.sweep_chunk.is_some() => log.info(format_args!(
+                "dyncc: DYNCC_SWEEP_CHUNK={} not applied: this NCCL's tuner interface (v2-v5, \
+                 NCCL 2.29 and older) has no getChunkSize, so NCCL's own chunk sizes run; \
+                 DYNCC_TABLE is not set; leaving NCCL's own tuning alone for this \
+                 communicator{traced}; plugin {PLUGIN_VERSION}",
+                cfg.sweep_chunk.unwrap_or(0)
+            )),
             Some(per_proto) => {
                 let mut line = Msg::new();
                 let _ = describe_sweep_chunk(&mut line, cfg.sweep_chunk.unwrap_or(0), &per_proto);
@@ -950,19 +973,16 @@ unsafe extern "C" fn init_v2(
     ctx: *mut *mut c_void,
 ) -> ncclResult_t {
     let cfg = Config::from_env();
+    // v2-v4 have no getChunkSize: a sweep chunk would not run.
+    let facts = CommFacts {
+        asks_chunk: false,
+        ..CommFacts::default()
+    };
     // SAFETY: NCCL passes a writable context pointer (NULL is checked).
-    unsafe {
-        init_guarded(
-            &cfg,
-            ctx,
-            n_ranks,
-            n_nodes,
-            Logger(log),
-            CommFacts::default(),
-        )
-    }
+    unsafe { init_guarded(&cfg, ctx, n_ranks, n_nodes, Logger(log), facts) }
 }
 
+/// v5 `init` (NCCL 2.28, 2.29: no `getChunkSize`).
 unsafe extern "C" fn init_v5(
     ctx: *mut *mut c_void,
     comm_id: u64,
@@ -972,11 +992,44 @@ unsafe extern "C" fn init_v5(
     nvl: *mut ncclNvlDomainInfo_v5_t,
     _constants: *mut ncclTunerConstants_v5_t,
 ) -> ncclResult_t {
+    // SAFETY: forwarded NCCL arguments.
+    unsafe { init_v5_facts(ctx, comm_id, n_ranks, n_nodes, log, nvl, false) }
+}
+
+/// v6 `init` (NCCL 2.30 - 2.32.3): v5's, on an interface with
+/// `getChunkSize`.
+unsafe extern "C" fn init_v6(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+    nvl: *mut ncclNvlDomainInfo_v5_t,
+    _constants: *mut ncclTunerConstants_v5_t,
+) -> ncclResult_t {
+    // SAFETY: forwarded NCCL arguments.
+    unsafe { init_v5_facts(ctx, comm_id, n_ranks, n_nodes, log, nvl, true) }
+}
+
+/// `init` v5-v7 with whether the interface asks `getChunkSize`.
+///
+/// # Safety
+/// As NCCL's `init`: `ctx` NULL or writable, `nvl` NULL or valid.
+unsafe fn init_v5_facts(
+    ctx: *mut *mut c_void,
+    comm_id: u64,
+    n_ranks: usize,
+    n_nodes: usize,
+    log: ncclDebugLogger_t,
+    nvl: *mut ncclNvlDomainInfo_v5_t,
+    asks_chunk: bool,
+) -> ncclResult_t {
     // SAFETY: NCCL passes NULL or a valid ncclNvlDomainInfo_v5_t.
     let nvl = unsafe { nvl.as_ref() }.copied();
     let facts = CommFacts {
         comm_id: Some(comm_id),
         nvl,
+        asks_chunk,
     };
     let cfg = Config::from_env();
     // SAFETY: NCCL passes a writable context pointer (NULL is checked).
@@ -994,19 +1047,8 @@ unsafe extern "C" fn init_v7(
     nvl: *mut ncclNvlDomainInfo_v7_t,
     _constants: *mut ncclTunerConstants_v7_t,
 ) -> ncclResult_t {
-    // SAFETY: forwarded NCCL arguments; the constants are not read, so
-    // the v5 pointer type is never dereferenced.
-    unsafe {
-        init_v5(
-            ctx,
-            comm_id,
-            n_ranks,
-            n_nodes,
-            log,
-            nvl,
-            core::ptr::null_mut(),
-        )
-    }
+    // SAFETY: forwarded NCCL arguments; the constants are not read.
+    unsafe { init_v5_facts(ctx, comm_id, n_ranks, n_nodes, log, nvl, true) }
 }
 
 /// The communicator as NCCL 2.21 (the v2 ABI) has it: no PAT (2.21 has
@@ -1402,7 +1444,7 @@ pub static ncclTunerPlugin_v5: ncclTuner_v5_t = ncclTuner_v5_t {
 #[unsafe(no_mangle)]
 pub static ncclTunerPlugin_v6: ncclTuner_v6_t = ncclTuner_v6_t {
     name: PLUGIN_NAME.as_ptr(),
-    init: Some(init_v5),
+    init: Some(init_v6),
     getCollInfo: Some(get_coll_info_v4),
     finalize: Some(finalize),
     getChunkSize: Some(get_chunk_size),
