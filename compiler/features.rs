@@ -132,7 +132,8 @@ impl Grid {
     /// runs there on its own ([`Grid::nccl_runs`]): the marked
     /// configuration, or its algorithm and protocol with the channels left
     /// to NCCL or forced to the count it ran (NCCL counts channels per
-    /// algorithm and protocol, whoever chose them).
+    /// algorithm and protocol, whoever chose them). A forced chunk is not
+    /// NCCL's own, so it never runs as NCCL does.
     pub fn runs_as_nccl(&self, node: usize, size: usize, cfg: usize) -> bool {
         let Some(m) = self.nccl_runs(node, size) else {
             return false;
@@ -142,6 +143,7 @@ impl Grid {
             && x.algo == m.algo
             && x.proto == m.proto
             && (x.channels.is_none() || x.channels == m.channels)
+            && x.chunk == m.chunk
     }
 
     /// Where jobs saw NCCL's own calls mostly run a path the tuner cannot

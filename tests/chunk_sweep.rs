@@ -364,3 +364,57 @@ fn a_planned_chunk_sweep_runs_under_the_plugin_and_compiles() {
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(err.contains("18 ran, 12 failed"), "{err}");
 }
+
+/// A `chunk` label that disagrees with the plugin's line in a log is an
+/// error naming the file and the line; one that agrees (any spelling)
+/// compiles as the log alone does.
+#[test]
+fn a_chunk_label_that_disagrees_with_the_log_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let tbl = dir.path().join("x.tbl");
+    let out = dyncc()
+        .arg("compile")
+        .arg(sample())
+        .args(["--assume", "chunk=256K", "-o"])
+        .arg(&tbl)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("chunk contradicts itself")
+            && err.contains("chunk=65536/repeat=1.log")
+            && err.contains("NCCL INFO line ")
+            && err.contains("--assume"),
+        "{err}"
+    );
+    assert!(!tbl.exists(), "nothing written on an error");
+    // The path components the plan writes (`chunk=65536/`) agree with the
+    // plugin's line; a manifest saying 64K for those files agrees too.
+    let copy = dir.path().join("sweep");
+    let cp = Command::new("cp")
+        .arg("-r")
+        .arg(sample())
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let manifest = copy.join("m.csv");
+    std::fs::write(&manifest, "path,chunk\n**/chunk=65536/*.log,64K\n").unwrap();
+    let out = dyncc()
+        .arg("compile")
+        .arg(copy.join("allreduce"))
+        .arg("--manifest")
+        .arg(&manifest)
+        .arg("-o")
+        .arg(&tbl)
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{report}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report.contains("ring/simple/64K"), "{report}");
+}
