@@ -1507,10 +1507,8 @@ mod tests {
     fn a_sweep_chunk_answers_every_call_and_forces_nothing_else() {
         let mut ctx = core::ptr::null_mut();
         // SAFETY: writable context pointer.
-        assert_eq!(
-            unsafe { init_with(&sweep_cfg("64K", None), &mut ctx, 16, 2, None) },
-            0
-        );
+        let rc = unsafe { init_with(&sweep_cfg("64K", None), &mut ctx, 16, 2, None) };
+        assert_eq!(rc, 0);
         assert!(!ctx.is_null());
         assert_eq!(ask(ctx, 1, 2, 131072), 65536, "Ring/Simple");
         assert_eq!(ask(ctx, 0, 1, 131072), 61440, "Tree/LL128: on its grain");
@@ -1537,11 +1535,8 @@ mod tests {
         ] {
             let mut ctx = core::ptr::null_mut();
             // SAFETY: writable context pointer.
-            assert_eq!(
-                unsafe { init_with(&cfg, &mut ctx, 16, 2, None) },
-                0,
-                "{cfg:?}"
-            );
+            let rc = unsafe { init_with(&cfg, &mut ctx, 16, 2, None) };
+            assert_eq!(rc, 0, "{cfg:?}");
             assert!(ctx.is_null(), "nothing forced: {cfg:?}");
             assert_eq!(ask(ctx, 1, 2, 131072), 131072);
         }
