@@ -80,6 +80,10 @@ pub struct OtherPathMark {
     /// NCCL's own calls there on that path, and on a classic pair.
     pub ran: u64,
     pub classic: u64,
+    /// Communicators that saw NCCL mostly run that path, and mostly a
+    /// classic pair.
+    pub comms: u32,
+    pub classic_comms: u32,
     /// A trace file that saw it.
     pub file: String,
 }
@@ -317,12 +321,20 @@ pub fn build_grids(cells: &[Cell]) -> (Vec<Grid>, GridNotes) {
             let mut nccl_runs = vec![None; nodes.len() * sizes.len()];
             let mut other_paths = Vec::new();
             for c in marks {
-                if let TimeBase::OtherPath { ran, classic } = c.base {
+                if let TimeBase::OtherPath {
+                    ran,
+                    classic,
+                    comms,
+                    classic_comms,
+                } = c.base
+                {
                     other_paths.push(OtherPathMark {
                         nodes: c.key.nnodes,
                         bucket: dyncc_tables::size_bucket(c.key.nbytes),
                         ran,
                         classic,
+                        comms,
+                        classic_comms,
                         file: c.source.file.display().to_string(),
                     });
                     continue;

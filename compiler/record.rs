@@ -494,9 +494,9 @@ pub enum TimeBase {
     /// anyway, so it is no probe ([`crate::features::Grid::nccl_runs`]).
     NcclRan,
     /// Not a time: where jobs let NCCL choose at a (collective, shape, size
-    /// bucket), it ran a path no tuner can choose (a symmetric kernel, the
-    /// copy engines) in `ran` of its `ran + classic` calls, more than half
-    /// ([`crate::ingest::traces`]). A classic pair forced there displaces
+    /// bucket), more of their communicators saw it run a path no tuner can
+    /// choose (a symmetric kernel, the copy engines) in most of its calls
+    /// than saw it run a classic pair ([`crate::ingest::traces`]). A classic pair forced there displaces
     /// that path (NCCL 2.31+'s `ncclTuningSelectBestTuning` ranks a forced
     /// pair's zero cost first), so only a measurement there may force one
     /// ([`crate::features::Grid::other_paths`]). The cell's `nbytes` is the
@@ -507,6 +507,10 @@ pub enum TimeBase {
         ran: u64,
         /// NCCL's own calls that ran a classic (algorithm, protocol).
         classic: u64,
+        /// Communicators whose NCCL calls mostly ran another path, and
+        /// mostly a classic pair (each with enough calls to count).
+        comms: u32,
+        classic_comms: u32,
     },
 }
 

@@ -61,6 +61,10 @@ pub struct OtherPathJson {
     /// engines, and those that ran a classic (algorithm, protocol).
     pub other_path_calls: u64,
     pub classic_calls: u64,
+    /// Communicators that saw NCCL mostly run that path (each weighs one,
+    /// whatever its calls), and those that saw it mostly run a classic pair.
+    pub communicators: u32,
+    pub classic_communicators: u32,
     /// A trace file that saw it.
     pub file: String,
 }
@@ -69,15 +73,18 @@ impl OtherPathJson {
     /// The report's line.
     pub fn text(&self) -> String {
         format!(
-            "{} at {} nodes x {} ranks per node, {} .. <{}: NCCL ran a symmetric kernel or a \
-             copy-engine method in {} of its {} own calls ({}); left to NCCL instead of {} \
-             (forcing a classic pair displaces that path; only the sweep's measurement at this \
-             point may force one)",
+            "{} at {} nodes x {} ranks per node, {} .. <{}: in {} of {} communicators NCCL ran a \
+             symmetric kernel or a copy-engine method in most of its own calls ({} of {} calls; \
+             {}); left to NCCL instead of {} (forcing a classic pair displaces that path; only \
+             the sweep's measurement at this point may force one)",
             self.collective,
             self.traced_nodes,
             self.ppn,
             fmt_bytes(self.from_bytes),
             fmt_bytes(self.to_bytes.saturating_add(1)),
+            self.communicators,
+            self.communicators
+                .saturating_add(self.classic_communicators),
             self.other_path_calls,
             self.other_path_calls.saturating_add(self.classic_calls),
             self.file,
@@ -334,6 +341,8 @@ pub(crate) fn describe(
                 was: SettingJson::of(l.was),
                 other_path_calls: l.mark.ran,
                 classic_calls: l.mark.classic,
+                communicators: l.mark.comms,
+                classic_communicators: l.mark.classic_comms,
                 file: l.mark.file.clone(),
             });
         }

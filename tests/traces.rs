@@ -2130,6 +2130,11 @@ fn plot_diff_with_data_rings_what_the_rounds_jobs_measured() {
 /// 1 MiB AllReduce calls at `nodes` (the other 100 on Ring/Simple), as the
 /// plugin writes it: the shape's counts, NCCL's classic calls as records.
 fn symmetric_trace(dir: &Path, nodes: u32, symmetric: u16) {
+    symmetric_job(dir, nodes, symmetric, u64::from(nodes));
+}
+
+/// [`symmetric_trace`] of communicator `id` (its own file).
+fn symmetric_job(dir: &Path, nodes: u32, symmetric: u16, id: u64) {
     let head = TraceHead {
         profiler_abi: 7,
         table_digest: Some(7),
@@ -2151,14 +2156,10 @@ fn symmetric_trace(dir: &Path, nodes: u32, symmetric: u16) {
         )
     };
     std::fs::create_dir_all(dir).unwrap();
-    let bytes = dyncc_tables::trace::encode_with_shapes(
-        &head,
-        &[comm(u64::from(nodes), nodes, 0)],
-        &recs,
-        &[shape],
-    )
-    .unwrap();
-    std::fs::write(dir.join(format!("sym-{nodes}.trace")), bytes).unwrap();
+    let bytes =
+        dyncc_tables::trace::encode_with_shapes(&head, &[comm(id, nodes, 0)], &recs, &[shape])
+            .unwrap();
+    std::fs::write(dir.join(format!("sym-{nodes}-{id}.trace")), bytes).unwrap();
 }
 
 /// Where jobs saw NCCL run a symmetric kernel in most of its own calls
@@ -2201,6 +2202,8 @@ fn a_force_where_nccl_mostly_ran_a_symmetric_kernel_is_left_to_nccl() {
     assert_eq!(left[0]["traced_nodes"], 4);
     assert_eq!(left[0]["other_path_calls"], 900);
     assert_eq!(left[0]["classic_calls"], 100);
+    assert_eq!(left[0]["communicators"], 1);
+    assert_eq!(left[0]["classic_communicators"], 0);
     assert_eq!(left[0]["was"]["algorithm"], "tree");
     let o = dyncc()
         .arg("compile")
@@ -2212,8 +2215,9 @@ fn a_force_where_nccl_mostly_ran_a_symmetric_kernel_is_left_to_nccl() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
         text.contains(
-            "allreduce at 4 nodes x 8 ranks per node, 1 MiB .. <1.2 MiB: NCCL ran a symmetric \
-             kernel or a copy-engine method in 900 of its 1000 own calls"
+            "allreduce at 4 nodes x 8 ranks per node, 1 MiB .. <1.2 MiB: in 1 of 1 communicators \
+             NCCL ran a symmetric kernel or a copy-engine method in most of its own calls (900 \
+             of 1000 calls"
         ),
         "{text}"
     );
@@ -2221,7 +2225,8 @@ fn a_force_where_nccl_mostly_ran_a_symmetric_kernel_is_left_to_nccl() {
     let q = String::from_utf8_lossy(&o.stdout);
     assert!(
         q.contains(
-            "NCCL ran a symmetric kernel or a copy-engine method here in 900 of its 1000 own calls"
+            "NCCL ran a symmetric kernel or a copy-engine method here in most of its own calls in \
+             1 of 1 communicators (900 of its 1000 own calls"
         ),
         "{q}"
     );
@@ -2233,4 +2238,36 @@ fn a_force_where_nccl_mostly_ran_a_symmetric_kernel_is_left_to_nccl() {
     let r = compile_json(&[&s, &traces], &again);
     assert_eq!(decision(&again, 4, 1 << 20), "tree/simple");
     assert!(r.get("other_paths").is_none(), "{r}");
+}
+
+/// The mark of a path the tuner cannot choose counts communicators, as
+/// the rest of the evidence rule does: one file claiming 60,000 symmetric
+/// calls outweighed three communicators that saw NCCL run Tree/Simple's
+/// classic pairs (the old rule summed calls) and took a force the sweep
+/// read back to NCCL. It weighs one communicator now; three that saw
+/// the symmetric kernel do outvote one that did not.
+#[test]
+fn one_file_claiming_many_symmetric_calls_does_not_outvote_a_fleet() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 0.8);
+    let traces = d.path().join("traces");
+    symmetric_job(&traces, 4, 60_000, 1);
+    for id in 2..5 {
+        symmetric_job(&traces, 4, 0, id);
+    }
+    let after = d.path().join("after.tbl");
+    let r = compile_json(&[&s, &traces], &after);
+    assert_eq!(decision(&after, 4, 1 << 20), "tree/simple", "{r}");
+    assert!(r.get("other_paths").is_none(), "{r}");
+
+    let traces = d.path().join("fleet");
+    for id in 1..4 {
+        symmetric_job(&traces, 4, 900, id);
+    }
+    symmetric_job(&traces, 4, 0, 4);
+    let again = d.path().join("again.tbl");
+    let r = compile_json(&[&s, &traces], &again);
+    assert_eq!(decision(&again, 4, 1 << 20), "default/default", "{r}");
+    assert_eq!(r["other_paths"][0]["communicators"], 3, "{r}");
+    assert_eq!(r["other_paths"][0]["classic_communicators"], 1, "{r}");
 }

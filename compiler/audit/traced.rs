@@ -88,6 +88,21 @@ impl TraceBar {
     }
 }
 
+/// What jobs that let NCCL choose saw it run at a call's shape and size
+/// bucket, where most of their communicators saw a path the tuner cannot
+/// choose ([`crate::record::TimeBase::OtherPath`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct OtherPathSeen {
+    /// NCCL's own calls on a symmetric kernel or the copy engines, and on
+    /// a classic pair.
+    pub calls: u64,
+    pub classic_calls: u64,
+    /// Communicators that saw it mostly run that path, and mostly a
+    /// classic pair.
+    pub communicators: u32,
+    pub classic_communicators: u32,
+}
+
 /// Jobs' measurements near a call.
 #[derive(Clone, Debug, Serialize)]
 pub struct TracedEvidence {
@@ -103,8 +118,8 @@ pub struct TracedEvidence {
     pub sizes: Vec<TracedSize>,
     /// Where jobs that let NCCL choose at the call's own shape and size
     /// bucket saw it run a symmetric kernel or a copy-engine method in
-    /// most of its calls: (those calls, its classic calls).
-    pub other_path: Option<(u64, u64)>,
+    /// most of its calls.
+    pub other_path: Option<OtherPathSeen>,
     /// Trace files that could not be read (skipped).
     pub skipped: usize,
 }
@@ -215,13 +230,22 @@ impl Traced {
         };
         let bucket = dyncc_tables::size_bucket(bytes);
         let other_path = self.other_paths.iter().find_map(|c| match c.base {
-            TimeBase::OtherPath { ran, classic }
-                if c.key.collective.name() == coll
-                    && u64::from(c.key.nnodes) == nodes
-                    && u64::from(c.key.nranks) == ranks
-                    && dyncc_tables::size_bucket(c.key.nbytes) == bucket =>
+            TimeBase::OtherPath {
+                ran,
+                classic,
+                comms,
+                classic_comms,
+            } if c.key.collective.name() == coll
+                && u64::from(c.key.nnodes) == nodes
+                && u64::from(c.key.nranks) == ranks
+                && dyncc_tables::size_bucket(c.key.nbytes) == bucket =>
             {
-                Some((ran, classic))
+                Some(OtherPathSeen {
+                    calls: ran,
+                    classic_calls: classic,
+                    communicators: comms,
+                    classic_communicators: classic_comms,
+                })
             }
             _ => None,
         });
@@ -359,12 +383,16 @@ pub fn text(e: Option<&TracedEvidence>, collective: &str) -> String {
             ));
         }
     }
-    if let Some((ran, classic)) = e.other_path {
+    if let Some(o) = e.other_path {
         out.push_str(&format!(
-            "\n  NCCL ran a symmetric kernel or a copy-engine method here in {ran} of its {} own \
-             calls (jobs that let it choose): a classic pair is forced here only where the sweep \
-             measured it (a force displaces that path)",
-            ran.saturating_add(classic)
+            "\n  NCCL ran a symmetric kernel or a copy-engine method here in most of its own calls \
+             in {} of {} communicators ({} of its {} own calls; jobs that let it choose): a \
+             classic pair is forced here only where the sweep measured it (a force displaces \
+             that path)",
+            o.communicators,
+            o.communicators.saturating_add(o.classic_communicators),
+            o.calls,
+            o.calls.saturating_add(o.classic_calls)
         ));
     }
     for f in &e.foreign {

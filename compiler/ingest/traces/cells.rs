@@ -40,7 +40,7 @@ pub fn cells(files: &[TraceFile], sweep: &SweepView, bar: Bar) -> (Vec<Cell>, Tr
     for (fi, file) in files.iter().enumerate() {
         paths.add_file(files, fi, &readings);
         for ((ci, s), at) in readings.classify(fi) {
-            paths.add_classic(&s, &at);
+            paths.add_classic((fi, ci), &s, &at);
             let others = at
                 .others
                 .values()

@@ -35,11 +35,15 @@ use crate::record::{CellKey, Collective, Config, Source, State, TimeBase};
 /// Where the counts are kept: collective, nodes, ranks, size bucket.
 type Key = (Coll, u32, u32, u8);
 
-/// NCCL's own calls per (collective, shape, size bucket): on a path the
-/// tuner cannot choose, and classic; with one file that saw the former.
+/// One communicator: its file's index and its index in that file.
+type CommAt = (usize, u16);
+
+/// NCCL's own calls per (collective, shape, size bucket) and communicator:
+/// on a path the tuner cannot choose, and classic; with one file that saw
+/// the former.
 #[derive(Default)]
 pub(super) struct OtherPaths {
-    at: BTreeMap<Key, (u64, u64, Option<Arc<PathBuf>>)>,
+    at: BTreeMap<Key, (BTreeMap<CommAt, (u64, u64)>, Option<Arc<PathBuf>>)>,
 }
 
 impl OtherPaths {
@@ -55,35 +59,52 @@ impl OtherPaths {
             if ran == 0 || !readings.keeps(fi, s.comm as usize) {
                 continue;
             }
-            let e = self
+            let (comms, file) = self
                 .at
                 .entry((s.coll, c.n_nodes, c.n_ranks, s.bucket))
                 .or_default();
+            let e = comms.entry((fi, s.comm)).or_default();
             e.0 = e.0.saturating_add(ran);
-            e.2.get_or_insert_with(|| f.path.clone());
+            file.get_or_insert_with(|| f.path.clone());
         }
     }
 
-    /// Adds NCCL's own classic calls at one communicator's shape.
-    pub(super) fn add_classic(&mut self, s: &Shape, at: &AtShape) {
+    /// Adds NCCL's own classic calls at communicator `ci` of file `fi`'s
+    /// shape.
+    pub(super) fn add_classic(&mut self, (fi, ci): CommAt, s: &Shape, at: &AtShape) {
         if at.nccl.count == 0 {
             return;
         }
-        let e = self
+        let (comms, _) = self
             .at
             .entry((s.coll, s.nodes, s.ranks, size_bucket(s.n_bytes)))
             .or_default();
+        let e = comms.entry((fi, ci)).or_default();
         e.1 = e.1.saturating_add(at.nccl.count);
     }
 
-    /// The marks: where NCCL's calls that ran another path are more than
-    /// half of its own, and at least the calls a side needs to count
-    /// ([`rule::MIN_CALLS`]).
+    /// The marks: where more communicators saw NCCL's own calls mostly run
+    /// another path than saw them mostly run a classic pair, each with at
+    /// least the calls a side needs to count ([`rule::MIN_CALLS`]) on the
+    /// side it votes for. A communicator weighs one, however many calls it
+    /// claims, as everywhere in the evidence rule: one file with a million
+    /// symmetric calls does not outvote a fleet that ran classic pairs.
     pub(super) fn marks(self) -> Vec<Cell> {
         self.at
             .into_iter()
-            .filter_map(|((coll, nodes, ranks, bucket), (ran, classic, file))| {
-                (ran >= rule::MIN_CALLS && ran > classic).then(|| Cell {
+            .filter_map(|((coll, nodes, ranks, bucket), (comms, file))| {
+                let (mut ran, mut classic, mut other_comms, mut classic_comms) =
+                    (0u64, 0u64, 0u32, 0u32);
+                for &(r, c) in comms.values() {
+                    ran = ran.saturating_add(r);
+                    classic = classic.saturating_add(c);
+                    if r > c && r >= rule::MIN_CALLS {
+                        other_comms += 1;
+                    } else if c >= r && c >= rule::MIN_CALLS {
+                        classic_comms += 1;
+                    }
+                }
+                (other_comms > classic_comms).then(|| Cell {
                     key: CellKey {
                         collective: Collective::from_coll(coll),
                         nbytes: bucket_lower_bound(bucket),
@@ -99,7 +120,12 @@ impl OtherPaths {
                         file: file.unwrap_or_default(),
                         line: 0,
                     },
-                    base: TimeBase::OtherPath { ran, classic },
+                    base: TimeBase::OtherPath {
+                        ran,
+                        classic,
+                        comms: other_comms,
+                        classic_comms,
+                    },
                 })
             })
             .collect()
@@ -120,14 +146,14 @@ mod tests {
         let mut p = OtherPaths::default();
         for fi in 0..files.len() {
             p.add_file(files, fi, &readings);
-            for ((_, s), at) in readings.classify(fi) {
-                p.add_classic(&s, &at);
+            for ((ci, s), at) in readings.classify(fi) {
+                p.add_classic((fi, ci), &s, &at);
             }
         }
         p.marks()
             .into_iter()
             .map(|c| match c.base {
-                TimeBase::OtherPath { ran, classic } => (ran, classic),
+                TimeBase::OtherPath { ran, classic, .. } => (ran, classic),
                 _ => unreachable!(),
             })
             .collect()
