@@ -892,3 +892,99 @@ fn a_table_published_while_a_job_starts_reaches_no_rank_of_it() {
     let after = with(direct.to_str().unwrap());
     assert_eq!(split_calls(&before, &after), split);
 }
+
+/// Chunk lines of a run: (collective, bytes, cell, channels, chunk).
+fn chunks(r: &Run) -> Vec<(u32, u64, i32, i32, u64)> {
+    r.stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            match f.as_slice() {
+                ["chunk", c, b, cell, ch, chunk] => Some((
+                    c.parse().unwrap(),
+                    b.parse().unwrap(),
+                    cell.parse().unwrap(),
+                    ch.parse().unwrap(),
+                    chunk.parse().unwrap(),
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Issue 41: an exploring communicator answered getChunkSize from the
+/// table whatever getCollInfo had answered, so where it drew NCCL's own
+/// choice (the baseline every gain is read against) and NCCL chose the
+/// force's algorithm and protocol, NCCL's calls ran the table's 512 KiB
+/// chunk, and a candidate of the same algorithm and protocol (Ring/Simple
+/// on 4 channels) ran it too, each measured as if it had not. Now the
+/// chunk is that of what the communicator answered: the table's on the
+/// table's force, NCCL's on NCCL's choice and on a candidate without one;
+/// the two ranks agree on every chunk.
+#[test]
+fn an_exploring_communicator_answers_the_chunk_of_what_it_answered() {
+    let k512 = dyncc_tables::Chunk::from_bytes(512 << 10).unwrap();
+    let chunked = Setting::new(Algo::Ring, Proto::Simple)
+        .with_channels(8)
+        .with_chunk(k512)
+        .unwrap();
+    let mut b = TableBuilder::new();
+    b.meta("platform", "explore-standin");
+    b.meta(dyncc_tables::META_EXPLORE, "0.1");
+    b.context(
+        spec(Coll::AllReduce, (5, 7)),
+        &[rule(
+            u64::MAX,
+            Decision::Force(chunked),
+            Basis::Interpolated,
+            1.2,
+        )],
+    )
+    .unwrap();
+    let bucket = size_bucket(1 << 20);
+    b.plan(&[dyncc_tables::PlanCandidate {
+        context: 0,
+        nodes: 6,
+        bucket,
+        last_bucket: bucket,
+        rank: 0,
+        decision: force(Algo::Ring, Proto::Simple, 4),
+        gain: 0.1,
+        spread: 0.05,
+        cost_bound: 0.05,
+    }]);
+    let s = Stand::with_table(b.build().unwrap());
+    const NCCL: u64 = 131_072;
+    let ring_simple = Algo::Ring as i32 * 3 + Proto::Simple as i32;
+    let (mut forced, mut nccl, mut candidate) = (0, 0, 0);
+    for id in 0..40u64 {
+        let comm = COMM_ID ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let r = s.run_as(6, 84, Some("1"), comm, "chunk");
+        assert_eq!(r.disagreements, 0, "{}", r.stdout);
+        let lines = chunks(&r);
+        assert_eq!(lines.len(), 84, "{}", r.stdout);
+        for (coll, bytes, cell, ch, chunk) in lines {
+            let what = format!("comm {id}: coll {coll} {bytes} B cell {cell} {ch}ch");
+            match (coll == AR as u32, cell, ch) {
+                (true, c, 8) if c == ring_simple => {
+                    forced += 1;
+                    assert_eq!(chunk, 512 << 10, "{what}: the table's force");
+                }
+                (true, c, 4) if c == ring_simple => {
+                    candidate += 1;
+                    assert_eq!(chunk, NCCL, "{what}: a candidate without a chunk");
+                }
+                (true, -1, _) => {
+                    nccl += 1;
+                    assert_eq!(chunk, NCCL, "{what}: NCCL's own choice");
+                }
+                _ => assert_eq!(chunk, NCCL, "{what}"),
+            }
+        }
+    }
+    assert!(
+        forced > 0 && nccl > 0 && candidate > 0,
+        "forced {forced}, NCCL's {nccl}, candidate {candidate}"
+    );
+}

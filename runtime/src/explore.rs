@@ -634,6 +634,38 @@ impl Explorer {
     /// log or panic.
     #[inline]
     pub fn probe(&self, coll_type: u32, bucket: u8, num_pipe_ops: i32, d: Decision) -> Probe {
+        self.probe_at(coll_type, bucket, num_pipe_ops, d)
+    }
+
+    /// The chunk this communicator answers `getChunkSize` with at a call's
+    /// cell (numPipeOps 1, as [`Specialised::chunk`] reads it): that of
+    /// what `getCollInfo` answered there. A cell it drew to run NCCL's
+    /// choice keeps NCCL's chunk, and one it drew to try a setting gets
+    /// that setting's chunk, never the table's: the probe is drawn once
+    /// per communicator and cell, so every call there ran the probe, and
+    /// a chunk the table forces on the table's setting would otherwise
+    /// ride on NCCL's own choice or on a candidate of the same algorithm
+    /// and protocol, and be measured as theirs. A function of the table,
+    /// the communicator and the arguments, as on every rank.
+    #[inline]
+    pub fn chunk(
+        &self,
+        spec: &Specialised,
+        coll_type: u32,
+        n_bytes: u64,
+        algo: i32,
+        proto: i32,
+    ) -> Option<u32> {
+        let d = spec.decide(coll_type, n_bytes, 1, 0);
+        match self.probe_at(coll_type, dyncc_tables::size_bucket(n_bytes), 1, d) {
+            Probe::None => d.chunk_for(algo, proto),
+            Probe::Nccl => None,
+            Probe::Setting(s) => s.chunk_for(algo, proto),
+        }
+    }
+
+    #[inline(always)]
+    fn probe_at(&self, coll_type: u32, bucket: u8, num_pipe_ops: i32, d: Decision) -> Probe {
         let Some(row) = self.cells.get(coll_type as usize) else {
             return Probe::None;
         };

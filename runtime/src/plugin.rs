@@ -1347,8 +1347,11 @@ fn journal_exploring(
 /// own chunking (`calcCollChunking`), with the chunk it computed in
 /// `*chunkSize`. The answer is the table's chunk where its cell for this
 /// call forces this algorithm and protocol with one
-/// ([`Specialised::chunk`]), or a sweep's (`DYNCC_SWEEP_CHUNK`, no table)
-/// for every call; everywhere else NCCL's stays. NCCL clamps
+/// ([`Specialised::chunk`]); on an exploring communicator, the chunk of
+/// what it answered at that cell ([`Explorer::chunk`]: NCCL's where it
+/// drew NCCL's choice, a candidate's own where it drew one); or a
+/// sweep's (`DYNCC_SWEEP_CHUNK`, no table) for every call; everywhere
+/// else NCCL's stays. NCCL clamps
 /// the answer to its buffer's ceiling and rounds it down to the
 /// protocol's grain; a table's chunk is on the grain already. Never
 /// allocates; always `ncclSuccess` (NCCL fails the collective on an error).
@@ -1368,10 +1371,12 @@ unsafe extern "C" fn get_chunk_size(
         // SAFETY: a non-NULL ctx came from Box::into_raw in init and stays
         // live until finalize; NCCL never calls after finalize.
         let ctx = unsafe { &*ctx.cast::<Context>() };
-        let answer = match ctx
-            .spec
-            .chunk(coll_type as u32, n_bytes as u64, algo, proto)
-        {
+        let (coll, n) = (coll_type as u32, n_bytes as u64);
+        let chunk = match &ctx.explorer {
+            Some(e) => e.chunk(&ctx.spec, coll, n, algo, proto),
+            None => ctx.spec.chunk(coll, n, algo, proto),
+        };
+        let answer = match chunk {
             Some(bytes) => bytes,
             // A sweep's chunk (no table: the spec is empty); a negative
             // protocol becomes huge and finds nothing.

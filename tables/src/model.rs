@@ -55,6 +55,23 @@ impl Decision {
             Decision::Force(s) => Some(s),
         }
     }
+
+    /// The chunk size in bytes this decision sets for a call NCCL chunks
+    /// with `algo` and `proto` (getChunkSize's arguments): its chunk where
+    /// it forces that same algorithm and protocol with one; `None` (leave
+    /// NCCL's) for any other call. One definition for the table's answer
+    /// and an exploring communicator's.
+    #[inline]
+    pub fn chunk_for(self, algo: i32, proto: i32) -> Option<u32> {
+        match self {
+            Decision::Force(s)
+                if !s.chunk.is_nccl() && s.algo as i32 == algo && s.proto as i32 == proto =>
+            {
+                Some(s.chunk.bytes())
+            }
+            _ => None,
+        }
+    }
 }
 
 impl core::fmt::Display for Decision {

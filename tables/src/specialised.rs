@@ -116,14 +116,7 @@ impl Specialised {
     /// alike. Hot path: no allocation, no panic.
     #[inline]
     pub fn chunk(&self, coll_type: u32, n_bytes: u64, algo: i32, proto: i32) -> Option<u32> {
-        match self.decide(coll_type, n_bytes, 1, 0) {
-            Decision::Force(s)
-                if !s.chunk.is_nccl() && s.algo as i32 == algo && s.proto as i32 == proto =>
-            {
-                Some(s.chunk.bytes())
-            }
-            _ => None,
-        }
+        self.decide(coll_type, n_bytes, 1, 0).chunk_for(algo, proto)
     }
 
     /// The decisions of `coll_type` by size bucket, when its context's

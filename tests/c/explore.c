@@ -26,10 +26,18 @@
  *   regbuff         rank 0 registered its buffers and rank 1 did not
  *                   (NCCL_LOCAL_REGISTER differs per process): regBuff 1 on
  *                   every call of rank 0, 0 on every call of rank 1
+ *   chunk           as same, but NCCL's own cost table ranks Ring/Simple
+ *                   first (so NCCL's choice and a force of Ring/Simple
+ *                   chunk alike)
+ * Through v6, each rank then asks getChunkSize for every common call, as
+ * NCCL 2.30+'s calcCollChunking does, for the cell that runs (the one the
+ * plugin set to 0, else NCCL's cheapest), with NCCL's chunk 131072.
  * Prints, for rank 0, "call COLL NBYTES CELL CH" per common call (CELL: the
  * cost cell the plugin set to 0 as algo*3+proto, or -1; CH: the channel
- * count written, 0 if none), then "disagreements N" (common calls where
- * the two ranks' cost tables or channel counts differ) and
+ * count written, 0 if none), and through v6 "chunk COLL NBYTES CELL CH
+ * CHUNK" (the chunk the plugin answered for the cell that runs, CELL -1
+ * where NCCL chose), then "disagreements N" (common calls where
+ * the two ranks' cost tables, channel counts or chunks differ) and
  * "unavailable_written N" (calls where a -1 cell was changed), and the
  * logger's lines. */
 #define _GNU_SOURCE
@@ -57,7 +65,11 @@ ncclResult_t ncclGetVersion(int *version) {
 typedef struct {
   float cost[7][3];
   int nch;
+  size_t chunk;
 } outcome;
+
+/* NCCL's own chunk in the stand-in. */
+#define NCCL_CHUNK 131072
 
 static ncclTuner_v6_t *tuner;
 static ncclTuner_v4_t *tuner4;
@@ -84,7 +96,21 @@ static int reg_buff_of(int r, int i) {
 static void fresh(outcome *o) {
   for (int a = 0; a < 7; a++)
     for (int p = 0; p < 3; p++) o->cost[a][p] = (a == 0 && p == 1) ? -1.0f : (float)(100 + a * 3 + p);
+  if (is("chunk")) o->cost[1][2] = 90.0f;
   o->nch = 0;
+  o->chunk = 0;
+}
+
+/* The cell that runs: the one the plugin set to 0, else NCCL's cheapest. */
+static int running_cell(const outcome *o) {
+  int best = -1;
+  for (int a = 0; a < 7; a++)
+    for (int p = 0; p < 3; p++) {
+      float c = o->cost[a][p];
+      if (c == 0.0f) return a * 3 + p;
+      if (c > 0.0f && (best < 0 || c < o->cost[best / 3][best % 3])) best = a * 3 + p;
+    }
+  return best;
 }
 
 static ncclResult_t get_coll_info(void *c, ncclFunc_t coll, size_t bytes, int pipe_ops, float **cost, int na, int np,
@@ -110,6 +136,12 @@ static void *rank_thread(void *arg) {
     fresh(o);
     get_coll_info(ctx[r], (ncclFunc_t)coll_of(i), bytes_of(i), pipe_ops_of(i), (float **)o->cost, 7, 3,
                        reg_buff_of(r, i), &o->nch);
+    if (!tuner4) {
+      int cell = running_cell(o);
+      o->chunk = NCCL_CHUNK;
+      tuner->getChunkSize(ctx[r], (ncclFunc_t)coll_of(i), bytes_of(i), cell / 3, cell % 3, o->nch ? o->nch : 4,
+                          &o->chunk);
+    }
   }
   return NULL;
 }
@@ -134,7 +166,7 @@ int main(int argc, char **argv) {
   unsigned long long comm_id = argc > 3 ? strtoull(argv[3], NULL, 0) : 0xE4910E0011223344ULL;
   if (argc > 4) scenario = argv[4];
   if (!is("same") && !is("extra-one") && !is("extra-per-size") && !is("late") && !is("state") &&
-      !is("regbuff")) {
+      !is("regbuff") && !is("chunk")) {
     fprintf(stderr, "explore: unknown scenario %s\n", scenario);
     return 2;
   }
@@ -181,6 +213,7 @@ int main(int argc, char **argv) {
       for (int p = 0; p < 3; p++)
         if (out[0][i].cost[a][p] == 0.0f) cell = a * 3 + p;
     printf("call %d %zu %d %d\n", coll_of(i), bytes_of(i), cell, out[0][i].nch);
+    if (!tuner4) printf("chunk %d %zu %d %d %zu\n", coll_of(i), bytes_of(i), cell, out[0][i].nch, out[0][i].chunk);
   }
   printf("disagreements %d\nunavailable_written %d\n", disagreements, unavailable);
   for (int r = 0; r < NRANKS_LOCAL; r++) {
