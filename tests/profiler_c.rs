@@ -69,6 +69,15 @@ fn exploring_ids(s: &Standin, explores: bool, n: usize) -> Vec<String> {
 }
 
 fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
+    standin_table_forcing(
+        Setting::new(Algo::Ring, Proto::Simple).with_channels(2),
+        basis,
+        gain,
+    )
+}
+
+/// [`standin_table_gain`] forcing `forced` in its small AllReduce rule.
+fn standin_table_forcing(forced: Setting, basis: Basis, gain: f32) -> Vec<u8> {
     let mut b = TableBuilder::new();
     b.meta("platform", "standin");
     b.meta(dyncc_tables::META_EXPLORE, "0.1");
@@ -84,7 +93,7 @@ fn standin_table_gain(basis: Basis, gain: f32) -> Vec<u8> {
     let rules = [
         Rule {
             last_bucket: size_bucket(65536),
-            decision: Decision::Force(Setting::new(Algo::Ring, Proto::Simple).with_channels(2)),
+            decision: Decision::Force(forced),
             basis,
             gain,
         },
@@ -658,6 +667,60 @@ fn a_forked_child_does_not_write_its_parents_trace() {
 /// drew (half do at this share and cost bound), every call there runs
 /// NCCL's own choice, and the trace says exploration chose them: as many
 /// as the stand-in saw run without the table's cell.
+/// Issue 41: a trace's forced records said NCCL's chunk whatever the
+/// plugin had answered NCCL's getChunkSize, so a table's Ring/Simple/512K
+/// was measured as Ring/Simple (the compiler then credited the chunk's
+/// time to the setting without it). The stand-in asks getChunkSize per
+/// task as NCCL 2.30-2.32 do and prints what the plugin answered: every
+/// forced record carries that chunk, and NCCL's own records carry none.
+#[test]
+fn forced_records_carry_the_chunk_the_plugin_answered() {
+    let k512 = dyncc_tables::Chunk::from_bytes(512 << 10).unwrap();
+    let forced = Setting::new(Algo::Ring, Proto::Simple)
+        .with_channels(2)
+        .with_chunk(k512)
+        .unwrap();
+    let s = Standin::with_table(standin_table_forcing(forced, Basis::Measured, 1.2));
+    let args = ["6", "200", "finalize"];
+    let out = s
+        .command(&[], &args, Some(&s.traces))
+        .env("STANDIN_PRINT_CHUNK", "1")
+        .output()
+        .unwrap();
+    let out = stdout_of(&out, &args);
+    assert!(!out.contains("WARN"), "{out}");
+    // What getChunkSize answered, per (collective, bytes).
+    let mut answered: BTreeMap<(String, u64), u64> = BTreeMap::new();
+    for l in out.lines().filter(|l| l.starts_with("chunk ")) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        answered.insert((f[1].into(), f[2].parse().unwrap()), f[3].parse().unwrap());
+    }
+    assert_eq!(answered[&("AllReduce".into(), 4096)], 512 << 10, "{out}");
+    assert_eq!(answered[&("AllReduce".into(), 1 << 20)], 131_072, "{out}");
+    let bytes = only_trace(&s);
+    let t = Trace::from_bytes(&bytes).unwrap();
+    let (mut table, mut nccl) = (0, 0);
+    for r in t.records() {
+        match r.source {
+            Source::Table => {
+                table += r.count;
+                assert_eq!(r.setting, forced, "{r:?}");
+                assert_eq!(
+                    u64::from(r.setting.chunk.bytes()),
+                    answered[&(nccl_name(r.coll).into(), r.n_bytes)],
+                    "{r:?}"
+                );
+            }
+            Source::Nccl => {
+                nccl += r.count;
+                assert!(r.setting.chunk.is_nccl(), "{r:?}");
+            }
+            _ => {}
+        }
+    }
+    assert!(table > 0 && nccl > 0, "table {table}, NCCL {nccl}");
+}
+
 #[test]
 fn the_trace_records_explored_calls_as_explore() {
     let s = Standin::with_table(standin_table_unconfirmed());

@@ -287,7 +287,7 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
     };
     let n_bytes = size.saturating_mul(d.count as u64).saturating_mul(per);
     let channels = d.nChannels.min(64);
-    let ran = Setting::new(algo, proto).with_channels(channels);
+    let mut ran = Setting::new(algo, proto).with_channels(channels);
     let ring = ctx.comm_id.and_then(trace::profiled_ring);
     let source = match ring.and_then(|r| trace::take_answer_in(r, coll, n_bytes)) {
         None => Source::Unknown,
@@ -307,6 +307,11 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
             // tuner cannot choose): never NCCL's own choice, whose
             // measurements every gain is read against.
             if set.ran_as(&ran) {
+                // And with the chunk the plugin answered: getChunkSize
+                // answers the chunk of this same answer for the algorithm
+                // and protocol that ran (`Decision::chunk_for`), and NCCL's
+                // events do not say the chunk.
+                ran = set.with_channels(ran.channels);
                 s
             } else if Setting::new(set.algo, set.proto).ran_as(&ran) {
                 Source::RanOtherChannels
@@ -321,7 +326,12 @@ fn coll_start(ctx: &ProfContext, comm: u8, d: &ncclProfilerCollDescr) -> *mut c_
         // shape has enough (trace::mask).
         trace::note_recorded(r, coll, n_bytes, source);
     }
-    let Some(key) = Key::new(comm, coll, n_bytes, ran, source) else {
+    // Seven other chunks answered in this process hold every chunk index
+    // of the bin key: the collective is recorded, as one whose origin
+    // cannot be told.
+    let Some(key) = Key::new(comm, coll, n_bytes, ran, source)
+        .or_else(|| Key::new(comm, coll, n_bytes, ran.without_chunk(), Source::Unknown))
+    else {
         return core::ptr::null_mut();
     };
     if channels == 0 {

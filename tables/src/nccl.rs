@@ -407,17 +407,20 @@ impl Proto {
 /// if tables store it, [`Setting::to_word`]/[`Setting::from_word`] and
 /// [`Setting::WORD_BITS`], `Display`/`parse`, [`Setting::ran_as`]); the
 /// trace format if traces record it (`trace.rs`, `FORMAT.md`); the ABI
-/// callback that sets it (`runtime/src/plugin.rs`) and the bin key, whose
-/// budget assert fails first (`runtime/src/trace/bins.rs`: no spare bit);
+/// callback that sets it (`runtime/src/plugin.rs`), the journal's answer
+/// word ([`Setting::to_answer_word`]) and the bin key, whose budget assert
+/// fails first (`runtime/src/trace/bins.rs`: no spare bit);
 /// the compiler's partial setting (`compiler/record.rs::Config`,
 /// `compiler/choice.rs::to_decision`), the report structs that spell the
 /// setting out and their printers (README, "Layout", counts them), and the
 /// sweep reader if sweeps vary it (`compiler/ingest/knobs.rs`).
 ///
-/// The chunk is not in the runtime's word ([`Setting::to_word`]): the bin
-/// key has no spare bit, and NCCL asks for the chunk in a later callback
-/// than the one the journal records, so what the plugin's traces say ran
-/// carries NCCL's chunk ([`Chunk::NCCL`]).
+/// The chunk is not in the runtime's word ([`Setting::to_word`]), whose
+/// bin key has no spare bit; the journal holds the answered chunk beside
+/// it ([`Setting::to_answer_word`]) and the bin key a 3-bit index of it
+/// (`runtime/src/trace/bins.rs`). What NCCL ran is known from its profiler
+/// events, which do not say the chunk: a trace's forced records carry the
+/// chunk the plugin answered for the setting that ran as answered.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Setting {
     /// The algorithm.
@@ -437,6 +440,10 @@ impl Setting {
     /// Each runtime word that packs a setting asserts its budget with it,
     /// so a new field here fails to build where a word has no room.
     pub const WORD_BITS: u32 = 12;
+
+    /// Bits [`Setting::to_answer_word`] uses: the word and the chunk's
+    /// one-byte code above it.
+    pub const ANSWER_WORD_BITS: u32 = Setting::WORD_BITS + 8;
 
     /// Algorithm and protocol with NCCL's channel count and chunk size.
     pub const fn new(algo: Algo, proto: Proto) -> Setting {
@@ -523,6 +530,25 @@ impl Setting {
             return None;
         };
         Some(Setting::new(algo, proto).with_channels(channels))
+    }
+
+    /// [`Setting::to_word`] with the chunk's code in bits 12-19: the whole
+    /// answer, as the plugin's journal keeps it (NCCL asks for the chunk
+    /// in a later callback, `getChunkSize`, whose answer is a function of
+    /// the same answer).
+    #[inline]
+    pub const fn to_answer_word(self) -> u64 {
+        self.to_word() | (self.chunk.code() as u64) << Setting::WORD_BITS
+    }
+
+    /// Decodes [`Setting::to_answer_word`] (bits above
+    /// [`Setting::ANSWER_WORD_BITS`] ignored); `None` as
+    /// [`Setting::from_word`], or for a chunk code past the largest or off
+    /// the protocol's grain.
+    #[inline]
+    pub fn from_answer_word(w: u64) -> Option<Setting> {
+        let code = ((w >> Setting::WORD_BITS) & 0xff) as u8;
+        Setting::from_word(w)?.with_chunk(Chunk::from_code(code)?)
     }
 
     /// Whether `ran` is what this setting asked for: the same algorithm and
@@ -894,8 +920,15 @@ mod tests {
             None,
             "16 B on Simple"
         );
-        // The runtime's word has no chunk.
+        // The runtime's word has no chunk; the answer word has it above.
         assert_eq!(Setting::from_word(c.to_word()), Some(s));
+        assert_eq!(c.to_answer_word(), c.to_word() | 104 << 12);
+        assert!(c.to_answer_word() < 1 << Setting::ANSWER_WORD_BITS);
+        assert_eq!(Setting::from_answer_word(c.to_answer_word()), Some(c));
+        assert_eq!(Setting::from_answer_word(s.to_answer_word()), Some(s));
+        // Off the protocol's grain (16 B on Simple), or past the largest.
+        assert_eq!(Setting::from_answer_word(s.to_word() | 1 << 12), None);
+        assert_eq!(Setting::from_answer_word(s.to_word() | 200 << 12), None);
         // The journal's "NCCL chose" mark (algorithm 7) is no setting.
         assert_eq!(Setting::from_word(7 << 9), None);
     }

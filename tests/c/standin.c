@@ -43,6 +43,8 @@
  * aggregated: one getCollInfo (numPipeOps 2, the summed nBytes), then a
  * Coll event per task, fed as "unknown" (no answer links either).
  * With STANDIN_INIT_THREADS set, each rank's init runs on a thread of its own.
+ * With STANDIN_PRINT_CHUNK set, rank 0 prints "chunk COLL NBYTES CHUNK" per
+ * call: what getChunkSize answered for its first task (NCCL's 131072 offered).
  * Profiler v7 only: with STANDIN_SYMK set, every 6th call (an AllReduce)
  * runs as a symmetric kernel (its Coll event says isSymColl, kernelVariant
  * AllReduce_AGxLL_R, algo AGxLL_R, proto ""), printed "sym COLL NBYTES
@@ -126,6 +128,7 @@ static void *host_thread(void *arg) {
   int cecoll = abi >= 7 && getenv("STANDIN_CE") != NULL;
   int tags = abi >= 7 && getenv("STANDIN_TAGS") != NULL;
   int phases = getenv("STANDIN_PHASES") != NULL;
+  int print_chunk = getenv("STANDIN_PRINT_CHUNK") != NULL;
   const char *pattern = getenv("STANDIN_PATTERN");
   int oneoff = pattern && strcmp(pattern, "oneoff") == 0;
   int simulate = pattern && strcmp(pattern, "simulate") == 0;
@@ -206,6 +209,11 @@ static void *host_thread(void *arg) {
       if (tuner->getChunkSize) {
         size_t chunk = 131072;
         tuner->getChunkSize(r->tctx, (ncclFunc_t)coll, bytes, ran.algo, ran.proto, nch, &chunk);
+        if (print_chunk && r->rank == 0 && task == 0) {
+          pthread_mutex_lock(&print_lock);
+          printf("chunk %s %zu %zu\n", FUNCS[coll], bytes, chunk);
+          pthread_mutex_unlock(&print_lock);
+        }
       }
       int says_zero = hold_kernels && i % 3 == 1;
       double noise = 1.0 + 0.1 * ((double)(next_rand(&r->rng) % 1000) / 1000.0 - 0.5);

@@ -38,12 +38,16 @@ type Key = (Coll, u32, u32, u8);
 /// One communicator: its file's index and its index in that file.
 type CommAt = (usize, u16);
 
+/// Per communicator, NCCL's own calls on another path and classic; with
+/// one file that saw the former.
+type Votes = (BTreeMap<CommAt, (u64, u64)>, Option<Arc<PathBuf>>);
+
 /// NCCL's own calls per (collective, shape, size bucket) and communicator:
 /// on a path the tuner cannot choose, and classic; with one file that saw
 /// the former.
 #[derive(Default)]
 pub(super) struct OtherPaths {
-    at: BTreeMap<Key, (BTreeMap<CommAt, (u64, u64)>, Option<Arc<PathBuf>>)>,
+    at: BTreeMap<Key, Votes>,
 }
 
 impl OtherPaths {

@@ -186,13 +186,14 @@ impl SweepView {
     /// The configuration a setting that ran stands for: the sweep's with
     /// that channel count, else the sweep's that left channels to NCCL
     /// (NCCL picks the same count at the same shape), else the setting
-    /// with its channel count forced.
+    /// with its channel count forced; with the chunk the plugin answered
+    /// (NCCL's where the record says none).
     pub(super) fn config_of(&self, coll: Coll, ppn: u32, s: Setting) -> Config {
         let forced = Config {
             algo: Some(s.algo),
             proto: Some(s.proto),
             channels: (s.channels > 0).then_some(s.channels as u32),
-            chunk: dyncc_tables::Chunk::NCCL,
+            chunk: s.chunk,
         };
         let auto = Config {
             channels: None,
@@ -238,5 +239,33 @@ mod tests {
             Some(12),
             "no sweep config at 4 ranks per node: the channels that ran"
         );
+    }
+
+    /// A record's chunk (what the plugin answered) is part of the
+    /// configuration it stands for: a chunked force is the sweep's chunked
+    /// configuration, never the same setting at NCCL's chunk (the old
+    /// reader dropped the chunk).
+    #[test]
+    fn a_chunked_record_stands_for_the_sweeps_chunked_config() {
+        let k64 = dyncc_tables::Chunk::from_bytes(64 << 10).unwrap();
+        let plain = Config {
+            algo: Some(Algo::Ring),
+            proto: Some(Proto::Simple),
+            channels: None,
+            chunk: dyncc_tables::Chunk::NCCL,
+        };
+        let chunked = Config {
+            chunk: k64,
+            ..plain
+        };
+        let mut v = SweepView::default();
+        v.configs
+            .entry((Coll::AllReduce, 8))
+            .or_default()
+            .extend([plain, chunked]);
+        let ran = Setting::new(Algo::Ring, Proto::Simple).with_channels(8);
+        assert_eq!(v.config_of(Coll::AllReduce, 8, ran), plain);
+        let ran = ran.with_chunk(k64).unwrap();
+        assert_eq!(v.config_of(Coll::AllReduce, 8, ran), chunked);
     }
 }

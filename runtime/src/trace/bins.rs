@@ -7,19 +7,20 @@
 //! bins are moved out (`take_bins`) and left as tombstones that later
 //! keys take. Lock-free, no allocation on the event path.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 use dyncc_tables::trace::{Source, TraceRecord};
-use dyncc_tables::{Coll, Setting};
+use dyncc_tables::{Chunk, Coll, Setting};
 
 use super::{CHANGES, DROPPED_TABLE_FULL, MAX_COMMS, UNTIMED};
 
 /// Distinct (communicator, collective, size, setting, source) per process:
 /// 8192 records of 56 bytes stay well under the format's 1 MiB.
 pub const BINS: usize = 8192;
-/// Sizes of 2^39 bytes (512 GiB) and more do not fit the key and are
-/// dropped (the source takes 3 bits since who-chose 4, `explore-nccl`).
-const MAX_KEY_BYTES: u64 = (1 << 39) - 1;
+/// Sizes of 2^36 bytes (64 GiB) and more do not fit the key and are
+/// dropped (the source takes 3 bits since who-chose 4, `explore-nccl`; the
+/// answered chunk's index 3 since the plugin sets chunks).
+const MAX_KEY_BYTES: u64 = (1 << 36) - 1;
 /// Linear probes before a bin insert gives up.
 const PROBES: usize = 64;
 
@@ -48,31 +49,70 @@ pub(super) static BIN_TABLE: [Bin; BINS] = [BIN_EMPTY; BINS];
 pub(super) const KEY_VALID: u64 = 1 << 63;
 
 /// What ran, packed as a bin key: bit 63 set, comm 57-62, coll 54-56, the
-/// setting 42-53 ([`Setting::to_word`]), source 39-41, nBytes 0-38.
+/// setting 42-53 ([`Setting::to_word`]), source 39-41, the index of the
+/// chunk the plugin answered 36-38 ([`chunk_index`]), nBytes 0-35.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Key(pub(super) u64);
 
-const SOURCE_SHIFT: u32 = 39;
+const CHUNK_SHIFT: u32 = 36;
+const SOURCE_SHIFT: u32 = CHUNK_SHIFT + 3;
 const SETTING_SHIFT: u32 = SOURCE_SHIFT + 3;
 const COLL_SHIFT: u32 = SETTING_SHIFT + Setting::WORD_BITS;
 const COMM_SHIFT: u32 = COLL_SHIFT + 3;
 // Every bit below the valid bit is spoken for: a wider setting must take
 // its bits from the size field (MAX_KEY_BYTES) or widen the key.
-const _: () = assert!(COMM_SHIFT + 6 == 63 && MAX_KEY_BYTES == (1 << SOURCE_SHIFT) - 1);
+const _: () = assert!(COMM_SHIFT + 6 == 63 && MAX_KEY_BYTES == (1 << CHUNK_SHIFT) - 1);
 const _: () = assert!(MAX_COMMS <= 1 << 6);
 
+/// The chunks the plugin answered in this process, by index: a bin key
+/// holds the index (1-7; 0 is NCCL's chunk), not the one-byte code, as a
+/// table forces a few chunk sizes. Claimed by CAS on first use, never
+/// freed (a code, once here, keeps its index for the process).
+static CHUNKS: [AtomicU8; CHUNK_SLOTS] = [const { AtomicU8::new(0) }; CHUNK_SLOTS];
+const CHUNK_SLOTS: usize = 7;
+
+/// The key index of `chunk`: 0 for NCCL's, else its slot plus one, claimed
+/// if new. `None` when seven other chunks hold every slot. Lock-free; on
+/// the profiler's event path only for a forced chunk.
+pub fn chunk_index(chunk: Chunk) -> Option<u8> {
+    let code = chunk.code();
+    if chunk.is_nccl() {
+        return Some(0);
+    }
+    for (i, slot) in CHUNKS.iter().enumerate() {
+        match slot.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(i as u8 + 1),
+            Err(c) if c == code => return Some(i as u8 + 1),
+            Err(_) => {}
+        }
+    }
+    None
+}
+
+/// The chunk at key index `ix` ([`chunk_index`]).
+fn chunk_at(ix: u8) -> Option<Chunk> {
+    match ix {
+        0 => Some(Chunk::NCCL),
+        i => Chunk::from_code(CHUNKS.get(i as usize - 1)?.load(Ordering::Acquire)),
+    }
+}
+
 impl Key {
-    /// None when `n_bytes` does not fit (512 GiB or more).
+    /// None when `n_bytes` does not fit (64 GiB or more), or `ran` has a
+    /// chunk and seven others hold every index ([`chunk_index`]).
     pub fn new(comm: u8, coll: Coll, n_bytes: u64, ran: Setting, source: Source) -> Option<Key> {
         let ran = ran.with_channels(ran.channels.min(64));
-        (n_bytes <= MAX_KEY_BYTES && (comm as usize) < MAX_COMMS).then(|| {
-            Key(KEY_VALID
-                | (comm as u64) << COMM_SHIFT
-                | (coll as u64) << COLL_SHIFT
-                | ran.to_word() << SETTING_SHIFT
-                | (source as u64) << SOURCE_SHIFT
-                | n_bytes)
-        })
+        if n_bytes > MAX_KEY_BYTES || (comm as usize) >= MAX_COMMS {
+            return None;
+        }
+        let chunk = chunk_index(ran.chunk)?;
+        Some(Key(KEY_VALID
+            | (comm as u64) << COMM_SHIFT
+            | (coll as u64) << COLL_SHIFT
+            | ran.to_word() << SETTING_SHIFT
+            | (source as u64) << SOURCE_SHIFT
+            | (chunk as u64) << CHUNK_SHIFT
+            | n_bytes))
     }
 
     pub(super) fn comm(self) -> u8 {
@@ -88,7 +128,8 @@ impl Key {
         Some(TraceRecord {
             comm: self.comm() as u16,
             coll: Coll::from_nccl(((v >> COLL_SHIFT) & 7) as u32)?,
-            setting: Setting::from_word(v >> SETTING_SHIFT)?,
+            setting: Setting::from_word(v >> SETTING_SHIFT)?
+                .with_chunk(chunk_at(((v >> CHUNK_SHIFT) & 7) as u8)?)?,
             source: Source::from_u8(((v >> SOURCE_SHIFT) & 7) as u8)?,
             n_bytes: v & MAX_KEY_BYTES,
             count,

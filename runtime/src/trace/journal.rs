@@ -110,18 +110,18 @@ std::thread_local! {
     static INIT_LINK: core::cell::Cell<InitLink> = const { core::cell::Cell::new(InitLink::None) };
 }
 
-/// An answer packed in a u64: bit 63 valid, 61-62 source, 49-60 the
-/// setting ([`Setting::to_word`], [`SETTING_SHIFT`]), 0-48 nBytes (larger
-/// sizes never match). An `Explore` answer that ran NCCL's own choice has
+/// An answer packed in a u64: bit 63 valid, 61-62 source, 41-60 the
+/// setting with its chunk ([`Setting::to_answer_word`], [`SETTING_SHIFT`]),
+/// 0-40 nBytes (larger sizes never match; the bins keep none that large). An `Explore` answer that ran NCCL's own choice has
 /// the word [`NCCL_CHOSE`]; an aggregated call's answer has source
 /// `Unknown`. 0: no answer (never written, or taken by the profiler).
 pub(super) const ANSWER_VALID: u64 = 1 << 63;
 /// Where the setting's word starts: below the source's two bits. A wider
 /// setting moves it down and narrows the size field.
-const SETTING_SHIFT: u32 = 61 - Setting::WORD_BITS;
+const SETTING_SHIFT: u32 = 61 - Setting::ANSWER_WORD_BITS;
 pub(super) const ANSWER_BYTES: u64 = (1 << SETTING_SHIFT) - 1;
-// The size field holds every size up to 512 TiB today; a new setting field
-// may take it down to 40 bits (1 TiB), no further.
+// The size field holds every size up to 2 TiB (the bins keep up to 64 GiB);
+// a new setting field may take it down to 40 bits (1 TiB), no further.
 const _: () = assert!(SETTING_SHIFT >= 40);
 /// The algorithm number of an exploring call that left the choice to NCCL
 /// (no algorithm has it).
@@ -150,7 +150,7 @@ pub struct Answer {
 fn answer(n_bytes: usize, aggregated: bool, d: Decision, applied: bool, by: Source) -> u64 {
     match (d, applied) {
         _ if aggregated => pack(n_bytes, Source::Unknown, 0),
-        (Decision::Force(s), true) => pack(n_bytes, by, s.to_word()),
+        (Decision::Force(s), true) => pack(n_bytes, by, s.to_answer_word()),
         (Decision::Default, _) if by == Source::Explore => {
             pack(n_bytes, Source::Explore, NCCL_CHOSE)
         }
@@ -165,7 +165,7 @@ fn answer(n_bytes: usize, aggregated: bool, d: Decision, applied: bool, by: Sour
 pub(super) fn pack(n_bytes: usize, source: Source, setting: u64) -> u64 {
     ANSWER_VALID
         | (source as u64) << 61
-        | (setting & ((1 << Setting::WORD_BITS) - 1)) << SETTING_SHIFT
+        | (setting & ((1 << Setting::ANSWER_WORD_BITS) - 1)) << SETTING_SHIFT
         | (n_bytes as u64 & ANSWER_BYTES)
 }
 
@@ -175,7 +175,7 @@ pub(super) fn unpack(v: u64) -> Answer {
     Answer {
         source,
         setting: if forced {
-            Setting::from_word(v >> SETTING_SHIFT)
+            Setting::from_answer_word(v >> SETTING_SHIFT)
         } else {
             None
         },

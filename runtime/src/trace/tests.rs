@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use dyncc_tables::trace::{
     encode, Source, TraceHead, TraceRecord, MAX_TRACE_LEN, TRACE_RECORD_LEN,
 };
-use dyncc_tables::{Algo, Coll, Decision, Proto, Setting};
+use dyncc_tables::{Algo, Chunk, Coll, Decision, Proto, Setting};
 
 /// The pool is process-wide: tests that fill or count it take turns.
 static POOL_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -737,7 +737,7 @@ fn a_ring_written_while_taken_gives_only_written_answers_once() {
 /// trace). The key keeps it, 64 channels and the largest size it holds.
 #[test]
 fn a_bin_key_keeps_explore_nccl_beside_its_channels() {
-    let most = (1u64 << 39) - 1;
+    let most = (1u64 << 36) - 1;
     let k = Key::new(
         3,
         Coll::AllReduce,
@@ -761,4 +761,35 @@ fn a_bin_key_keeps_explore_nccl_beside_its_channels() {
         Source::Nccl
     )
     .is_none());
+}
+
+/// Issue 41: a trace's forced records said NCCL's chunk whatever chunk
+/// the plugin had answered (the bin key had no room), so a chunked force
+/// was measured as the same setting without one. The key holds the
+/// answered chunk's index: a record carries the chunk, a chunk already
+/// seen keeps its index, and once seven chunks hold every index an eighth
+/// gets no key (the profiler then records the collective as `Unknown`).
+#[test]
+fn a_bin_key_keeps_the_chunk_the_plugin_answered() {
+    let ring = Setting::new(Algo::Ring, Proto::Simple).with_channels(8);
+    let chunk = |k: u64| Chunk::from_bytes(k << 10).unwrap();
+    let key = |s: Setting| Key::new(5, Coll::AllGather, 1 << 20, s, Source::Table);
+    let b = BIN_EMPTY;
+    b.count.store(1, Ordering::Relaxed);
+    let k512 = ring.with_chunk(chunk(512)).unwrap();
+    let r = key(k512).unwrap().record(&b).unwrap();
+    assert_eq!(r.setting, k512);
+    assert_ne!(key(k512), key(ring), "a chunk is its own record");
+    assert_eq!(key(ring).unwrap().record(&b).unwrap().setting, ring);
+    // Fill every index (some may be taken by the chunk above already).
+    let mut held = vec![];
+    for k in [64, 128, 256, 1024, 2048, 4096, 8192, 16384] {
+        if let Some(k) = key(ring.with_chunk(chunk(k)).unwrap()) {
+            held.push(k);
+        }
+    }
+    assert_eq!(held.len(), 6, "seven indices: 512 KiB and six more");
+    assert!(key(ring.with_chunk(chunk(32768)).unwrap()).is_none());
+    assert_eq!(key(k512).unwrap().record(&b).unwrap().setting, k512);
+    assert_eq!(chunk_index(Chunk::NCCL), Some(0));
 }

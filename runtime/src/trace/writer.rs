@@ -189,18 +189,21 @@ impl Process {
 }
 
 /// What tells two records of one communicator apart: the size, then the
-/// communicator, collective, setting ([`Setting::to_word`], bits 8-31) and
+/// communicator, collective, setting with its chunk ([`Setting::to_answer_word`], bits 8-31) and
 /// source.
 pub(super) fn record_key(r: &TraceRecord) -> [u64; 2] {
     [
         r.n_bytes,
-        (r.comm as u64) << 40 | (r.coll as u64) << 32 | r.setting.to_word() << 8 | r.source as u64,
+        (r.comm as u64) << 40
+            | (r.coll as u64) << 32
+            | r.setting.to_answer_word() << 8
+            | r.source as u64,
     ]
 }
 
 // The setting sits between the source byte and the collective, with room
 // for a wider one.
-const _: () = assert!(8 + Setting::WORD_BITS <= 32);
+const _: () = assert!(8 + Setting::ANSWER_WORD_BITS <= 32);
 
 /// Adds `b`'s collectives to `a` (same communicator, collective, size,
 /// setting and source).
