@@ -646,10 +646,7 @@ impl Explorer {
     /// a chunk the table forces on the table's setting would otherwise
     /// ride on NCCL's own choice or on a candidate of the same algorithm
     /// and protocol, and be measured as theirs. A function of the table,
-    /// the communicator and the arguments, as on every rank. Out of line:
-    /// inlined, it cost the plain path's getChunkSize 16 instructions a
-    /// call in saved registers.
-    #[inline(never)]
+    /// the communicator and the arguments, as on every rank.
     pub fn chunk(
         &self,
         spec: &Specialised,

@@ -1367,16 +1367,20 @@ unsafe extern "C" fn get_chunk_size(
     if ctx.is_null() || chunk_size.is_null() {
         return NCCL_SUCCESS;
     }
-    ffi_guard((), || {
-        // SAFETY: a non-NULL ctx came from Box::into_raw in init and stays
-        // live until finalize; NCCL never calls after finalize.
-        let ctx = unsafe { &*ctx.cast::<Context>() };
-        let (coll, n) = (coll_type as u32, n_bytes as u64);
-        let chunk = match &ctx.explorer {
-            Some(e) => e.chunk(&ctx.spec, coll, n, algo, proto),
-            None => ctx.spec.chunk(coll, n, algo, proto),
+    // SAFETY: a non-NULL ctx came from Box::into_raw in init and stays
+    // live until finalize; NCCL never calls after finalize.
+    let ctx = unsafe { &*ctx.cast::<Context>() };
+    if let Some(e) = &ctx.explorer {
+        // SAFETY: chunk_size checked non-NULL above.
+        return unsafe {
+            exploring_chunk_size(ctx, e, coll_type, n_bytes, algo, proto, chunk_size)
         };
-        let answer = match chunk {
+    }
+    ffi_guard((), || {
+        let answer = match ctx
+            .spec
+            .chunk(coll_type as u32, n_bytes as u64, algo, proto)
+        {
             Some(bytes) => bytes,
             // A sweep's chunk (no table: the spec is empty); a negative
             // protocol becomes huge and finds nothing.
@@ -1385,6 +1389,32 @@ unsafe extern "C" fn get_chunk_size(
         if answer > 0 {
             // SAFETY: checked non-NULL above; NCCL passes its own size_t.
             unsafe { *chunk_size = answer as usize };
+        }
+    });
+    NCCL_SUCCESS
+}
+
+/// [`get_chunk_size`] on an exploring communicator: the chunk of what it
+/// answered at the call's cell ([`Explorer::chunk`]). Out of line, so the
+/// plain path pays one test for it (inlined: 16 instructions a call).
+///
+/// # Safety
+/// `chunk_size` is non-NULL and NCCL's own `size_t`.
+#[cold]
+#[inline(never)]
+unsafe fn exploring_chunk_size(
+    ctx: &Context,
+    e: &Explorer,
+    coll_type: ncclFunc_t,
+    n_bytes: usize,
+    algo: c_int,
+    proto: c_int,
+    chunk_size: *mut usize,
+) -> ncclResult_t {
+    ffi_guard((), || {
+        if let Some(bytes) = e.chunk(&ctx.spec, coll_type as u32, n_bytes as u64, algo, proto) {
+            // SAFETY: the caller's contract.
+            unsafe { *chunk_size = bytes as usize };
         }
     });
     NCCL_SUCCESS
