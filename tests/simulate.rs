@@ -199,6 +199,7 @@ fn spec(name: &str) -> Spec {
             Ch::Fixed(16),
             Ch::Fixed(32),
         ],
+        chunks: vec![],
         repeats: 1,
         seed: 1,
     }

@@ -13,13 +13,16 @@ use crate::simulate::sweep::{self, Ch, Spec};
 const HELP: &str = "\
 Each run (node count x collective x forced NCCL_ALGO/NCCL_PROTO/channels x
 repeat, plus NCCL-default runs) becomes one nccl-tests 2.19 log under
-OUT/<profile>/n<nodes>/<collective>/, with a `# dyncc:` line naming the knobs.
+OUT/<profile>/n<nodes>/<collective>/, with a `# dyncc:` line naming the knobs;
+a run at a --chunks size goes under .../chunk=BYTES/ with the plugin's
+`dyncc: sweep chunk=BYTES` lines, as a `dyncc plan --chunks` run.
 OUT/truth.csv holds the noise-free time of every cell and NCCL's emulated
 default choice. The same --seed gives the same files.
 
 Examples:
   dyncc simulate -o sweep                      # h100, 1-16 nodes, 5 collectives
   dyncc simulate -o sweep --profile v100 --nodes 2,4 --colls allreduce --csv
+  dyncc simulate -o sweep --nodes 8,16 --colls broadcast --chunks 64K,128K,256K
   dyncc simulate --list-profiles --json > my.json   # keep and edit one, then --profile-file my.json
   dyncc simulate --report --profile a100       # NCCL default vs best, no files
   dyncc simulate --profile v100 --calibrate datasets/real/nvidia-dgx1v-allreduce.csv";
@@ -64,6 +67,13 @@ pub struct SimulateArgs {
     /// Channel settings of forced runs: numbers, and `auto` (NCCL's own count).
     #[arg(long, value_delimiter = ',', default_value = "auto,4,8,16,32")]
     pub channels: Vec<String>,
+    /// Chunk sizes (bytes: 65536, 64K, 1M), comma-separated: each forced
+    /// setting also runs at each, with the dyncc plugin answering NCCL's
+    /// getChunkSize as `dyncc plan --chunks` sweeps do (logs under
+    /// `chunk=BYTES/`); the chunk's modelled effect is in
+    /// compiler/simulate/CALIBRATION.md. Default: NCCL's chunk only.
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    pub chunks: Vec<String>,
     /// Repeats of every run.
     #[arg(long, default_value_t = 3)]
     pub repeats: u32,
@@ -176,6 +186,18 @@ fn spec(a: &SimulateArgs, prof: Profile) -> anyhow::Result<Spec> {
             channels.push(ch);
         }
     }
+    let mut chunks = Vec::new();
+    for c in &a.chunks {
+        let b = dyncc_tables::Chunk::parse_bytes(c).with_context(|| {
+            format!(
+                "--chunks: `{c}` is not a chunk size; give bytes such as 65536, 64K or 1M \
+                 (at most 2 GiB), comma-separated"
+            )
+        })?;
+        if !chunks.contains(&b) {
+            chunks.push(b);
+        }
+    }
     let (min_bytes, max_bytes) = (parse_size(&a.min_bytes)?, parse_size(&a.max_bytes)?);
     if min_bytes == 0 || min_bytes > max_bytes {
         bail!("--min-bytes {min_bytes} must be at least 1 and at most --max-bytes {max_bytes}");
@@ -201,6 +223,7 @@ fn spec(a: &SimulateArgs, prof: Profile) -> anyhow::Result<Spec> {
         min_bytes,
         max_bytes,
         channels,
+        chunks,
         repeats: a.repeats,
         seed: a.seed,
     })
