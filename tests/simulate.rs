@@ -897,3 +897,36 @@ fn a_simulated_chunk_sweep_compiles_into_chunk_decisions_that_beat_nccls_chunk()
     );
     assert!(table < 1.03 && default > table * 1.03, "{v}");
 }
+
+/// `--report --chunks` says where a chunk beats NCCL's for the same setting:
+/// on 16 nodes' Broadcast, and nowhere on one node.
+#[test]
+fn report_with_chunks_names_where_a_chunk_wins() {
+    let out = dyncc()
+        .args([
+            "simulate",
+            "--report",
+            "--json",
+            "--nodes",
+            "1,16",
+            "--colls",
+            "broadcast",
+        ])
+        .args(["--chunks", "32K,64K,128K"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gains = v["chunk_gains"].as_array().unwrap();
+    assert!(!gains.is_empty(), "{v}");
+    for g in gains {
+        assert_eq!(g["nodes"], 16, "{g}");
+        let gain = g["max_gain"].as_f64().unwrap();
+        assert!((1.03..1.2).contains(&gain), "{g}");
+    }
+    assert!(v["gaps"].is_array());
+}

@@ -83,7 +83,8 @@ pub struct SimulateArgs {
     /// Also write OUT/sweep.csv in the NCCL tuner-example schema.
     #[arg(long)]
     pub csv: bool,
-    /// Print NCCL's default-vs-best gap for the profile and exit (no files).
+    /// Print NCCL's default-vs-best gap for the profile and exit (no files);
+    /// with --chunks, also where each chunk beats NCCL's for the same setting.
     #[arg(long)]
     pub report: bool,
     /// Compare the physics with a real AllReduce sweep CSV (tuner schema) and print a markdown report.
@@ -251,6 +252,29 @@ fn print_gaps(gaps: &[sweep::Gap]) {
     }
 }
 
+fn print_chunk_gains(k: &[sweep::ChunkGain]) {
+    println!("\nA --chunks size vs NCCL's chunk, same setting at NCCL's channel count (noise-free truth, >= 3 % only):");
+    println!(
+        "  nodes  collective     setting        sizes                 best gain  at        chunk"
+    );
+    for g in k {
+        println!(
+            "  {:>5}  {:<13}  {:<13}  {:>9} .. {:<9}  {:>6.3}x   {:<8}  {}",
+            g.nodes,
+            g.collective,
+            format!("{}/{}", g.algorithm, g.protocol),
+            crate::units::fmt_bytes(g.from_bytes),
+            crate::units::fmt_bytes(g.to_bytes),
+            g.max_gain,
+            crate::units::fmt_bytes(g.at_bytes),
+            g.chunk
+        );
+    }
+    if k.is_empty() {
+        println!("  (none)");
+    }
+}
+
 pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     if a.list_profiles {
         let ps = profile::builtins();
@@ -295,10 +319,21 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     if a.report {
         let models = sweep::Models::new(&spec);
         let g = sweep::gaps(&spec, &models);
+        if spec.chunks.is_empty() {
+            if a.json {
+                println!("{}", crate::output::pretty(&g)?);
+            } else {
+                print_gaps(&g);
+            }
+            return Ok(0);
+        }
+        let k = sweep::chunk_gains(&spec, &models);
         if a.json {
-            println!("{}", crate::output::pretty(&g)?);
+            let both = serde_json::json!({ "gaps": g, "chunk_gains": k });
+            println!("{}", crate::output::pretty(&both)?);
         } else {
             print_gaps(&g);
+            print_chunk_gains(&k);
         }
         return Ok(0);
     }

@@ -463,6 +463,85 @@ pub fn gaps(spec: &Spec, models: &Models) -> Vec<Gap> {
     v
 }
 
+/// Where a chunk beats NCCL's own for one setting, over noise-free truth:
+/// one (nodes, collective, algorithm, protocol) and the sizes it wins at.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChunkGain {
+    pub nodes: u32,
+    pub collective: &'static str,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    /// Sizes (bytes) where the best chunk is at least 3 % faster than
+    /// NCCL's chunk for the same setting, at NCCL's channel count.
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// The largest gain (NCCL's chunk's time / the best chunk's), its size
+    /// and the chunk the plugin answered there.
+    pub max_gain: f64,
+    pub at_bytes: u64,
+    pub chunk: u64,
+}
+
+/// Every setting where one of the sweep's chunks wins by 3 % or more
+/// somewhere (`dyncc simulate --report --chunks`).
+pub fn chunk_gains(spec: &Spec, models: &Models) -> Vec<ChunkGain> {
+    let prof = &spec.profile;
+    let mut out = Vec::new();
+    for &nnodes in &spec.nodes {
+        let model = models.get(nnodes);
+        let nranks = prof.gpus_per_node * nnodes;
+        for &coll in &spec.colls {
+            for (a, p) in physics::configs(prof, nnodes, coll) {
+                let mut g: Option<ChunkGain> = None;
+                for req in spec.sizes() {
+                    let (size, _) = format::size_count(coll, req, nranks);
+                    if size == 0 {
+                        continue;
+                    }
+                    let ch = model.channels(a, p, size);
+                    let t = physics::true_time(prof, nnodes, coll, a, p, ch, size);
+                    let Some((tk, k)) = spec
+                        .chunks
+                        .iter()
+                        .map(|&k| answered(p, k))
+                        .filter(|&k| k != 0)
+                        .map(|k| {
+                            (
+                                physics::true_time_chunked(prof, nnodes, coll, a, p, ch, size, k),
+                                k,
+                            )
+                        })
+                        .min_by(|x, y| x.0.total_cmp(&y.0))
+                    else {
+                        continue;
+                    };
+                    let gain = t / tk;
+                    if gain < 1.03 {
+                        continue;
+                    }
+                    let e = g.get_or_insert(ChunkGain {
+                        nodes: nnodes,
+                        collective: coll.name(),
+                        algorithm: a.name(),
+                        protocol: p.name(),
+                        from_bytes: size,
+                        to_bytes: size,
+                        max_gain: 0.0,
+                        at_bytes: size,
+                        chunk: k,
+                    });
+                    e.to_bytes = size;
+                    if gain > e.max_gain {
+                        (e.max_gain, e.at_bytes, e.chunk) = (gain, size, k);
+                    }
+                }
+                out.extend(g);
+            }
+        }
+    }
+    out
+}
+
 /// What a written sweep holds.
 #[derive(Clone, Debug, Serialize)]
 pub struct Written {
