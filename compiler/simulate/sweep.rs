@@ -117,6 +117,9 @@ impl Run {
     }
 }
 
+/// What a run forces: `None` for NCCL's default.
+type Forced = Option<(Algo, Proto, Ch)>;
+
 /// Every run of the sweep, in a stable order: per node count, collective
 /// and repeat, NCCL's default, the forced settings, then each forced setting
 /// again per chunk its protocol runs as set (`dyncc plan --chunks`'s order).
@@ -321,7 +324,8 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
         let model = models.get(nnodes);
         let nranks = prof.gpus_per_node * nnodes;
         for &coll in &spec.colls {
-            let mut cfgs: Vec<(Option<(Algo, Proto, Ch)>, u64)> = vec![(None, 0)];
+            // (forced setting or NCCL's default, the chunk answered).
+            let mut cfgs: Vec<(Forced, u64)> = vec![(None, 0)];
             for chunk in std::iter::once(0).chain(spec.chunks.iter().copied()) {
                 for (a, p) in physics::configs(prof, nnodes, coll) {
                     if chunk != 0 && p.chunk_at_most(chunk).is_nccl() {
