@@ -397,6 +397,8 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
         col("channels")?,
         col("true_us")?,
     );
+    // A sweep that varies the chunk writes its column; others have none.
+    let ck = h.iter().position(|x| x == "chunk");
     let file = std::sync::Arc::new(path.to_path_buf());
     let mut out = Vec::new();
     for (i, row) in rd.records().enumerate() {
@@ -419,6 +421,18 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
             Err(_) => return Err(bad("an integer channel count (-1 for NCCL's choice)")),
         };
         let t: f64 = get(ct).parse().map_err(|_| bad("a time in true_us"))?;
+        let chunk = match (ck, proto) {
+            (Some(c), Some(p)) => {
+                // The bytes the plugin answered: on the protocol's grain.
+                let b = num(c, "a chunk in bytes (0 for NCCL's)")?;
+                let k = p.chunk_at_most(b);
+                if k.bytes() as u64 != b {
+                    return Err(bad("a chunk the protocol runs as set (on its grain), or 0"));
+                }
+                k
+            }
+            _ => dyncc_tables::Chunk::NCCL,
+        };
         out.push(Cell {
             key: CellKey {
                 collective,
@@ -431,7 +445,7 @@ pub fn read_truth(path: &std::path::Path) -> anyhow::Result<Vec<Cell>> {
                     algo,
                     proto,
                     channels,
-                    chunk: dyncc_tables::Chunk::NCCL,
+                    chunk,
                 },
             },
             time_us: t,

@@ -500,3 +500,91 @@ fn a_forced_setting_the_truth_lacks_stops_the_round() {
         "{stderr}"
     );
 }
+
+/// Chunk sizes in the world: a table compiled from a simulated chunk sweep
+/// (Broadcast on 8 nodes, `dyncc simulate --chunks`) answers getChunkSize,
+/// the world runs the truth row at the chunk answered, and the round is
+/// faster than with the table compiled from the same sweep's runs at
+/// NCCL's chunk alone; every rank answers alike. On a truth without those
+/// chunks the same table stops the round (exit 3): the world holds only
+/// what was simulated.
+#[test]
+fn a_chunk_table_runs_its_chunks_and_beats_the_table_without_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = |out: &Path, chunks: &[&str]| {
+        let st = dyncc()
+            .args(["simulate", "-o"])
+            .arg(out)
+            .args(["--profile", "h100", "--nodes", "8", "--colls", "broadcast"])
+            .args([
+                "--min-bytes",
+                "1MiB",
+                "--max-bytes",
+                "64MiB",
+                "--channels",
+                "auto",
+            ])
+            .args(["--repeats", "2"])
+            .args(chunks)
+            .output()
+            .unwrap();
+        assert!(
+            st.status.success(),
+            "{}",
+            String::from_utf8_lossy(&st.stderr)
+        );
+    };
+    let (chunked, plain) = (dir.path().join("chunked"), dir.path().join("plain"));
+    sim(&chunked, &["--chunks", "64K,128K,256K"]);
+    sim(&plain, &[]);
+    let (t_chunk, t_plain) = (dir.path().join("chunk.tbl"), dir.path().join("plain.tbl"));
+    compile(std::slice::from_ref(&chunked), &t_chunk);
+    compile(std::slice::from_ref(&plain), &t_plain);
+    let truth = chunked.join("truth.csv");
+    let round = |tbl: &Path| {
+        run_world(
+            &truth,
+            8,
+            PPN,
+            20,
+            &[
+                ("WORLD_RANKS", "3"),
+                ("WORLD_NCCL_VERSION", SIMULATED_NCCL),
+                ("DYNCC_TABLE", tbl.to_str().unwrap()),
+            ],
+        )
+    };
+    let (c, p) = (round(&t_chunk), round(&t_plain));
+    assert_eq!(c.summary.disagreements, 0, "{}", c.stdout);
+    assert!(c.warns().is_empty(), "{}", c.stdout);
+    assert!(p.summary.ran_us < p.summary.nccl_us, "{:?}", p.summary);
+    assert!(
+        c.summary.ran_us < 0.97 * p.summary.ran_us,
+        "chunks {:?} vs none {:?}",
+        c.summary,
+        p.summary
+    );
+    eprintln!(
+        "chunk world, 8 nodes broadcast: NCCL {:.1} us, table without chunks {:.1} us, with chunks {:.1} us, best {:.1} us",
+        c.summary.nccl_us, p.summary.ran_us, c.summary.ran_us, c.summary.best_us
+    );
+    let out = world_command(
+        &plain.join("truth.csv"),
+        8,
+        PPN,
+        2,
+        &[
+            ("WORLD_NCCL_VERSION", SIMULATED_NCCL),
+            ("DYNCC_TABLE", t_chunk.to_str().unwrap()),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at chunk"));
+}

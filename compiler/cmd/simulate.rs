@@ -13,13 +13,16 @@ use crate::simulate::sweep::{self, Ch, Spec};
 const HELP: &str = "\
 Each run (node count x collective x forced NCCL_ALGO/NCCL_PROTO/channels x
 repeat, plus NCCL-default runs) becomes one nccl-tests 2.19 log under
-OUT/<profile>/n<nodes>/<collective>/, with a `# dyncc:` line naming the knobs.
+OUT/<profile>/n<nodes>/<collective>/, with a `# dyncc:` line naming the knobs;
+a run at a --chunks size goes under .../chunk=BYTES/ with the plugin's
+`dyncc: sweep chunk=BYTES` lines, as a `dyncc plan --chunks` run.
 OUT/truth.csv holds the noise-free time of every cell and NCCL's emulated
 default choice. The same --seed gives the same files.
 
 Examples:
   dyncc simulate -o sweep                      # h100, 1-16 nodes, 5 collectives
   dyncc simulate -o sweep --profile v100 --nodes 2,4 --colls allreduce --csv
+  dyncc simulate -o sweep --nodes 8,16 --colls broadcast --chunks 64K,128K,256K
   dyncc simulate --list-profiles --json > my.json   # keep and edit one, then --profile-file my.json
   dyncc simulate --report --profile a100       # NCCL default vs best, no files
   dyncc simulate --profile v100 --calibrate datasets/real/nvidia-dgx1v-allreduce.csv";
@@ -64,6 +67,13 @@ pub struct SimulateArgs {
     /// Channel settings of forced runs: numbers, and `auto` (NCCL's own count).
     #[arg(long, value_delimiter = ',', default_value = "auto,4,8,16,32")]
     pub channels: Vec<String>,
+    /// Chunk sizes (bytes: 65536, 64K, 1M), comma-separated: each forced
+    /// setting also runs at each, with the dyncc plugin answering NCCL's
+    /// getChunkSize as `dyncc plan --chunks` sweeps do (logs under
+    /// `chunk=BYTES/`); the chunk's modelled effect is in
+    /// compiler/simulate/CALIBRATION.md. Default: NCCL's chunk only.
+    #[arg(long, value_delimiter = ',', value_name = "BYTES")]
+    pub chunks: Vec<String>,
     /// Repeats of every run.
     #[arg(long, default_value_t = 3)]
     pub repeats: u32,
@@ -73,7 +83,8 @@ pub struct SimulateArgs {
     /// Also write OUT/sweep.csv in the NCCL tuner-example schema.
     #[arg(long)]
     pub csv: bool,
-    /// Print NCCL's default-vs-best gap for the profile and exit (no files).
+    /// Print NCCL's default-vs-best gap for the profile and exit (no files);
+    /// with --chunks, also where each chunk beats NCCL's for the same setting.
     #[arg(long)]
     pub report: bool,
     /// Compare the physics with a real AllReduce sweep CSV (tuner schema) and print a markdown report.
@@ -176,6 +187,18 @@ fn spec(a: &SimulateArgs, prof: Profile) -> anyhow::Result<Spec> {
             channels.push(ch);
         }
     }
+    let mut chunks = Vec::new();
+    for c in &a.chunks {
+        let b = dyncc_tables::Chunk::parse_bytes(c).with_context(|| {
+            format!(
+                "--chunks: `{c}` is not a chunk size; give bytes such as 65536, 64K or 1M \
+                 (at most 2 GiB), comma-separated"
+            )
+        })?;
+        if !chunks.contains(&b) {
+            chunks.push(b);
+        }
+    }
     let (min_bytes, max_bytes) = (parse_size(&a.min_bytes)?, parse_size(&a.max_bytes)?);
     if min_bytes == 0 || min_bytes > max_bytes {
         bail!("--min-bytes {min_bytes} must be at least 1 and at most --max-bytes {max_bytes}");
@@ -201,6 +224,7 @@ fn spec(a: &SimulateArgs, prof: Profile) -> anyhow::Result<Spec> {
         min_bytes,
         max_bytes,
         channels,
+        chunks,
         repeats: a.repeats,
         seed: a.seed,
     })
@@ -225,6 +249,29 @@ fn print_gaps(gaps: &[sweep::Gap]) {
             g.max,
             g.geomean_all
         );
+    }
+}
+
+fn print_chunk_gains(k: &[sweep::ChunkGain]) {
+    println!("\nA --chunks size vs NCCL's chunk, same setting at NCCL's channel count (noise-free truth, >= 3 % only):");
+    println!(
+        "  nodes  collective     setting        sizes                 best gain  at        chunk"
+    );
+    for g in k {
+        println!(
+            "  {:>5}  {:<13}  {:<13}  {:>9} .. {:<9}  {:>6.3}x   {:<8}  {}",
+            g.nodes,
+            g.collective,
+            format!("{}/{}", g.algorithm, g.protocol),
+            crate::units::fmt_bytes(g.from_bytes),
+            crate::units::fmt_bytes(g.to_bytes),
+            g.max_gain,
+            crate::units::fmt_bytes(g.at_bytes),
+            g.chunk
+        );
+    }
+    if k.is_empty() {
+        println!("  (none)");
     }
 }
 
@@ -272,10 +319,21 @@ pub fn run(a: SimulateArgs) -> anyhow::Result<i32> {
     if a.report {
         let models = sweep::Models::new(&spec);
         let g = sweep::gaps(&spec, &models);
+        if spec.chunks.is_empty() {
+            if a.json {
+                println!("{}", crate::output::pretty(&g)?);
+            } else {
+                print_gaps(&g);
+            }
+            return Ok(0);
+        }
+        let k = sweep::chunk_gains(&spec, &models);
         if a.json {
-            println!("{}", crate::output::pretty(&g)?);
+            let both = serde_json::json!({ "gaps": g, "chunk_gains": k });
+            println!("{}", crate::output::pretty(&both)?);
         } else {
             print_gaps(&g);
+            print_chunk_gains(&k);
         }
         return Ok(0);
     }

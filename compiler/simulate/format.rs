@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use super::profile::Profile;
-use crate::record::Coll;
+use crate::record::{Coll, Proto};
 
 /// One data row: size, and (time µs) out-of-place and in-place.
 #[derive(Clone, Copy, Debug)]
@@ -88,6 +88,42 @@ pub struct RunHeader<'a> {
     pub max_bytes: u64,
     /// Seeds the Pids so repeats look like separate jobs.
     pub pid_base: u32,
+    /// The chunk the dyncc plugin answered (`DYNCC_SWEEP_CHUNK`), bytes; 0:
+    /// no plugin, NCCL's chunk.
+    pub chunk: u64,
+}
+
+/// The dyncc plugin's init line in a run at a chunk size, as the plugin
+/// writes it after `NCCL INFO ` (`runtime/src/plugin.rs`,
+/// `describe_sweep_chunk`): `dyncc compile` reads its head as the run's
+/// chunk knob, so a simulated chunk run reads as a `dyncc plan --chunks` one.
+pub fn sweep_chunk_line(chunk: u64) -> String {
+    let mut s = format!(
+        "{}{chunk} (DYNCC_SWEEP_CHUNK): getChunkSize (tuner v6/v7, NCCL 2.30+) answers it for \
+         every collective, rounded down per protocol to a size NCCL runs as set:",
+        crate::ingest::text::SWEEP_CHUNK_LINE
+    );
+    for p in Proto::ALL {
+        let b = p.chunk_at_most(chunk).bytes();
+        if b == 0 {
+            let _ = write!(
+                s,
+                " {} NCCL's (below its {}-byte grain)",
+                p.env_name(),
+                p.chunk_grain()
+            );
+        } else {
+            let _ = write!(s, " {} {b}", p.env_name());
+        }
+    }
+    let _ = write!(
+        s,
+        "; algorithm, protocol and channels stay NCCL's (or NCCL_ALGO/NCCL_PROTO/channel \
+         variables); every rank has the same environment, so every rank answers alike; \
+         DYNCC_TABLE is not set; plugin {}",
+        env!("CARGO_PKG_VERSION")
+    );
+    s
 }
 
 /// Renders the whole file.
@@ -102,6 +138,15 @@ pub fn render(h: &RunHeader, rows: &[Row]) -> String {
         "# dyncc: {} platform={} repeat={} simulated=1",
         h.knobs, p.name, h.repeat
     );
+    if h.chunk != 0 {
+        // The plugin's init line, once per rank as NCCL_DEBUG=INFO prints it.
+        let line = sweep_chunk_line(h.chunk);
+        for r in 0..nranks {
+            let host = format!("{}{:03}", p.host_prefix, r / ppn + 1);
+            let pid = h.pid_base + (r / ppn) * 1013 + r % ppn;
+            let _ = writeln!(s, "{host}:{pid}:{pid} [{}] NCCL INFO {line}", r % ppn);
+        }
+    }
     let _ = writeln!(
         s,
         "# nccl-tests version 2.19.6 nccl-headers=22807 nccl-library=22807"

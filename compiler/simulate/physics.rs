@@ -15,6 +15,7 @@
 use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
+use super::chunk;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
@@ -209,6 +210,28 @@ pub fn true_time(
         return (lat.powf(k) + bytes_us.powf(k)).powf(1.0 / k) + ch_cost;
     }
     lat + ch_cost + bytes_us
+}
+
+/// [`true_time`] when a tuner answers `chunk` bytes for the collective's
+/// chunk size (NCCL's getChunkSize): the calibrated time plus the modelled
+/// difference from NCCL's own chunk ([`chunk::delta_us`]). `chunk` 0 is
+/// NCCL's own: exactly [`true_time`].
+#[allow(clippy::too_many_arguments)]
+pub fn true_time_chunked(
+    prof: &Profile,
+    nnodes: u32,
+    c: Coll,
+    a: Algo,
+    p: Proto,
+    channels: u32,
+    nbytes: u64,
+    chunk: u64,
+) -> f64 {
+    let t = true_time(prof, nnodes, c, a, p, channels, nbytes);
+    if chunk == 0 {
+        return t;
+    }
+    t + chunk::delta_us(prof, nnodes, c, a, p, channels, nbytes, chunk, t)
 }
 
 /// Draws measurement noise: multiplicative log-normal, wider at small sizes,

@@ -43,6 +43,10 @@ pub struct Spec {
     pub min_bytes: u64,
     pub max_bytes: u64,
     pub channels: Vec<Ch>,
+    /// Chunk sizes, bytes, each forced setting also runs at with the dyncc
+    /// plugin answering `getChunkSize` (`DYNCC_SWEEP_CHUNK`), as `dyncc plan
+    /// --chunks` sweeps do; empty: NCCL's chunk only.
+    pub chunks: Vec<u64>,
     pub repeats: u32,
     pub seed: u64,
 }
@@ -70,6 +74,8 @@ pub struct Run {
     pub coll: Coll,
     /// `None`: default run (nothing forced).
     pub config: Option<(Algo, Proto, Ch)>,
+    /// The chunk the plugin is asked to answer, bytes (0: NCCL's, no plugin).
+    pub chunk: u64,
     pub repeat: u32,
 }
 
@@ -86,10 +92,15 @@ impl Run {
                 self.repeat
             ),
         };
-        PathBuf::from(profile)
+        let dir = PathBuf::from(profile)
             .join(format!("n{}", self.nnodes))
-            .join(self.coll.name())
-            .join(name)
+            .join(self.coll.name());
+        // A `chunk=BYTES` folder, as a `dyncc plan --chunks` sweep files its
+        // chunk runs: a label that agrees with the plugin's line.
+        match self.chunk {
+            0 => dir.join(name),
+            k => dir.join(format!("chunk={k}")).join(name),
+        }
     }
 
     fn knobs(&self) -> String {
@@ -106,7 +117,12 @@ impl Run {
     }
 }
 
-/// Every run of the sweep, in a stable order.
+/// What a run forces: `None` for NCCL's default.
+type Forced = Option<(Algo, Proto, Ch)>;
+
+/// Every run of the sweep, in a stable order: per node count, collective
+/// and repeat, NCCL's default, the forced settings, then each forced setting
+/// again per chunk its protocol runs as set (`dyncc plan --chunks`'s order).
 pub fn plan(spec: &Spec) -> Vec<Run> {
     let mut runs = Vec::new();
     for &nnodes in &spec.nodes {
@@ -117,16 +133,24 @@ pub fn plan(spec: &Spec) -> Vec<Run> {
                     nnodes,
                     coll,
                     config: None,
+                    chunk: 0,
                     repeat,
                 });
-                for &(a, p) in &cfgs {
-                    for &c in &spec.channels {
-                        runs.push(Run {
-                            nnodes,
-                            coll,
-                            config: Some((a, p, c)),
-                            repeat,
-                        });
+                for chunk in std::iter::once(0).chain(spec.chunks.iter().copied()) {
+                    for &(a, p) in &cfgs {
+                        if chunk != 0 && p.chunk_at_most(chunk).is_nccl() {
+                            // Below the protocol's grain: NCCL's chunk would run.
+                            continue;
+                        }
+                        for &c in &spec.channels {
+                            runs.push(Run {
+                                nnodes,
+                                coll,
+                                config: Some((a, p, c)),
+                                chunk,
+                                repeat,
+                            });
+                        }
                     }
                 }
             }
@@ -195,7 +219,16 @@ pub fn simulate_run(spec: &Spec, models: &Models, run: &Run) -> Vec<Row> {
         let (size, count) = format::size_count(run.coll, req, nranks);
         let (a, p, ch) =
             executed(model, run.coll, run.config, size).unwrap_or((Algo::Ring, Proto::LL, 1));
-        let t = physics::true_time(prof, run.nnodes, run.coll, a, p, ch, size) * job;
+        let t = physics::true_time_chunked(
+            prof,
+            run.nnodes,
+            run.coll,
+            a,
+            p,
+            ch,
+            size,
+            answered(p, run.chunk),
+        ) * job;
         let mut oop = physics::noisy(prof, size, t, &mut rng);
         let ip = physics::noisy(prof, size, t * 0.995, &mut rng);
         if i == 0 && rng.random::<f64>() < prof.physics.outlier_prob {
@@ -210,6 +243,12 @@ pub fn simulate_run(spec: &Spec, models: &Models, run: &Run) -> Vec<Row> {
         });
     }
     rows
+}
+
+/// The chunk the plugin answers on protocol `p` when a run asks `chunk`
+/// bytes (0: NCCL's): what `dyncc compile` records as the run's chunk.
+pub fn answered(p: Proto, chunk: u64) -> u64 {
+    p.chunk_at_most(chunk).bytes() as u64
 }
 
 /// One ground-truth line.
@@ -231,6 +270,50 @@ pub struct Truth {
     pub ran_algorithm: &'static str,
     pub ran_protocol: &'static str,
     pub ran_channels: u32,
+    /// The chunk the plugin answered, bytes (0: NCCL's); a column of
+    /// truth.csv only in a sweep that varies it, so other sweeps' truth
+    /// reads as before.
+    #[serde(skip)]
+    pub chunk: u64,
+}
+
+/// A truth line with its chunk column, for sweeps that vary the chunk
+/// (`eval --truth` reads the column when it is there).
+#[derive(Serialize)]
+struct TruthAtChunk<'a> {
+    platform: &'a str,
+    collective: &'static str,
+    nodes: u32,
+    ranks: u32,
+    size_bytes: u64,
+    algorithm: &'static str,
+    protocol: &'static str,
+    channels: i64,
+    true_us: f64,
+    ran_algorithm: &'static str,
+    ran_protocol: &'static str,
+    ran_channels: u32,
+    chunk: u64,
+}
+
+impl<'a> From<&'a Truth> for TruthAtChunk<'a> {
+    fn from(t: &'a Truth) -> Self {
+        TruthAtChunk {
+            platform: &t.platform,
+            collective: t.collective,
+            nodes: t.nodes,
+            ranks: t.ranks,
+            size_bytes: t.size_bytes,
+            algorithm: t.algorithm,
+            protocol: t.protocol,
+            channels: t.channels,
+            true_us: t.true_us,
+            ran_algorithm: t.ran_algorithm,
+            ran_protocol: t.ran_protocol,
+            ran_channels: t.ran_channels,
+            chunk: t.chunk,
+        }
+    }
 }
 
 /// Ground truth for every (nodes, collective, size, configuration) of the sweep.
@@ -241,10 +324,16 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
         let model = models.get(nnodes);
         let nranks = prof.gpus_per_node * nnodes;
         for &coll in &spec.colls {
-            let mut cfgs: Vec<Option<(Algo, Proto, Ch)>> = vec![None];
-            for (a, p) in physics::configs(prof, nnodes, coll) {
-                for &c in &spec.channels {
-                    cfgs.push(Some((a, p, c)));
+            // (forced setting or NCCL's default, the chunk answered).
+            let mut cfgs: Vec<(Forced, u64)> = vec![(None, 0)];
+            for chunk in std::iter::once(0).chain(spec.chunks.iter().copied()) {
+                for (a, p) in physics::configs(prof, nnodes, coll) {
+                    if chunk != 0 && p.chunk_at_most(chunk).is_nccl() {
+                        continue;
+                    }
+                    for &c in &spec.channels {
+                        cfgs.push((Some((a, p, c)), answered(p, chunk)));
+                    }
                 }
             }
             for req in spec.sizes() {
@@ -252,7 +341,7 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
                 if size == 0 {
                     continue;
                 }
-                for &cfg in &cfgs {
+                for &(cfg, chunk) in &cfgs {
                     let Some((a, p, ch)) = executed(model, coll, cfg, size) else {
                         continue;
                     };
@@ -276,10 +365,13 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
                         algorithm,
                         protocol,
                         channels,
-                        true_us: physics::true_time(prof, nnodes, coll, a, p, ch, size),
+                        true_us: physics::true_time_chunked(
+                            prof, nnodes, coll, a, p, ch, size, chunk,
+                        ),
                         ran_algorithm: a.name(),
                         ran_protocol: p.name(),
                         ran_channels: ch,
+                        chunk,
                     });
                 }
             }
@@ -375,6 +467,85 @@ pub fn gaps(spec: &Spec, models: &Models) -> Vec<Gap> {
     v
 }
 
+/// Where a chunk beats NCCL's own for one setting, over noise-free truth:
+/// one (nodes, collective, algorithm, protocol) and the sizes it wins at.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChunkGain {
+    pub nodes: u32,
+    pub collective: &'static str,
+    pub algorithm: &'static str,
+    pub protocol: &'static str,
+    /// Sizes (bytes) where the best chunk is at least 3 % faster than
+    /// NCCL's chunk for the same setting, at NCCL's channel count.
+    pub from_bytes: u64,
+    pub to_bytes: u64,
+    /// The largest gain (NCCL's chunk's time / the best chunk's), its size
+    /// and the chunk the plugin answered there.
+    pub max_gain: f64,
+    pub at_bytes: u64,
+    pub chunk: u64,
+}
+
+/// Every setting where one of the sweep's chunks wins by 3 % or more
+/// somewhere (`dyncc simulate --report --chunks`).
+pub fn chunk_gains(spec: &Spec, models: &Models) -> Vec<ChunkGain> {
+    let prof = &spec.profile;
+    let mut out = Vec::new();
+    for &nnodes in &spec.nodes {
+        let model = models.get(nnodes);
+        let nranks = prof.gpus_per_node * nnodes;
+        for &coll in &spec.colls {
+            for (a, p) in physics::configs(prof, nnodes, coll) {
+                let mut g: Option<ChunkGain> = None;
+                for req in spec.sizes() {
+                    let (size, _) = format::size_count(coll, req, nranks);
+                    if size == 0 {
+                        continue;
+                    }
+                    let ch = model.channels(a, p, size);
+                    let t = physics::true_time(prof, nnodes, coll, a, p, ch, size);
+                    let Some((tk, k)) = spec
+                        .chunks
+                        .iter()
+                        .map(|&k| answered(p, k))
+                        .filter(|&k| k != 0)
+                        .map(|k| {
+                            (
+                                physics::true_time_chunked(prof, nnodes, coll, a, p, ch, size, k),
+                                k,
+                            )
+                        })
+                        .min_by(|x, y| x.0.total_cmp(&y.0))
+                    else {
+                        continue;
+                    };
+                    let gain = t / tk;
+                    if gain < 1.03 {
+                        continue;
+                    }
+                    let e = g.get_or_insert(ChunkGain {
+                        nodes: nnodes,
+                        collective: coll.name(),
+                        algorithm: a.name(),
+                        protocol: p.name(),
+                        from_bytes: size,
+                        to_bytes: size,
+                        max_gain: 0.0,
+                        at_bytes: size,
+                        chunk: k,
+                    });
+                    e.to_bytes = size;
+                    if gain > e.max_gain {
+                        (e.max_gain, e.at_bytes, e.chunk) = (gain, size, k);
+                    }
+                }
+                out.extend(g);
+            }
+        }
+    }
+    out
+}
+
 /// What a written sweep holds.
 #[derive(Clone, Debug, Serialize)]
 pub struct Written {
@@ -431,12 +602,15 @@ pub fn write(
             max_bytes: *sizes.last().unwrap_or(&0),
             pid_base: 100_000
                 + (fnv1a(&run.rel_path(&prof.name).to_string_lossy()) % 3_000_000) as u32,
+            chunk: run.chunk,
         };
         let text = format::render(&header, &rows);
         let path = out.join(run.rel_path(&prof.name));
         format::write_atomic(&path, text.as_bytes())?;
         bytes += text.len() as u64;
-        if let Some(w) = csv_w.as_mut() {
+        // The tuner schema has no chunk column: a chunk run there would read
+        // as one at NCCL's chunk, so chunk runs are in the logs only.
+        if let Some(w) = csv_w.as_mut().filter(|_| run.chunk == 0) {
             let nranks = prof.gpus_per_node * run.nnodes;
             let (algo, proto, ch) = match run.config {
                 None => (
@@ -477,7 +651,11 @@ pub fn write(
     let truth_rows = truth(spec, &models);
     let mut tw = csv::Writer::from_writer(Vec::new());
     for t in &truth_rows {
-        tw.serialize(t)?;
+        if spec.chunks.is_empty() {
+            tw.serialize(t)?;
+        } else {
+            tw.serialize(TruthAtChunk::from(t))?;
+        }
     }
     let truth_path = out.join("truth.csv");
     format::write_atomic(

@@ -39,12 +39,20 @@
  * protocol and channels) is what the Coll event says; the kernel channels
  * span true_us x exp(noise).
  *
+ * A truth with a `chunk` column (`dyncc simulate --chunks`) also holds
+ * each forced setting at chunks the plugin answered; after getCollInfo,
+ * as NCCL 2.30's calcCollChunking does, every rank asks getChunkSize
+ * (tuner v6) what it ran, offering a size no table chunk can be (not a
+ * multiple of 16) for NCCL's own, and the row run is the one at the chunk
+ * answered (chunk 0 when the answer is unchanged). Without the column
+ * every row is at NCCL's chunk and an answered chunk is exit status 3.
+ *
  * Prints, per (collective, size), "shape COLL NBYTES nccl_us N table_us T
  * best_us B" (NCCL's default's time; the mean noise-free time of what rank
  * 0 ran over the calls; the best time any setting in the truth has), then
  * "summary calls N disagreements D ran_us T nccl_us TN best_us TB" (sums
  * over the calls of noise-free times; D: calls where some rank's answer,
- * forced cell or channel count, differed from rank 0's). Also "mask N"
+ * forced cell, channel count or chunk, differed from rank 0's). Also "mask N"
  * per init and the plugin's log lines ("INFO ...", "WARN ...").
  * Exit status: 0 done; 2 bad usage or truth file; 3 the tuner forced a
  * setting the truth does not hold (the test world must answer every
@@ -57,6 +65,9 @@
 
 #define WORLD_COMM_ID 0x3D0A1DC0FFEE2020ULL
 #define MAX_RANKS 64
+/* What the world offers getChunkSize as NCCL's chunk: no table chunk is
+ * it (chunks are multiples of 16 bytes), so an unchanged answer is NCCL's. */
+#define WORLD_NCCL_CHUNK ((size_t)131071)
 
 static const char *TRUTH_COLLS[5] = {"broadcast", "reduce", "allgather", "reducescatter", "allreduce"};
 static const char *TRUTH_ALGOS[7] = {"tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"};
@@ -68,6 +79,7 @@ typedef struct {
   size_t bytes;
   int algo, proto; /* -1, -1: NCCL's default */
   int channels;    /* -1: not forced */
+  long chunk;      /* the chunk the plugin answered, bytes; 0: NCCL's */
   double us;
   int ran_algo, ran_proto, ran_channels;
   int line; /* in the truth file, for messages */
@@ -87,6 +99,7 @@ typedef struct {
 typedef struct {
   int cell; /* the cell the tuner set to 0 (algo*3+proto), -1 none */
   int nch;  /* the channel count it wrote, 0 none */
+  long chunk; /* the chunk getChunkSize answered, 0 none */
   int row;  /* the truth row that ran */
 } answer_t;
 
@@ -173,7 +186,7 @@ static void read_truth(int nnodes, int nranks, const char *colls) {
   if (!f) die(2, "cannot open %s: %s", truth_path, strerror(errno));
   char *line = NULL;
   size_t cap = 0;
-  int col[NCOLS], lineno = 0, cap_rows = 0;
+  int col[NCOLS], col_chunk = -1, lineno = 0, cap_rows = 0;
   char platform[128] = "";
   char *fs[64];
   while (getline(&line, &cap, f) > 0) {
@@ -187,6 +200,8 @@ static void read_truth(int nnodes, int nranks, const char *colls) {
         if (col[c] < 0)
           die(2, "%s:1: no column '%s' (a truth.csv from `dyncc simulate -o DIR` has it)", truth_path, COLUMNS[c]);
       }
+      for (int i = 0; i < n && i < 64; i++)
+        if (strcmp(fs[i], "chunk") == 0) col_chunk = i;
       continue;
     }
     if (n == 1 && fs[0][0] == 0) continue;
@@ -218,6 +233,10 @@ static void read_truth(int nnodes, int nranks, const char *colls) {
           truth_path, lineno, fs[col[C_ALGO]], fs[col[C_PROTO]], fs[col[C_RAN_ALGO]], fs[col[C_RAN_PROTO]]);
     r.channels = (int)parse_long(fs[col[C_CH]], lineno, "channels");
     r.ran_channels = (int)parse_long(fs[col[C_RAN_CH]], lineno, "ran_channels");
+    if (col_chunk >= n) die(2, "%s:%d: %d fields, expected a 'chunk' column", truth_path, lineno, n);
+    r.chunk = col_chunk < 0 ? 0 : parse_long(fs[col_chunk], lineno, "chunk");
+    if (r.chunk < 0 || (is_default && r.chunk != 0))
+      die(2, "%s:%d: chunk %ld: a forced setting's answered chunk in bytes, or 0 (NCCL's)", truth_path, lineno, r.chunk);
     if (r.ran_channels < 1 || r.ran_channels > MAX_KERNEL_CHANNELS)
       die(2, "%s:%d: ran_channels %d outside 1..%d", truth_path, lineno, r.ran_channels, MAX_KERNEL_CHANNELS);
     char *end;
@@ -238,9 +257,10 @@ static void read_truth(int nnodes, int nranks, const char *colls) {
         nnodes, nranks, colls ? " for WORLD_COLLS=" : "", colls ? colls : "");
 }
 
-static int find_row(const shape_t *s, int algo, int proto, int channels) {
+static int find_row(const shape_t *s, int algo, int proto, int channels, long chunk) {
   for (int i = s->first; i < s->first + s->n; i++)
-    if (rows[i].algo == algo && rows[i].proto == proto && rows[i].channels == channels) return i;
+    if (rows[i].algo == algo && rows[i].proto == proto && rows[i].channels == channels && rows[i].chunk == chunk)
+      return i;
   return -1;
 }
 
@@ -264,6 +284,8 @@ static void build_shapes(void) {
     for (int k = s->first; k < i; k++) {
       row_t *r = &rows[k];
       if (r->us < s->best_us) s->best_us = r->us;
+      /* NCCL's estimate knows nothing of a tuner's chunk. */
+      if (r->chunk != 0) continue;
       if (r->algo < 0) {
         if (s->def >= 0)
           die(2, "%s:%d: a second default row for %s %zu bytes (the first at line %d)", truth_path, r->line,
@@ -276,7 +298,7 @@ static void build_shapes(void) {
       float *c = &s->cost[r->algo][r->proto];
       if (r->channels == -1)
         *c = (float)r->us;
-      else if (find_row(s, r->algo, r->proto, -1) < 0 && (*c < 0 || (float)r->us < *c))
+      else if (find_row(s, r->algo, r->proto, -1, 0) < 0 && (*c < 0 || (float)r->us < *c))
         *c = (float)r->us;
       if ((float)r->us < cheapest) cheapest = (float)r->us;
     }
@@ -336,15 +358,21 @@ static void *host_thread(void *arg) {
     nccl_pick_t k = core_nccl_pick(cost);
     const row_t *d = &rows[s->def];
     int row = s->def;
-    if (k.forced || nch > 0) {
-      /* Channels written without a forced cell pin NCCL's own choice. */
-      int algo = k.forced ? k.algo : d->ran_algo, proto = k.forced ? k.proto : d->ran_proto;
-      row = find_row(s, algo, proto, nch > 0 ? nch : -1);
+    /* Channels written without a forced cell pin NCCL's own choice. */
+    int algo = k.forced ? k.algo : d->ran_algo, proto = k.forced ? k.proto : d->ran_proto;
+    /* calcCollChunking: NCCL offers its own chunk for what it will run. */
+    size_t chunk = WORLD_NCCL_CHUNK;
+    if (tuner->getChunkSize)
+      tuner->getChunkSize(r->tctx, (ncclFunc_t)s->coll, s->bytes, algo, proto, nch > 0 ? nch : d->ran_channels, &chunk);
+    ans->chunk = chunk == WORLD_NCCL_CHUNK ? 0 : (long)chunk;
+    if (k.forced || nch > 0 || ans->chunk != 0) {
+      row = find_row(s, algo, proto, nch > 0 ? nch : -1, ans->chunk);
       if (row < 0)
-        die(3, "rank %d call %d: the tuner forced %s/%s on %d channels (-1: NCCL's count) for %s %zu bytes at this "
-               "shape, which %s does not hold; simulate that setting (dyncc simulate --channels)",
-            r->rank, i, TRUTH_ALGOS[algo], TRUTH_PROTOS[proto], nch > 0 ? nch : -1, TRUTH_COLLS[s->coll], s->bytes,
-            truth_path);
+        die(3, "rank %d call %d: the tuner forced %s/%s on %d channels (-1: NCCL's count) at chunk %ld (0: NCCL's) "
+               "for %s %zu bytes at this shape, which %s does not hold; simulate that setting (dyncc simulate "
+               "--channels, --chunks)",
+            r->rank, i, TRUTH_ALGOS[algo], TRUTH_PROTOS[proto], nch > 0 ? nch : -1, ans->chunk, TRUTH_COLLS[s->coll],
+            s->bytes, truth_path);
     }
     ans->row = row;
     const row_t *ran = &rows[row];
@@ -421,7 +449,7 @@ int main(int argc, char **argv) {
     const shape_t *sh = &shapes[i % nshapes];
     const answer_t *a0 = &answers[0][i];
     for (int r = 1; r < nranks_driven; r++)
-      if (answers[r][i].cell != a0->cell || answers[r][i].nch != a0->nch) {
+      if (answers[r][i].cell != a0->cell || answers[r][i].nch != a0->nch || answers[r][i].chunk != a0->chunk) {
         disagreements++;
         break;
       }
