@@ -1110,3 +1110,109 @@ fn a_fleet_of_short_jobs_learns_and_noise_between_jobs_forces_nothing_wrong() {
         );
     }
 }
+
+/// Issue 41: the loop finds a chunk win at node counts the sweep skipped.
+/// A simulated H100 world of Broadcast, 1 to 64 MiB, each forced setting
+/// also run at 64, 128 and 256 KiB chunks (`dyncc simulate --chunks`, as
+/// `dyncc plan --chunks` would sweep; what a chunk does there is the
+/// simulator's model); the sweep has 2 and 4 nodes, the rounds run at 8
+/// and 16. Exploring jobs try chunked settings (the plugin answers each
+/// candidate's own chunk through getChunkSize, and its traces record it),
+/// and a recompile decides a chunk from what they measured: some point at
+/// a production count is decided on a chunked setting the jobs measured,
+/// the last table forces it, and the rounds lose no gain anywhere.
+#[test]
+fn the_loop_finds_a_chunk_win_at_counts_the_sweep_skipped() {
+    let d = tempfile::tempdir().unwrap();
+    let sim = d.path().join("sim");
+    let st = dyncc()
+        .args(["simulate", "-o"])
+        .arg(&sim)
+        .args([
+            "--profile",
+            "h100",
+            "--nodes",
+            "2,4,8,16",
+            "--colls",
+            "allreduce,broadcast",
+        ])
+        .args(["--min-bytes", "1MiB", "--max-bytes", "64MiB"])
+        .args(["--repeats", "3", "--chunks", "64K,128K,256K"])
+        .output()
+        .unwrap();
+    assert!(
+        st.status.success(),
+        "{}",
+        String::from_utf8_lossy(&st.stderr)
+    );
+    let truth = sim.join("truth.csv");
+    let world = World {
+        truth: &truth,
+        ppn: PPN,
+        nccl: SIMULATED_NCCL,
+    };
+    let swept: Vec<PathBuf> = [2, 4]
+        .iter()
+        .map(|n| sim.join("h100").join(format!("n{n}")))
+        .collect();
+    let production = [8, 16];
+    let dir = d.path().join("split-2-4");
+    std::fs::create_dir(&dir).unwrap();
+    let l = rounds(
+        &world,
+        &swept,
+        &production,
+        &dir,
+        Budget::OverDraws,
+        FEW_LONG_JOBS,
+    );
+    eprintln!(
+        "H100 broadcast world with chunks, sweep 2,4 (production 8,16): {}",
+        l.describe(&production)
+    );
+    let chunked = |s: &str| dyncc_tables::Setting::parse(s).is_some_and(|s| !s.chunk.is_nccl());
+    let mut found = Vec::new();
+    for t in &l.traces {
+        for p in t["points"].as_array().unwrap() {
+            let decision = p["decision"].as_str().unwrap();
+            let measured = p["settings"].as_array().unwrap().iter().any(|s| {
+                let c = s["config"].as_str().unwrap_or_default();
+                c == decision
+                    || dyncc_tables::Setting::parse(c) == dyncc_tables::Setting::parse(decision)
+            });
+            if chunked(decision)
+                && measured
+                && production.contains(&(p["nodes"].as_u64().unwrap() as u32))
+            {
+                found.push(format!("{} nodes {} B: {decision}", p["nodes"], p["bytes"]));
+            }
+        }
+    }
+    assert!(
+        !found.is_empty(),
+        "no chunk decided from the jobs: {:#?}",
+        l.traces
+    );
+    eprintln!("decided on chunks the jobs measured: {found:?}");
+    // The last table forces a chunk at a production count.
+    let bytes = std::fs::read(dir.join(format!("t{ROUNDS}.tbl"))).unwrap();
+    let t = dyncc_tables::Table::from_bytes(&bytes).unwrap();
+    let forces_chunk = production.iter().any(|&n| {
+        let comm = dyncc_tables::Comm::new(u64::from(n * PPN), u64::from(n));
+        (20..=26).any(|k| {
+            matches!(
+                t.lookup(dyncc_tables::Coll::Broadcast as u32, &comm, 1 << k, 1, 0).decision,
+                dyncc_tables::Decision::Force(s) if !s.chunk.is_nccl()
+            )
+        })
+    });
+    assert!(
+        forces_chunk,
+        "the last table forces no chunk at 8 or 16 nodes"
+    );
+    assert!(
+        captured(l.after()) > captured(l.before()),
+        "{}",
+        l.describe(&production)
+    );
+}
