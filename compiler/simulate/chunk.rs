@@ -202,7 +202,7 @@ const MAX_SAVING: f64 = 0.15;
 /// `t_us` runs, µs, when a tuner answers `asked` bytes for its chunk than at
 /// NCCL's own chunk. Exactly 0.0 where what runs is NCCL's chunk, and for
 /// algorithms whose chunk the model leaves alone; never a saving of
-/// [`MAX_SAVING`] x `t_us` or more.
+/// `MAX_SAVING` x `t_us` or more.
 #[allow(clippy::too_many_arguments)]
 pub fn delta_us(
     prof: &Profile,
