@@ -922,8 +922,10 @@ fn chunks(r: &Run) -> Vec<(u32, u64, i32, i32, u64)> {
 /// chunk is that of what the communicator answered: the table's on the
 /// table's force, NCCL's on NCCL's choice and on a candidate without one;
 /// the two ranks agree on every chunk.
-#[test]
-fn an_exploring_communicator_answers_the_chunk_of_what_it_answered() {
+/// AllReduce at 5-7 nodes forced to Ring/Simple/8ch/512K everywhere
+/// (interpolated, share 0.1), with a planned candidate Ring/Simple/4ch (no
+/// chunk) at 1 MiB.
+fn chunked_table() -> Vec<u8> {
     let k512 = dyncc_tables::Chunk::from_bytes(512 << 10).unwrap();
     let chunked = Setting::new(Algo::Ring, Proto::Simple)
         .with_channels(8)
@@ -954,7 +956,12 @@ fn an_exploring_communicator_answers_the_chunk_of_what_it_answered() {
         spread: 0.05,
         cost_bound: 0.05,
     }]);
-    let s = Stand::with_table(b.build().unwrap());
+    b.build().unwrap()
+}
+
+#[test]
+fn an_exploring_communicator_answers_the_chunk_of_what_it_answered() {
+    let s = Stand::with_table(chunked_table());
     const NCCL: u64 = 131_072;
     let ring_simple = Algo::Ring as i32 * 3 + Proto::Simple as i32;
     let (mut forced, mut nccl, mut candidate) = (0, 0, 0);
@@ -987,4 +994,26 @@ fn an_exploring_communicator_answers_the_chunk_of_what_it_answered() {
         forced > 0 && nccl > 0 && candidate > 0,
         "forced {forced}, NCCL's {nccl}, candidate {candidate}"
     );
+}
+
+/// Issue 41: getChunkSize's answer on an exploring communicator is a
+/// function of the table, the communicator and the call's arguments, never
+/// of this rank's own calls: over 12 communicators whose ranks' sequences
+/// differ as real ranks' do (an extra call, extra calls at each shape's
+/// first, a context created late, numPipeOps and regBuff per rank) on the
+/// chunked table, the two ranks answer every common call's chunk alike.
+#[test]
+fn ranks_with_different_call_sequences_answer_the_same_chunks() {
+    let s = Stand::with_table(chunked_table());
+    for scenario in ["extra-one", "extra-per-size", "late", "state", "regbuff"] {
+        for id in 0..12u64 {
+            let comm = COMM_ID ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let r = s.run_as(6, 168, Some("1"), comm, scenario);
+            assert_eq!(r.disagreements, 0, "{scenario}, comm {id}: {}", r.stdout);
+            assert!(
+                chunks(&r).iter().any(|&(_, _, _, _, c)| c == 512 << 10),
+                "{scenario}: the table's chunk answered somewhere"
+            );
+        }
+    }
 }

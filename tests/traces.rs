@@ -1851,6 +1851,47 @@ fn a_setting_the_sweep_never_measured_is_never_forced_from_traces() {
     );
 }
 
+/// Issue 41: a record carries the chunk the plugin answered, and a chunk
+/// is part of the setting: jobs that ran Tree/Simple at a 64 KiB chunk the
+/// sweep never ran name no candidate, and their time is not credited to
+/// the Tree/Simple the sweep did measure (the reader dropped the chunk,
+/// and the same four communicators forced Tree/Simple). The same records
+/// without the chunk do force it.
+#[test]
+fn a_chunk_the_sweep_never_ran_names_no_candidate_from_traces() {
+    let d = tempfile::tempdir().unwrap();
+    let s = sweep(d.path(), &[1, 2, 8], |_, _| 1.2);
+    let k64 = dyncc_tables::Chunk::from_bytes(64 << 10).unwrap();
+    let run = |name: &str, chunked: bool| {
+        let traces = d.path().join(name);
+        let mut recs = explored_win();
+        if chunked {
+            recs[1].setting = recs[1].setting.with_chunk(k64).unwrap();
+        }
+        for id in 1..=4u64 {
+            write_trace(
+                &traces,
+                &format!("j{id}.trace"),
+                23007,
+                &[comm(id, 4, 0)],
+                &recs,
+            );
+        }
+        let t = d.path().join(format!("{name}.tbl"));
+        let r = compile_json(&[&s, &traces], &t);
+        (decision(&t, 4, 1 << 20), r)
+    };
+    let (plain, r) = run("plain", false);
+    assert_eq!(plain, "tree/simple", "{}", r["traces"]);
+    let (chunked, r) = run("chunked", true);
+    assert_eq!(chunked, "default/default", "{}", r["traces"]);
+    let named = r["traces"]["not_candidates"].as_object().unwrap();
+    assert!(
+        named.keys().any(|k| k.starts_with("tree/simple/8ch/64K")),
+        "{named:?}"
+    );
+}
+
 /// Issue 40: a trace claiming a newer NCCL (2.99.99) set aside every
 /// genuine trace at its point ("the newest NCCL decides") and decided
 /// alone. A version is no evidence: the version with more communicators
