@@ -634,7 +634,21 @@ impl Explorer {
     /// log or panic.
     #[inline]
     pub fn probe(&self, coll_type: u32, bucket: u8, num_pipe_ops: i32, d: Decision) -> Probe {
-        self.probe_at(coll_type, bucket, num_pipe_ops, d)
+        let Some(row) = self.cells.get(coll_type as usize) else {
+            return Probe::None;
+        };
+        // A u8 bucket indexes a 256-entry row: no bounds check.
+        let cell = &row[bucket as usize];
+        match cell.probe {
+            Probe::Nccl if d.is_forced() => Probe::Nccl,
+            Probe::Setting(s)
+                if (if cell.planned { s != d } else { !d.is_forced() })
+                    && pipe_ops_allowed(cell.max_pipe_ops, num_pipe_ops) =>
+            {
+                Probe::Setting(s)
+            }
+            _ => Probe::None,
+        }
     }
 
     /// The chunk this communicator answers `getChunkSize` with at a call's
@@ -656,29 +670,10 @@ impl Explorer {
         proto: i32,
     ) -> Option<u32> {
         let d = spec.decide(coll_type, n_bytes, 1, 0);
-        match self.probe_at(coll_type, dyncc_tables::size_bucket(n_bytes), 1, d) {
+        match self.probe(coll_type, dyncc_tables::size_bucket(n_bytes), 1, d) {
             Probe::None => d.chunk_for(algo, proto),
             Probe::Nccl => None,
             Probe::Setting(s) => s.chunk_for(algo, proto),
-        }
-    }
-
-    #[inline(always)]
-    fn probe_at(&self, coll_type: u32, bucket: u8, num_pipe_ops: i32, d: Decision) -> Probe {
-        let Some(row) = self.cells.get(coll_type as usize) else {
-            return Probe::None;
-        };
-        // A u8 bucket indexes a 256-entry row: no bounds check.
-        let cell = &row[bucket as usize];
-        match cell.probe {
-            Probe::Nccl if d.is_forced() => Probe::Nccl,
-            Probe::Setting(s)
-                if (if cell.planned { s != d } else { !d.is_forced() })
-                    && pipe_ops_allowed(cell.max_pipe_ops, num_pipe_ops) =>
-            {
-                Probe::Setting(s)
-            }
-            _ => Probe::None,
         }
     }
 }

@@ -73,17 +73,23 @@ const CHUNK_SLOTS: usize = 7;
 
 /// The key index of `chunk`: 0 for NCCL's, else its slot plus one, claimed
 /// if new. `None` when seven other chunks hold every slot. Lock-free; on
-/// the profiler's event path only for a forced chunk.
+/// the profiler's event path only for a forced chunk, where a chunk seen
+/// before is found by loads alone (no locked write per collective).
 pub fn chunk_index(chunk: Chunk) -> Option<u8> {
     let code = chunk.code();
     if chunk.is_nccl() {
         return Some(0);
     }
     for (i, slot) in CHUNKS.iter().enumerate() {
-        match slot.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(i as u8 + 1),
-            Err(c) if c == code => return Some(i as u8 + 1),
-            Err(_) => {}
+        let mut held = slot.load(Ordering::Acquire);
+        if held == 0 {
+            held = match slot.compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => code,
+                Err(c) => c,
+            };
+        }
+        if held == code {
+            return Some(i as u8 + 1);
         }
     }
     None
