@@ -64,10 +64,10 @@ impl Decision {
     #[inline]
     pub fn chunk_for(self, algo: i32, proto: i32) -> Option<u32> {
         match self {
-            Decision::Force(s)
-                if !s.chunk.is_nccl() && s.algo as i32 == algo && s.proto as i32 == proto =>
-            {
-                Some(s.chunk.bytes())
+            // NCCL's chunk is 0 bytes: one test for both.
+            Decision::Force(s) if s.algo as i32 == algo && s.proto as i32 == proto => {
+                let bytes = s.chunk.bytes();
+                (bytes != 0).then_some(bytes)
             }
             _ => None,
         }
@@ -489,9 +489,9 @@ pub(crate) fn check_gain(gain: f32) -> Result<(), &'static str> {
     }
 }
 
-// A decision stays one 4-byte word (`Default` lives in `Algo`'s niche), so
-// the plugin's hot path moves it in a register: a field more in `Setting`
-// must keep it so.
+// A decision stays one 4-byte word (`Default` lives in the protocol's
+// spare values, `Setting`'s first byte), so the plugin's hot path moves it
+// in a register: a field more in `Setting` must keep it so.
 const _: () = assert!(core::mem::size_of::<Decision>() == 4);
 
 #[cfg(test)]
