@@ -442,6 +442,15 @@ fn decide_unmeasured(
             why = why.max(Why::Uncertain);
             continue;
         }
+        // A chunk clears the margin against its setting at NCCL's chunk
+        // where that is read here too. (The two readings come off the same
+        // counts and err together, so either's sd overstates the
+        // uncertainty of their difference.)
+        let at_nccls = grid.at_nccls_chunk(c).and_then(|s| readings[s].as_ref());
+        if at_nccls.is_some_and(|s| r.gain - s.gain <= ln_margin) {
+            why = why.max(Why::Uncertain);
+            continue;
+        }
         if best.is_none_or(|b| lcb > b.score) {
             best = Some(Candidate {
                 cfg: c,
@@ -515,7 +524,23 @@ fn clears_noise(
     ln_margin: f64,
     opt: &DecideOptions,
 ) -> Result<MeasuredGain, Why> {
-    let (Some(d), Some(m)) = (grid.get(ni, si, 0), grid.get(ni, si, c)) else {
+    gain_over(grid, sigma, widen, (ni, si), 0, c, ln_margin, opt)
+}
+
+/// Configuration `c`'s measured log gain over configuration `base` at the
+/// cell `(ni, si)` and its sd, when it clears the margin plus `opt.z` sds.
+#[allow(clippy::too_many_arguments)]
+fn gain_over(
+    grid: &Grid,
+    sigma: f64,
+    widen: &Widen,
+    (ni, si): (usize, usize),
+    base: usize,
+    c: usize,
+    ln_margin: f64,
+    opt: &DecideOptions,
+) -> Result<MeasuredGain, Why> {
+    let (Some(d), Some(m)) = (grid.get(ni, si, base), grid.get(ni, si, c)) else {
         return Err(Why::DefaultBest);
     };
     let ln_gain = d.ln_t - m.ln_t;
@@ -525,7 +550,7 @@ fn clears_noise(
     // Runs off their neighbours' trend (either side of the ratio) make
     // the gain less certain.
     let sd = (sigma * sigma * (1.0 / d.n.max(1) as f64 + 1.0 / m.n.max(1) as f64)
-        + widen.get(ni, 0)
+        + widen.get(ni, base)
         + widen.get(ni, c))
     .sqrt();
     if ln_gain <= ln_margin + opt.z * sd {
@@ -602,6 +627,19 @@ fn decide_measured(
                     continue;
                 }
             };
+        // A chunk is a knob forced like the others: against the same
+        // setting at NCCL's chunk, where that was measured here, it must
+        // clear the margin and the noise too, or the setting runs at
+        // NCCL's chunk (a chunk NCCL clamps to its own, or one that does
+        // nothing on this path, measures the same and would win on noise).
+        if let Some(s) = grid.at_nccls_chunk(c) {
+            if grid.get(ni, si, s).is_some() {
+                if let Err(w) = gain_over(grid, sigma, widen, (ni, si), s, c, ln_margin, opt) {
+                    why = why.max(w.max(Why::WithinNoise));
+                    continue;
+                }
+            }
+        }
         // Weak evidence needs corroboration: the model sees the
         // neighbours too, and an advantage it cannot reproduce over them is
         // an isolated, possibly noisy, measurement. Strong evidence (more
@@ -1110,6 +1148,53 @@ mod tests {
                 assert!((c.gain - 1.25).abs() < 1e-6);
             } else {
                 assert_eq!(c.cfg, 0, "size {}", g.sizes[si]);
+            }
+        }
+    }
+
+    /// Ring/Simple 15 % faster than the default at 1, 2 and 8 nodes, and
+    /// Ring/Simple at a 256 KiB chunk `chunked` times the default.
+    fn chunk_sweep(chunked: f64) -> (Grid, GridDecisions) {
+        let ring = cfg(Algo::Ring, Proto::Simple);
+        let at_256k = Config {
+            chunk: dyncc_tables::Chunk::from_bytes(256 << 10).unwrap(),
+            ..ring
+        };
+        let mut v = Vec::new();
+        for n in [1u32, 2, 8] {
+            for k in 16..=26 {
+                let b = 1u64 << k;
+                let t = 10.0 + b as f64 / 1e4;
+                v.push(cell(Collective::AllReduce, n, 8, b, Config::DEFAULT, t));
+                v.push(cell(Collective::AllReduce, n, 8, b, ring, t * 0.85));
+                v.push(cell(Collective::AllReduce, n, 8, b, at_256k, t * chunked));
+            }
+        }
+        run(&v, &DecideOptions::default())
+    }
+
+    #[test]
+    fn a_chunk_no_faster_than_nccls_for_its_setting_is_not_forced() {
+        // 1 % faster than the same setting at NCCL's chunk (what a chunk
+        // NCCL clamps to its own measures): the old rule forced the chunk
+        // at every size, as the higher score.
+        let (g, d) = chunk_sweep(0.84);
+        for a in &d.anchors {
+            for c in &a.per_size {
+                let forced = g.configs[c.cfg];
+                assert_eq!(forced, cfg(Algo::Ring, Proto::Simple), "{} nodes", a.nodes);
+            }
+        }
+        // 12 % faster than it: the chunk is forced.
+        let (g, d) = chunk_sweep(0.75);
+        for a in &d.anchors {
+            for c in &a.per_size {
+                assert_eq!(
+                    g.configs[c.cfg].chunk.bytes(),
+                    256 << 10,
+                    "{} nodes",
+                    a.nodes
+                );
             }
         }
     }

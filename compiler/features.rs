@@ -150,6 +150,22 @@ impl Grid {
             && x.chunk == m.chunk
     }
 
+    /// Where configuration `cfg` sets a chunk size: the same setting at
+    /// NCCL's chunk, if the grid holds it (what a chunk must beat to be
+    /// forced: NCCL's own chunk for that setting is its baseline, as NCCL's
+    /// default is every setting's).
+    pub fn at_nccls_chunk(&self, cfg: usize) -> Option<usize> {
+        let c = self.configs.get(cfg)?;
+        if c.chunk.is_nccl() {
+            return None;
+        }
+        let want = Config {
+            chunk: dyncc_tables::Chunk::NCCL,
+            ..*c
+        };
+        self.configs.iter().position(|x| *x == want)
+    }
+
     /// Where jobs saw NCCL's own calls mostly run a path the tuner cannot
     /// choose ([`OtherPathMark`]), in (nodes, bucket) order.
     pub fn other_paths(&self) -> &[OtherPathMark] {
