@@ -418,3 +418,74 @@ fn a_chunk_label_that_disagrees_with_the_log_is_an_error_naming_it() {
     );
     assert!(report.contains("ring/simple/64K"), "{report}");
 }
+
+/// `diff` and `plot --diff` show the chunk a table gained: the sample
+/// sweep without its chunk runs compiles into a table with none; against
+/// the whole sweep's table, `dyncc diff` names the chunked decision (text
+/// and `--json`) and the change map's tooltips name it.
+#[test]
+fn diff_and_plot_name_the_chunk_a_table_gained() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain_sweep = dir.path().join("plain-sweep");
+    let mut copied = 0;
+    for f in walk(&sample()) {
+        let rel = f.strip_prefix(sample()).unwrap();
+        if rel
+            .components()
+            .any(|c| c.as_os_str().to_string_lossy().starts_with("chunk="))
+        {
+            continue;
+        }
+        let to = plain_sweep.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(&f, &to).unwrap();
+        copied += 1;
+    }
+    assert!(
+        copied > 0,
+        "no logs without a chunk in {}",
+        sample().display()
+    );
+    let (plain, chunked) = (dir.path().join("plain.tbl"), dir.path().join("chunk.tbl"));
+    let os = |s: &str| std::ffi::OsString::from(s);
+    for (sweep, tbl) in [(&plain_sweep, &plain), (&sample(), &chunked)] {
+        dyncc_ok(&[
+            os("compile").as_os_str(),
+            sweep.as_os_str(),
+            os("-o").as_os_str(),
+            tbl.as_os_str(),
+        ]);
+    }
+    let diff = |json: bool| {
+        let mut cmd = dyncc();
+        cmd.arg("diff").arg(&plain).arg(&chunked);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        // 1: the tables decide differently.
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = diff(false);
+    assert!(text.contains("ring/simple/64K"), "diff:\n{text}");
+    let json = diff(true);
+    assert!(
+        json.contains("\"chunk_bytes\": 65536"),
+        "diff --json:\n{json}"
+    );
+    let svg = dir.path().join("changes.svg");
+    dyncc_ok(&[
+        os("plot").as_os_str(),
+        os("--diff").as_os_str(),
+        plain.as_os_str(),
+        chunked.as_os_str(),
+        os("-o").as_os_str(),
+        svg.as_os_str(),
+    ]);
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        drawn.contains("ring/simple/64K"),
+        "plot --diff drew no chunk"
+    );
+}
