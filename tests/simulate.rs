@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use dyncc::record::{Algo, Coll, Proto};
 use dyncc::simulate::calibrate;
 use dyncc::simulate::nccl_model::NcclModel;
-use dyncc::simulate::physics::{configs, true_time};
+use dyncc::simulate::physics::{configs, true_time, Op};
 use dyncc::simulate::profile::{builtin, builtins};
 use dyncc::simulate::sweep::{gaps, Ch, Models, Spec};
 
@@ -17,12 +17,25 @@ fn sizes() -> Vec<u64> {
     (3..=32).map(|i| 1u64 << i).collect()
 }
 
+/// An AllReduce of `nbytes` on `m`'s nodes at `(algo, proto)`, with
+/// NCCL's channel count.
+fn allreduce(m: &NcclModel, algo: Algo, proto: Proto, nbytes: u64) -> Op {
+    Op {
+        coll: Coll::AllReduce,
+        nnodes: m.nnodes,
+        nbytes,
+        algo,
+        proto,
+        channels: m.channels(algo, proto, nbytes),
+    }
+}
+
 /// Best time over protocols of `a` with NCCL's channel count.
 fn best_of(prof: &dyncc::simulate::profile::Profile, nn: u32, a: Algo, s: u64) -> f64 {
     let m = NcclModel::new(prof, nn);
     Proto::ALL
         .iter()
-        .map(|&p| true_time(prof, nn, Coll::AllReduce, a, p, m.channels(a, p, s), s))
+        .map(|&p| true_time(prof, allreduce(&m, a, p, s)))
         .fold(f64::INFINITY, f64::min)
 }
 
@@ -52,17 +65,7 @@ fn protocol_order_ll_small_simple_large_on_every_profile() {
     for prof in builtins() {
         for nn in [1u32, 2, 4, 16] {
             let m = NcclModel::new(&prof, nn);
-            let t = |p: Proto, s: u64| {
-                true_time(
-                    &prof,
-                    nn,
-                    Coll::AllReduce,
-                    Algo::Ring,
-                    p,
-                    m.channels(Algo::Ring, p, s),
-                    s,
-                )
-            };
+            let t = |p: Proto, s: u64| true_time(&prof, allreduce(&m, Algo::Ring, p, s));
             assert!(t(Proto::LL, 64) < t(Proto::LL128, 64), "{} {nn}", prof.name);
             assert!(
                 t(Proto::LL, 64) < t(Proto::Simple, 64),
@@ -128,17 +131,7 @@ fn two_node_tree_advantage_at_large_sizes() {
         let ratio = |nn: u32| {
             let s = 1u64 << 30;
             let m = NcclModel::new(&prof, nn);
-            let t = |a: Algo| {
-                true_time(
-                    &prof,
-                    nn,
-                    Coll::AllReduce,
-                    a,
-                    Proto::Simple,
-                    m.channels(a, Proto::Simple, s),
-                    s,
-                )
-            };
+            let t = |a: Algo| true_time(&prof, allreduce(&m, a, Proto::Simple, s));
             t(Algo::Tree) / t(Algo::Ring)
         };
         assert!(
@@ -161,9 +154,15 @@ fn channel_count_is_unimodal_for_every_config() {
             for c in Coll::ALL {
                 for (a, p) in configs(&prof, nn, c) {
                     for s in [64u64, 1 << 16, 1 << 22, 1 << 30] {
-                        let ts: Vec<f64> = (1..=64)
-                            .map(|ch| true_time(&prof, nn, c, a, p, ch, s))
-                            .collect();
+                        let op = |channels| Op {
+                            coll: c,
+                            nnodes: nn,
+                            nbytes: s,
+                            algo: a,
+                            proto: p,
+                            channels,
+                        };
+                        let ts: Vec<f64> = (1..=64).map(|ch| true_time(&prof, op(ch))).collect();
                         let m = ts
                             .iter()
                             .enumerate()
@@ -180,7 +179,17 @@ fn channel_count_is_unimodal_for_every_config() {
     }
     // Few channels starve bandwidth at large sizes; many cost time at small sizes.
     let h = builtin("h100").unwrap();
-    let t = |ch: u32, s: u64| true_time(&h, 2, Coll::AllReduce, Algo::Ring, Proto::Simple, ch, s);
+    let t = |channels: u32, nbytes: u64| {
+        let op = Op {
+            coll: Coll::AllReduce,
+            nnodes: 2,
+            nbytes,
+            algo: Algo::Ring,
+            proto: Proto::Simple,
+            channels,
+        };
+        true_time(&h, op)
+    };
     assert!(t(2, 1 << 30) > 3.0 * t(16, 1 << 30));
     assert!(t(32, 64) > t(1, 64));
 }

@@ -10,7 +10,7 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::nccl_model::NcclModel;
-use super::physics;
+use super::physics::{self, Op};
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
@@ -153,16 +153,16 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
     let (mut all_sq, mut all_n) = (0.0, 0usize);
     for (&nodes, cells) in real {
         let model = NcclModel::new(prof, nodes);
-        let sim = |a: Algo, p: Proto, s: u64| {
-            physics::true_time(
-                prof,
-                nodes,
-                Coll::AllReduce,
-                a,
-                p,
-                model.channels(a, p, s),
-                s,
-            )
+        let sim = |algo: Algo, proto: Proto, nbytes: u64| {
+            let op = Op {
+                coll: Coll::AllReduce,
+                nnodes: nodes,
+                nbytes,
+                algo,
+                proto,
+                channels: model.channels(algo, proto, nbytes),
+            };
+            physics::true_time(prof, op)
         };
         let sizes: Vec<u64> = {
             let mut v: Vec<u64> = cells.keys().map(|k| k.0).collect();
@@ -260,10 +260,10 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
                 .iter()
                 .map(|&(a, p)| sim(a, p, s))
                 .fold(f64::INFINITY, f64::min);
-            let Some((a, p, c)) = model.choose(Coll::AllReduce, s) else {
+            let Some(def) = model.choose(Coll::AllReduce, s) else {
                 continue;
             };
-            let sd = physics::true_time(prof, nodes, Coll::AllReduce, a, p, c, s);
+            let sd = physics::true_time(prof, def);
             let (rr, sr) = ((d / rb).max(1.0), sd / sb);
             rl += rr.ln();
             sl += sr.ln();

@@ -30,6 +30,7 @@
 //! NVLS, NVLSTree and CollNet run their own chunk schedules through the
 //! switches; the model gives them no chunk effect.
 
+use super::physics::Op;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
@@ -65,22 +66,21 @@ pub fn buffer_max(c: Coll, a: Algo, p: Proto) -> u64 {
 
 /// Bytes one channel moves (`nBytes` of `calcCollChunking`, which NCCL
 /// calls per channel).
-fn per_channel(channels: u32, nbytes: u64) -> u64 {
-    nbytes / channels.max(1) as u64
+fn per_channel(op: Op) -> u64 {
+    op.nbytes / op.channels.max(1) as u64
 }
 
-/// NCCL's own chunk for a collective of `nbytes` on `channels` channels.
-pub fn nccl_chunk(
-    prof: &Profile,
-    nnodes: u32,
-    c: Coll,
-    a: Algo,
-    p: Proto,
-    channels: u32,
-    nbytes: u64,
-) -> u64 {
+/// NCCL's own chunk for `op`: its `nbytes` on its `channels` channels.
+pub fn nccl_chunk(prof: &Profile, op: Op) -> u64 {
+    let Op {
+        coll: c,
+        nnodes,
+        algo: a,
+        proto: p,
+        ..
+    } = op;
     let mut k = buffer_max(c, a, p);
-    let nb = per_channel(channels, nbytes);
+    let nb = per_channel(op);
     let ppn = prof.gpus_per_node.max(1) as f64;
     match (a, p, c) {
         (Algo::Tree, Proto::LL128, _) => {
@@ -133,14 +133,16 @@ struct Pipe {
     net_hops: f64,
 }
 
-fn pipe(prof: &Profile, nnodes: u32, c: Coll, a: Algo, channels: u32, nbytes: u64) -> Option<Pipe> {
+/// `op`'s pipeline; `None` for an algorithm whose chunk the model leaves
+/// alone. The protocol does not shape it.
+fn pipe(prof: &Profile, op: Op) -> Option<Pipe> {
     let ppn = prof.gpus_per_node as f64;
-    let nodes = nnodes as f64;
+    let nodes = op.nnodes as f64;
     let n = ppn * nodes;
-    let nb = per_channel(channels, nbytes) as f64;
+    let nb = per_channel(op) as f64;
     let log2 = |x: f64| x.max(1.0).log2().ceil();
-    let twice = if c == Coll::AllReduce { 2.0 } else { 1.0 };
-    Some(match (a, c) {
+    let twice = if op.coll == Coll::AllReduce { 2.0 } else { 1.0 };
+    Some(match (op.algo, op.coll) {
         // A chain from (or to) the root: every rank forwards every chunk once.
         (Algo::Ring, Coll::Broadcast | Coll::Reduce) => Pipe {
             unit: nb,
@@ -169,14 +171,15 @@ fn pipe(prof: &Profile, nnodes: u32, c: Coll, a: Algo, channels: u32, nbytes: u6
     })
 }
 
-/// The chunk-dependent part of the time, µs, when `k` bytes are the chunk.
-fn pipeline_us(prof: &Profile, nnodes: u32, p: Proto, channels: u32, pp: &Pipe, k: u64) -> f64 {
-    let pi = p as usize;
+/// The chunk-dependent part of `op`'s time through pipeline `pp`, µs, when
+/// `k` bytes are the chunk.
+fn pipeline_us(prof: &Profile, op: Op, pp: &Pipe, k: u64) -> f64 {
+    let pi = op.proto as usize;
     let ph = &prof.physics;
-    let ch = channels.max(1) as f64;
+    let ch = op.channels.max(1) as f64;
     // One channel's share of the links, bytes per µs.
     let net_b = prof.net.node_gbs() * ph.eff_net[pi] * 1000.0 / ch;
-    let multi = nnodes > 1;
+    let multi = op.nnodes > 1;
     let hop = if multi {
         prof.net.hop_us[pi]
     } else {
@@ -198,35 +201,23 @@ fn pipeline_us(prof: &Profile, nnodes: u32, p: Proto, channels: u32, pp: &Pipe, 
 /// holds.
 const MAX_SAVING: f64 = 0.15;
 
-/// How much longer (negative: shorter) a collective of calibrated time
-/// `t_us` runs, µs, when a tuner answers `asked` bytes for its chunk than at
+/// How much longer (negative: shorter) `op`, of calibrated time `t_us`,
+/// runs, µs, when a tuner answers `asked` bytes for its chunk than at
 /// NCCL's own chunk. Exactly 0.0 where what runs is NCCL's chunk, and for
 /// algorithms whose chunk the model leaves alone; never a saving of
 /// `MAX_SAVING` x `t_us` or more.
-#[allow(clippy::too_many_arguments)]
-pub fn delta_us(
-    prof: &Profile,
-    nnodes: u32,
-    c: Coll,
-    a: Algo,
-    p: Proto,
-    channels: u32,
-    nbytes: u64,
-    asked: u64,
-    t_us: f64,
-) -> f64 {
+pub fn delta_us(prof: &Profile, op: Op, asked: u64, t_us: f64) -> f64 {
     let (Some(pp), Some(k)) = (
-        pipe(prof, nnodes, c, a, channels, nbytes),
-        forced_chunk(c, a, p, asked),
+        pipe(prof, op),
+        forced_chunk(op.coll, op.algo, op.proto, asked),
     ) else {
         return 0.0;
     };
-    let def = nccl_chunk(prof, nnodes, c, a, p, channels, nbytes);
+    let def = nccl_chunk(prof, op);
     if k == def {
         return 0.0;
     }
-    let d = pipeline_us(prof, nnodes, p, channels, &pp, k)
-        - pipeline_us(prof, nnodes, p, channels, &pp, def);
+    let d = pipeline_us(prof, op, &pp, k) - pipeline_us(prof, op, &pp, def);
     if d >= 0.0 {
         return d;
     }
@@ -237,7 +228,7 @@ pub fn delta_us(
 #[cfg(test)]
 mod tests {
     use super::super::nccl_model::NcclModel;
-    use super::super::physics::{configs, true_time, true_time_chunked};
+    use super::super::physics::{configs, true_time, true_time_chunked, Op};
     use super::super::profile::{builtin, builtins};
     use super::*;
 
@@ -253,7 +244,17 @@ mod tests {
     fn nccl_chunk_is_nccls_buffer_slot_and_shrinks_where_nccl_does() {
         let h = builtin("h100").unwrap();
         let big = 1u64 << 32;
-        let k = |nn, c, a, p, b| nccl_chunk(&h, nn, c, a, p, 16, b);
+        let k = |nnodes, coll, algo, proto, nbytes| {
+            let op = Op {
+                coll,
+                nnodes,
+                nbytes,
+                algo,
+                proto,
+                channels: 16,
+            };
+            nccl_chunk(&h, op)
+        };
         use Algo::*;
         use Coll::*;
         use Proto::*;
@@ -279,14 +280,20 @@ mod tests {
         }
         let mut one = builtin("h100").unwrap();
         one.gpus_per_node = 1;
-        assert_eq!(
-            nccl_chunk(&one, 16, AllGather, Pat, Simple, 1, 1 << 20),
-            64 << 10
-        );
-        assert_eq!(
-            nccl_chunk(&one, 16, AllGather, Pat, Simple, 1, 1 << 30),
-            512 << 10
-        );
+        let pat = Op {
+            coll: AllGather,
+            nnodes: 16,
+            nbytes: 1 << 20,
+            algo: Pat,
+            proto: Simple,
+            channels: 1,
+        };
+        assert_eq!(nccl_chunk(&one, pat), 64 << 10);
+        let big = Op {
+            nbytes: 1 << 30,
+            ..pat
+        };
+        assert_eq!(nccl_chunk(&one, big), 512 << 10);
     }
 
     #[test]
@@ -322,11 +329,18 @@ mod tests {
                     for (a, p) in configs(&prof, nn, c) {
                         for lg in (3..33).step_by(3) {
                             let s = 1u64 << lg;
-                            let ch = m.channels(a, p, s);
-                            let t = true_time(&prof, nn, c, a, p, ch, s);
-                            let def = nccl_chunk(&prof, nn, c, a, p, ch, s);
+                            let op = Op {
+                                coll: c,
+                                nnodes: nn,
+                                nbytes: s,
+                                algo: a,
+                                proto: p,
+                                channels: m.channels(a, p, s),
+                            };
+                            let t = true_time(&prof, op);
+                            let def = nccl_chunk(&prof, op);
                             for k in [0, def] {
-                                let tk = true_time_chunked(&prof, nn, c, a, p, ch, s, k);
+                                let tk = true_time_chunked(&prof, op, k);
                                 assert_eq!(
                                     tk.to_bits(),
                                     t.to_bits(),
@@ -347,16 +361,25 @@ mod tests {
     fn step_costs_fall_and_fill_grows_with_the_chunk() {
         let h = builtin("h100").unwrap();
         let nb = 64u64 << 20;
+        let tree = |nnodes: u32| Op {
+            coll: Coll::AllReduce,
+            nnodes,
+            nbytes: nb,
+            algo: Algo::Tree,
+            proto: Proto::LL128,
+            channels: 16,
+        };
         for nn in [2u32, 8, 32] {
-            let pp = pipe(&h, nn, Coll::AllReduce, Algo::Tree, 16, nb).unwrap();
+            let op = tree(nn);
+            let pp = pipe(&h, op).unwrap();
             let steps = |k: u64| {
                 let flat = Pipe {
                     net_hops: 0.0,
-                    ..pipe(&h, nn, Coll::AllReduce, Algo::Tree, 16, nb).unwrap()
+                    ..pipe(&h, op).unwrap()
                 };
-                pipeline_us(&h, nn, Proto::LL128, 16, &flat, k)
+                pipeline_us(&h, op, &flat, k)
             };
-            let fill = |k: u64| pipeline_us(&h, nn, Proto::LL128, 16, &pp, k) - steps(k);
+            let fill = |k: u64| pipeline_us(&h, op, &pp, k) - steps(k);
             let ks = [16u64 << 10, 64 << 10, 256 << 10, 1 << 20];
             for w in ks.windows(2) {
                 assert!(steps(w[0]) > steps(w[1]), "{nn}: steps {w:?}");
@@ -365,13 +388,13 @@ mod tests {
         }
         // The fill a chunk costs grows with the tree's depth.
         let fill_at = |nn: u32| {
-            let pp = pipe(&h, nn, Coll::AllReduce, Algo::Tree, 16, nb).unwrap();
+            let op = tree(nn);
+            let pp = pipe(&h, op).unwrap();
             let flat = Pipe {
                 net_hops: 0.0,
-                ..pipe(&h, nn, Coll::AllReduce, Algo::Tree, 16, nb).unwrap()
+                ..pipe(&h, op).unwrap()
             };
-            pipeline_us(&h, nn, Proto::LL128, 16, &pp, 256 << 10)
-                - pipeline_us(&h, nn, Proto::LL128, 16, &flat, 256 << 10)
+            pipeline_us(&h, op, &pp, 256 << 10) - pipeline_us(&h, op, &flat, 256 << 10)
         };
         assert!(fill_at(2) < fill_at(8) && fill_at(8) < fill_at(32));
     }
@@ -380,24 +403,19 @@ mod tests {
     #[test]
     fn the_best_tree_chunk_shrinks_with_node_count() {
         let h = builtin("h100").unwrap();
-        let best = |nn: u32| {
+        let best = |nnodes: u32| {
+            let op = Op {
+                coll: Coll::AllReduce,
+                nnodes,
+                nbytes: 4 << 20,
+                algo: Algo::Tree,
+                proto: Proto::LL128,
+                channels: 16,
+            };
+            let t = |k| true_time_chunked(&h, op, k);
             asked()
                 .into_iter()
-                .min_by(|x, y| {
-                    let t = |k| {
-                        true_time_chunked(
-                            &h,
-                            nn,
-                            Coll::AllReduce,
-                            Algo::Tree,
-                            Proto::LL128,
-                            16,
-                            4 << 20,
-                            k,
-                        )
-                    };
-                    t(*x).total_cmp(&t(*y))
-                })
+                .min_by(|x, y| t(*x).total_cmp(&t(*y)))
                 .unwrap()
         };
         let b: Vec<u64> = [2, 4, 8, 32].into_iter().map(best).collect();
@@ -418,10 +436,17 @@ mod tests {
                 for p in Proto::ALL {
                     for lg in 10..33 {
                         let s = 1u64 << lg;
-                        let ch = m.channels(Algo::Ring, p, s);
-                        let t = true_time(&prof, 1, c, Algo::Ring, p, ch, s);
+                        let op = Op {
+                            coll: c,
+                            nnodes: 1,
+                            nbytes: s,
+                            algo: Algo::Ring,
+                            proto: p,
+                            channels: m.channels(Algo::Ring, p, s),
+                        };
+                        let t = true_time(&prof, op);
                         for k in asked() {
-                            let tk = true_time_chunked(&prof, 1, c, Algo::Ring, p, ch, s, k);
+                            let tk = true_time_chunked(&prof, op, k);
                             assert!(tk >= t, "{} {c:?} {p:?} {s} {k}", prof.name);
                         }
                     }
@@ -437,12 +462,19 @@ mod tests {
     #[test]
     fn chunk_wins_are_modest_and_where_pipelines_are_deep() {
         let h = builtin("h100").unwrap();
-        let gain = |nn: u32, c: Coll, a: Algo, p: Proto, s: u64| {
-            let ch = NcclModel::new(&h, nn).channels(a, p, s);
-            let t = true_time(&h, nn, c, a, p, ch, s);
+        let gain = |nnodes: u32, coll: Coll, algo: Algo, proto: Proto, nbytes: u64| {
+            let op = Op {
+                coll,
+                nnodes,
+                nbytes,
+                algo,
+                proto,
+                channels: NcclModel::new(&h, nnodes).channels(algo, proto, nbytes),
+            };
+            let t = true_time(&h, op);
             let best = asked()
                 .into_iter()
-                .map(|k| true_time_chunked(&h, nn, c, a, p, ch, s, k))
+                .map(|k| true_time_chunked(&h, op, k))
                 .fold(t, f64::min);
             t / best
         };
@@ -459,10 +491,17 @@ mod tests {
                     for (a, p) in configs(&prof, nn, c) {
                         for lg in (10..33).step_by(2) {
                             let s = 1u64 << lg;
-                            let ch = m.channels(a, p, s);
-                            let t = true_time(&prof, nn, c, a, p, ch, s);
+                            let op = Op {
+                                coll: c,
+                                nnodes: nn,
+                                nbytes: s,
+                                algo: a,
+                                proto: p,
+                                channels: m.channels(a, p, s),
+                            };
+                            let t = true_time(&prof, op);
                             for k in asked() {
-                                let tk = true_time_chunked(&prof, nn, c, a, p, ch, s, k);
+                                let tk = true_time_chunked(&prof, op, k);
                                 assert!(
                                     tk > (1.0 - MAX_SAVING) * t - 1e-9,
                                     "{} {nn} {c:?} {a:?} {p:?} {s} {k}",

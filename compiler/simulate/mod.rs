@@ -2,7 +2,8 @@
 //!
 //! [`profile`] describes a machine; [`physics`] is the "true" time of every
 //! (collective, algorithm, protocol, channels, shape, size) with noise,
-//! and [`chunk`] what a chunk size other than NCCL's changes in it;
+//! one [`physics::Op`] each, and [`chunk`] what a chunk size other than
+//! NCCL's changes in it;
 //! [`nccl_model`] is NCCL's own cost model, which picks what default runs
 //! execute; [`sweep`] lays out the runs and writes them through [`format`](mod@format)
 //! (nccl-tests text) with the ground truth beside them; [`calibrate`]

@@ -7,6 +7,7 @@
 
 use dyncc_tables::Machine;
 
+use super::physics::Op;
 use super::profile::{CpuVendor, Profile};
 use crate::record::{Algo, Coll, Proto};
 
@@ -406,8 +407,9 @@ impl NcclModel {
     }
 
     /// NCCL's default choice: argmin over the model's table, ties to the lowest
-    /// (algorithm, protocol) index, then its channel count.
-    pub fn choose(&self, c: Coll, nbytes: u64) -> Option<(Algo, Proto, u32)> {
+    /// (algorithm, protocol) index, then its channel count; what a default run
+    /// of `c` at `nbytes` executes on this communicator's nodes.
+    pub fn choose(&self, c: Coll, nbytes: u64) -> Option<Op> {
         let mut best: Option<(f64, Algo, Proto)> = None;
         for a in Algo::ALL {
             for p in Proto::ALL {
@@ -418,7 +420,14 @@ impl NcclModel {
                 }
             }
         }
-        best.map(|(_, a, p)| (a, p, self.channels(a, p, nbytes)))
+        best.map(|(_, algo, proto)| Op {
+            coll: c,
+            nnodes: self.nnodes,
+            nbytes,
+            algo,
+            proto,
+            channels: self.channels(algo, proto, nbytes),
+        })
     }
 
     /// `topoGetAlgoInfo`'s channel rule (§5.7).
@@ -535,11 +544,14 @@ mod tests {
     fn default_prefers_ll_small_and_simple_large() {
         for name in ["h100", "v100", "a100"] {
             let m = NcclModel::new(&builtin(name).unwrap(), 2);
-            let (_, p, _) = m.choose(Coll::AllReduce, 64).unwrap();
-            assert_eq!(p, Proto::LL, "{name}");
-            let (_, p, c) = m.choose(Coll::AllReduce, 1 << 30).unwrap();
-            assert_ne!(p, Proto::LL, "{name}");
-            assert!(c >= 1);
+            assert_eq!(
+                m.choose(Coll::AllReduce, 64).unwrap().proto,
+                Proto::LL,
+                "{name}"
+            );
+            let big = m.choose(Coll::AllReduce, 1 << 30).unwrap();
+            assert_ne!(big.proto, Proto::LL, "{name}");
+            assert!(big.channels >= 1);
         }
     }
 

@@ -49,17 +49,39 @@ fn clog2(n: u32) -> f64 {
     (32 - (n.max(1) - 1).leading_zeros()) as f64
 }
 
+/// What is run: one collective of `nbytes` on `nnodes` nodes, at one
+/// (algorithm, protocol, channels). Every time and chunk function of the
+/// simulator takes it whole, so a setting and its point are one value from
+/// the sweep's grid down to the physics, never six positional arguments.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Op {
+    /// The collective.
+    pub coll: Coll,
+    /// Nodes it spans, each of the profile's `gpus_per_node` ranks.
+    pub nnodes: u32,
+    /// Its size, bytes (nccl-tests' `size` column).
+    pub nbytes: u64,
+    /// The algorithm.
+    pub algo: Algo,
+    /// The protocol.
+    pub proto: Proto,
+    /// Channels it runs on, forced or NCCL's count; 0 runs as one. Not
+    /// [`dyncc_tables::Setting`]'s channels: there 0 is NCCL's choice,
+    /// here the count is always resolved (by [`NcclModel`](super::nccl_model::NcclModel)
+    /// when nothing forces it).
+    pub channels: u32,
+}
+
 /// Noise-free time in µs of one operation (the median a sweep would see).
-#[allow(clippy::too_many_arguments)]
-pub fn true_time(
-    prof: &Profile,
-    nnodes: u32,
-    c: Coll,
-    a: Algo,
-    p: Proto,
-    channels: u32,
-    nbytes: u64,
-) -> f64 {
+pub fn true_time(prof: &Profile, op: Op) -> f64 {
+    let Op {
+        coll: c,
+        nnodes,
+        nbytes,
+        algo: a,
+        proto: p,
+        channels,
+    } = op;
     let ph = &prof.physics;
     let pi = p as usize;
     let ppn = prof.gpus_per_node;
@@ -216,22 +238,12 @@ pub fn true_time(
 /// chunk size (NCCL's getChunkSize): the calibrated time plus the modelled
 /// difference from NCCL's own chunk ([`chunk::delta_us`]). `chunk` 0 is
 /// NCCL's own: exactly [`true_time`].
-#[allow(clippy::too_many_arguments)]
-pub fn true_time_chunked(
-    prof: &Profile,
-    nnodes: u32,
-    c: Coll,
-    a: Algo,
-    p: Proto,
-    channels: u32,
-    nbytes: u64,
-    chunk: u64,
-) -> f64 {
-    let t = true_time(prof, nnodes, c, a, p, channels, nbytes);
+pub fn true_time_chunked(prof: &Profile, op: Op, chunk: u64) -> f64 {
+    let t = true_time(prof, op);
     if chunk == 0 {
         return t;
     }
-    t + chunk::delta_us(prof, nnodes, c, a, p, channels, nbytes, chunk, t)
+    t + chunk::delta_us(prof, op, chunk, t)
 }
 
 /// Draws measurement noise: multiplicative log-normal, wider at small sizes,
@@ -259,12 +271,14 @@ mod tests {
         for p in Proto::ALL {
             let t = true_time(
                 prof,
-                nnodes,
-                Coll::AllReduce,
-                a,
-                p,
-                prof.nccl.channels,
-                nbytes,
+                Op {
+                    coll: Coll::AllReduce,
+                    nnodes,
+                    nbytes,
+                    algo: a,
+                    proto: p,
+                    channels: prof.nccl.channels,
+                },
             );
             if t < best.0 {
                 best = (t, p);
@@ -298,8 +312,16 @@ mod tests {
             let prof = builtin(name).unwrap();
             for nbytes in [8u64, 1 << 16, 1 << 22, 1 << 28, 1 << 32] {
                 for p in Proto::ALL {
+                    let op = Op {
+                        coll: Coll::AllReduce,
+                        nnodes: 4,
+                        nbytes,
+                        algo: Algo::Ring,
+                        proto: p,
+                        channels: 0,
+                    };
                     let ts: Vec<f64> = (1..=64)
-                        .map(|c| true_time(&prof, 4, Coll::AllReduce, Algo::Ring, p, c, nbytes))
+                        .map(|channels| true_time(&prof, Op { channels, ..op }))
                         .collect();
                     let m = ts
                         .iter()
@@ -379,16 +401,20 @@ mod tests {
         // still drives every NIC, so it must not fall far behind Ring.
         let h = builtin("h100").unwrap();
         let s = 4 << 20;
-        let cn = true_time(
-            &h,
-            2,
-            Coll::AllReduce,
-            Algo::CollNetDirect,
-            Proto::Simple,
-            1,
-            s,
-        );
-        let ring = true_time(&h, 2, Coll::AllReduce, Algo::Ring, Proto::Simple, 16, s);
+        let cn = Op {
+            coll: Coll::AllReduce,
+            nnodes: 2,
+            nbytes: s,
+            algo: Algo::CollNetDirect,
+            proto: Proto::Simple,
+            channels: 1,
+        };
+        let ring = Op {
+            algo: Algo::Ring,
+            channels: 16,
+            ..cn
+        };
+        let (cn, ring) = (true_time(&h, cn), true_time(&h, ring));
         assert!(cn < 2.0 * ring, "{cn} vs {ring}");
     }
 
@@ -401,8 +427,9 @@ mod tests {
             let c = Coll::ALL[ci];
             for (a, p) in configs(prof, nn, c) {
                 let s = 1u64 << lg;
-                let t1 = true_time(prof, nn, c, a, p, ch, s);
-                let t2 = true_time(prof, nn, c, a, p, ch, 2 * s);
+                let op = Op { coll: c, nnodes: nn, nbytes: s, algo: a, proto: p, channels: ch };
+                let t1 = true_time(prof, op);
+                let t2 = true_time(prof, Op { nbytes: 2 * s, ..op });
                 proptest::prop_assert!(t1.is_finite() && t1 > 0.0);
                 proptest::prop_assert!(t2 >= t1, "{:?} {:?} {:?} {} {}: {} > {}", c, a, p, ch, s, t1, t2);
             }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::format::{self, Row, RunHeader};
 use super::nccl_model::NcclModel;
-use super::physics;
+use super::physics::{self, Op};
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
@@ -180,17 +180,26 @@ impl Models {
     }
 }
 
-/// The (algorithm, protocol, channels) a run executes at `nbytes`.
+/// What a run executes at `nbytes` on `model`'s nodes: the forced
+/// (algorithm, protocol) with its channels resolved, or NCCL's default.
 pub fn executed(
     model: &NcclModel,
     coll: Coll,
     config: Option<(Algo, Proto, Ch)>,
     nbytes: u64,
-) -> Option<(Algo, Proto, u32)> {
+) -> Option<Op> {
+    let forced = |algo, proto, channels| Op {
+        coll,
+        nnodes: model.nnodes,
+        nbytes,
+        algo,
+        proto,
+        channels,
+    };
     match config {
         None => model.choose(coll, nbytes),
-        Some((a, p, Ch::Auto)) => Some((a, p, model.channels(a, p, nbytes))),
-        Some((a, p, Ch::Fixed(n))) => Some((a, p, n)),
+        Some((a, p, Ch::Auto)) => Some(forced(a, p, model.channels(a, p, nbytes))),
+        Some((a, p, Ch::Fixed(n))) => Some(forced(a, p, n)),
     }
 }
 
@@ -217,18 +226,15 @@ pub fn simulate_run(spec: &Spec, models: &Models, run: &Run) -> Vec<Row> {
     let mut rows = Vec::new();
     for (i, req) in spec.sizes().into_iter().enumerate() {
         let (size, count) = format::size_count(run.coll, req, nranks);
-        let (a, p, ch) =
-            executed(model, run.coll, run.config, size).unwrap_or((Algo::Ring, Proto::LL, 1));
-        let t = physics::true_time_chunked(
-            prof,
-            run.nnodes,
-            run.coll,
-            a,
-            p,
-            ch,
-            size,
-            answered(p, run.chunk),
-        ) * job;
+        let op = executed(model, run.coll, run.config, size).unwrap_or(Op {
+            coll: run.coll,
+            nnodes: run.nnodes,
+            nbytes: size,
+            algo: Algo::Ring,
+            proto: Proto::LL,
+            channels: 1,
+        });
+        let t = physics::true_time_chunked(prof, op, answered(op.proto, run.chunk)) * job;
         let mut oop = physics::noisy(prof, size, t, &mut rng);
         let ip = physics::noisy(prof, size, t * 0.995, &mut rng);
         if i == 0 && rng.random::<f64>() < prof.physics.outlier_prob {
@@ -342,7 +348,7 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
                     continue;
                 }
                 for &(cfg, chunk) in &cfgs {
-                    let Some((a, p, ch)) = executed(model, coll, cfg, size) else {
+                    let Some(op) = executed(model, coll, cfg, size) else {
                         continue;
                     };
                     let (algorithm, protocol, channels) = match cfg {
@@ -365,12 +371,10 @@ pub fn truth(spec: &Spec, models: &Models) -> Vec<Truth> {
                         algorithm,
                         protocol,
                         channels,
-                        true_us: physics::true_time_chunked(
-                            prof, nnodes, coll, a, p, ch, size, chunk,
-                        ),
-                        ran_algorithm: a.name(),
-                        ran_protocol: p.name(),
-                        ran_channels: ch,
+                        true_us: physics::true_time_chunked(prof, op, chunk),
+                        ran_algorithm: op.algo.name(),
+                        ran_protocol: op.proto.name(),
+                        ran_channels: op.channels,
                         chunk,
                     });
                 }
@@ -411,28 +415,25 @@ pub fn gap_cells(spec: &Spec, models: &Models) -> Vec<(u32, Coll, u64, f64, f64)
                 if size == 0 {
                     continue;
                 }
-                let Some((a, p, c)) = model.choose(coll, size) else {
+                let Some(nccls) = model.choose(coll, size) else {
                     continue;
                 };
-                let def = physics::true_time(prof, nnodes, coll, a, p, c, size);
+                let def = physics::true_time(prof, nccls);
                 let mut best_auto = f64::INFINITY;
                 let mut best_all = f64::INFINITY;
-                for &(a, p) in &cfgs {
-                    let t = physics::true_time(
-                        prof,
-                        nnodes,
-                        coll,
-                        a,
-                        p,
-                        model.channels(a, p, size),
-                        size,
-                    );
+                for &(algo, proto) in &cfgs {
+                    let at = |channels| Op {
+                        algo,
+                        proto,
+                        channels,
+                        ..nccls
+                    };
+                    let t = physics::true_time(prof, at(model.channels(algo, proto, size)));
                     best_auto = best_auto.min(t);
                     best_all = best_all.min(t);
                     for ch in &spec.channels {
                         if let Ch::Fixed(n) = ch {
-                            best_all = best_all
-                                .min(physics::true_time(prof, nnodes, coll, a, p, *n, size));
+                            best_all = best_all.min(physics::true_time(prof, at(*n)));
                         }
                     }
                 }
@@ -502,19 +503,21 @@ pub fn chunk_gains(spec: &Spec, models: &Models) -> Vec<ChunkGain> {
                     if size == 0 {
                         continue;
                     }
-                    let ch = model.channels(a, p, size);
-                    let t = physics::true_time(prof, nnodes, coll, a, p, ch, size);
+                    let op = Op {
+                        coll,
+                        nnodes,
+                        nbytes: size,
+                        algo: a,
+                        proto: p,
+                        channels: model.channels(a, p, size),
+                    };
+                    let t = physics::true_time(prof, op);
                     let Some((tk, k)) = spec
                         .chunks
                         .iter()
                         .map(|&k| answered(p, k))
                         .filter(|&k| k != 0)
-                        .map(|k| {
-                            (
-                                physics::true_time_chunked(prof, nnodes, coll, a, p, ch, size, k),
-                                k,
-                            )
-                        })
+                        .map(|k| (physics::true_time_chunked(prof, op, k), k))
                         .min_by(|x, y| x.0.total_cmp(&y.0))
                     else {
                         continue;
