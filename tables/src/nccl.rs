@@ -261,7 +261,7 @@ impl Chunk {
         self.0 == 0
     }
 
-    /// Bytes (0 for NCCL's): one load from [`Chunk::BYTES`].
+    /// Bytes (0 for NCCL's): one load from a table worked out at compile time.
     #[inline]
     pub const fn bytes(self) -> u32 {
         Chunk::BYTES[self.0 as usize]
