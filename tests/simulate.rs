@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use dyncc::record::{Algo, Coll, Proto};
 use dyncc::simulate::calibrate;
 use dyncc::simulate::nccl_model::NcclModel;
-use dyncc::simulate::physics::{configs, true_time, Op};
+use dyncc::simulate::op::Op;
+use dyncc::simulate::physics::{configs, true_time};
 use dyncc::simulate::profile::{builtin, builtins};
 use dyncc::simulate::sweep::{gaps, Ch, Models, Spec};
 

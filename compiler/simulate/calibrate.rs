@@ -10,7 +10,8 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::nccl_model::NcclModel;
-use super::physics::{self, Op};
+use super::op::Op;
+use super::physics;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 

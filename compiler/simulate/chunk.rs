@@ -30,7 +30,7 @@
 //! NVLS, NVLSTree and CollNet run their own chunk schedules through the
 //! switches; the model gives them no chunk effect.
 
-use super::physics::Op;
+use super::op::Op;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
@@ -228,7 +228,8 @@ pub fn delta_us(prof: &Profile, op: Op, asked: u64, t_us: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::super::nccl_model::NcclModel;
-    use super::super::physics::{configs, true_time, true_time_chunked, Op};
+    use super::super::op::Op;
+    use super::super::physics::{configs, true_time, true_time_chunked};
     use super::super::profile::{builtin, builtins};
     use super::*;
 

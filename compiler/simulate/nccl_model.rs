@@ -7,7 +7,7 @@
 
 use dyncc_tables::Machine;
 
-use super::physics::Op;
+use super::op::Op;
 use super::profile::{CpuVendor, Profile};
 use crate::record::{Algo, Coll, Proto};
 

@@ -16,6 +16,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 
 use super::chunk;
+use super::op::Op;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
@@ -47,29 +48,6 @@ pub fn configs(prof: &Profile, nnodes: u32, c: Coll) -> Vec<(Algo, Proto)> {
 /// Ceil of log2 for n ≥ 1.
 fn clog2(n: u32) -> f64 {
     (32 - (n.max(1) - 1).leading_zeros()) as f64
-}
-
-/// What is run: one collective of `nbytes` on `nnodes` nodes, at one
-/// (algorithm, protocol, channels). Every time and chunk function of the
-/// simulator takes it whole, so a setting and its point are one value from
-/// the sweep's grid down to the physics, never six positional arguments.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub struct Op {
-    /// The collective.
-    pub coll: Coll,
-    /// Nodes it spans, each of the profile's `gpus_per_node` ranks.
-    pub nnodes: u32,
-    /// Its size, bytes (nccl-tests' `size` column).
-    pub nbytes: u64,
-    /// The algorithm.
-    pub algo: Algo,
-    /// The protocol.
-    pub proto: Proto,
-    /// Channels it runs on, forced or NCCL's count; 0 runs as one. Not
-    /// [`dyncc_tables::Setting`]'s channels: there 0 is NCCL's choice,
-    /// here the count is always resolved (by [`NcclModel`](super::nccl_model::NcclModel)
-    /// when nothing forces it).
-    pub channels: u32,
 }
 
 /// Noise-free time in µs of one operation (the median a sweep would see).

@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use super::format::{self, Row, RunHeader};
 use super::nccl_model::NcclModel;
-use super::physics::{self, Op};
+use super::op::Op;
+use super::physics;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
 
