@@ -633,11 +633,11 @@ fn decide_measured(
         // NCCL's chunk (a chunk NCCL clamps to its own, or one that does
         // nothing on this path, measures the same and would win on noise).
         if let Some(s) = grid.at_nccls_chunk(c) {
-            if grid.get(ni, si, s).is_some() {
-                if let Err(w) = gain_over(grid, sigma, widen, (ni, si), s, c, ln_margin, opt) {
-                    why = why.max(w.max(Why::WithinNoise));
-                    continue;
-                }
+            if grid.get(ni, si, s).is_some()
+                && gain_over(grid, sigma, widen, (ni, si), s, c, ln_margin, opt).is_err()
+            {
+                why = why.max(Why::WithinNoise);
+                continue;
             }
         }
         // Weak evidence needs corroboration: the model sees the
