@@ -487,9 +487,12 @@ fn a_production_round_with_exploration_then_a_recompile_captures_the_gain_at_ski
     );
     // Later rounds go on learning at the count the sweep reads worst (4
     // nodes, between 2 and 8): each round's table leaves other cells
-    // unconfirmed, which the next round's jobs explore.
+    // unconfirmed, which the next round's jobs explore. Round 3 closes a
+    // quarter of what round 1 left there at least (with the cost bound at
+    // half an sd, 92.2 -> 95.9 %; at one sd, 71.7 -> 93.3 %).
+    let r1 = l.plain[1][0].captured();
     assert!(
-        l.after()[0].captured() > l.plain[1][0].captured() + 0.05,
+        l.after()[0].captured() > r1 + 0.25 * (1.0 - r1),
         "{}",
         l.describe(&production)
     );
@@ -1078,8 +1081,10 @@ fn a_fleet_of_short_jobs_learns_and_noise_between_jobs_forces_nothing_wrong() {
             // (0.40 % of the shapes 5 % slower), round 3 took it back.
             // (Before the sweep's reading corroborated a weak win in place
             // of the fitted model, one job's +14.4 % +- 7.8 % forced a
-            // setting 6 % slower, and round 3 kept it.)
-            may_lose: if job_noise.is_some() { 0.02 } else { 0.01 },
+            // setting 6 % slower, and round 3 kept it.) The more a round
+            // explores, the more such draws: with the cost bound at half an
+            // sd, 4 nodes went 93.2 -> 90.8 -> 91.7 % over rounds 1-3.
+            may_lose: if job_noise.is_some() { 0.03 } else { 0.01 },
         };
         let l = rounds(
             &world,
