@@ -10,7 +10,6 @@ use anyhow::{bail, Context};
 use serde::Serialize;
 
 use super::nccl_model::NcclModel;
-use super::op::Op;
 use super::physics;
 use super::profile::Profile;
 use crate::record::{Algo, Coll, Proto};
@@ -155,15 +154,7 @@ pub fn compare(prof: &Profile, real: &RealSweep) -> Report {
     for (&nodes, cells) in real {
         let model = NcclModel::new(prof, nodes);
         let sim = |algo: Algo, proto: Proto, nbytes: u64| {
-            let op = Op {
-                coll: Coll::AllReduce,
-                nnodes: nodes,
-                nbytes,
-                algo,
-                proto,
-                channels: model.channels(algo, proto, nbytes),
-            };
-            physics::true_time(prof, op)
+            physics::true_time(prof, model.op(Coll::AllReduce, algo, proto, nbytes))
         };
         let sizes: Vec<u64> = {
             let mut v: Vec<u64> = cells.keys().map(|k| k.0).collect();

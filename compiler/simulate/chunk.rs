@@ -330,14 +330,7 @@ mod tests {
                     for (a, p) in configs(&prof, nn, c) {
                         for lg in (3..33).step_by(3) {
                             let s = 1u64 << lg;
-                            let op = Op {
-                                coll: c,
-                                nnodes: nn,
-                                nbytes: s,
-                                algo: a,
-                                proto: p,
-                                channels: m.channels(a, p, s),
-                            };
+                            let op = m.op(c, a, p, s);
                             let t = true_time(&prof, op);
                             let def = nccl_chunk(&prof, op);
                             for k in [0, def] {
@@ -437,14 +430,7 @@ mod tests {
                 for p in Proto::ALL {
                     for lg in 10..33 {
                         let s = 1u64 << lg;
-                        let op = Op {
-                            coll: c,
-                            nnodes: 1,
-                            nbytes: s,
-                            algo: Algo::Ring,
-                            proto: p,
-                            channels: m.channels(Algo::Ring, p, s),
-                        };
+                        let op = m.op(c, Algo::Ring, p, s);
                         let t = true_time(&prof, op);
                         for k in asked() {
                             let tk = true_time_chunked(&prof, op, k);
@@ -464,14 +450,7 @@ mod tests {
     fn chunk_wins_are_modest_and_where_pipelines_are_deep() {
         let h = builtin("h100").unwrap();
         let gain = |nnodes: u32, coll: Coll, algo: Algo, proto: Proto, nbytes: u64| {
-            let op = Op {
-                coll,
-                nnodes,
-                nbytes,
-                algo,
-                proto,
-                channels: NcclModel::new(&h, nnodes).channels(algo, proto, nbytes),
-            };
+            let op = NcclModel::new(&h, nnodes).op(coll, algo, proto, nbytes);
             let t = true_time(&h, op);
             let best = asked()
                 .into_iter()
@@ -492,14 +471,7 @@ mod tests {
                     for (a, p) in configs(&prof, nn, c) {
                         for lg in (10..33).step_by(2) {
                             let s = 1u64 << lg;
-                            let op = Op {
-                                coll: c,
-                                nnodes: nn,
-                                nbytes: s,
-                                algo: a,
-                                proto: p,
-                                channels: m.channels(a, p, s),
-                            };
+                            let op = m.op(c, a, p, s);
                             let t = true_time(&prof, op);
                             for k in asked() {
                                 let tk = true_time_chunked(&prof, op, k);

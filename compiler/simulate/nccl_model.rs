@@ -420,14 +420,21 @@ impl NcclModel {
                 }
             }
         }
-        best.map(|(_, algo, proto)| Op {
+        best.map(|(_, algo, proto)| self.op(c, algo, proto, nbytes))
+    }
+
+    /// A run of `a`/`p` for `c` at `nbytes` on this communicator's nodes,
+    /// at the channel count NCCL gives it (a forced setting's channels
+    /// left to NCCL).
+    pub fn op(&self, c: Coll, a: Algo, p: Proto, nbytes: u64) -> Op {
+        Op {
             coll: c,
             nnodes: self.nnodes,
             nbytes,
-            algo,
-            proto,
-            channels: self.channels(algo, proto, nbytes),
-        })
+            algo: a,
+            proto: p,
+            channels: self.channels(a, p, nbytes),
+        }
     }
 
     /// `topoGetAlgoInfo`'s channel rule (§5.7).

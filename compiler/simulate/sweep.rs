@@ -504,14 +504,7 @@ pub fn chunk_gains(spec: &Spec, models: &Models) -> Vec<ChunkGain> {
                     if size == 0 {
                         continue;
                     }
-                    let op = Op {
-                        coll,
-                        nnodes,
-                        nbytes: size,
-                        algo: a,
-                        proto: p,
-                        channels: model.channels(a, p, size),
-                    };
+                    let op = model.op(coll, a, p, size);
                     let t = physics::true_time(prof, op);
                     let Some((tk, k)) = spec
                         .chunks
